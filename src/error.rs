@@ -1,0 +1,100 @@
+//! Typed library errors. Every error names what it concerns: the input text and
+//! column for parse errors, the path and the operation for I/O errors, both
+//! dates for a clock that runs behind the minter state. The binary turns the
+//! `ErrorClass` of an error into an exit code; the library never exits.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use crate::id::Timestamp;
+
+/// Invalid text: what was being read, the whole input, a 1-based column (in characters)
+/// and the problem, e.g. `invalid month "13" at column 28 in repository name "…"`.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{problem} at column {column} in {kind} \"{input}\"")]
+pub struct ParseError {
+    pub kind: &'static str,
+    pub input: String,
+    pub column: usize,
+    pub problem: String,
+}
+
+impl ParseError {
+    pub fn new(kind: &'static str, input: &str, column: usize, problem: impl Into<String>) -> Self {
+        ParseError { kind, input: input.to_string(), column, problem: problem.into() }
+    }
+}
+
+/// How a failure should be reported to a user: it selects the CLI exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// Invalid input or usage (exit 2).
+    Input,
+    /// The run finished but found problems in data (exit 1).
+    Data,
+    /// Operational failure: I/O, disk full, permissions, a broken clock (exit 3).
+    Operational,
+    /// Another process holds a lock (exit 75).
+    Busy,
+}
+
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error(transparent)]
+    Parse(#[from] ParseError),
+
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
+    #[error("minter state {} is corrupt: {problem}; fix or remove it by hand (it is never reset silently)", path.display())]
+    CorruptState { path: PathBuf, problem: String },
+
+    #[error(
+        "clock {clock} is behind the minter state {state}: the next name needs a wait of {wait_seconds} s, more than max_wait {max_wait_seconds} s"
+    )]
+    ClockBehind { clock: Timestamp, state: Timestamp, wait_seconds: String, max_wait_seconds: String },
+
+    #[error("cannot encode {what}: {problem}")]
+    NotEncodable { what: String, problem: String },
+
+    #[error("{} is locked by another run; try later", path.display())]
+    Locked { path: PathBuf },
+
+    #[error("invalid {what}: {problem}")]
+    Invalid { what: String, problem: String },
+}
+
+impl Error {
+    /// An I/O error that names the action and the path.
+    pub fn io(action: &'static str, path: impl AsRef<Path>, source: io::Error) -> Self {
+        Error::Io { action, path: path.as_ref().to_path_buf(), source }
+    }
+
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Error::Parse(_) | Error::NotEncodable { .. } | Error::Invalid { .. } => ErrorClass::Input,
+            Error::Io { .. } | Error::CorruptState { .. } | Error::ClockBehind { .. } => ErrorClass::Operational,
+            Error::Locked { .. } => ErrorClass::Busy,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Adds the action and path to an `io::Result`, `fs_err` style.
+pub trait IoContext<T> {
+    fn with_path(self, action: &'static str, path: impl AsRef<Path>) -> Result<T>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn with_path(self, action: &'static str, path: impl AsRef<Path>) -> Result<T> {
+        self.map_err(|e| Error::io(action, path, e))
+    }
+}

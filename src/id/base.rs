@@ -1,0 +1,121 @@
+//! Positional numeral codecs over the standard's digit alphabets: the
+//! ConvertToDecimal and ConvertFromDecimal routines of Chapter 7 (Tables
+//! 7.4–7.6) and PILIN's base 31. Numbers are `num-bigint` integers, so
+//! IPv6 addresses convert exactly.
+
+use num_bigint::BigUint;
+
+/// A digit alphabet: the `i`-th byte is the digit for value `i`.
+#[derive(Debug, Clone, Copy)]
+pub struct Alphabet {
+    digits: &'static [u8],
+    case_insensitive: bool,
+}
+
+/// Table 7.6: base 27, `0 O 1 I V Y Z W X` excluded (`W` and `X` are separators).
+pub const IBIP: Alphabet = Alphabet::new(b"23456789ABCDEFGHJKLMNPQRSTU", true);
+/// Table 7.4: an IPv4 text read as a base-11 numeral.
+pub const IPV4_TEXT: Alphabet = Alphabet::new(b"0123456789.", false);
+/// Table 7.5: an IPv6 text read as a base-17 numeral.
+pub const IPV6_TEXT: Alphabet = Alphabet::new(b"0123456789abcdef:", false);
+/// PILIN: the ten digits then the 21 consonants.
+pub const PILIN: Alphabet = Alphabet::new(b"0123456789BCDFGHJKLMNPQRSTVWXYZ", true);
+
+impl Alphabet {
+    pub const fn new(digits: &'static [u8], case_insensitive: bool) -> Self {
+        Alphabet { digits, case_insensitive }
+    }
+
+    pub fn radix(&self) -> u32 {
+        self.digits.len() as u32
+    }
+
+    /// The value of one digit character, if it belongs to the alphabet.
+    pub fn value_of(&self, c: char) -> Option<u32> {
+        let c = if self.case_insensitive { c.to_ascii_uppercase() } else { c };
+        if !c.is_ascii() {
+            return None;
+        }
+        self.digits.iter().position(|&d| d == c as u8).map(|p| p as u32)
+    }
+
+    /// The digit character for a value below the radix.
+    pub fn digit(&self, value: u32) -> char {
+        self.digits[value as usize] as char
+    }
+
+    /// ConvertFromDecimal: the numeral of `n`, most significant digit first; `0` is one zero digit.
+    pub fn encode(&self, n: &BigUint) -> String {
+        let digits = n.to_radix_be(self.radix());
+        digits.into_iter().map(|d| self.digit(d as u32)).collect()
+    }
+
+    pub fn encode_u128(&self, n: u128) -> String {
+        self.encode(&BigUint::from(n))
+    }
+
+    /// ConvertToDecimal. On a character outside the alphabet, returns its 0-based char index.
+    pub fn decode(&self, text: &str) -> Result<BigUint, usize> {
+        let mut values = Vec::with_capacity(text.len());
+        for (i, c) in text.chars().enumerate() {
+            values.push(self.value_of(c).ok_or(i)? as u8);
+        }
+        Ok(BigUint::from_radix_be(&values, self.radix()).unwrap_or_default())
+    }
+}
+
+/// `n` as a `u128`, or `None` when it does not fit.
+pub fn to_u128(n: &BigUint) -> Option<u128> {
+    u128::try_from(n).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Table 7.3 of the standard (ConvertFromDecimal with decim-to-IBIp).
+    #[test]
+    fn table_7_3_convert_from_decimal() {
+        let big = |s: &str| s.parse::<BigUint>().unwrap();
+        let rows = [
+            ("1", "3"),
+            ("19050", "U5H"),
+            ("480992662", "38G3TS3"),
+            ("4588904456580", "J8LNKAN8P"),
+            ("478239719325051908572237", "7URMDHLL9SSN2D89M"),
+        ];
+        for (decimal, numeral) in rows {
+            assert_eq!(IBIP.encode(&big(decimal)), numeral, "encode {decimal}");
+            assert_eq!(IBIP.decode(numeral).unwrap(), big(decimal), "decode {numeral}");
+            assert_eq!(IBIP.decode(&numeral.to_lowercase()).unwrap(), big(decimal));
+        }
+    }
+
+    /// Table 7.2 (ConvertToDecimal with decim-to-IPv4 and decim-to-IPv6).
+    #[test]
+    fn table_7_2_convert_to_decimal() {
+        assert_eq!(IPV4_TEXT.decode("150.163.2.174").unwrap().to_string(), "4588904456580");
+        assert_eq!(IPV6_TEXT.decode("2001:252:0:1::2008:6").unwrap().to_string(), "478239719325051908572237");
+    }
+
+    #[test]
+    fn alphabet_excludes_ambiguous_letters() {
+        for c in ['0', 'O', '1', 'I', 'V', 'Y', 'Z', 'W', 'X'] {
+            assert_eq!(IBIP.value_of(c), None, "{c}");
+        }
+        assert_eq!(IBIP.radix(), 27);
+        assert_eq!(PILIN.radix(), 31);
+        assert_eq!(IBIP.decode("3O"), Err(1));
+    }
+
+    proptest! {
+        #[test]
+        fn numerals_round_trip(n in any::<u128>()) {
+            for alphabet in [IBIP, IPV4_TEXT, IPV6_TEXT, PILIN] {
+                let text = alphabet.encode_u128(n);
+                prop_assert_eq!(to_u128(&alphabet.decode(&text).unwrap()), Some(n));
+            }
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! The IBIp (`Ibip`): the opaque alias such as `8JMKD3MGP8W/34PGRBS`. This
+//! module owns the Table 7.1 syntax, encoding from the subsystem's IP and port
+//! and an exact date (Algorithms 5–7, with the fraction code fixed in
+//! DESIGN §2), and decoding back to IP, port and date. IPs are canonicalised
+//! first (IPv4 dotted decimal, IPv6 in RFC 5952 form) so the encoding is a
+//! function of the address, not of how it was typed.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv6Addr};
+use std::str::FromStr;
+
+use num_bigint::BigUint;
+
+use crate::error::{Error, ParseError};
+use crate::id::base::{to_u128, IBIP, IPV4_TEXT, IPV6_TEXT};
+use crate::id::time::{fraction_digits, Timestamp, NANOS_PER_SECOND};
+
+const KIND: &str = "IBIp";
+
+/// Suffix seconds count from 1995-08-01T00:00:00Z.
+pub const IBIP_EPOCH_SECONDS: i64 = 807_235_200;
+/// The IBIp port that is omitted from a prefix.
+pub const DEFAULT_IBIP_PORT: u16 = 800;
+
+/// An IBIp: the IP and port of the minting subsystem, and the item's date.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Ibip {
+    ip: IpAddr,
+    port: u16,
+    date: Timestamp,
+}
+
+/// RFC 5952 text of an IPv6 address, always in hexadecimal groups (never the dotted
+/// IPv4-mapped form, whose `.` is not a digit of Table 7.5).
+pub fn ipv6_canonical(ip: &Ipv6Addr) -> String {
+    let segments = ip.segments();
+    let (mut best, mut run) = ((0usize, 0usize), (0usize, 0usize));
+    for (i, &s) in segments.iter().enumerate() {
+        if s == 0 {
+            run = if run.1 == 0 { (i, 1) } else { (run.0, run.1 + 1) };
+            if run.1 > best.1 {
+                best = run;
+            }
+        } else {
+            run = (0, 0);
+        }
+    }
+    let hex = |range: &[u16]| range.iter().map(|s| format!("{s:x}")).collect::<Vec<_>>().join(":");
+    if best.1 < 2 {
+        return hex(&segments);
+    }
+    format!("{}::{}", hex(&segments[..best.0]), hex(&segments[best.0 + best.1..]))
+}
+
+/// The canonical text of an IP: dotted decimal for IPv4, RFC 5952 for IPv6.
+pub fn ip_canonical(ip: &IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => ipv6_canonical(v6),
+    }
+}
+
+/// Parses an IP as users type it, naming the input on error.
+pub fn parse_ip(text: &str) -> Result<IpAddr, ParseError> {
+    IpAddr::from_str(text).map_err(|_| ParseError::new("IP address", text, 1, "not an IPv4 or IPv6 address"))
+}
+
+fn ip_number(ip: &IpAddr) -> Result<BigUint, Error> {
+    let text = ip_canonical(ip);
+    if text.starts_with('0') {
+        return Err(Error::NotEncodable {
+            what: format!("IP {text}"),
+            problem: "its text starts with the digit 0, which a numeral cannot keep".into(),
+        });
+    }
+    let alphabet = if ip.is_ipv4() { IPV4_TEXT } else { IPV6_TEXT };
+    Ok(alphabet.decode(&text).expect("canonical IP text uses only its table's digits"))
+}
+
+/// DESIGN §2 fraction code: one `2` per leading zero digit, then the base-27 numeral
+/// of the remaining digits (no trailing zeros) read as an integer.
+fn fraction_code(nanos: u32) -> String {
+    let digits = fraction_digits(nanos);
+    let significant = digits.trim_start_matches('0');
+    let zeros = digits.len() - significant.len();
+    let value: u128 = significant.parse().expect("non-zero fraction has significant digits");
+    format!("{}{}", "2".repeat(zeros), IBIP.encode_u128(value))
+}
+
+impl Ibip {
+    /// An IBIp for a date minted by the subsystem at `ip`:`port`.
+    pub fn new(ip: IpAddr, port: u16, date: Timestamp) -> Result<Ibip, Error> {
+        if date < Timestamp::from_seconds(IBIP_EPOCH_SECONDS) {
+            return Err(Error::NotEncodable {
+                what: format!("date {date}"),
+                problem: "IBIp dates start at 1995-08-01T00:00:00Z".into(),
+            });
+        }
+        if port == 0 {
+            return Err(Error::Invalid { what: "IBIp port".into(), problem: "port 0 cannot serve a subsystem".into() });
+        }
+        ip_number(&ip)?;
+        Ok(Ibip { ip, port, date })
+    }
+
+    pub fn ip(&self) -> IpAddr {
+        self.ip
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn date(&self) -> Timestamp {
+        self.date
+    }
+
+    /// Algorithm 5: the IP code, `W` (IPv4) or `X` (IPv6), then the port code (empty for 800).
+    pub fn prefix(&self) -> String {
+        let ip_code = IBIP.encode(&ip_number(&self.ip).expect("checked in Ibip::new"));
+        let sep = if self.ip.is_ipv4() { 'W' } else { 'X' };
+        let port_code = if self.port == DEFAULT_IBIP_PORT { String::new() } else { IBIP.encode_u128(self.port.into()) };
+        format!("{ip_code}{sep}{port_code}")
+    }
+
+    /// Algorithm 6: seconds since 1995-08-01 in base 27, then `W` and the fraction code.
+    pub fn suffix(&self) -> String {
+        let seconds = self.date.whole_seconds() - IBIP_EPOCH_SECONDS as i128;
+        let mut out = IBIP.encode_u128(seconds as u128);
+        if self.date.subsec_nanos() != 0 {
+            out.push('W');
+            out.push_str(&fraction_code(self.date.subsec_nanos()));
+        }
+        out
+    }
+
+    /// Parses and decodes an IBIp (Table 7.1), in any letter case.
+    pub fn parse(input: &str) -> Result<Ibip, ParseError> {
+        let err = |column: usize, problem: String| ParseError::new(KIND, input, column + 1, problem);
+        if input.is_empty() {
+            return Err(err(0, "empty IBIp".into()));
+        }
+        for (i, c) in input.chars().enumerate() {
+            let upper = c.to_ascii_uppercase();
+            if c == '/' || upper == 'W' || upper == 'X' || IBIP.value_of(c).is_some() {
+                continue;
+            }
+            let problem = match upper {
+                '0' | 'O' | '1' | 'I' | 'V' | 'Y' | 'Z' => format!("excluded character {c:?} (IBIps never use 0 O 1 I V Y Z)"),
+                _ => format!("invalid character {c:?}"),
+            };
+            return Err(err(i, problem));
+        }
+        let upper = input.to_ascii_uppercase();
+        let Some((prefix, suffix)) = upper.split_once('/') else {
+            return Err(err(input.len(), "missing \"/\" between prefix and suffix".into()));
+        };
+        if let Some(extra) = suffix.find('/') {
+            return Err(err(prefix.len() + 1 + extra, "unexpected second \"/\"".into()));
+        }
+        let (ip, port) = decode_prefix(prefix).map_err(|(p, m)| err(p, m))?;
+        let date = decode_suffix(suffix).map_err(|(p, m)| err(prefix.len() + 1 + p, m))?;
+        Ok(Ibip { ip, port, date })
+    }
+}
+
+type Located = (usize, String);
+
+/// A canonical base-27 numeral: non-empty, no leading zero digit unless it is `2` alone.
+fn decode_numeral(code: &str, at: usize, what: &str) -> Result<BigUint, Located> {
+    if code.is_empty() {
+        return Err((at, format!("empty {what} code")));
+    }
+    if code.len() > 1 && code.starts_with('2') {
+        return Err((at, format!("{what} code \"{code}\" has a leading zero digit \"2\"")));
+    }
+    IBIP.decode(code).map_err(|p| (at + p, format!("invalid character in {what} code")))
+}
+
+fn decode_prefix(prefix: &str) -> Result<(IpAddr, u16), Located> {
+    let Some(sep_at) = prefix.find(['W', 'X']) else {
+        return Err((prefix.len(), "prefix lacks the \"W\" (IPv4) or \"X\" (IPv6) separator".into()));
+    };
+    let (ip_code, port_code) = (&prefix[..sep_at], &prefix[sep_at + 1..]);
+    if let Some(p) = port_code.find(['W', 'X']) {
+        return Err((sep_at + 1 + p, "unexpected second separator in prefix".into()));
+    }
+    let number = decode_numeral(ip_code, 0, "IP")?;
+    let ipv4 = prefix.as_bytes()[sep_at] == b'W';
+    let text = if ipv4 { IPV4_TEXT.encode(&number) } else { IPV6_TEXT.encode(&number) };
+    let ip = IpAddr::from_str(&text).ok().filter(|ip| ip.is_ipv4() == ipv4 && ip_canonical(ip) == text);
+    let ip = ip.ok_or_else(|| (0, format!("IP code decodes to \"{text}\", not a canonical IP{}", if ipv4 { "v4" } else { "v6" })))?;
+    let port = if port_code.is_empty() {
+        DEFAULT_IBIP_PORT
+    } else {
+        let value = decode_numeral(port_code, sep_at + 1, "port")?;
+        match to_u128(&value) {
+            Some(p) if p == DEFAULT_IBIP_PORT as u128 => {
+                return Err((sep_at + 1, "port 800 is written as an empty port code".into()))
+            }
+            Some(p @ 1..=65535) => p as u16,
+            _ => return Err((sep_at + 1, format!("port code \"{port_code}\" is not a port in 1..65535"))),
+        }
+    };
+    Ok((ip, port))
+}
+
+fn decode_suffix(suffix: &str) -> Result<Timestamp, Located> {
+    let (seconds_code, fraction) = match suffix.split_once('W') {
+        Some((s, f)) => (s, Some(f)),
+        None => (suffix, None),
+    };
+    if let Some(p) = suffix.find('X') {
+        return Err((p, "\"X\" cannot appear in a suffix".into()));
+    }
+    let seconds = decode_numeral(seconds_code, 0, "seconds")?;
+    let seconds = to_u128(&seconds).filter(|s| *s < 1 << 40).ok_or((0, "date is out of range".to_string()))?;
+    let mut nanos = (seconds as i128 + IBIP_EPOCH_SECONDS as i128) * NANOS_PER_SECOND;
+    if let Some(code) = fraction {
+        nanos += decode_fraction(code).map_err(|(p, m)| (seconds_code.len() + 1 + p, m))? as i128;
+    }
+    let date = Timestamp::from_nanos(nanos);
+    date.calendar().ok_or((0, "date is out of range".to_string()))?;
+    Ok(date)
+}
+
+fn decode_fraction(code: &str) -> Result<u32, Located> {
+    if let Some(p) = code.find('W') {
+        return Err((p, "unexpected second \"W\" in suffix".into()));
+    }
+    let significant = code.trim_start_matches('2');
+    let zeros = code.len() - significant.len();
+    if significant.is_empty() {
+        return Err((code.len(), "fraction code has no significant digits".into()));
+    }
+    let value = IBIP.decode(significant).map_err(|p| (zeros + p, "invalid character in fraction code".to_string()))?;
+    let digits = format!("{}{}", "0".repeat(zeros), value);
+    if digits.ends_with('0') {
+        return Err((0, format!("fraction code \"{code}\" gives trailing zero digits (.{digits})")));
+    }
+    if digits.len() > 9 {
+        return Err((0, format!("fraction code \"{code}\" is finer than one nanosecond (.{digits})")));
+    }
+    Ok(format!("{digits:0<9}").parse().expect("nine decimal digits"))
+}
+
+impl fmt::Display for Ibip {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.prefix(), self.suffix())
+    }
+}
+
+impl FromStr for Ibip {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ibip::parse(s)
+    }
+}
+
+#[cfg(test)]
+mod tests;

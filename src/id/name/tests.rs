@@ -1,0 +1,136 @@
+//! Known-answer vectors from the standard (Example 1, Table 6.2 suffixes, the legacy
+//! `@80` form) and property tests for repository names.
+
+use super::*;
+use proptest::prelude::*;
+
+fn t(decimal: &str) -> Timestamp {
+    Timestamp::parse_decimal(decimal).unwrap()
+}
+
+#[test]
+fn example_1_prefix_suffix_and_name() {
+    let prefix = Prefix::from_host("mtc-m18.sid.inpe.br", 80).unwrap();
+    assert_eq!(prefix.to_string(), "sid.inpe.br/mtc-m18");
+    let date = Timestamp::parse_user("2009-02-16T17:46:00Z").unwrap();
+    let name = RepositoryName::from_prefix_and_date(&prefix, date).unwrap();
+    assert_eq!(name.to_string(), "sid.inpe.br/mtc-m18/2009/02.16.17.46");
+    assert_eq!(name.components(), ["sid.inpe.br", "mtc-m18", "2009", "02.16.17.46"].map(String::from));
+}
+
+#[test]
+fn example_1_legacy_at_port_form_parses_and_keeps_its_text() {
+    let legacy = RepositoryName::parse("sid.inpe.br/mtc-m18@80/2009/02.16.17.46").unwrap();
+    assert_eq!(legacy.to_string(), "sid.inpe.br/mtc-m18@80/2009/02.16.17.46");
+    assert_eq!(legacy.prefix().port(), Some((PortSeparator::At, 80)));
+    assert_eq!(legacy.date(), t("1234806360"));
+    let upper = RepositoryName::parse("sid.INPE.br/MTC-m18@80/2009/02.16.17.46").unwrap();
+    assert_eq!(upper, legacy, "names are case-insensitive");
+}
+
+#[test]
+fn ports_other_than_80_join_with_a_dot_and_never_an_at() {
+    let prefix = Prefix::from_host("Mtc-M18.Sid.Inpe.Br", 8080).unwrap();
+    assert_eq!(prefix.to_string(), "sid.inpe.br/mtc-m18.8080");
+    assert!(!prefix.to_string().contains('@'));
+}
+
+#[test]
+fn table_6_2_suffixes_from_dates() {
+    let rows = [
+        ("1287587646", "2010/10.20.15.14.06"),
+        ("1287588000", "2010/10.20.15.20"),
+        ("1287588060", "2010/10.20.15.21"),
+        ("1287588115", "2010/10.20.15.21.55"),
+        ("1287588116", "2010/10.20.15.21.56"),
+        ("1287588117", "2010/10.20.15.21.57"),
+        ("1287588480", "2010/10.20.15.28"),
+    ];
+    for (date, suffix) in rows {
+        assert_eq!(Suffix::from_date(t(date)).unwrap().to_string(), suffix);
+    }
+}
+
+#[test]
+fn fractions_use_the_fewest_digits_and_keep_seconds() {
+    assert_eq!(Suffix::from_date(t("1287587640.5")).unwrap().to_string(), "2010/10.20.15.14.00.5");
+    assert_eq!(Suffix::from_date(t("1287587646.000000001")).unwrap().to_string(), "2010/10.20.15.14.06.000000001");
+    let name = RepositoryName::parse("a.b/c/2010/10.20.15.14.00.5").unwrap();
+    assert_eq!(name.date(), t("1287587640.5"));
+}
+
+#[test]
+fn host_must_have_two_labels_and_valid_words() {
+    for bad in ["localhost", "-a.b", "a-.b", "a.b-", "a.1b", "a..b", "a_b.c", "a.b c", "é.b"] {
+        assert!(Prefix::from_host(bad, 80).is_err(), "{bad}");
+    }
+    assert!(Prefix::from_host("a.b", 0).is_err());
+}
+
+#[test]
+fn trailing_dot_of_a_fully_qualified_subdomain_is_dropped() {
+    let name = RepositoryName::parse("dpi.inpe.br./banon/2009/02.16.17.46").unwrap();
+    assert_eq!(name.to_string(), "dpi.inpe.br/banon/2009/02.16.17.46");
+}
+
+#[test]
+fn errors_name_the_field_and_column() {
+    let input = "sid.inpe.br/mtc-m18/2009/13.16.17.46";
+    let e = RepositoryName::parse(input).unwrap_err();
+    assert_eq!(e.problem, "invalid month \"13\"");
+    assert_eq!(e.column, 26);
+    assert_eq!(&input[e.column - 1..e.column + 1], "13");
+    let e = RepositoryName::parse("sid.inpe.br/mtc-m18/2009/02.29.17.46").unwrap_err();
+    assert!(e.problem.starts_with("invalid day \"29\""), "{}", e.problem);
+    assert_eq!(e.column, 29);
+}
+
+fn label() -> impl Strategy<Value = String> {
+    "[a-z0-9]([a-z0-9-]{0,8}[a-z0-9])?"
+}
+
+fn last_label() -> impl Strategy<Value = String> {
+    "[a-z]([a-z0-9-]{0,6}[a-z0-9])?"
+}
+
+prop_compose! {
+    fn any_name()(
+        labels in proptest::collection::vec(label(), 0..3),
+        last in last_label(),
+        word in label(),
+        port in proptest::option::of((any::<bool>(), 1u16..)),
+        secs in 0i64..10_000_000_000,
+        nanos in prop_oneof![Just(0u32), 0u32..1_000_000_000, (0u32..1000).prop_map(|m| m * 1_000_000)],
+    ) -> RepositoryName {
+        let mut subdomain = labels.join(".");
+        if !subdomain.is_empty() { subdomain.push('.'); }
+        subdomain.push_str(&last);
+        let port = port.map(|(at, p)| (if at { PortSeparator::At } else { PortSeparator::Dot }, p));
+        let prefix = Prefix { subdomain, word, port };
+        let date = Timestamp::from_nanos(secs as i128 * 1_000_000_000 + nanos as i128);
+        RepositoryName::from_prefix_and_date(&prefix, date).unwrap()
+    }
+}
+
+proptest! {
+    #[test]
+    fn parse_format_round_trip(name in any_name()) {
+        let text = name.to_string();
+        let parsed = RepositoryName::parse(&text).unwrap();
+        prop_assert_eq!(&parsed, &name);
+        prop_assert_eq!(parsed.to_string(), text.clone());
+        prop_assert_eq!(RepositoryName::parse(&text.to_uppercase()).unwrap(), name);
+    }
+
+    #[test]
+    fn suffix_is_injective_on_dates(a in 0i128..4_000_000_000_000_000_000, b in 0i128..4_000_000_000_000_000_000) {
+        let sa = Suffix::from_date(Timestamp::from_nanos(a)).unwrap().to_string();
+        let sb = Suffix::from_date(Timestamp::from_nanos(b)).unwrap().to_string();
+        prop_assert_eq!(sa == sb, a == b);
+    }
+
+    #[test]
+    fn parse_never_panics(s in "\\PC{0,60}") {
+        let _ = RepositoryName::parse(&s);
+    }
+}

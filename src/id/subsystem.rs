@@ -1,0 +1,55 @@
+//! The identification `Subsystem`: host and port (the repository-name prefix),
+//! IP and IBIp port (the IBIp prefix) and the granularity of its distributor.
+//! It turns a date handed out by the distributor into the item's identifiers.
+
+use std::net::IpAddr;
+
+use crate::error::{Error, Result};
+use crate::id::distributor::Granularity;
+use crate::id::ibip::{Ibip, IBIP_EPOCH_SECONDS};
+use crate::id::name::{Prefix, RepositoryName};
+use crate::id::time::Timestamp;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subsystem {
+    pub host: String,
+    pub port: u16,
+    pub ip: Option<IpAddr>,
+    pub ibip_port: u16,
+    pub granularity: Granularity,
+    prefix: Prefix,
+}
+
+/// The identifiers of one minted item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Minted {
+    pub name: RepositoryName,
+    pub ibip: Option<Ibip>,
+}
+
+impl Subsystem {
+    /// Checks that the host gives a prefix (Algorithm 1) and that the IP can be encoded.
+    pub fn new(host: &str, port: u16, ip: Option<IpAddr>, ibip_port: u16, granularity: Granularity) -> Result<Self> {
+        let prefix = Prefix::from_host(host, port)?;
+        if let Some(ip) = ip {
+            Ibip::new(ip, ibip_port, Timestamp::from_seconds(IBIP_EPOCH_SECONDS))?;
+        }
+        Ok(Subsystem { host: host.to_ascii_lowercase(), port, ip, ibip_port, granularity, prefix })
+    }
+
+    pub fn prefix(&self) -> &Prefix {
+        &self.prefix
+    }
+
+    /// The repository name and (when the IP is known) the IBIp for a distributor date.
+    pub fn identify(&self, date: Timestamp) -> Result<Minted> {
+        let name = RepositoryName::from_prefix_and_date(&self.prefix, date)?;
+        let ibip = self.ip.map(|ip| Ibip::new(ip, self.ibip_port, date)).transpose()?;
+        Ok(Minted { name, ibip })
+    }
+
+    /// The IBIp of an existing name minted by this subsystem.
+    pub fn ibip_of(&self, name: &RepositoryName) -> Result<Option<Ibip>> {
+        self.ip.map(|ip| Ibip::new(ip, self.ibip_port, name.date())).transpose().map_err(Error::from)
+    }
+}
