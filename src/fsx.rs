@@ -29,9 +29,10 @@ pub fn fsync_dir(dir: &Path) -> Result<()> {
 /// new content, never a mix, and after return the new content survives a crash.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = parent_dir(path);
-    let mut temp = tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(dir).with_path("create a temporary file in", dir)?;
-    temp.write_all(bytes).with_path("write", temp.path().to_path_buf())?;
-    temp.as_file().sync_all().with_path("fsync", temp.path().to_path_buf())?;
+    let mut temp =
+        tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(dir).with_path("create a temporary file in", dir)?;
+    temp.write_all(bytes).with_path("write", temp.path())?;
+    temp.as_file().sync_all().with_path("fsync", temp.path())?;
     temp.persist(path).map_err(|e| Error::io("rename a temporary file onto", path, e.error))?;
     fsync_dir(dir)
 }

@@ -146,7 +146,9 @@ impl Ibip {
                 continue;
             }
             let problem = match upper {
-                '0' | 'O' | '1' | 'I' | 'V' | 'Y' | 'Z' => format!("excluded character {c:?} (IBIps never use 0 O 1 I V Y Z)"),
+                '0' | 'O' | '1' | 'I' | 'V' | 'Y' | 'Z' => {
+                    format!("excluded character {c:?} (IBIps never use 0 O 1 I V Y Z)")
+                }
                 _ => format!("invalid character {c:?}"),
             };
             return Err(err(i, problem));
@@ -189,7 +191,9 @@ fn decode_prefix(prefix: &str) -> Result<(IpAddr, u16), Located> {
     let ipv4 = prefix.as_bytes()[sep_at] == b'W';
     let text = if ipv4 { IPV4_TEXT.encode(&number) } else { IPV6_TEXT.encode(&number) };
     let ip = IpAddr::from_str(&text).ok().filter(|ip| ip.is_ipv4() == ipv4 && ip_canonical(ip) == text);
-    let ip = ip.ok_or_else(|| (0, format!("IP code decodes to \"{text}\", not a canonical IP{}", if ipv4 { "v4" } else { "v6" })))?;
+    let ip = ip.ok_or_else(|| {
+        (0, format!("IP code decodes to \"{text}\", not a canonical IP{}", if ipv4 { "v4" } else { "v6" }))
+    })?;
     let port = if port_code.is_empty() {
         DEFAULT_IBIP_PORT
     } else {

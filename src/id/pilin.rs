@@ -30,7 +30,7 @@ impl PilinSuffix {
     /// The suffix of the millisecond that holds `date` (dates before 1582-10-15 have none).
     pub fn from_date(date: Timestamp) -> Option<Self> {
         let since = date.nanos() - Timestamp::from_seconds(UUID_EPOCH_SECONDS).nanos();
-        (since >= 0).then(|| PilinSuffix((since / NANOS_PER_MILLI) as u128))
+        (since >= 0).then_some(PilinSuffix((since / NANOS_PER_MILLI) as u128))
     }
 
     pub fn millis(self) -> u128 {

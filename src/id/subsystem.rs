@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::id::distributor::Granularity;
 use crate::id::ibip::{Ibip, IBIP_EPOCH_SECONDS};
 use crate::id::name::{Prefix, RepositoryName};
@@ -50,6 +50,6 @@ impl Subsystem {
 
     /// The IBIp of an existing name minted by this subsystem.
     pub fn ibip_of(&self, name: &RepositoryName) -> Result<Option<Ibip>> {
-        self.ip.map(|ip| Ibip::new(ip, self.ibip_port, name.date())).transpose().map_err(Error::from)
+        self.ip.map(|ip| Ibip::new(ip, self.ibip_port, name.date())).transpose()
     }
 }

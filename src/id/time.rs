@@ -130,10 +130,7 @@ impl Timestamp {
             let c = int_part[pos..].chars().next().unwrap_or('?');
             return Err(err(offset + pos + 1, format!("unexpected character {c:?}")));
         }
-        let seconds: i128 = int_part
-            .parse::<i64>()
-            .map_err(|_| err(offset + 1, "seconds out of range".into()))?
-            .into();
+        let seconds: i128 = int_part.parse::<i64>().map_err(|_| err(offset + 1, "seconds out of range".into()))?.into();
         let nanos = match frac_part {
             None => 0,
             Some(f) => parse_fraction_nanos(f).map_err(|(pos, p)| err(offset + int_part.len() + 2 + pos, p))?,
@@ -150,9 +147,7 @@ impl Timestamp {
                 ParseError::new("RFC 3339 time", text, 1, format!("not a valid RFC 3339 date-time ({e})"))
             })?;
             let utc = dt.with_timezone(&Utc);
-            return Ok(Timestamp(
-                utc.timestamp() as i128 * NANOS_PER_SECOND + utc.timestamp_subsec_nanos() as i128,
-            ));
+            return Ok(Timestamp(utc.timestamp() as i128 * NANOS_PER_SECOND + utc.timestamp_subsec_nanos() as i128));
         }
         Self::parse_decimal(text)
     }

@@ -1,0 +1,70 @@
+//! The binary's dispatcher: parses the command line, runs the command, and
+//! maps library errors to the exit codes of DESIGN §6 (0 success, 1 data
+//! problems, 2 invalid input, 3 operational failure, 75 busy, 130 interrupted).
+
+pub mod args;
+mod ident;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Parser;
+use ibi::ErrorClass;
+
+use args::{Cli, Command};
+
+/// How a command that ran to its end went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Success,
+}
+
+pub const EXIT_USAGE: u8 = 2;
+pub const EXIT_OPERATIONAL: u8 = 3;
+pub const EXIT_BUSY: u8 = 75;
+
+/// Writes to stdout; a closed pipe (`ibi list | head`) ends quietly.
+pub fn write_stdout(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        other => Ok(other?),
+    }
+}
+
+fn exit_code_for(error: &anyhow::Error) -> u8 {
+    match error.downcast_ref::<ibi::Error>().map(ibi::Error::class) {
+        Some(ErrorClass::Input) => EXIT_USAGE,
+        Some(ErrorClass::Data) => 1,
+        Some(ErrorClass::Busy) => EXIT_BUSY,
+        Some(ErrorClass::Operational) => EXIT_OPERATIONAL,
+        None if error.downcast_ref::<ibi::ParseError>().is_some() => EXIT_USAGE,
+        None => EXIT_OPERATIONAL,
+    }
+}
+
+fn dispatch(cli: &Cli) -> Result<Outcome> {
+    let g = cli.global;
+    match &cli.command {
+        Command::Mint(args) => ident::mint(g, args),
+        Command::Parse(args) => ident::parse(g, &args.identifiers),
+        Command::Ibip(command) => ident::ibip(g, command),
+        Command::Pilin(command) => ident::pilin(g, command),
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match dispatch(&cli) {
+        Ok(Outcome::Success) => ExitCode::SUCCESS,
+        Err(error) => {
+            // Library errors already name their cause; other errors show their chain.
+            match error.downcast_ref::<ibi::Error>() {
+                Some(e) => eprintln!("ibi: error: {e}"),
+                None => eprintln!("ibi: error: {error:#}"),
+            }
+            ExitCode::from(exit_code_for(&error))
+        }
+    }
+}
