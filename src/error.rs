@@ -69,6 +69,10 @@ pub enum Error {
 
     #[error("invalid {what}: {problem}")]
     Invalid { what: String, problem: String },
+
+    /// Damaged data met on the way (a corrupt source bag): the run stops for this item.
+    #[error("{what}: {problem}")]
+    Data { what: String, problem: String },
 }
 
 impl Error {
@@ -82,6 +86,7 @@ impl Error {
             Error::Parse(_) | Error::NotEncodable { .. } | Error::Invalid { .. } => ErrorClass::Input,
             Error::Io { .. } | Error::CorruptState { .. } | Error::ClockBehind { .. } => ErrorClass::Operational,
             Error::Locked { .. } => ErrorClass::Busy,
+            Error::Data { .. } => ErrorClass::Data,
         }
     }
 }

@@ -3,11 +3,130 @@
 //! directory fsync, and file locks that the OS frees when a process dies.
 //! Every error names the path it concerns.
 
+use std::cell::RefCell;
+use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use sha2::{Digest, Sha256};
+
 use crate::error::{Error, IoContext, Result};
+
+/// Read buffer per thread for hashing and copying: memory stays flat whatever the file sizes.
+const BUFFER_SIZE: usize = 256 * 1024;
+
+thread_local! {
+    static BUFFER: RefCell<Vec<u8>> = RefCell::new(vec![0; BUFFER_SIZE]);
+}
+
+/// Opens a file for reading without following a symlink in its last component.
+pub fn open_nofollow(path: &Path) -> io::Result<File> {
+    OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)
+}
+
+/// Lower-case hex sha256 of `reader`, and the number of bytes read; `sink` sees every chunk.
+fn hash_stream(reader: &mut impl Read, mut sink: impl FnMut(&[u8]) -> io::Result<()>) -> io::Result<(String, u64)> {
+    BUFFER.with(|cell| {
+        let mut buffer = cell.borrow_mut();
+        let mut hasher = Sha256::new();
+        let mut total = 0u64;
+        loop {
+            let n = match reader.read(&mut buffer) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            hasher.update(&buffer[..n]);
+            sink(&buffer[..n])?;
+            total += n as u64;
+        }
+        Ok((format!("{:x}", hasher.finalize()), total))
+    })
+}
+
+/// sha256 of a file (never through a symlink) and its size.
+pub fn hash_file(path: &Path) -> io::Result<(String, u64)> {
+    hash_stream(&mut open_nofollow(path)?, |_| Ok(()))
+}
+
+/// sha256 of bytes in memory.
+pub fn hash_bytes(bytes: &[u8]) -> String {
+    format!("{:x}", Sha256::digest(bytes))
+}
+
+/// Copies `src` to a new file `dst` in one read pass that also hashes, then fsyncs `dst`.
+/// Returns the digest and size. `dst` must not exist.
+pub fn copy_hashing(src: &Path, dst: &Path) -> Result<(String, u64)> {
+    let mut input = open_nofollow(src).with_path("open", src)?;
+    let mut output = OpenOptions::new().write(true).create_new(true).open(dst).with_path("create", dst)?;
+    let mut write_error = None;
+    let result = hash_stream(&mut input, |chunk| {
+        output.write_all(chunk).inspect_err(|e| write_error = Some(io::Error::new(e.kind(), e.to_string())))
+    });
+    match (result, write_error) {
+        (Ok(done), _) => {
+            output.sync_all().with_path("fsync", dst)?;
+            Ok(done)
+        }
+        (Err(e), Some(_)) => Err(Error::io("write", dst, e)),
+        (Err(e), None) => Err(Error::io("read", src, e)),
+    }
+}
+
+/// Renames `from` to `to`, failing with `AlreadyExists` if `to` exists (even an empty
+/// directory): a placement never overwrites.
+pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    let c =
+        |p: &Path| CString::new(p.as_os_str().as_bytes()).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e));
+    let (cf, ct) = (c(from)?, c(to)?);
+    // SAFETY: both arguments are valid NUL-terminated paths that outlive the call.
+    let rc =
+        unsafe { libc::renameat2(libc::AT_FDCWD, cf.as_ptr(), libc::AT_FDCWD, ct.as_ptr(), libc::RENAME_NOREPLACE) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EINVAL) || err.raw_os_error() == Some(libc::ENOSYS) {
+        // The filesystem lacks RENAME_NOREPLACE; callers hold the write lock, so check then rename.
+        if fs::symlink_metadata(to).is_ok() {
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, "destination exists"));
+        }
+        return fs::rename(from, to);
+    }
+    Err(err)
+}
+
+/// Creates `dir` and any missing parents, fsyncing each parent whose entries changed.
+pub fn create_dir_all_durable(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let parent = parent_dir(dir);
+    create_dir_all_durable(parent)?;
+    match fs::create_dir(dir) {
+        Ok(()) => fsync_dir(parent),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(Error::io("create directory", dir, e)),
+    }
+}
+
+/// Removes a file or a whole tree without following symlinks; a missing path is fine.
+pub fn remove_tree(path: &Path) -> Result<()> {
+    let result = match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => Err(e),
+        Ok(m) if m.is_dir() => fs::remove_dir_all(path),
+        Ok(_) => fs::remove_file(path),
+    };
+    match result {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other.with_path("remove", path),
+    }
+}
 
 /// Prefix of temporary files, so leftovers of a killed process are recognisable.
 pub const TEMP_PREFIX: &str = ".ibi-tmp-";
@@ -35,6 +154,14 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
     temp.as_file().sync_all().with_path("fsync", temp.path())?;
     temp.persist(path).map_err(|e| Error::io("rename a temporary file onto", path, e.error))?;
     fsync_dir(dir)
+}
+
+/// Writes a new file and fsyncs it (for files inside a staging directory, which is
+/// renamed into place as a whole).
+pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut file = OpenOptions::new().write(true).create_new(true).open(path).with_path("create", path)?;
+    file.write_all(bytes).with_path("write", path)?;
+    file.sync_all().with_path("fsync", path)
 }
 
 /// An exclusive lock on a lock file, released on drop or when the process dies.

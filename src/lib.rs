@@ -1,11 +1,17 @@
 //! `ibi`: a uniform-repository collection manager built on INPE's Internet
-//! Based Identifiers. The library owns identifiers (`id`), durable file
-//! primitives (`fsx`) and typed errors (`error`); it never sees clap or
-//! indicatif, which stay in the binary.
+//! Based Identifiers. The library owns identifiers (`id`), BagIt items
+//! (`bag`), collections (`collection`), operations (`ops`), durable file
+//! primitives (`fsx`), problems found in data (`problem`) and typed errors
+//! (`error`); it never sees clap or indicatif, which stay in the binary.
 
+pub mod bag;
+pub mod collection;
 pub mod error;
 pub mod fsx;
 pub mod id;
+pub mod ops;
+pub mod problem;
 
 pub use error::{Error, ErrorClass, ParseError, Result};
 pub use id::{Granularity, Handle, Ibip, Identifier, Minted, PilinSuffix, RepositoryName, Subsystem, Timestamp};
+pub use problem::{Problem, ProblemKind};

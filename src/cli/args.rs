@@ -36,6 +36,27 @@ pub struct GlobalArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Create a collection.
+    Init(InitArgs),
+    /// Deposit files and folders as items; prints name<TAB>ibip per item.
+    Deposit(DepositArgs),
+    /// Check fixity and structure of items; exit 1 if any problem is found.
+    Verify(VerifyArgs),
+    /// List items as name<TAB>ibip, sorted by name.
+    List(ListArgs),
+    /// Print the path of an item given its repository name or IBIp.
+    Resolve {
+        root: PathBuf,
+        /// Repository name or IBIp, in any letter case.
+        name: String,
+    },
+    /// Hot folder: deposit each new entry of INBOX once it stops changing.
+    Watch(WatchArgs),
+    /// Build sample collections from bundled fixtures and walk through the commands.
+    Demo {
+        /// Where to build the demo (default: a new folder in the temp directory).
+        dir: Option<PathBuf>,
+    },
     /// Mint repository names (and IBIps when the IP is known), one per line.
     Mint(MintArgs),
     /// Validate and explain repository names, IBIps, PILIN suffixes or handles.
@@ -70,10 +91,13 @@ pub struct SubsystemArgs {
 
 #[derive(Debug, Args)]
 pub struct MintArgs {
+    /// Mint from this collection's subsystem and minter state.
+    #[arg(short = 'C', long = "collection", value_name = "ROOT", conflicts_with_all = ["host", "state"])]
+    pub collection: Option<PathBuf>,
     #[command(flatten)]
     pub subsystem: SubsystemArgs,
     /// Minter state file (its lock is FILE.lock).
-    #[arg(long, required = true)]
+    #[arg(long, required_unless_present = "collection")]
     pub state: Option<PathBuf>,
     /// How many names to mint under one lock hold.
     #[arg(long, default_value_t = 1)]
@@ -154,4 +178,84 @@ impl FromStr for Seconds {
             u64::try_from(t.nanos()).map_err(|_| format!("\"{text}\" is not a non-negative number of seconds"))?;
         Ok(Seconds(Duration::from_nanos(nanos)))
     }
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    pub root: PathBuf,
+    #[command(flatten)]
+    pub subsystem: SubsystemArgs,
+    /// Organisation recorded as Source-Organization in every item.
+    #[arg(long)]
+    pub org: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DepositArgs {
+    pub root: PathBuf,
+    /// Files and folders to deposit.
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// One item per PATH.
+    #[arg(long)]
+    pub each: bool,
+    /// Each PATH is an existing BagIt bag, deposited without re-bagging.
+    #[arg(long)]
+    pub bag: bool,
+    /// Remove the originals once the item is durable.
+    #[arg(long = "move")]
+    pub move_sources: bool,
+    /// Copy the targets of symlinks instead of refusing them.
+    #[arg(long)]
+    pub follow_symlinks: bool,
+    /// Extra bag-info field, e.g. --meta Contact-Name="Ana Silva".
+    #[arg(long = "meta", value_name = "K=V", value_parser = parse_meta)]
+    pub meta: Vec<(String, String)>,
+}
+
+fn parse_meta(text: &str) -> Result<(String, String), String> {
+    let (k, v) = text.split_once('=').ok_or_else(|| format!("\"{text}\" is not K=V"))?;
+    let label_ok = !k.is_empty() && k.chars().all(|c| c.is_ascii_graphic() && c != ':');
+    if !label_ok {
+        return Err(format!("\"{k}\" is not a bag-info label (printable ASCII, no \":\" or spaces)"));
+    }
+    if v.contains(['\n', '\r']) {
+        return Err(format!("the value of {k} holds a line break"));
+    }
+    Ok((k.to_string(), v.to_string()))
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    pub root: PathBuf,
+    /// Items to verify (names or IBIps); all when none is given.
+    pub names: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    pub root: PathBuf,
+    /// Only names dated at or after TIME.
+    #[arg(long)]
+    pub since: Option<Timestamp>,
+    /// Only names dated at or before TIME.
+    #[arg(long)]
+    pub until: Option<Timestamp>,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    pub inbox: PathBuf,
+    pub root: PathBuf,
+    /// Remove originals after their deposit is durable (instead of moving them to INBOX/.deposited/).
+    #[arg(long)]
+    pub remove: bool,
+    /// Seconds an entry must stay unchanged before it is deposited.
+    #[arg(long, default_value = "2")]
+    pub settle: Seconds,
+    /// Copy the targets of symlinks instead of refusing them.
+    #[arg(long)]
+    pub follow_symlinks: bool,
+    #[arg(long = "meta", value_name = "K=V", value_parser = parse_meta)]
+    pub meta: Vec<(String, String)>,
 }

@@ -28,6 +28,14 @@ pub fn clock_for(at: Option<ibi::Timestamp>) -> Box<dyn Clock> {
 }
 
 pub fn mint(global: GlobalArgs, args: &MintArgs) -> Result<Outcome> {
+    if let Some(root) = &args.collection {
+        let collection = ibi::collection::Collection::open(root)?;
+        let clock = clock_for(args.at);
+        let minted = collection.mint(args.count, clock.as_ref())?;
+        let dates: Vec<ibi::Timestamp> = minted.iter().map(|m| m.name.date()).collect();
+        print_minted(global, &collection.subsystem, &dates)?;
+        return Ok(Outcome::Success);
+    }
     let subsystem = subsystem_from_args(&args.subsystem)?;
     let state = args.state.as_ref().context("--state FILE is required")?;
     let clock = clock_for(args.at);

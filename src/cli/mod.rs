@@ -3,7 +3,10 @@
 //! problems, 2 invalid input, 3 operational failure, 75 busy, 130 interrupted).
 
 pub mod args;
+mod collection;
+mod demo;
 mod ident;
+mod printer;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -18,8 +21,11 @@ use args::{Cli, Command};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Success,
+    /// Finished, but found problems in data.
+    Problems,
 }
 
+pub const EXIT_PROBLEMS: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_OPERATIONAL: u8 = 3;
 pub const EXIT_BUSY: u8 = 75;
@@ -36,7 +42,7 @@ pub fn write_stdout(text: &str) -> Result<()> {
 fn exit_code_for(error: &anyhow::Error) -> u8 {
     match error.downcast_ref::<ibi::Error>().map(ibi::Error::class) {
         Some(ErrorClass::Input) => EXIT_USAGE,
-        Some(ErrorClass::Data) => 1,
+        Some(ErrorClass::Data) => EXIT_PROBLEMS,
         Some(ErrorClass::Busy) => EXIT_BUSY,
         Some(ErrorClass::Operational) => EXIT_OPERATIONAL,
         None if error.downcast_ref::<ibi::ParseError>().is_some() => EXIT_USAGE,
@@ -47,6 +53,13 @@ fn exit_code_for(error: &anyhow::Error) -> u8 {
 fn dispatch(cli: &Cli) -> Result<Outcome> {
     let g = cli.global;
     match &cli.command {
+        Command::Init(args) => collection::init(g, args),
+        Command::Deposit(args) => collection::deposit(g, args),
+        Command::Verify(args) => collection::verify(g, args),
+        Command::List(args) => collection::list(g, args),
+        Command::Resolve { root, name } => collection::resolve(root, name),
+        Command::Watch(args) => collection::watch(g, args),
+        Command::Demo { dir } => demo::run(g, dir.as_deref()),
         Command::Mint(args) => ident::mint(g, args),
         Command::Parse(args) => ident::parse(g, &args.identifiers),
         Command::Ibip(command) => ident::ibip(g, command),
@@ -58,6 +71,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match dispatch(&cli) {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
+        Ok(Outcome::Problems) => ExitCode::from(EXIT_PROBLEMS),
         Err(error) => {
             // Library errors already name their cause; other errors show their chain.
             match error.downcast_ref::<ibi::Error>() {

@@ -1,0 +1,184 @@
+//! BagIt manifests (RFC 8493 §2.1.3 and §2.2.1): lines of `<hex digest>  <path>`
+//! with CR and LF percent-encoded in paths, and `%` encoded wherever it would
+//! otherwise read as an escape (followed by two hex digits). A lone `%` stays
+//! raw because bagit-python, the reference tool, never decodes `%25`. This module owns reading and
+//! writing them and the path-safety rules: no absolute paths, no `..`, no
+//! empty components, no backslashes, no NUL. Paths are compared in NFC.
+
+use unicode_normalization::UnicodeNormalization;
+
+/// One manifest line: a lower-case hex digest and a decoded relative path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestEntry {
+    pub digest: String,
+    pub path: String,
+}
+
+/// A problem found on one manifest line (1-based).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineProblem {
+    pub line: usize,
+    pub path: Option<String>,
+    pub problem: String,
+}
+
+/// Percent-encodes CR, LF, and each `%` that is followed by two hex digits (so no
+/// reader can take it for an escape). Other `%` stay raw, which RFC 8493 readers
+/// and bagit-python both read back as `%`.
+pub fn encode_path(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for (i, c) in path.char_indices() {
+        let looks_escaped = || path.as_bytes().get(i + 1..i + 3).is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit));
+        match c {
+            '%' if looks_escaped() => out.push_str("%25"),
+            '\r' => out.push_str("%0D"),
+            '\n' => out.push_str("%0A"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Reverses `encode_path` (hex digits in either case); other `%` sequences stay as written.
+pub fn decode_path(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    let mut rest = path;
+    while let Some(i) = rest.find('%') {
+        out.push_str(&rest[..i]);
+        let code = rest.get(i + 1..i + 3).map(str::to_ascii_uppercase);
+        match code.as_deref() {
+            Some("25") => out.push('%'),
+            Some("0D") => out.push('\r'),
+            Some("0A") => out.push('\n'),
+            _ => {
+                out.push('%');
+                rest = &rest[i + 1..];
+                continue;
+            }
+        }
+        rest = &rest[i + 3..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Checks that a manifest path stays inside the bag; `Err` says why not.
+pub fn check_path(path: &str) -> Result<(), String> {
+    if path.is_empty() {
+        return Err("empty path".into());
+    }
+    if path.starts_with('/') {
+        return Err("absolute path".into());
+    }
+    if path.contains('\\') {
+        return Err("backslash in path".into());
+    }
+    if path.contains('\0') {
+        return Err("NUL in path".into());
+    }
+    for component in path.split('/') {
+        match component {
+            "" => return Err("empty path component".into()),
+            ".." => return Err("\"..\" in path".into()),
+            "." => return Err("\".\" component in path".into()),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The NFC form used to compare file names.
+pub fn nfc(path: &str) -> String {
+    path.nfc().collect()
+}
+
+fn is_hex_digest(text: &str, len: usize) -> bool {
+    text.len() == len && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Parses a manifest whose digests have `digest_len` hex digits. Unsafe or malformed
+/// lines become problems; the other entries are still returned.
+pub fn parse(text: &str, digest_len: usize) -> (Vec<ManifestEntry>, Vec<LineProblem>) {
+    let mut entries = Vec::new();
+    let mut problems = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.strip_suffix('\r').unwrap_or(raw);
+        if line.trim().is_empty() {
+            continue;
+        }
+        let problem = |path: Option<String>, problem: String| LineProblem { line: i + 1, path, problem };
+        let Some((digest, rest)) = line.split_once([' ', '\t']) else {
+            problems.push(problem(None, "expected \"<digest> <path>\"".into()));
+            continue;
+        };
+        let path = decode_path(rest.trim_start_matches([' ', '\t']));
+        if !is_hex_digest(digest, digest_len) {
+            problems.push(problem(Some(path), format!("\"{digest}\" is not a {digest_len}-digit hex digest")));
+            continue;
+        }
+        match check_path(&path) {
+            Ok(()) => entries.push(ManifestEntry { digest: digest.to_ascii_lowercase(), path }),
+            Err(why) => problems.push(problem(Some(path), format!("unsafe path: {why}"))),
+        }
+    }
+    (entries, problems)
+}
+
+/// Formats entries as a manifest, sorted by path, `sha256sum`-compatible (two spaces).
+pub fn format(entries: &[ManifestEntry]) -> String {
+    let mut sorted: Vec<&ManifestEntry> = entries.iter().collect();
+    sorted.sort_by(|a, b| a.path.cmp(&b.path));
+    sorted.iter().map(|e| format!("{}  {}\n", e.digest, encode_path(&e.path))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn hostile_paths_are_refused() {
+        let hex = "a".repeat(64);
+        let text = ["../../etc/passwd", "/etc/passwd", "data/../../x", "data//x", "data\\x", "data/./x", "data/ok"]
+            .iter()
+            .map(|p| format!("{hex}  {p}\n"))
+            .collect::<String>();
+        let (entries, problems) = parse(&text, 64);
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].path, "data/ok");
+        assert_eq!(problems.len(), 6);
+        assert!(problems.iter().all(|p| p.problem.starts_with("unsafe path")));
+    }
+
+    #[test]
+    fn percent_encoding_of_the_three_characters() {
+        assert_eq!(encode_path("data/100%\r\n x"), "data/100%%0D%0A x");
+        assert_eq!(encode_path("data/100% pure"), "data/100% pure");
+        assert_eq!(encode_path("data/%0A-%41-%2"), "data/%250A-%2541-%2");
+        assert_eq!(decode_path("data/%250A-%2541-%2"), "data/%0A-%41-%2");
+        assert_eq!(decode_path("data/100%25%0d%0A x"), "data/100%\r\n x");
+        assert_eq!(decode_path("data/%41"), "data/%41");
+    }
+
+    #[test]
+    fn bad_digests_and_lines() {
+        let (e, p) = parse("xyz data/a\nnot-a-line\n", 64);
+        assert!(e.is_empty());
+        assert_eq!(p.len(), 2);
+    }
+
+    proptest! {
+        #[test]
+        fn encode_round_trips(path in "\\PC*[%\r\n]?\\PC*") {
+            prop_assert_eq!(decode_path(&encode_path(&path)), path);
+        }
+
+        #[test]
+        fn format_then_parse(paths in proptest::collection::btree_set("[a-z%\n\r é]{1,8}(/[a-z%\n é]{1,8}){0,2}", 1..10)) {
+            let entries: Vec<ManifestEntry> = paths.iter().map(|p| ManifestEntry { digest: "0".repeat(64), path: format!("data/{p}") }).collect();
+            let (parsed, problems) = parse(&format(&entries), 64);
+            prop_assert!(problems.is_empty());
+            prop_assert_eq!(parsed, entries);
+        }
+    }
+}

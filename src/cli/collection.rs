@@ -1,0 +1,146 @@
+//! The collection commands: `init`, `deposit`, `verify`, `list`, `resolve`
+//! and `watch`. Each opens the collection, calls the library operation with
+//! the `Printer` as its reporter, prints results and a summary, and returns
+//! the outcome that selects the exit code.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::Result;
+use ibi::collection::Collection;
+use ibi::id::minter::SystemClock;
+use ibi::ops::deposit::{deposit as deposit_items, DepositOptions};
+use ibi::ops::list::{list as list_items, DateRange};
+use ibi::ops::verify::verify as verify_items;
+use ibi::ops::watch::{watch as watch_inbox, WatchOptions};
+use ibi::Minted;
+use serde_json::json;
+
+use super::args::{DepositArgs, GlobalArgs, InitArgs, ListArgs, VerifyArgs, WatchArgs};
+use super::ident::subsystem_from_args;
+use super::printer::Printer;
+use super::Outcome;
+
+pub fn init(global: GlobalArgs, args: &InitArgs) -> Result<Outcome> {
+    let subsystem = subsystem_from_args(&args.subsystem)?;
+    let collection = Collection::init(&args.root, subsystem, args.org.clone())?;
+    let printer = Printer::new(global);
+    let prefix = collection.subsystem.prefix().to_string();
+    printer.summary(
+        &format!("created collection {} (names {prefix}/…)", args.root.display()),
+        json!({"root": args.root, "prefix": prefix}),
+    );
+    Ok(Outcome::Success)
+}
+
+/// `name<TAB>ibip`, or the name alone when the collection has no IP.
+pub fn minted_line(minted: &Minted) -> String {
+    match &minted.ibip {
+        Some(ibip) => format!("{}\t{ibip}", minted.name),
+        None => minted.name.to_string(),
+    }
+}
+
+fn print_minted(printer: &Printer, minted: &Minted) {
+    if printer.json() {
+        let ibip = minted.ibip.map(|i| i.to_string());
+        printer.event("deposited", json!({"name": minted.name.to_string(), "ibip": ibip}));
+    } else {
+        printer.line(&minted_line(minted));
+    }
+}
+
+pub fn deposit(global: GlobalArgs, args: &DepositArgs) -> Result<Outcome> {
+    let collection = Collection::open(&args.root)?;
+    let printer = Printer::new(global);
+    let options = DepositOptions {
+        each: args.each,
+        bag: args.bag,
+        move_sources: args.move_sources,
+        follow_symlinks: args.follow_symlinks,
+        meta: args.meta.clone(),
+    };
+    let minted = deposit_items(&collection, &args.paths, &options, &SystemClock, &printer)?;
+    for m in &minted {
+        print_minted(&printer, m);
+    }
+    let seconds = printer.seconds();
+    printer.summary(
+        &format!("deposited {} item(s) in {seconds:.2} s", minted.len()),
+        json!({"deposited": minted.len(), "seconds": seconds}),
+    );
+    Ok(Outcome::Success)
+}
+
+pub fn verify(global: GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
+    let collection = Collection::open(&args.root)?;
+    let printer = Printer::new(global);
+    let s = verify_items(&collection, &args.names, &printer)?;
+    let seconds = printer.seconds();
+    printer.summary(
+        &format!(
+            "verified {} item(s), {} file(s), {} byte(s) in {seconds:.2} s: {} problem(s)",
+            s.items, s.files, s.bytes, s.problems
+        ),
+        json!({"items": s.items, "files": s.files, "bytes": s.bytes, "problems": s.problems, "seconds": seconds}),
+    );
+    Ok(if s.problems == 0 { Outcome::Success } else { Outcome::Problems })
+}
+
+pub fn list(global: GlobalArgs, args: &ListArgs) -> Result<Outcome> {
+    let collection = Collection::open(&args.root)?;
+    let printer = Printer::new(global);
+    for entry in list_items(&collection, DateRange { since: args.since, until: args.until }) {
+        let (name, ibip) = entry?;
+        if printer.json() {
+            printer.line(&json!({"name": name.to_string(), "ibip": ibip.map(|i| i.to_string())}).to_string());
+        } else {
+            printer.line(&minted_line(&Minted { name, ibip }));
+        }
+    }
+    Ok(Outcome::Success)
+}
+
+pub fn resolve(root: &Path, name: &str) -> Result<Outcome> {
+    let collection = Collection::open(root)?;
+    let item = collection.resolve(name)?;
+    super::write_stdout(&format!("{}\n", item.path.display()))?;
+    Ok(Outcome::Success)
+}
+
+pub fn watch(global: GlobalArgs, args: &WatchArgs) -> Result<Outcome> {
+    let collection = Collection::open(&args.root)?;
+    if !args.inbox.is_dir() {
+        anyhow::bail!(ibi::Error::Invalid {
+            what: "inbox".into(),
+            problem: format!("{} is not a folder", args.inbox.display())
+        });
+    }
+    let printer = Printer::new(global);
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))?;
+    let options = WatchOptions {
+        settle: args.settle.0,
+        remove: args.remove,
+        poll: std::time::Duration::from_millis(250),
+        deposit: DepositOptions {
+            follow_symlinks: args.follow_symlinks,
+            meta: args.meta.clone(),
+            ..DepositOptions::default()
+        },
+    };
+    printer.note(&format!("watching {} (settle {:?}); stop with Ctrl-C", args.inbox.display(), args.settle.0));
+    let mut on_deposit = |entry: &str, minted: &Minted| {
+        if printer.json() {
+            let ibip = minted.ibip.map(|i| i.to_string());
+            printer.event("deposited", json!({"entry": entry, "name": minted.name.to_string(), "ibip": ibip}));
+        } else {
+            printer.line(&format!("{}\t{entry}", minted_line(minted)));
+        }
+    };
+    let count = watch_inbox(&collection, &args.inbox, &options, &SystemClock, &printer, &stop, &mut on_deposit)?;
+    printer.summary(&format!("stopped; deposited {count} item(s)"), json!({"deposited": count}));
+    Ok(Outcome::Success)
+}

@@ -1,0 +1,59 @@
+//! IBIp alias links: one relative symlink `.ibip/<PREFIX>/<SUFFIX>` →
+//! `../../<four-part name>` per item, so a collection still works after
+//! `cp -a` or `rsync -a`. Links are replaced atomically (new link beside,
+//! then rename) and their directory is fsynced.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::symlink;
+use std::path::Path;
+
+use crate::collection::layout::Layout;
+use crate::error::{IoContext, Result};
+use crate::fsx::{create_dir_all_durable, fsync_dir, parent_dir, TEMP_PREFIX};
+use crate::id::{Ibip, RepositoryName};
+
+/// Creates or repairs the alias of `name`, durably.
+pub fn create(layout: &Layout, ibip: &Ibip, name: &RepositoryName) -> Result<()> {
+    let link = layout.alias(ibip);
+    let target = Layout::alias_target(name);
+    if fs::read_link(&link).is_ok_and(|t| t == target) {
+        return Ok(());
+    }
+    let dir = parent_dir(&link).to_path_buf();
+    create_dir_all_durable(&dir)?;
+    let temp = dir.join(format!("{TEMP_PREFIX}{}", ibip.suffix()));
+    let _ = fs::remove_file(&temp);
+    symlink(&target, &temp).with_path("create symlink", &temp)?;
+    fs::rename(&temp, &link).with_path("rename symlink onto", &link)?;
+    fsync_dir(&dir)
+}
+
+/// Why the alias of `name` is broken, if it is.
+pub fn check(layout: &Layout, ibip: &Ibip, name: &RepositoryName) -> Option<String> {
+    let link = layout.alias(ibip);
+    let expected = Layout::alias_target(name);
+    match fs::read_link(&link) {
+        Ok(target) if target == expected => None,
+        Ok(target) => {
+            Some(format!("{} points to {}, expected {}", rel(layout, &link), target.display(), expected.display()))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Some(format!("{} is missing", rel(layout, &link))),
+        Err(e) if e.kind() == io::ErrorKind::InvalidInput => Some(format!("{} is not a symlink", rel(layout, &link))),
+        Err(e) => Some(format!("{}: {e}", rel(layout, &link))),
+    }
+}
+
+/// Removes the alias of `name` if it points to `name`, durably.
+pub fn remove(layout: &Layout, ibip: &Ibip, name: &RepositoryName) -> Result<()> {
+    let link = layout.alias(ibip);
+    if fs::read_link(&link).is_ok_and(|t| t == Layout::alias_target(name)) {
+        fs::remove_file(&link).with_path("remove", &link)?;
+        fsync_dir(parent_dir(&link))?;
+    }
+    Ok(())
+}
+
+fn rel(layout: &Layout, path: &Path) -> String {
+    layout.relative(path).display().to_string()
+}

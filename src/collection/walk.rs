@@ -1,0 +1,106 @@
+//! Streaming, sorted walk over a collection's items: four directory levels,
+//! one sorted listing per level held at a time, so listing a million items
+//! never needs a million items in memory. Dot-entries (`.ibi`, `.ibip`) are
+//! skipped; anything that is not an item is reported as a stray entry.
+
+use std::fs;
+use std::path::PathBuf;
+
+use crate::collection::Item;
+use crate::error::{IoContext, Result};
+use crate::id::RepositoryName;
+
+/// What the walk finds: an item, or an entry that is not one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    Item(Item),
+    Stray { path: PathBuf, why: String },
+}
+
+pub struct ItemWalker {
+    root: PathBuf,
+    /// Per open level: the components so far and the remaining sorted names.
+    stack: Vec<(Vec<String>, std::vec::IntoIter<String>)>,
+    started: bool,
+}
+
+const DEPTH: usize = 4;
+
+impl ItemWalker {
+    pub fn new(root: PathBuf) -> Self {
+        ItemWalker { root, stack: Vec::new(), started: false }
+    }
+
+    /// The sorted non-dot names in a directory. Levels 1–3 sort with a trailing `/`
+    /// so the walk order equals the order of whole names.
+    fn listing(&self, components: &[String]) -> Result<std::vec::IntoIter<String>> {
+        let mut dir = self.root.clone();
+        dir.extend(components);
+        let mut names = Vec::new();
+        for entry in fs::read_dir(&dir).with_path("list", &dir)? {
+            let entry = entry.with_path("list", &dir)?;
+            match entry.file_name().into_string() {
+                Ok(name) if name.starts_with('.') => {}
+                Ok(name) => names.push(name),
+                Err(raw) => names.push(raw.to_string_lossy().into_owned()),
+            }
+        }
+        if components.len() + 1 < DEPTH {
+            names.sort_by_cached_key(|n| format!("{n}/"));
+        } else {
+            names.sort();
+        }
+        Ok(names.into_iter())
+    }
+
+    fn visit(&mut self, components: Vec<String>) -> Option<Result<Entry>> {
+        let mut path = self.root.clone();
+        path.extend(&components);
+        let stray = |why: &str| Some(Ok(Entry::Stray { path: path.clone(), why: why.to_string() }));
+        match fs::symlink_metadata(&path) {
+            Err(e) => return Some(Err(crate::Error::io("inspect", &path, e))),
+            Ok(m) if !m.is_dir() => return stray("not a directory"),
+            Ok(_) => {}
+        }
+        if components.len() == DEPTH {
+            return match RepositoryName::parse(&components.join("/")) {
+                Ok(name) if name.components().as_slice() == components.as_slice() => {
+                    Some(Ok(Entry::Item(Item { name, path })))
+                }
+                Ok(_) => stray("not in canonical (lower-case) form"),
+                Err(e) => stray(&format!("not a repository name: {}", e.problem)),
+            };
+        }
+        match self.listing(&components) {
+            Ok(names) => self.stack.push((components, names)),
+            Err(e) => return Some(Err(e)),
+        }
+        None
+    }
+}
+
+impl Iterator for ItemWalker {
+    type Item = Result<Entry>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if !self.started {
+            self.started = true;
+            match self.listing(&[]) {
+                Ok(names) => self.stack.push((Vec::new(), names)),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        loop {
+            let (components, names) = self.stack.last_mut()?;
+            let Some(name) = names.next() else {
+                self.stack.pop();
+                continue;
+            };
+            let mut child = components.clone();
+            child.push(name);
+            if let Some(found) = self.visit(child) {
+                return Some(found);
+            }
+        }
+    }
+}

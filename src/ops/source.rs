@@ -1,0 +1,172 @@
+//! What a deposit will copy (`SourcePlan`): the files and folders given on the
+//! command line, or an existing BagIt bag, turned into payload paths under
+//! `data/`. Planning refuses what a bag cannot hold faithfully (symlinks
+//! unless followed, FIFOs, sockets, devices, non-UTF-8 names, backslashes,
+//! names equal under NFC) and lists every offender in one error.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use walkdir::WalkDir;
+
+use crate::bag::{manifest, BagInfo, BAG_INFO_TXT, DATA, MANIFEST};
+use crate::error::{Error, IoContext, Result};
+
+/// One file to copy: from `source` to `data/<payload>`; `expected` is the digest a
+/// source bag's manifest promises.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedFile {
+    pub source: PathBuf,
+    pub payload: String,
+    pub expected: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SourcePlan {
+    pub files: Vec<PlannedFile>,
+    /// Every folder under `data/`, parents before children.
+    pub dirs: Vec<String>,
+    pub empty_dirs: Vec<String>,
+    /// bag-info fields of a source bag, to carry over.
+    pub info: Option<BagInfo>,
+    /// What `--move` removes once the item is durable.
+    pub originals: Vec<PathBuf>,
+}
+
+fn file_kind(ft: &fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_symlink() {
+        "symlink"
+    } else if ft.is_fifo() {
+        "FIFO"
+    } else if ft.is_socket() {
+        "socket"
+    } else if ft.is_block_device() || ft.is_char_device() {
+        "device"
+    } else {
+        "special file"
+    }
+}
+
+/// Collects refusals so they can all be reported at once.
+#[derive(Default)]
+struct Refusals(Vec<String>);
+
+impl Refusals {
+    fn push(&mut self, path: &Path, why: &str) {
+        self.0.push(format!("{} ({why})", path.display()));
+    }
+
+    fn into_result(self, hint: &str) -> Result<()> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        Err(Error::Invalid { what: "deposit".into(), problem: format!("cannot bag {}{hint}", self.0.join(", ")) })
+    }
+}
+
+/// Adds one source (a file or a folder) under `prefix` (empty: straight into `data/`).
+fn add_source(plan: &mut SourcePlan, source: &Path, prefix: &str, follow: bool, refusals: &mut Refusals) -> Result<()> {
+    let mut seen_nfc: BTreeMap<String, PathBuf> = BTreeMap::new();
+    for entry in WalkDir::new(source).follow_links(follow).follow_root_links(follow).sort_by_file_name() {
+        let entry = entry.map_err(|e| {
+            let path = e.path().unwrap_or(source).to_path_buf();
+            Error::io("read", path, e.into_io_error().unwrap_or_else(|| std::io::Error::other("filesystem loop")))
+        })?;
+        let rel = entry.path().strip_prefix(source).unwrap_or(Path::new(""));
+        let Some(rel) = rel.to_str() else {
+            refusals.push(entry.path(), "name is not UTF-8");
+            continue;
+        };
+        if rel.contains('\\') {
+            refusals.push(entry.path(), "name holds a backslash");
+            continue;
+        }
+        let payload = [prefix, rel].iter().filter(|s| !s.is_empty()).copied().collect::<Vec<_>>().join("/");
+        if let Some(other) = seen_nfc.insert(manifest::nfc(&payload), entry.path().to_path_buf()) {
+            refusals.push(entry.path(), &format!("same name as {} in Unicode NFC", other.display()));
+            continue;
+        }
+        let ft = entry.file_type();
+        if ft.is_dir() {
+            if !payload.is_empty() {
+                plan.dirs.push(payload.clone());
+            }
+            let empty = fs::read_dir(entry.path()).with_path("list", entry.path())?.next().is_none();
+            if empty && !payload.is_empty() {
+                plan.empty_dirs.push(payload);
+            }
+        } else if ft.is_file() {
+            plan.files.push(PlannedFile { source: entry.path().to_path_buf(), payload, expected: None });
+        } else {
+            refusals.push(entry.path(), file_kind(&ft));
+        }
+    }
+    Ok(())
+}
+
+/// Plans a deposit of files and folders as one item. A single folder's contents go
+/// straight into `data/`; otherwise each path goes to `data/<its name>`.
+pub fn plan_paths(paths: &[PathBuf], follow_symlinks: bool) -> Result<SourcePlan> {
+    let mut plan = SourcePlan { originals: paths.to_vec(), ..SourcePlan::default() };
+    let mut refusals = Refusals::default();
+    let single_dir = paths.len() == 1 && fs::metadata(&paths[0]).is_ok_and(|m| m.is_dir());
+    let mut names = BTreeMap::new();
+    for path in paths {
+        fs::symlink_metadata(path).with_path("read", path)?;
+        let prefix = if single_dir {
+            String::new()
+        } else {
+            let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| Error::Invalid {
+                what: "deposit".into(),
+                problem: format!("{} has no usable file name", path.display()),
+            })?;
+            if let Some(other) = names.insert(manifest::nfc(name), path.clone()) {
+                let problem = format!("{} and {} would both be data/{name}", other.display(), path.display());
+                return Err(Error::Invalid { what: "deposit".into(), problem });
+            }
+            name.to_string()
+        };
+        add_source(&mut plan, path, &prefix, follow_symlinks, &mut refusals)?;
+    }
+    refusals.into_result("; symlinks can be copied with --follow-symlinks")?;
+    Ok(plan)
+}
+
+/// Plans a deposit of an existing BagIt bag: its manifest-sha256.txt says what to
+/// copy and what each file must hash to; its bag-info is carried over.
+pub fn plan_bag(bag: &Path) -> Result<SourcePlan> {
+    let invalid = |problem: String| Error::Data { what: format!("bag {}", bag.display()), problem };
+    let text = fs::read_to_string(bag.join(MANIFEST)).map_err(|e| invalid(format!("cannot read {MANIFEST}: {e}")))?;
+    let (entries, problems) = manifest::parse(&text, 64);
+    if let Some(p) = problems.first() {
+        return Err(invalid(format!("{MANIFEST} line {}: {}", p.line, p.problem)));
+    }
+    let mut walked = SourcePlan::default();
+    let mut refusals = Refusals::default();
+    add_source(&mut walked, &bag.join(DATA), "", false, &mut refusals)?;
+    refusals.into_result("")?;
+    let mut on_disk: BTreeMap<String, PlannedFile> =
+        walked.files.into_iter().map(|f| (manifest::nfc(&format!("{DATA}/{}", f.payload)), f)).collect();
+    let mut files = Vec::new();
+    for entry in entries {
+        let mut file =
+            on_disk.remove(&manifest::nfc(&entry.path)).ok_or_else(|| invalid(format!("{} is missing", entry.path)))?;
+        file.expected = Some(entry.digest);
+        files.push(file);
+    }
+    if let Some(extra) = on_disk.keys().next() {
+        return Err(invalid(format!("{extra} is not in {MANIFEST}")));
+    }
+    let info_text = fs::read_to_string(bag.join(BAG_INFO_TXT)).unwrap_or_default();
+    let info =
+        BagInfo::parse(&info_text).map_err(|line| invalid(format!("{BAG_INFO_TXT} line {line} is malformed")))?;
+    Ok(SourcePlan {
+        files,
+        dirs: walked.dirs,
+        empty_dirs: walked.empty_dirs,
+        info: Some(info),
+        originals: vec![bag.to_path_buf()],
+    })
+}
