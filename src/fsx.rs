@@ -59,9 +59,10 @@ pub fn hash_bytes(bytes: &[u8]) -> String {
 }
 
 /// Copies `src` to a new file `dst` in one read pass that also hashes, then fsyncs `dst`.
-/// Returns the digest and size. `dst` must not exist.
-pub fn copy_hashing(src: &Path, dst: &Path) -> Result<(String, u64)> {
-    let mut input = open_nofollow(src).with_path("open", src)?;
+/// Returns the digest and size. `dst` must not exist. A symlink at `src` is read
+/// through only when `follow` is set.
+pub fn copy_hashing(src: &Path, dst: &Path, follow: bool) -> Result<(String, u64)> {
+    let mut input = if follow { File::open(src) } else { open_nofollow(src) }.with_path("open", src)?;
     let mut output = OpenOptions::new().write(true).create_new(true).open(dst).with_path("create", dst)?;
     let mut write_error = None;
     let result = hash_stream(&mut input, |chunk| {

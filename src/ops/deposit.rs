@@ -97,7 +97,7 @@ fn copy_payload(staging: &Path, plan: &SourcePlan, reporter: &dyn Reporter) -> R
         .files
         .par_iter()
         .map(|file| {
-            let (digest, size) = copy_hashing(&file.source, &data.join(&file.payload))?;
+            let (digest, size) = copy_hashing(&file.source, &data.join(&file.payload), plan.follow_symlinks)?;
             reporter.bytes(size);
             if let Some(expected) = &file.expected {
                 if *expected != digest {

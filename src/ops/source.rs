@@ -32,6 +32,8 @@ pub struct SourcePlan {
     pub info: Option<BagInfo>,
     /// What `--move` removes once the item is durable.
     pub originals: Vec<PathBuf>,
+    /// Symlinks among the sources are read through (`--follow-symlinks`).
+    pub follow_symlinks: bool,
 }
 
 fn file_kind(ft: &fs::FileType) -> &'static str {
@@ -109,7 +111,7 @@ fn add_source(plan: &mut SourcePlan, source: &Path, prefix: &str, follow: bool, 
 /// Plans a deposit of files and folders as one item. A single folder's contents go
 /// straight into `data/`; otherwise each path goes to `data/<its name>`.
 pub fn plan_paths(paths: &[PathBuf], follow_symlinks: bool) -> Result<SourcePlan> {
-    let mut plan = SourcePlan { originals: paths.to_vec(), ..SourcePlan::default() };
+    let mut plan = SourcePlan { originals: paths.to_vec(), follow_symlinks, ..SourcePlan::default() };
     let mut refusals = Refusals::default();
     let single_dir = paths.len() == 1 && fs::metadata(&paths[0]).is_ok_and(|m| m.is_dir());
     let mut names = BTreeMap::new();
@@ -168,5 +170,6 @@ pub fn plan_bag(bag: &Path) -> Result<SourcePlan> {
         empty_dirs: walked.empty_dirs,
         info: Some(info),
         originals: vec![bag.to_path_buf()],
+        follow_symlinks: false,
     })
 }

@@ -80,3 +80,73 @@ impl TestEnv {
         run
     }
 }
+
+/// The repository's root, for fixtures and the bagit-python venv.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// bagit-python's command, installed by `scripts/setup`.
+pub fn bagit_py() -> PathBuf {
+    let path = repo().join("target/bagit-venv/bin/bagit.py");
+    assert!(path.exists(), "bagit-python is missing: run scripts/setup (scripts/test does)");
+    path
+}
+
+/// Runs a shell command line, asserting success.
+pub fn sh(script: &str) -> String {
+    let out = Command::new("sh").arg("-c").arg(script).output().expect("sh");
+    assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A child process that is killed if the test ends early.
+pub struct Reaper(pub Option<std::process::Child>);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Polls `check` every 100 ms for up to `seconds`.
+pub fn wait_until(seconds: u64, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    while std::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    check()
+}
+
+impl TestEnv {
+    /// `ibi init NAME --host … --ip … --granularity 0.001` and returns the root path as text.
+    pub fn collection(&self, name: &str) -> String {
+        let root = self.path(name).to_string_lossy().into_owned();
+        self.ok(&[
+            "-q",
+            "init",
+            &root,
+            "--host",
+            "test.ibi.example.org",
+            "--ip",
+            "192.0.2.30",
+            "--granularity",
+            "0.001",
+        ]);
+        root
+    }
+
+    /// Writes a file (creating parents) under the temp dir.
+    pub fn write(&self, rel: &str, content: &[u8]) -> PathBuf {
+        let path = self.path(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, content).unwrap();
+        path
+    }
+}

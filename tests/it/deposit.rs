@@ -1,0 +1,235 @@
+//! Deposit, list and resolve end to end: round trips, refusals of what a bag
+//! cannot hold, bagit-python interoperability both ways, and failures (disk
+//! full, unreadable source) that must leave nothing behind.
+
+use std::fs;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::process::Command;
+
+use crate::env::{bagit_py, ibi_bin, is_root, sh, TestEnv};
+
+fn items(env: &TestEnv, root: &str) -> Vec<(String, String)> {
+    let run = env.ok(&["list", root]);
+    run.lines().iter().map(|l| l.split_once('\t').map(|(a, b)| (a.to_string(), b.to_string())).unwrap()).collect()
+}
+
+#[test]
+fn deposit_list_resolve_verify_round_trip() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    env.write("one/a.txt", b"alpha");
+    env.write("two.txt", b"bravo");
+    let run = env.ok(&["deposit", &root, "one", "two.txt", "--each", "--meta", "Contact-Name=Ana Silva"]);
+    let printed: Vec<(String, String)> =
+        run.lines().iter().map(|l| l.split_once('\t').map(|(a, b)| (a.to_string(), b.to_string())).unwrap()).collect();
+    assert_eq!(printed.len(), 2);
+    let listed = items(&env, &root);
+    let mut sorted = printed.clone();
+    sorted.sort();
+    assert_eq!(listed, sorted);
+    let (name, ibip) = &printed[0];
+    let by_name = env.ok(&["resolve", &root, &name.to_uppercase()]).stdout;
+    let by_ibip = env.ok(&["resolve", &root, &ibip.to_lowercase()]).stdout;
+    assert_eq!(by_name, by_ibip);
+    let item = std::path::PathBuf::from(by_name.trim());
+    assert_eq!(fs::read(item.join("data/a.txt")).unwrap(), b"alpha");
+    let info = fs::read_to_string(item.join("bag-info.txt")).unwrap();
+    assert!(info.contains(&format!("External-Identifier: {name}\nExternal-Identifier: {ibip}\n")), "{info}");
+    assert!(info.contains("Contact-Name: Ana Silva") && info.contains("Payload-Oxum: 5.1"), "{info}");
+    env.ok(&["verify", &root]);
+    let (_, two) = &printed[1];
+    let two_path = env.ok(&["resolve", &root, two]).stdout;
+    assert!(std::path::Path::new(two_path.trim()).join("data/two.txt").is_file());
+}
+
+#[test]
+fn list_since_until_filters_by_name_date() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    env.write("x", b"x");
+    env.ok(&["deposit", &root, "x"]);
+    assert_eq!(env.ok(&["list", &root, "--since", "2000-01-01T00:00:00Z"]).lines().len(), 1);
+    assert_eq!(env.ok(&["list", &root, "--until", "2000-01-01T00:00:00Z"]).lines().len(), 0);
+}
+
+#[test]
+fn commands_refuse_a_root_that_is_not_a_collection() {
+    let env = TestEnv::new();
+    fs::create_dir(env.path("plain")).unwrap();
+    env.write("f", b"f");
+    for args in [
+        &["deposit", "plain", "f"][..],
+        &["verify", "plain"],
+        &["list", "plain"],
+        &["resolve", "plain", "a.b/c/2009/01.01.00.00"],
+        &["mint", "-C", "plain"],
+    ] {
+        let run = env.fails(args, 2);
+        assert!(run.stderr.contains("plain is not an ibi collection"), "{args:?}: {}", run.stderr);
+    }
+    let root = env.collection("col");
+    let again = env.fails(&["init", &root, "--host", "a.b.c"], 2);
+    assert!(again.stderr.contains("already a collection"), "{}", again.stderr);
+}
+
+#[test]
+fn special_files_are_refused_and_listed_symlinks_follow_on_request() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    env.write("src/real.txt", b"real");
+    symlink("real.txt", env.path("src/link")).unwrap();
+    sh(&format!("mkfifo '{}'", env.path("src/pipe").display()));
+    let run = env.fails(&["deposit", &root, "src"], 2);
+    assert!(run.stderr.contains("link (symlink)") && run.stderr.contains("pipe (FIFO)"), "{}", run.stderr);
+    assert!(items(&env, &root).is_empty());
+    fs::remove_file(env.path("src/pipe")).unwrap();
+    env.ok(&["deposit", &root, "src", "--follow-symlinks"]);
+    let (name, _) = &items(&env, &root)[0];
+    let path = env.ok(&["resolve", &root, name]).stdout;
+    assert_eq!(fs::read(std::path::Path::new(path.trim()).join("data/link")).unwrap(), b"real");
+}
+
+#[test]
+fn empty_folders_are_kept_with_a_warning() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    env.write("src/f", b"f");
+    fs::create_dir_all(env.path("src/empty")).unwrap();
+    let run = env.ok(&["deposit", &root, "src"]);
+    assert!(run.stderr.contains("empty folder empty is kept"), "{}", run.stderr);
+    let path = env.ok(&["resolve", &root, &items(&env, &root)[0].0]).stdout;
+    assert!(std::path::Path::new(path.trim()).join("data/empty").is_dir());
+}
+
+#[test]
+fn move_removes_originals_only_after_the_item_is_placed() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    env.write("src/a", b"a");
+    env.ok(&["deposit", &root, "src", "--move"]);
+    assert!(!env.path("src").exists());
+    assert_eq!(items(&env, &root).len(), 1);
+    env.ok(&["verify", &root]);
+}
+
+#[test]
+fn bagit_python_validates_items_with_awkward_names() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    for name in ["with space.txt", "100% pure.txt", "new\nline.txt", "ção/ñandú 名前.txt", "tab\there.txt"] {
+        env.write(&format!("src/{name}"), name.as_bytes());
+    }
+    env.ok(&["deposit", &root, "src"]);
+    let path = env.ok(&["resolve", &root, &items(&env, &root)[0].0]).stdout;
+    let out = Command::new(bagit_py()).arg("--validate").arg(path.trim()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    env.ok(&["verify", &root]);
+}
+
+#[test]
+fn bags_made_by_bagit_python_deposit_with_bag_and_verify() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    env.write("pybag/a.txt", b"alpha");
+    env.write("pybag/deep/b c.txt", b"bravo");
+    let out =
+        Command::new(bagit_py()).args(["--sha256", "--contact-name", "Ana"]).arg(env.path("pybag")).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    env.ok(&["deposit", &root, "--bag", "pybag"]);
+    env.ok(&["verify", &root]);
+    let path = env.ok(&["resolve", &root, &items(&env, &root)[0].0]).stdout;
+    let info = fs::read_to_string(std::path::Path::new(path.trim()).join("bag-info.txt")).unwrap();
+    assert!(info.contains("Contact-Name: Ana"), "{info}");
+    // A bag whose payload no longer matches its manifest is not deposited.
+    fs::write(env.path("pybag/data/a.txt"), b"tampered").unwrap();
+    let run = env.fails(&["deposit", &root, "--bag", "pybag"], 1);
+    assert!(run.stderr.contains("does not match its manifest"), "{}", run.stderr);
+    assert_eq!(items(&env, &root).len(), 1);
+}
+
+fn assert_nothing_left(env: &TestEnv, root: &str) {
+    assert!(items(env, root).is_empty(), "no item may appear");
+    let staging = std::path::Path::new(root).join(".ibi/staging");
+    assert_eq!(fs::read_dir(&staging).map(|d| d.count()).unwrap_or(0), 0, "staging must be empty");
+    assert!(!std::path::Path::new(root).join(".ibi/minter.state").exists(), "the minter state must be unchanged");
+    let _ = env;
+}
+
+#[test]
+fn disk_full_fails_with_exit_3_and_leaves_nothing() {
+    assert!(is_root(), "this test mounts a small tmpfs and must run as root (CI does)");
+    let env = TestEnv::new();
+    let mnt = env.path("small");
+    fs::create_dir(&mnt).unwrap();
+    sh(&format!("mount -t tmpfs -o size=512k tmpfs '{}'", mnt.display()));
+    let root = format!("{}/col", mnt.display());
+    env.ok(&["-q", "init", &root, "--host", "a.b.c", "--granularity", "0.001"]);
+    env.write("big/blob", &vec![7u8; 2 * 1024 * 1024]);
+    let run = env.run(&["deposit", &root, "big"]);
+    let ok = run.code == 3 && run.stderr.contains("No space left on device");
+    let clean = std::panic::catch_unwind(|| assert_nothing_left(&env, &root));
+    sh(&format!("umount '{}'", mnt.display()));
+    assert!(ok, "exit {} stderr {}", run.code, run.stderr);
+    assert!(clean.is_ok());
+}
+
+#[test]
+fn unreadable_source_fails_with_exit_3_and_leaves_nothing() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    env.write("src/ok", b"ok");
+    let secret = env.write("src/secret", b"secret");
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o000)).unwrap();
+    sh(&format!(
+        "chmod 755 '{}' && chown -R 65534:65534 '{}' '{}'",
+        env.root().display(),
+        root,
+        env.path("src").display()
+    ));
+    let mut cmd = if is_root() {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(ibi_bin());
+        c
+    } else {
+        Command::new(ibi_bin())
+    };
+    let out = cmd.args(["deposit", &root]).arg(env.path("src")).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("src/secret") && stderr.contains("ermission denied"), "{stderr}");
+    assert_nothing_left(&env, &root);
+}
+
+#[test]
+fn four_processes_times_25_deposits_give_100_distinct_valid_items() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    for p in 0..4 {
+        for i in 0..25 {
+            env.write(&format!("src/{p}/{i}.txt"), format!("{p}-{i}").as_bytes());
+        }
+    }
+    let workers: Vec<_> = (0..4)
+        .map(|p| {
+            let (root, dir) = (root.clone(), env.path(&format!("src/{p}")));
+            std::thread::spawn(move || {
+                let mut names = Vec::new();
+                for i in 0..25 {
+                    let out = Command::new(ibi_bin())
+                        .args(["deposit", &root])
+                        .arg(dir.join(format!("{i}.txt")))
+                        .output()
+                        .unwrap();
+                    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+                    names.push(String::from_utf8(out.stdout).unwrap());
+                }
+                names
+            })
+        })
+        .collect();
+    let names: std::collections::HashSet<String> = workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+    assert_eq!(names.len(), 100);
+    assert_eq!(items(&env, &root).len(), 100);
+    let run = env.ok(&["verify", &root]);
+    assert!(run.stderr.contains("verified 100 item(s), 100 file(s)"), "{}", run.stderr);
+}
