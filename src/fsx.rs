@@ -104,19 +104,28 @@ pub fn copy_hashing(src: &Path, dst: &Path, follow: bool) -> Result<(String, u64
     }
 }
 
-/// Renames `from` to `to`, failing with `AlreadyExists` if `to` exists (even an empty
-/// directory): a placement never overwrites.
-pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+fn renameat2(from: &Path, to: &Path, flags: libc::c_uint) -> io::Result<()> {
     let c =
         |p: &Path| CString::new(p.as_os_str().as_bytes()).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e));
     let (cf, ct) = (c(from)?, c(to)?);
     // SAFETY: both arguments are valid NUL-terminated paths that outlive the call.
-    let rc =
-        unsafe { libc::renameat2(libc::AT_FDCWD, cf.as_ptr(), libc::AT_FDCWD, ct.as_ptr(), libc::RENAME_NOREPLACE) };
+    let rc = unsafe { libc::renameat2(libc::AT_FDCWD, cf.as_ptr(), libc::AT_FDCWD, ct.as_ptr(), flags) };
     if rc == 0 {
-        return Ok(());
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
-    let err = io::Error::last_os_error();
+}
+
+/// Swaps two paths atomically (`RENAME_EXCHANGE`): readers see one or the other, never neither.
+pub fn rename_exchange(a: &Path, b: &Path) -> io::Result<()> {
+    renameat2(a, b, libc::RENAME_EXCHANGE)
+}
+
+/// Renames `from` to `to`, failing with `AlreadyExists` if `to` exists (even an empty
+/// directory): a placement never overwrites.
+pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    let Err(err) = renameat2(from, to, libc::RENAME_NOREPLACE) else { return Ok(()) };
     if err.raw_os_error() == Some(libc::EINVAL) || err.raw_os_error() == Some(libc::ENOSYS) {
         // The filesystem lacks RENAME_NOREPLACE; callers hold the write lock, so check then rename.
         if fs::symlink_metadata(to).is_ok() {

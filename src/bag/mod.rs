@@ -171,13 +171,22 @@ fn scan_payload(dir: &Path, item: &str, check: &mut BagCheck) -> BTreeMap<String
     files
 }
 
+/// Where payload digests come from: hashing the file now, or digests already taken
+/// (by a copy that hashed while reading). Gets the item directory and a relative path.
+pub type DigestSource<'a> = &'a (dyn Fn(&Path, &str) -> io::Result<(String, u64)> + Sync);
+
+/// Hashes `dir/rel` now.
+pub fn hash_now(dir: &Path, rel: &str) -> io::Result<(String, u64)> {
+    hash_file(&dir.join(rel))
+}
+
 /// Hashes the payload in parallel and compares it with the manifest entries.
 fn check_payload(
     dir: &Path,
     item: &str,
     entries: &[ManifestEntry],
     on_disk: &BTreeMap<String, (String, u64)>,
-    on_bytes: &(dyn Fn(u64) + Sync),
+    digests: DigestSource,
     check: &mut BagCheck,
 ) {
     let mut listed = std::collections::HashSet::new();
@@ -200,16 +209,7 @@ fn check_payload(
             )),
         }
     }
-    let results: Vec<_> = to_hash
-        .par_iter()
-        .map(|(entry, actual)| {
-            let result = hash_file(&dir.join(actual));
-            if let Ok((_, n)) = &result {
-                on_bytes(*n);
-            }
-            (*entry, result)
-        })
-        .collect();
+    let results: Vec<_> = to_hash.par_iter().map(|(entry, actual)| (*entry, digests(dir, actual))).collect();
     for (entry, result) in results {
         match result {
             Ok((digest, n)) => {
@@ -254,6 +254,18 @@ fn check_oxum(item: &str, info: &BagInfo, on_disk: &BTreeMap<String, (String, u6
 /// Verifies a bag: structure, tag files, every payload digest, missing and extra files,
 /// and Payload-Oxum. `on_bytes` is told of every hashed file's size, for progress.
 pub fn verify_bag(dir: &Path, item: &str, on_bytes: &(dyn Fn(u64) + Sync)) -> BagCheck {
+    let hash = |dir: &Path, rel: &str| {
+        let result = hash_now(dir, rel);
+        if let Ok((_, n)) = &result {
+            on_bytes(*n);
+        }
+        result
+    };
+    verify_bag_using(dir, item, &hash)
+}
+
+/// `verify_bag` with payload digests taken from `digests`.
+pub fn verify_bag_using(dir: &Path, item: &str, digests: DigestSource) -> BagCheck {
     let mut check = BagCheck::default();
     check_bagit_txt(dir, item, &mut check);
     check_tagmanifest(dir, item, &mut check);
@@ -273,7 +285,7 @@ pub fn verify_bag(dir: &Path, item: &str, on_bytes: &(dyn Fn(u64) + Sync)) -> Ba
     if let Some(text) = read_tag(dir, MANIFEST, item, &mut check) {
         let (entries, problems) = manifest::parse(&text, SHA256_HEX);
         push_line_problems(item, MANIFEST, problems, &mut check);
-        check_payload(dir, item, &entries, &on_disk, on_bytes, &mut check);
+        check_payload(dir, item, &entries, &on_disk, digests, &mut check);
     }
     if let Some(info) = check.info.clone() {
         check_oxum(item, &info, &on_disk, &mut check);

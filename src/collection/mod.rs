@@ -62,6 +62,41 @@ pub fn ibip_in(info: &BagInfo) -> Option<Ibip> {
     info.values("External-Identifier").find_map(|v| Ibip::parse(v).ok())
 }
 
+/// A folder in `.ibi/staging/` that removes itself unless `placed` is set.
+#[derive(Debug)]
+pub struct StagingDir {
+    pub path: PathBuf,
+    pub placed: bool,
+}
+
+impl StagingDir {
+    pub fn new(collection: &Collection) -> Result<StagingDir> {
+        let parent = collection.layout.staging();
+        create_dir_all_durable(&parent)?;
+        let dir =
+            tempfile::Builder::new().prefix("item-").tempdir_in(&parent).with_path("create staging in", &parent)?;
+        Ok(StagingDir { path: dir.keep(), placed: false })
+    }
+}
+
+impl Drop for StagingDir {
+    fn drop(&mut self) {
+        if !self.placed {
+            let _ = fsx::remove_tree(&self.path);
+        }
+    }
+}
+
+/// What occupies an item's place in the tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Slot {
+    Empty,
+    /// A real directory (an item, or something damaged in its place).
+    Item(Item),
+    /// A symlink or a file: never followed, never written through.
+    Foreign(PathBuf),
+}
+
 /// How to wait for the write lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LockWait {
@@ -73,8 +108,23 @@ pub enum LockWait {
     For(Duration),
 }
 
-/// A journal record: an item placed but maybe not yet aliased.
-const PLACE_PREFIX: &str = "place-";
+/// What a journal record announces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Intent {
+    /// An item is being renamed into place; its alias may be missing.
+    Place,
+    /// An item is being removed; its alias may be left dangling.
+    Remove,
+}
+
+impl Intent {
+    fn prefix(self) -> &'static str {
+        match self {
+            Intent::Place => "place-",
+            Intent::Remove => "remove-",
+        }
+    }
+}
 
 impl Collection {
     /// Creates a collection at `root` (which may exist, but must not be a collection).
@@ -97,6 +147,12 @@ impl Collection {
     /// Opens an existing collection; a root without `.ibi/collection.toml` is invalid input.
     pub fn open(root: &Path) -> Result<Collection> {
         let layout = Layout::new(root);
+        if fs::symlink_metadata(layout.control()).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(Error::Invalid {
+                what: "collection".into(),
+                problem: format!("{} is a symlink; refusing to use it", layout.control().display()),
+            });
+        }
         if !layout.config().is_file() {
             return Err(Error::Invalid {
                 what: "collection".into(),
@@ -143,8 +199,51 @@ impl Collection {
         Item { name: name.clone(), path: self.layout.item(name) }
     }
 
+    /// Whether a real item directory (not a symlink) holds `name`.
     pub fn contains(&self, name: &RepositoryName) -> bool {
-        self.layout.item(name).is_dir()
+        fs::symlink_metadata(self.layout.item(name)).is_ok_and(|m| m.is_dir())
+    }
+
+    /// What is at `name`'s place, checking every component without following links.
+    pub fn slot(&self, name: &RepositoryName) -> Result<Slot> {
+        let mut path = self.layout.root.clone();
+        for component in name.components() {
+            path.push(component);
+            match fs::symlink_metadata(&path) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Slot::Empty),
+                Err(e) => return Err(Error::io("inspect", &path, e)),
+                Ok(m) if !m.is_dir() => return Ok(Slot::Foreign(path)),
+                Ok(_) => {}
+            }
+        }
+        Ok(Slot::Item(self.item(name)))
+    }
+
+    /// Creates the three parent directories of `name`'s place, refusing to go
+    /// through anything that is not a real directory.
+    pub fn make_parents(&self, name: &RepositoryName) -> Result<PathBuf> {
+        let mut path = self.layout.root.clone();
+        for component in &name.components()[..3] {
+            let parent = path.clone();
+            path.push(component);
+            match fs::symlink_metadata(&path) {
+                Ok(m) if m.is_dir() => continue,
+                Ok(_) => {
+                    return Err(Error::Data {
+                        what: format!("item {name}"),
+                        problem: format!("{} is not a directory; refusing to write through it", path.display()),
+                    })
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("inspect", &path, e)),
+            }
+            match fs::create_dir(&path) {
+                Ok(()) => fsync_dir(&parent)?,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(Error::io("create directory", &path, e)),
+            }
+        }
+        Ok(path)
     }
 
     /// Every item and stray entry, sorted by name, streaming.
@@ -179,20 +278,30 @@ impl Collection {
         }
     }
 
-    /// Journals that `name` is about to be placed, so an interrupted writer's
-    /// successor can finish its alias.
-    pub fn journal_placement(&self, minted: &Minted) -> Result<PathBuf> {
-        let key = &fsx::hash_bytes(minted.name.to_string().as_bytes())[..16];
-        let path = self.layout.journal().join(format!("{PLACE_PREFIX}{key}"));
-        let ibip = minted.ibip.map(|i| i.to_string()).unwrap_or_default();
-        atomic_write(&path, format!("{}\t{ibip}\n", minted.name).as_bytes())?;
+    /// Records, before acting, that `name` is about to be placed or removed, so
+    /// that an interrupted writer's successor can finish its alias. Returns the record.
+    pub fn journal(&self, intent: Intent, name: &RepositoryName, ibip: Option<&Ibip>) -> Result<PathBuf> {
+        let key = &fsx::hash_bytes(name.to_string().as_bytes())[..16];
+        let path = self.layout.journal().join(format!("{}{key}", intent.prefix()));
+        let ibip = ibip.map(|i| i.to_string()).unwrap_or_default();
+        create_dir_all_durable(&self.layout.journal())?;
+        atomic_write(&path, format!("{name}\t{ibip}\n").as_bytes())?;
         Ok(path)
     }
 
-    /// Completes what an interrupted writer left: removes staging leftovers and
-    /// finishes the aliases of journalled placements. Call with the write lock held.
+    /// Drops a journal record once its operation is complete and durable.
+    pub fn end_journal(&self, record: &Path) -> Result<()> {
+        fs::remove_file(record).with_path("remove", record)?;
+        fsync_dir(&self.layout.journal())
+    }
+
+    /// Completes what an interrupted writer left: removes staging and trash leftovers
+    /// (trash only ever holds items that are replaced or whose copy is verified
+    /// elsewhere) and finishes the aliases of journalled placements and removals.
+    /// Call with the write lock held.
     pub fn recover(&self) -> Result<()> {
         self.clear_dir(&self.layout.staging())?;
+        self.clear_dir(&self.layout.trash())?;
         let journal = self.layout.journal();
         let entries = match fs::read_dir(&journal) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -200,24 +309,27 @@ impl Collection {
         };
         for entry in entries {
             let path = entry.with_path("list", &journal)?.path();
-            let is_place = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(PLACE_PREFIX));
-            if is_place {
-                self.finish_placement(&path)?;
+            let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if let Some(intent) =
+                [Intent::Place, Intent::Remove].into_iter().find(|i| file_name.starts_with(i.prefix()))
+            {
+                self.finish(intent, &path)?;
             }
         }
         Ok(())
     }
 
-    fn finish_placement(&self, journal: &Path) -> Result<()> {
-        let text = fs::read_to_string(journal).with_path("read", journal)?;
+    fn finish(&self, intent: Intent, record: &Path) -> Result<()> {
+        let text = fs::read_to_string(record).with_path("read", record)?;
         let (name, ibip) = text.trim_end().split_once('\t').unwrap_or((text.trim_end(), ""));
         if let (Ok(name), Ok(ibip)) = (RepositoryName::parse(name), Ibip::parse(ibip)) {
-            if self.contains(&name) {
-                alias::create(&self.layout, &ibip, &name)?;
+            match (intent, self.contains(&name)) {
+                (Intent::Place, true) => alias::create(&self.layout, &ibip, &name)?,
+                (Intent::Remove, false) => alias::remove(&self.layout, &ibip, &name)?,
+                _ => {}
             }
         }
-        fs::remove_file(journal).with_path("remove", journal)?;
-        fsync_dir(&self.layout.journal())
+        self.end_journal(record)
     }
 
     /// Empties a control directory (staging or trash) without following symlinks.

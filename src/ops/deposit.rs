@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 
 use crate::bag::{self, BagInfo, ManifestEntry, Oxum};
-use crate::collection::{alias, Collection, LockWait};
+use crate::collection::{alias, Collection, Intent, LockWait, StagingDir};
 use crate::error::{Error, IoContext, Result};
-use crate::fsx::{self, copy_hashing, create_dir_all_durable, fsync_dir, rename_noreplace};
+use crate::fsx::{self, copy_hashing, fsync_dir, rename_noreplace};
 use crate::id::minter::Clock;
 use crate::id::Minted;
 use crate::ops::report::Reporter;
@@ -29,30 +29,6 @@ pub struct DepositOptions {
     pub follow_symlinks: bool,
     /// Extra bag-info fields.
     pub meta: Vec<(String, String)>,
-}
-
-/// A staging folder that removes itself unless the item was placed.
-struct Staging {
-    path: PathBuf,
-    placed: bool,
-}
-
-impl Staging {
-    fn new(collection: &Collection) -> Result<Staging> {
-        let parent = collection.layout.staging();
-        create_dir_all_durable(&parent)?;
-        let dir =
-            tempfile::Builder::new().prefix("item-").tempdir_in(&parent).with_path("create staging in", &parent)?;
-        Ok(Staging { path: dir.keep(), placed: false })
-    }
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        if !self.placed {
-            let _ = fsx::remove_tree(&self.path);
-        }
-    }
 }
 
 /// Deposits `paths` as one item (or one per path with `each`), holding the write lock.
@@ -165,7 +141,7 @@ pub fn deposit_planned(
     reporter: &dyn Reporter,
     before_place: Option<BeforePlace>,
 ) -> Result<Minted> {
-    let mut staging = Staging::new(collection)?;
+    let mut staging = StagingDir::new(collection)?;
     let copied = copy_payload(&staging.path, plan, reporter)?;
     let oxum = Oxum { octets: copied.iter().map(|(_, size)| size).sum(), files: copied.len() as u64 };
     let entries: Vec<ManifestEntry> = copied.into_iter().map(|(entry, _)| entry).collect();
@@ -187,11 +163,10 @@ pub fn deposit_planned(
 }
 
 /// Renames the staged bag to its name's path (never over anything) and creates its alias.
-fn place(collection: &Collection, staging: &mut Staging, minted: &Minted) -> Result<()> {
-    let journal = collection.journal_placement(minted)?;
+fn place(collection: &Collection, staging: &mut StagingDir, minted: &Minted) -> Result<()> {
+    let journal = collection.journal(Intent::Place, &minted.name, minted.ibip.as_ref())?;
     let dest = collection.layout.item(&minted.name);
-    let parent = fsx::parent_dir(&dest).to_path_buf();
-    create_dir_all_durable(&parent)?;
+    let parent = collection.make_parents(&minted.name)?;
     match rename_noreplace(&staging.path, &dest) {
         Ok(()) => staging.placed = true,
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists || e.raw_os_error() == Some(libc::ENOTEMPTY) => {
@@ -207,6 +182,5 @@ fn place(collection: &Collection, staging: &mut Staging, minted: &Minted) -> Res
     if let Some(ibip) = &minted.ibip {
         alias::create(&collection.layout, ibip, &minted.name)?;
     }
-    std::fs::remove_file(&journal).with_path("remove", &journal)?;
-    fsync_dir(&collection.layout.journal())
+    collection.end_journal(&journal)
 }

@@ -5,6 +5,7 @@ pub mod deposit;
 pub mod list;
 pub mod report;
 pub mod source;
+pub mod transfer;
 pub mod verify;
 pub mod watch;
 
