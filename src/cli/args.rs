@@ -50,6 +50,12 @@ pub enum Command {
         /// Repository name or IBIp, in any letter case.
         name: String,
     },
+    /// Copy items from SRC to DST (verified; never overwrites).
+    Copy(CopyArgs),
+    /// Move items from SRC to DST: copy, re-verify in DST, then remove from SRC.
+    Migrate(CopyArgs),
+    /// One-way sync of SRC into DST, safe to run from cron.
+    Mirror(MirrorArgs),
     /// Hot folder: deposit each new entry of INBOX once it stops changing.
     Watch(WatchArgs),
     /// Build sample collections from bundled fixtures and walk through the commands.
@@ -258,4 +264,45 @@ pub struct WatchArgs {
     pub follow_symlinks: bool,
     #[arg(long = "meta", value_name = "K=V", value_parser = parse_meta)]
     pub meta: Vec<(String, String)>,
+}
+
+/// Flags shared by copy, migrate and mirror.
+#[derive(Debug, Args, Clone, Copy)]
+pub struct TransferFlags {
+    /// Say what would happen; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Wait up to SECS for DST's write lock instead of exiting 75 at once.
+    #[arg(long, value_name = "SECS")]
+    pub wait: Option<Seconds>,
+}
+
+#[derive(Debug, Args)]
+pub struct CopyArgs {
+    pub src: PathBuf,
+    pub dst: PathBuf,
+    /// Items to transfer (names or IBIps); all when none is given.
+    pub names: Vec<String>,
+    #[command(flatten)]
+    pub flags: TransferFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct MirrorArgs {
+    pub src: PathBuf,
+    pub dst: PathBuf,
+    /// Remove DST items that SRC does not hold.
+    #[arg(long)]
+    pub delete: bool,
+    /// Remove at most N items (then exit 1).
+    #[arg(long, value_name = "N", requires = "delete")]
+    pub max_delete: Option<u64>,
+    /// Also re-verify every DST payload, repairing damaged items from SRC.
+    #[arg(long)]
+    pub checksum: bool,
+    /// Keep running; re-sync when SRC changes.
+    #[arg(long)]
+    pub watch: bool,
+    #[command(flatten)]
+    pub flags: TransferFlags,
 }

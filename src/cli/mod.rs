@@ -4,6 +4,7 @@
 
 pub mod args;
 mod collection;
+mod transfer;
 mod demo;
 mod ident;
 mod printer;
@@ -59,6 +60,9 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
         Command::List(args) => collection::list(g, args),
         Command::Resolve { root, name } => collection::resolve(root, name),
         Command::Watch(args) => collection::watch(g, args),
+        Command::Copy(args) => transfer::copy(g, args, false),
+        Command::Migrate(args) => transfer::copy(g, args, true),
+        Command::Mirror(args) => transfer::mirror(g, args),
         Command::Demo { dir } => demo::run(g, dir.as_deref()),
         Command::Mint(args) => ident::mint(g, args),
         Command::Parse(args) => ident::parse(g, &args.identifiers),

@@ -1,8 +1,11 @@
-//! Operations on collections: deposit, verify, list and the hot-folder watch.
+//! Operations on collections: deposit, verify, list, the hot-folder watch,
+//! and copy, migrate and mirror between collections.
 //! Each takes a `Reporter` for progress and returns a summary or a typed error.
 
+pub mod copy;
 pub mod deposit;
 pub mod list;
+pub mod mirror;
 pub mod report;
 pub mod source;
 pub mod transfer;

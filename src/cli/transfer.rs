@@ -1,0 +1,91 @@
+//! The commands between collections: `copy`, `migrate` and `mirror`. They
+//! map flags to library options, print one summary line (copied, replaced,
+//! deleted, skipped, conflicts, bytes, seconds) or a JSON `summary` event,
+//! and exit 1 when problems were found or `--max-delete` stopped deletions.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use ibi::collection::{Collection, LockWait};
+use ibi::ops::copy::{copy as copy_items, migrate as migrate_items, TransferOptions, TransferSummary};
+use ibi::ops::mirror::{mirror as mirror_once, mirror_watch, MirrorOptions};
+use serde_json::json;
+
+use super::args::{CopyArgs, GlobalArgs, MirrorArgs, TransferFlags};
+use super::printer::Printer;
+use super::Outcome;
+
+fn lock_wait(flags: &TransferFlags) -> LockWait {
+    match flags.wait {
+        Some(secs) => LockWait::For(secs.0),
+        None => LockWait::No,
+    }
+}
+
+/// Prints the summary and returns the outcome.
+fn finish(printer: &Printer, verb: &str, s: &TransferSummary, dry_run: bool) -> Outcome {
+    let seconds = printer.seconds();
+    let would = if dry_run { " (dry run: nothing changed)" } else { "" };
+    printer.summary(
+        &format!(
+            "{verb}: copied {}, migrated {}, replaced {}, deleted {}, skipped {}, conflicts {}, corrupt {}, bytes {}, seconds {seconds:.2}{would}",
+            s.copied, s.migrated, s.replaced, s.deleted, s.skipped, s.conflicts, s.corrupt, s.bytes
+        ),
+        json!({
+            "copied": s.copied, "migrated": s.migrated, "replaced": s.replaced, "deleted": s.deleted, "skipped": s.skipped,
+            "conflicts": s.conflicts, "corrupt": s.corrupt, "bytes": s.bytes, "problems": s.problems,
+            "delete_capped": s.delete_capped, "dry_run": dry_run, "seconds": seconds
+        }),
+    );
+    if s.delete_capped {
+        eprintln!("ibi: --max-delete reached: further deletions were not made");
+    }
+    if s.problems > 0 || s.delete_capped {
+        Outcome::Problems
+    } else {
+        Outcome::Success
+    }
+}
+
+pub fn copy(global: GlobalArgs, args: &CopyArgs, migrate: bool) -> Result<Outcome> {
+    let src = Collection::open(&args.src)?;
+    let dst = Collection::open(&args.dst)?;
+    let printer = Printer::new(global);
+    let options = TransferOptions { dry_run: args.flags.dry_run, wait: lock_wait(&args.flags) };
+    let summary = if migrate {
+        migrate_items(&src, &dst, &args.names, options, &printer)?
+    } else {
+        copy_items(&src, &dst, &args.names, options, &printer)?
+    };
+    Ok(finish(&printer, if migrate { "migrate" } else { "copy" }, &summary, options.dry_run))
+}
+
+pub fn mirror(global: GlobalArgs, args: &MirrorArgs) -> Result<Outcome> {
+    let src = Collection::open(&args.src)?;
+    let dst = Collection::open(&args.dst)?;
+    let printer = Printer::new(global);
+    let options = MirrorOptions {
+        dry_run: args.flags.dry_run,
+        wait: lock_wait(&args.flags),
+        delete: args.delete,
+        max_delete: args.max_delete,
+        checksum: args.checksum,
+    };
+    if !args.watch {
+        let summary = mirror_once(&src, &dst, &options, &printer)?;
+        return Ok(finish(&printer, "mirror", &summary, options.dry_run));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))?;
+    let mut worst = Outcome::Success;
+    let mut on_pass = |s: &TransferSummary| {
+        if finish(&printer, "mirror", s, options.dry_run) == Outcome::Problems {
+            worst = Outcome::Problems;
+        }
+    };
+    mirror_watch(&src, &dst, &options, &printer, &stop, Duration::from_secs(1), &mut on_pass)?;
+    Ok(worst)
+}
