@@ -1,15 +1,18 @@
-//! `ibi demo [DIR]`: builds a sample collection from fixtures bundled in the
-//! binary and walks through init, deposit, list, resolve by IBIp and verify
-//! (including catching and repairing a flipped byte), narrating each step.
+//! `ibi demo [DIR]`: builds sample collections from fixtures bundled in the
+//! binary and walks through init, deposit, list, resolve by IBIp, verify
+//! (catching and repairing a flipped byte), mirror and migrate, narrating
+//! each step.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use ibi::collection::Collection;
+use ibi::collection::{Collection, LockWait};
 use ibi::id::minter::SystemClock;
+use ibi::ops::copy::{migrate, TransferOptions};
 use ibi::ops::deposit::{deposit, DepositOptions};
 use ibi::ops::list::{list, DateRange};
+use ibi::ops::mirror::{mirror, MirrorOptions};
 use ibi::ops::verify::verify;
 use ibi::ops::Silent;
 use ibi::{Granularity, Subsystem};
@@ -95,6 +98,45 @@ pub fn run(global: GlobalArgs, dir: Option<&Path>) -> Result<Outcome> {
     fs::write(&victim, &original)?;
     let summary = verify(&collection, &[], &Silent)?;
     printer.line(&format!("after repair: {} problems", summary.problems));
+
+    let mirror_root = dir.join("collection-b");
+    say(
+        &printer,
+        &format!("ibi mirror {} {}   (twice: the second run has nothing to do)", root.display(), mirror_root.display()),
+    );
+    let b = Collection::init(
+        &mirror_root,
+        Subsystem::new("demo-b.ibi.example.org", 80, None, 800, Granularity::SECOND)?,
+        None,
+    )?;
+    let options = MirrorOptions { dry_run: false, wait: LockWait::No, delete: true, max_delete: None, checksum: false };
+    for _ in 0..2 {
+        let s = mirror(&collection, &b, &options, &Silent)?;
+        printer.line(&format!("copied {}, skipped {}, bytes {}", s.copied, s.skipped, s.bytes));
+    }
+
+    let new_root = dir.join("collection-c");
+    say(
+        &printer,
+        &format!(
+            "ibi migrate {} {}   (copy, re-verify, then remove from the source)",
+            mirror_root.display(),
+            new_root.display()
+        ),
+    );
+    let c = Collection::init(
+        &new_root,
+        Subsystem::new("demo-c.ibi.example.org", 80, None, 800, Granularity::SECOND)?,
+        None,
+    )?;
+    let s = migrate(&b, &c, &[], TransferOptions { dry_run: false, wait: LockWait::No }, &Silent)?;
+    printer.line(&format!("migrated {}; {} now holds:", s.migrated, new_root.display()));
+    for entry in list(&c, DateRange::default()) {
+        let (name, ibip) = entry?;
+        printer.line(&minted_line(&ibi::Minted { name, ibip }));
+    }
+    let summary = verify(&c, &[], &Silent)?;
+    printer.line(&format!("verify {}: {} items, {} problems", new_root.display(), summary.items, summary.problems));
 
     say(&printer, "done");
     printer.line(&format!("everything is in {}", dir.display()));

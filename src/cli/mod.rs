@@ -4,10 +4,10 @@
 
 pub mod args;
 mod collection;
-mod transfer;
 mod demo;
 mod ident;
 mod printer;
+mod transfer;
 
 use std::io::Write;
 use std::process::ExitCode;

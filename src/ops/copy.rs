@@ -89,7 +89,10 @@ impl Tally {
 pub fn check_distinct(src: &Collection, dst: &Collection) -> Result<()> {
     let canon = |c: &Collection| std::fs::canonicalize(c.root()).unwrap_or_else(|_| c.root().to_path_buf());
     if canon(src) == canon(dst) {
-        return Err(Error::Invalid { what: "collections".into(), problem: "SRC and DST are the same collection".into() });
+        return Err(Error::Invalid {
+            what: "collections".into(),
+            problem: "SRC and DST are the same collection".into(),
+        });
     }
     Ok(())
 }
@@ -103,7 +106,13 @@ pub fn lock_and_recover(collection: &Collection, wait: LockWait) -> Result<FileL
 
 /// Copies one item into `dst` unless it is there already. Returns whether DST now
 /// holds an identical copy (copied or skipped).
-pub fn copy_one(src_item: &Item, dst: &Collection, dry_run: bool, tally: &Tally, reporter: &dyn Reporter) -> Result<bool> {
+pub fn copy_one(
+    src_item: &Item,
+    dst: &Collection,
+    dry_run: bool,
+    tally: &Tally,
+    reporter: &dyn Reporter,
+) -> Result<bool> {
     let label = src_item.name.to_string();
     let conflict = |detail: String| {
         Tally::add(&tally.conflicts, 1);
@@ -116,7 +125,9 @@ pub fn copy_one(src_item: &Item, dst: &Collection, dry_run: bool, tally: &Tally,
             reporter.item(&label, "skipped");
             Ok(true)
         }
-        Slot::Item(_) => conflict("DST holds a different item under this name (identity digests differ); left untouched".into()),
+        Slot::Item(_) => {
+            conflict("DST holds a different item under this name (identity digests differ); left untouched".into())
+        }
         Slot::Foreign(path) => conflict(format!("{} is not an item directory; left untouched", path.display())),
         Slot::Empty if dry_run => {
             Tally::add(&tally.copied, 1);
@@ -146,7 +157,14 @@ pub fn copy_one(src_item: &Item, dst: &Collection, dry_run: bool, tally: &Tally,
 }
 
 /// Migrates one item: copy, re-verify in DST, then remove from SRC.
-fn migrate_one(src: &Collection, item: &Item, dst: &Collection, dry_run: bool, tally: &Tally, reporter: &dyn Reporter) -> Result<()> {
+fn migrate_one(
+    src: &Collection,
+    item: &Item,
+    dst: &Collection,
+    dry_run: bool,
+    tally: &Tally,
+    reporter: &dyn Reporter,
+) -> Result<()> {
     if !copy_one(item, dst, dry_run, tally, reporter)? || dry_run {
         return Ok(());
     }
@@ -176,7 +194,14 @@ fn selected<'a>(src: &'a Collection, names: &'a [String]) -> Box<dyn Iterator<It
     }
 }
 
-fn run(migrate: bool, src: &Collection, dst: &Collection, names: &[String], options: TransferOptions, reporter: &dyn Reporter) -> Result<TransferSummary> {
+fn run(
+    migrate: bool,
+    src: &Collection,
+    dst: &Collection,
+    names: &[String],
+    options: TransferOptions,
+    reporter: &dyn Reporter,
+) -> Result<TransferSummary> {
     check_distinct(src, dst)?;
     let _dst_lock = if options.dry_run { None } else { Some(lock_and_recover(dst, options.wait)?) };
     let _src_lock = if options.dry_run || !migrate { None } else { Some(lock_and_recover(src, options.wait)?) };
@@ -194,10 +219,22 @@ fn run(migrate: bool, src: &Collection, dst: &Collection, names: &[String], opti
     Ok(tally.summary())
 }
 
-pub fn copy(src: &Collection, dst: &Collection, names: &[String], options: TransferOptions, reporter: &dyn Reporter) -> Result<TransferSummary> {
+pub fn copy(
+    src: &Collection,
+    dst: &Collection,
+    names: &[String],
+    options: TransferOptions,
+    reporter: &dyn Reporter,
+) -> Result<TransferSummary> {
     run(false, src, dst, names, options, reporter)
 }
 
-pub fn migrate(src: &Collection, dst: &Collection, names: &[String], options: TransferOptions, reporter: &dyn Reporter) -> Result<TransferSummary> {
+pub fn migrate(
+    src: &Collection,
+    dst: &Collection,
+    names: &[String],
+    options: TransferOptions,
+    reporter: &dyn Reporter,
+) -> Result<TransferSummary> {
     run(true, src, dst, names, options, reporter)
 }

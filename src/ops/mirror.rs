@@ -14,12 +14,13 @@ use std::time::Duration;
 use notify::{RecursiveMode, Watcher};
 use rayon::iter::{ParallelBridge, ParallelIterator};
 
-use crate::collection::{Collection, Entry, Item, ItemWalker, LockWait};
+use crate::collection::{Collection, Entry, Item, ItemWalker, LockWait, Slot};
 use crate::error::{Error, Result};
 use crate::ops::copy::{check_distinct, copy_one, lock_and_recover, Tally, TransferSummary};
 use crate::ops::report::Reporter;
 use crate::ops::transfer::{place, remove, same_identity, stage_copy};
 use crate::ops::verify::verify_item;
+use crate::problem::{Problem, ProblemKind};
 
 #[derive(Debug, Clone, Copy)]
 pub struct MirrorOptions {
@@ -110,9 +111,17 @@ impl Pass<'_> {
             }
             Ok(staged) => {
                 Tally::add(&self.tally.bytes, staged.bytes);
-                place(self.dst, staged, &src_item.name, true)?;
-                Tally::add(&self.tally.replaced, 1);
-                self.reporter.item(&label, &format!("replaced ({why})"));
+                match place(self.dst, staged, &src_item.name, true) {
+                    Err(Error::Data { problem, .. }) => {
+                        Tally::add(&self.tally.conflicts, 1);
+                        self.tally.report(self.reporter, &Problem::new(&label, None, ProblemKind::Conflict, problem));
+                    }
+                    Err(e) => return Err(e),
+                    Ok(()) => {
+                        Tally::add(&self.tally.replaced, 1);
+                        self.reporter.item(&label, &format!("replaced ({why})"));
+                    }
+                }
             }
         }
         Ok(())
@@ -152,7 +161,11 @@ impl Pass<'_> {
 
     fn step(&self, pair: Pair) -> Result<()> {
         match pair {
-            Pair::Src(src_item) => copy_one(&src_item, self.dst, self.options.dry_run, self.tally, self.reporter).map(|_| ()),
+            Pair::Src(src_item) => match self.dst.slot(&src_item.name)? {
+                // A symlink or file planted at the item's place: swapped out, never followed.
+                Slot::Foreign(_) => self.replace(&src_item, "not an item directory in DST"),
+                _ => copy_one(&src_item, self.dst, self.options.dry_run, self.tally, self.reporter).map(|_| ()),
+            },
             Pair::Both(src_item, dst_item) => self.both(&src_item, &dst_item),
             Pair::Dst(dst_item) => self.delete(&dst_item),
         }
@@ -160,7 +173,12 @@ impl Pass<'_> {
 }
 
 /// One sync pass; the caller holds DST's write lock (unless dry-running).
-fn sync(src: &Collection, dst: &Collection, options: &MirrorOptions, reporter: &dyn Reporter) -> Result<TransferSummary> {
+fn sync(
+    src: &Collection,
+    dst: &Collection,
+    options: &MirrorOptions,
+    reporter: &dyn Reporter,
+) -> Result<TransferSummary> {
     if options.delete {
         guard_delete(src, dst)?;
     }
@@ -174,7 +192,12 @@ fn sync(src: &Collection, dst: &Collection, options: &MirrorOptions, reporter: &
 }
 
 /// Mirrors SRC into DST once.
-pub fn mirror(src: &Collection, dst: &Collection, options: &MirrorOptions, reporter: &dyn Reporter) -> Result<TransferSummary> {
+pub fn mirror(
+    src: &Collection,
+    dst: &Collection,
+    options: &MirrorOptions,
+    reporter: &dyn Reporter,
+) -> Result<TransferSummary> {
     check_distinct(src, dst)?;
     let _lock = if options.dry_run { None } else { Some(lock_and_recover(dst, options.wait)?) };
     sync(src, dst, options, reporter)
@@ -198,9 +221,10 @@ pub fn mirror_watch(
         let _ = tx.send(());
     })
     .map_err(|e| Error::Invalid { what: "--watch".into(), problem: e.to_string() })?;
-    watcher
-        .watch(src.root(), RecursiveMode::Recursive)
-        .map_err(|e| Error::Invalid { what: "--watch".into(), problem: format!("cannot watch {}: {e}", src.root().display()) })?;
+    watcher.watch(src.root(), RecursiveMode::Recursive).map_err(|e| Error::Invalid {
+        what: "--watch".into(),
+        problem: format!("cannot watch {}: {e}", src.root().display()),
+    })?;
     on_pass(&sync(src, dst, options, reporter)?);
     while !stop.load(Ordering::SeqCst) {
         if rx.recv_timeout(Duration::from_millis(200)).is_err() {

@@ -150,3 +150,62 @@ impl TestEnv {
         path
     }
 }
+
+impl TestEnv {
+    /// A collection holding `n` items of `files` small files each; returns its root.
+    pub fn filled(&self, name: &str, n: usize, files: usize) -> String {
+        let root = self.collection(name);
+        let mut paths = Vec::new();
+        for i in 0..n {
+            for j in 0..files {
+                self.write(
+                    &format!("{name}-src/{i:03}/f{j}.txt"),
+                    format!("{name} item {i} file {j}\n").repeat(j + 1).as_bytes(),
+                );
+            }
+            paths.push(self.path(&format!("{name}-src/{i:03}")).to_string_lossy().into_owned());
+        }
+        let mut args = vec!["-q", "deposit", "--each", root.as_str()];
+        args.extend(paths.iter().map(String::as_str));
+        self.ok(&args);
+        root
+    }
+
+    /// `name -> identity digest` of every item, from `ibi list` and the tagmanifests.
+    pub fn identities(&self, root: &str) -> std::collections::BTreeMap<String, String> {
+        self.ok(&["list", root])
+            .lines()
+            .iter()
+            .map(|line| {
+                let name = line.split('\t').next().unwrap().to_string();
+                let tag = std::path::Path::new(root).join(&name).join("tagmanifest-sha256.txt");
+                let (digest, _) = ibi::fsx::hash_file(&tag).unwrap();
+                (name, digest)
+            })
+            .collect()
+    }
+}
+
+/// Whether a control folder (`.ibi/staging`, `.ibi/trash`) is empty or absent.
+pub fn control_empty(root: &str, dir: &str) -> bool {
+    std::fs::read_dir(std::path::Path::new(root).join(".ibi").join(dir)).map(|mut d| d.next().is_none()).unwrap_or(true)
+}
+
+/// Every path under `dir` with its size, mtime and content digest (symlinks as their target).
+pub fn snapshot(dir: &Path) -> Vec<(String, u64, i128, String)> {
+    let mut out = Vec::new();
+    for entry in walkdir::WalkDir::new(dir).follow_links(false).sort_by_file_name() {
+        let entry = entry.unwrap();
+        let meta = entry.metadata().unwrap();
+        let mtime = meta.modified().unwrap().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i128;
+        let content = if entry.file_type().is_file() {
+            ibi::fsx::hash_file(entry.path()).unwrap().0
+        } else if entry.file_type().is_symlink() {
+            std::fs::read_link(entry.path()).unwrap().display().to_string()
+        } else {
+            String::new()
+        };
+        out.push((entry.path().display().to_string(), meta.len(), mtime, content));
+    }
+    out
+}

@@ -1,10 +1,13 @@
 //! One integration test binary, made of modules, that drives the real `ibi`
 //! binary through `TestEnv` (fd style).
 
+mod crash;
+mod demo;
 mod deposit;
 mod env;
 mod ident;
 mod invalid;
+mod transfer;
 mod uniqueness;
 mod verify;
 mod watch;

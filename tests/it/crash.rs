@@ -1,0 +1,107 @@
+//! SIGKILL at random moments: `ibi migrate` and `ibi mirror` are really killed
+//! many times during runs over 50 items; after a final clean run every item is
+//! present exactly once, verifies on both sides, and staging and trash are empty.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::env::{control_empty, TestEnv};
+
+/// A small xorshift generator, seeded from the clock; the seed is printed so a
+/// failing run can be replayed with IBI_CRASH_SEED.
+struct Dice(u64);
+
+impl Dice {
+    fn new() -> Self {
+        let seed = std::env::var("IBI_CRASH_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1);
+        eprintln!("crash test seed: IBI_CRASH_SEED={seed}");
+        Dice(seed)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}
+
+/// Runs `ibi ARGS`, killing it with SIGKILL after `delay` if it is still running.
+/// Returns whether it was killed.
+fn run_and_kill(env: &TestEnv, args: &[&str], delay: Duration) -> bool {
+    let mut child =
+        env.command(args).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let start = Instant::now();
+    while start.elapsed() < delay {
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    true
+}
+
+/// How long a full run takes, to spread kills over it.
+fn full_run_ms(env: &TestEnv, args: &[&str]) -> u64 {
+    let start = Instant::now();
+    env.run(args);
+    (start.elapsed().as_millis() as u64).max(20)
+}
+
+#[test]
+fn migrate_killed_at_random_moments_loses_and_duplicates_nothing() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 50, 3);
+    let b = env.collection("b");
+    let expected = env.identities(&a);
+    let span = full_run_ms(&env, &["migrate", &a, &b]);
+    let mut dice = Dice::new();
+    let (mut kills, mut round) = (0, 0);
+    while kills < 32 && round < 200 {
+        let (from, to) = if round % 2 == 0 { (&b, &a) } else { (&a, &b) };
+        if run_and_kill(&env, &["migrate", from, to], Duration::from_millis(dice.below(span))) {
+            kills += 1;
+        }
+        round += 1;
+    }
+    assert!(kills >= 30, "only {kills} runs were killed mid-way");
+    env.ok(&["migrate", &a, &b]);
+    env.ok(&["migrate", &a, &b]);
+    assert!(env.identities(&a).is_empty(), "every item left A");
+    assert_eq!(env.identities(&b), expected, "every item is in B exactly once, unchanged");
+    env.ok(&["verify", &a]);
+    env.ok(&["verify", &b]);
+    for root in [&a, &b] {
+        assert!(control_empty(root, "staging") && control_empty(root, "trash"), "{root}");
+    }
+}
+
+#[test]
+fn mirror_killed_at_random_moments_converges() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 50, 3);
+    let e = env.filled("e", 10, 2);
+    let c = env.collection("c");
+    let span = full_run_ms(&env, &["mirror", &a, &c, "--delete"]);
+    let mut dice = Dice::new();
+    let (mut kills, mut round) = (0, 0);
+    while kills < 32 && round < 200 {
+        let from = if round % 2 == 0 { &e } else { &a };
+        if run_and_kill(&env, &["mirror", from, &c, "--delete"], Duration::from_millis(dice.below(span))) {
+            kills += 1;
+        }
+        round += 1;
+    }
+    assert!(kills >= 30, "only {kills} runs were killed mid-way");
+    env.ok(&["mirror", &a, &c, "--delete"]);
+    assert_eq!(env.identities(&c), env.identities(&a), "C holds exactly A's items");
+    env.ok(&["verify", &a]);
+    env.ok(&["verify", &c]);
+    let aliases = crate::env::sh(&format!("find '{c}/.ibip' -type l | wc -l"));
+    assert_eq!(aliases.trim(), "50", "one alias per item, none dangling");
+    assert!(control_empty(&c, "staging") && control_empty(&c, "trash"));
+}

@@ -1,0 +1,304 @@
+//! copy, migrate and mirror end to end: incremental no-op runs, restoring and
+//! replacing items, --delete and its guards, conflicts, corrupt sources, the
+//! write lock, symlink traps, cross-filesystem migrate, a full disk, a failing
+//! fsync, and mirror --watch.
+
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::Path;
+use std::process::Stdio;
+
+use crate::env::{control_empty, is_root, sh, snapshot, wait_until, Reaper, TestEnv};
+
+fn first_item(env: &TestEnv, root: &str) -> String {
+    env.ok(&["list", root]).stdout.lines().next().unwrap().split('\t').next().unwrap().to_string()
+}
+
+/// Rewrites an item's bag-info with an extra field and recomputes its tagmanifest:
+/// a legitimate change that gives the item a new identity digest.
+fn change_item(item: &Path, field: &str) {
+    let info = item.join("bag-info.txt");
+    let mut text = fs::read_to_string(&info).unwrap();
+    text.push_str(&format!("{field}\n"));
+    fs::write(&info, text).unwrap();
+    let tags: String = ["bag-info.txt", "bagit.txt", "manifest-sha256.txt"]
+        .iter()
+        .map(|n| format!("{}  {n}\n", ibi::fsx::hash_file(&item.join(n)).unwrap().0))
+        .collect();
+    fs::write(item.join("tagmanifest-sha256.txt"), tags).unwrap();
+}
+
+#[test]
+fn mirror_of_200_items_then_a_no_op_run_changes_nothing() {
+    let env = TestEnv::new();
+    let src = env.filled("src", 200, 1);
+    let dst = env.collection("dst");
+    let first = env.ok(&["mirror", &src, &dst]);
+    assert!(first.stderr.contains("copied 200,"), "{}", first.stderr);
+    assert_eq!(env.identities(&src), env.identities(&dst));
+    let before = snapshot(Path::new(&dst));
+    let second = env.ok(&["mirror", &src, &dst]);
+    assert!(second.stderr.contains("copied 0,") && second.stderr.contains("skipped 200,"), "{}", second.stderr);
+    assert_eq!(snapshot(Path::new(&dst)), before, "a no-op mirror must leave DST byte-identical, mtimes included");
+    env.ok(&["verify", &dst]);
+}
+
+#[test]
+fn mirror_restores_a_deleted_item_and_replaces_a_changed_one() {
+    let env = TestEnv::new();
+    let src = env.filled("src", 3, 2);
+    let dst = env.collection("dst");
+    env.ok(&["mirror", &src, &dst]);
+    let name = first_item(&env, &src);
+    fs::remove_dir_all(Path::new(&dst).join(&name)).unwrap();
+    let run = env.ok(&["mirror", &src, &dst]);
+    assert!(run.stderr.contains("copied 1,"), "{}", run.stderr);
+    change_item(&Path::new(&src).join(&name), "Contact-Name: New Curator");
+    env.ok(&["verify", &src]);
+    let run = env.ok(&["mirror", &src, &dst]);
+    assert!(run.stderr.contains("replaced 1,"), "{}", run.stderr);
+    assert_eq!(env.identities(&src), env.identities(&dst));
+    assert!(fs::read_to_string(Path::new(&dst).join(&name).join("bag-info.txt")).unwrap().contains("New Curator"));
+    env.ok(&["verify", &dst]);
+    assert!(control_empty(&dst, "staging") && control_empty(&dst, "trash"));
+}
+
+#[test]
+fn checksum_repairs_a_damaged_dst_item_from_src() {
+    let env = TestEnv::new();
+    let src = env.filled("src", 2, 1);
+    let dst = env.collection("dst");
+    env.ok(&["mirror", &src, &dst]);
+    let name = first_item(&env, &src);
+    let payload = Path::new(&dst).join(&name).join("data/f0.txt");
+    fs::write(&payload, b"bit rot").unwrap();
+    let plain = env.ok(&["mirror", &src, &dst]);
+    assert!(plain.stderr.contains("replaced 0,"), "without --checksum only tagmanifests are read");
+    let run = env.ok(&["mirror", &src, &dst, "--checksum"]);
+    assert!(run.stderr.contains("replaced 1,"), "{}", run.stderr);
+    env.ok(&["verify", &dst]);
+}
+
+#[test]
+fn delete_and_max_delete() {
+    let env = TestEnv::new();
+    let src = env.filled("src", 2, 1);
+    let dst = env.filled("dst", 3, 1);
+    let run = env.fails(&["mirror", &src, &dst, "--delete", "--max-delete", "2"], 1);
+    assert!(run.stderr.contains("deleted 2,") && run.stderr.contains("--max-delete reached"), "{}", run.stderr);
+    assert_eq!(env.identities(&dst).len(), 3);
+    let run = env.ok(&["mirror", &src, &dst, "--delete"]);
+    assert!(run.stderr.contains("deleted 1,"), "{}", run.stderr);
+    assert_eq!(env.identities(&src), env.identities(&dst));
+    env.ok(&["verify", &dst]);
+    let aliases = sh(&format!("find '{dst}/.ibip' -type l | wc -l"));
+    assert_eq!(aliases.trim(), "2", "deleted items lose their aliases");
+}
+
+#[test]
+fn delete_refuses_an_empty_or_unmounted_src() {
+    let env = TestEnv::new();
+    let empty = env.collection("empty");
+    let dst = env.filled("dst", 2, 1);
+    let run = env.fails(&["mirror", &empty, &dst, "--delete"], 2);
+    assert!(run.stderr.contains("holds no items"), "{}", run.stderr);
+    fs::create_dir(env.path("mnt")).unwrap();
+    let run = env.fails(&["mirror", env.path("mnt").to_str().unwrap(), &dst, "--delete"], 2);
+    assert!(run.stderr.contains("not an ibi collection"), "{}", run.stderr);
+    assert_eq!(env.identities(&dst).len(), 2);
+}
+
+#[test]
+fn a_conflict_is_reported_and_nothing_is_overwritten() {
+    let env = TestEnv::new();
+    let src = env.filled("src", 2, 1);
+    let dst = env.collection("dst");
+    env.ok(&["copy", &src, &dst]);
+    let name = first_item(&env, &src);
+    change_item(&Path::new(&dst).join(&name), "Note: edited in DST");
+    let before = snapshot(Path::new(&dst).join(&name).as_path());
+    let run = env.fails(&["copy", &src, &dst], 1);
+    assert!(run.stdout.contains("conflict") && run.stdout.contains(&name), "{}", run.stdout);
+    assert_eq!(snapshot(Path::new(&dst).join(&name).as_path()), before);
+}
+
+#[test]
+fn a_corrupt_src_item_is_never_placed_and_the_rest_are() {
+    let env = TestEnv::new();
+    let src = env.filled("src", 3, 1);
+    let dst = env.collection("dst");
+    let name = first_item(&env, &src);
+    fs::write(Path::new(&src).join(&name).join("data/f0.txt"), b"flipped").unwrap();
+    let run = env.fails(&["copy", &src, &dst], 1);
+    assert!(
+        run.stdout.contains("digest mismatch") && run.stderr.contains("corrupt 1,"),
+        "{}{}",
+        run.stdout,
+        run.stderr
+    );
+    let copied = env.identities(&dst);
+    assert_eq!(copied.len(), 2);
+    assert!(!copied.contains_key(&name));
+    assert!(control_empty(&dst, "staging"));
+}
+
+#[test]
+fn a_second_mirror_exits_75_while_the_first_holds_the_lock() {
+    let env = TestEnv::new();
+    let src = env.filled("src", 3, 1);
+    let dst = env.collection("dst");
+    let mut first =
+        Reaper(Some(env.command(&["mirror", &src, &dst, "--watch"]).stderr(Stdio::piped()).spawn().unwrap()));
+    assert!(wait_until(20, || env.identities(&dst).len() == 3));
+    let second = env.fails(&["mirror", &src, &dst], 75);
+    assert!(second.stderr.contains("locked"), "{}", second.stderr);
+    let waited = env.fails(&["mirror", &src, &dst, "--wait", "0.5"], 75);
+    assert!(waited.stderr.contains("locked"));
+    let child = first.0.as_mut().unwrap();
+    sh(&format!("kill -TERM {}", child.id()));
+    assert!(child.wait().unwrap().success(), "the first mirror finishes cleanly");
+    first.0 = None;
+    assert_eq!(env.identities(&src), env.identities(&dst));
+    env.ok(&["mirror", &src, &dst]);
+}
+
+#[test]
+fn mirror_watch_delivers_a_new_item_within_seconds() {
+    let env = TestEnv::new();
+    let src = env.filled("src", 1, 1);
+    let dst = env.collection("dst");
+    let mut watcher =
+        Reaper(Some(env.command(&["mirror", &src, &dst, "--watch"]).stderr(Stdio::piped()).spawn().unwrap()));
+    assert!(wait_until(20, || env.identities(&dst).len() == 1));
+    env.write("late/new.txt", b"deposited while mirror --watch runs");
+    env.ok(&["deposit", &src, env.path("late").to_str().unwrap()]);
+    assert!(wait_until(15, || env.identities(&dst).len() == 2), "the new item did not arrive");
+    let child = watcher.0.as_mut().unwrap();
+    sh(&format!("kill -TERM {}", child.id()));
+    assert!(child.wait().unwrap().success());
+    watcher.0 = None;
+    env.ok(&["verify", &dst]);
+}
+
+#[test]
+fn symlink_traps_in_dst_never_reach_the_sentinel() {
+    let env = TestEnv::new();
+    let src = env.filled("src", 3, 1);
+    let dst = env.collection("dst");
+    env.write("sentinel/keep.txt", b"must not change");
+    let sentinel = env.path("sentinel");
+    let before = snapshot(&sentinel);
+    let name = first_item(&env, &src);
+    let item_path = Path::new(&dst).join(&name);
+    fs::create_dir_all(item_path.parent().unwrap()).unwrap();
+    symlink(&sentinel, &item_path).unwrap();
+    for dir in ["staging", "trash"] {
+        let path = Path::new(&dst).join(".ibi").join(dir);
+        fs::remove_dir_all(&path).ok();
+        symlink(&sentinel, &path).unwrap();
+    }
+    let run = env.fails(&["copy", &src, &dst], 1);
+    assert!(run.stdout.contains("not an item directory"), "{}", run.stdout);
+    assert_eq!(snapshot(&sentinel), before);
+    env.ok(&["mirror", &src, &dst, "--delete"]);
+    assert_eq!(snapshot(&sentinel), before);
+    assert_eq!(env.identities(&src), env.identities(&dst));
+    env.ok(&["migrate", &src, &dst]);
+    assert_eq!(snapshot(&sentinel), before);
+    env.ok(&["verify", &dst]);
+}
+
+#[test]
+fn cross_filesystem_migrate_from_dev_shm() {
+    let shm = tempfile::tempdir_in("/dev/shm").expect("/dev/shm");
+    let env = TestEnv::new();
+    let src = shm.path().join("src").to_string_lossy().into_owned();
+    env.ok(&["-q", "init", &src, "--host", "shm.example.org", "--ip", "192.0.2.40", "--granularity", "0.001"]);
+    for i in 0..5 {
+        env.write(&format!("s/{i}/f.txt"), format!("shm item {i}").as_bytes());
+        env.ok(&["-q", "deposit", &src, env.path(&format!("s/{i}")).to_str().unwrap()]);
+    }
+    let expected = env.identities(&src);
+    let dst = env.collection("dst");
+    let run = env.ok(&["migrate", &src, &dst]);
+    assert!(run.stderr.contains("migrated 5,"), "{}", run.stderr);
+    assert!(env.identities(&src).is_empty());
+    assert_eq!(env.identities(&dst), expected);
+    env.ok(&["verify", &dst]);
+    env.ok(&["verify", &src]);
+}
+
+#[test]
+fn disk_full_dst_exits_3_keeps_src_and_leaves_no_partial_item() {
+    assert!(is_root(), "this test mounts a small tmpfs and must run as root (CI does)");
+    let env = TestEnv::new();
+    let src = env.collection("src");
+    for i in 0..3 {
+        env.write(&format!("big/{i}/blob"), &vec![i as u8; 700 * 1024]);
+        env.ok(&["-q", "deposit", &src, env.path(&format!("big/{i}")).to_str().unwrap()]);
+    }
+    let expected = env.identities(&src);
+    let src_before = snapshot(Path::new(&src));
+    let mnt = env.path("small");
+    fs::create_dir(&mnt).unwrap();
+    sh(&format!("mount -t tmpfs -o size=1m tmpfs '{}'", mnt.display()));
+    let dst = format!("{}/dst", mnt.display());
+    env.ok(&["-q", "init", &dst, "--host", "a.b.c"]);
+    let mirror = env.run(&["mirror", &src, &dst]);
+    let src_after_mirror = snapshot(Path::new(&src));
+    let migrate = env.run(&["migrate", &src, &dst]);
+    let dst_valid = env.run(&["verify", &dst]).code == 0 && control_empty(&dst, "staging");
+    let in_dst = env.identities(&dst);
+    sh(&format!("umount '{}'", mnt.display()));
+    for run in [&mirror, &migrate] {
+        assert_eq!(run.code, 3, "{}", run.stderr);
+        assert!(run.stderr.contains("No space left on device"), "{}", run.stderr);
+    }
+    assert_eq!(src_after_mirror, src_before, "mirror leaves SRC byte-identical");
+    assert!(dst_valid, "DST holds only complete, valid items and an empty staging");
+    let in_src = env.identities(&src);
+    assert!(in_src.keys().all(|k| !in_dst.contains_key(k)), "migrate kept no item in both places");
+    let mut union = in_src.clone();
+    union.extend(in_dst);
+    assert_eq!(union, expected, "every item is in SRC or DST, unchanged");
+    env.ok(&["verify", &src]);
+}
+
+#[test]
+fn a_failing_fsync_commits_nothing_and_exits_3() {
+    let env = TestEnv::new();
+    let src = env.filled("src", 2, 1);
+    let dst = env.collection("dst");
+    let expected = env.identities(&src);
+    let out = std::process::Command::new("strace")
+        .args(["-f", "-o", "/dev/null", "-e", "inject=fsync:error=EIO"])
+        .arg(crate::env::ibi_bin())
+        .args(["migrate", &src, &dst])
+        .output()
+        .expect("strace (installed by scripts/setup)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("fsync") && stderr.contains("Input/output error"), "{stderr}");
+    assert!(env.identities(&dst).is_empty(), "no item is committed");
+    assert_eq!(env.identities(&src), expected, "SRC keeps every item");
+    assert!(control_empty(&dst, "staging"));
+    env.ok(&["migrate", &src, &dst]);
+    assert_eq!(env.identities(&dst), expected);
+}
+
+#[test]
+fn dry_run_changes_nothing() {
+    let env = TestEnv::new();
+    let src = env.filled("src", 2, 1);
+    let dst = env.filled("dst", 1, 1);
+    let before = (snapshot(Path::new(&src)), snapshot(Path::new(&dst)));
+    for cmd in [
+        &["mirror", &src, &dst, "--delete", "--dry-run"][..],
+        &["migrate", &src, &dst, "--dry-run"],
+        &["copy", &src, &dst, "--dry-run"],
+    ] {
+        let run = env.ok(cmd);
+        assert!(run.stderr.contains("dry run"), "{}", run.stderr);
+    }
+    assert_eq!((snapshot(Path::new(&src)), snapshot(Path::new(&dst))), before);
+}
