@@ -84,10 +84,19 @@ pub fn hash_bytes(bytes: &[u8]) -> String {
     format!("{:x}", Sha256::digest(bytes))
 }
 
-/// Copies `src` to a new file `dst` in one read pass that also hashes, then fsyncs `dst`.
-/// Returns the digest and size. `dst` must not exist. A symlink at `src` is read
-/// through only when `follow` is set.
-pub fn copy_hashing(src: &Path, dst: &Path, follow: bool) -> Result<(String, u64)> {
+/// How `copy_hashing` treats its ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyMode {
+    /// Read through a symlink at the source.
+    pub follow: bool,
+    /// fsync the copy; batch writers leave this off and call `syncfs` once instead.
+    pub sync: bool,
+}
+
+/// Copies `src` to a new file `dst` in one read pass that also hashes, then (in
+/// `mode.sync`) fsyncs `dst`. Returns the digest and size. `dst` must not exist.
+pub fn copy_hashing(src: &Path, dst: &Path, mode: CopyMode) -> Result<(String, u64)> {
+    let follow = mode.follow;
     let mut input = if follow { File::open(src) } else { open_nofollow(src) }.with_path("open", src)?;
     let mut output = OpenOptions::new().write(true).create_new(true).open(dst).with_path("create", dst)?;
     let mut write_error = None;
@@ -96,7 +105,9 @@ pub fn copy_hashing(src: &Path, dst: &Path, follow: bool) -> Result<(String, u64
     });
     match (result, write_error) {
         (Ok(done), _) => {
-            output.sync_all().with_path("fsync", dst)?;
+            if mode.sync {
+                output.sync_all().with_path("fsync", dst)?;
+            }
             Ok(done)
         }
         (Err(e), Some(_)) => Err(Error::io("write", dst, e)),
@@ -173,6 +184,18 @@ pub fn parent_dir(path: &Path) -> &Path {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     }
+}
+
+/// Makes everything written to the filesystem holding `path` durable (`syncfs`):
+/// one call instead of an fsync per file when many files were written.
+pub fn syncfs(path: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let dir = File::open(path).with_path("open", path)?;
+    // SAFETY: the descriptor is valid for the duration of the call.
+    if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
+        return Err(Error::io("syncfs", path, io::Error::last_os_error()));
+    }
+    Ok(())
 }
 
 /// fsyncs a directory so that renames and creations inside it are durable.

@@ -6,7 +6,7 @@
 use std::fs;
 use std::io;
 use std::os::unix::fs::symlink;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::collection::layout::Layout;
 use crate::error::{IoContext, Result};
@@ -15,10 +15,19 @@ use crate::id::{Ibip, RepositoryName};
 
 /// Creates or repairs the alias of `name`, durably.
 pub fn create(layout: &Layout, ibip: &Ibip, name: &RepositoryName) -> Result<()> {
+    match create_unsynced(layout, ibip, name)? {
+        Some(dir) => fsync_dir(&dir),
+        None => Ok(()),
+    }
+}
+
+/// Creates or repairs the alias of `name`; returns the directory to fsync (the caller
+/// fsyncs each once after a batch), or `None` when the link was already right.
+pub fn create_unsynced(layout: &Layout, ibip: &Ibip, name: &RepositoryName) -> Result<Option<PathBuf>> {
     let link = layout.alias(ibip);
     let target = Layout::alias_target(name);
     if fs::read_link(&link).is_ok_and(|t| t == target) {
-        return Ok(());
+        return Ok(None);
     }
     let dir = parent_dir(&link).to_path_buf();
     create_dir_all_durable(&dir)?;
@@ -26,7 +35,7 @@ pub fn create(layout: &Layout, ibip: &Ibip, name: &RepositoryName) -> Result<()>
     let _ = fs::remove_file(&temp);
     symlink(&target, &temp).with_path("create symlink", &temp)?;
     fs::rename(&temp, &link).with_path("rename symlink onto", &link)?;
-    fsync_dir(&dir)
+    Ok(Some(dir))
 }
 
 /// Why the alias of `name` is broken, if it is.
@@ -46,12 +55,20 @@ pub fn check(layout: &Layout, ibip: &Ibip, name: &RepositoryName) -> Option<Stri
 
 /// Removes the alias of `name` if it points to `name`, durably.
 pub fn remove(layout: &Layout, ibip: &Ibip, name: &RepositoryName) -> Result<()> {
+    match remove_unsynced(layout, ibip, name)? {
+        Some(dir) => fsync_dir(&dir),
+        None => Ok(()),
+    }
+}
+
+/// Removes the alias of `name` if it points to `name`; returns the directory to fsync.
+pub fn remove_unsynced(layout: &Layout, ibip: &Ibip, name: &RepositoryName) -> Result<Option<PathBuf>> {
     let link = layout.alias(ibip);
     if fs::read_link(&link).is_ok_and(|t| t == Layout::alias_target(name)) {
         fs::remove_file(&link).with_path("remove", &link)?;
-        fsync_dir(parent_dir(&link))?;
+        return Ok(Some(parent_dir(&link).to_path_buf()));
     }
-    Ok(())
+    Ok(None)
 }
 
 fn rel(layout: &Layout, path: &Path) -> String {

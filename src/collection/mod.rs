@@ -281,11 +281,19 @@ impl Collection {
     /// Records, before acting, that `name` is about to be placed or removed, so
     /// that an interrupted writer's successor can finish its alias. Returns the record.
     pub fn journal(&self, intent: Intent, name: &RepositoryName, ibip: Option<&Ibip>) -> Result<PathBuf> {
-        let key = &fsx::hash_bytes(name.to_string().as_bytes())[..16];
+        self.journal_all(intent, &[(name, ibip)])
+    }
+
+    /// One journal record for several items (a batch), one `name<TAB>ibip` line each.
+    pub fn journal_all(&self, intent: Intent, items: &[(&RepositoryName, Option<&Ibip>)]) -> Result<PathBuf> {
+        let text: String = items
+            .iter()
+            .map(|(name, ibip)| format!("{name}\t{}\n", ibip.map(|i| i.to_string()).unwrap_or_default()))
+            .collect();
+        let key = &fsx::hash_bytes(text.as_bytes())[..16];
         let path = self.layout.journal().join(format!("{}{key}", intent.prefix()));
-        let ibip = ibip.map(|i| i.to_string()).unwrap_or_default();
         create_dir_all_durable(&self.layout.journal())?;
-        atomic_write(&path, format!("{name}\t{ibip}\n").as_bytes())?;
+        atomic_write(&path, text.as_bytes())?;
         Ok(path)
     }
 
@@ -321,12 +329,14 @@ impl Collection {
 
     fn finish(&self, intent: Intent, record: &Path) -> Result<()> {
         let text = fs::read_to_string(record).with_path("read", record)?;
-        let (name, ibip) = text.trim_end().split_once('\t').unwrap_or((text.trim_end(), ""));
-        if let (Ok(name), Ok(ibip)) = (RepositoryName::parse(name), Ibip::parse(ibip)) {
-            match (intent, self.contains(&name)) {
-                (Intent::Place, true) => alias::create(&self.layout, &ibip, &name)?,
-                (Intent::Remove, false) => alias::remove(&self.layout, &ibip, &name)?,
-                _ => {}
+        for line in text.lines() {
+            let (name, ibip) = line.split_once('\t').unwrap_or((line, ""));
+            if let (Ok(name), Ok(ibip)) = (RepositoryName::parse(name), Ibip::parse(ibip)) {
+                match (intent, self.contains(&name)) {
+                    (Intent::Place, true) => alias::create(&self.layout, &ibip, &name)?,
+                    (Intent::Remove, false) => alias::remove(&self.layout, &ibip, &name)?,
+                    _ => {}
+                }
             }
         }
         self.end_journal(record)

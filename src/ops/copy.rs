@@ -5,15 +5,16 @@
 //! SRC item through SRC's trash, journalled, so a rerun after SIGKILL at any
 //! point leaves every item in exactly one place. Items run in parallel.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use rayon::iter::{ParallelBridge, ParallelIterator};
+use rayon::prelude::*;
 
 use crate::collection::{Collection, Entry, Item, LockWait, Slot};
 use crate::error::{Error, Result};
 use crate::fsx::FileLock;
 use crate::ops::report::Reporter;
-use crate::ops::transfer::{place, remove, same_identity, stage_copy};
+use crate::ops::transfer::{place_all, remove_all, same_identity, stage_copy, Staged};
 use crate::ops::verify::verify_item;
 use crate::problem::{Problem, ProblemKind};
 
@@ -104,81 +105,166 @@ pub fn lock_and_recover(collection: &Collection, wait: LockWait) -> Result<FileL
     Ok(lock)
 }
 
-/// Copies one item into `dst` unless it is there already. Returns whether DST now
-/// holds an identical copy (copied or skipped).
-pub fn copy_one(
-    src_item: &Item,
-    dst: &Collection,
-    dry_run: bool,
-    tally: &Tally,
-    reporter: &dyn Reporter,
-) -> Result<bool> {
+/// How many items are staged, then made durable and placed, together.
+pub const CHUNK: usize = 64;
+
+/// What to do with one item, decided in parallel for a chunk.
+pub enum Plan {
+    /// Nothing to write: already identical (`true`), or reported as a problem.
+    Settled(Item, bool),
+    Copy(Item),
+    Replace(Item, &'static str),
+    Delete(Item),
+}
+
+/// The plan for a SRC item under copy (and migrate): copy it unless DST holds it.
+pub fn plan_copy(src_item: Item, dst: &Collection, tally: &Tally, reporter: &dyn Reporter) -> Result<Plan> {
     let label = src_item.name.to_string();
     let conflict = |detail: String| {
         Tally::add(&tally.conflicts, 1);
         tally.report(reporter, &Problem::new(&label, None, ProblemKind::Conflict, detail));
-        Ok(false)
     };
     match dst.slot(&src_item.name)? {
-        Slot::Item(existing) if same_identity(src_item, &existing)? => {
+        Slot::Item(existing) if same_identity(&src_item, &existing)? => {
             Tally::add(&tally.skipped, 1);
             reporter.item(&label, "skipped");
-            Ok(true)
+            return Ok(Plan::Settled(src_item, true));
         }
         Slot::Item(_) => {
             conflict("DST holds a different item under this name (identity digests differ); left untouched".into())
         }
         Slot::Foreign(path) => conflict(format!("{} is not an item directory; left untouched", path.display())),
-        Slot::Empty if dry_run => {
-            Tally::add(&tally.copied, 1);
-            reporter.item(&label, "would copy");
-            Ok(false)
+        Slot::Empty => return Ok(Plan::Copy(src_item)),
+    }
+    Ok(Plan::Settled(src_item, false))
+}
+
+/// Carries out the plans of a chunk against DST.
+pub struct Driver<'a> {
+    pub dst: &'a Collection,
+    pub dry_run: bool,
+    pub tally: &'a Tally,
+    pub reporter: &'a dyn Reporter,
+}
+
+impl Driver<'_> {
+    fn dry(&self, plans: Vec<Plan>) -> Vec<Item> {
+        for plan in &plans {
+            let (counter, what, item) = match plan {
+                Plan::Settled(..) => continue,
+                Plan::Copy(item) => (&self.tally.copied, "would copy", item),
+                Plan::Replace(item, _) => (&self.tally.replaced, "would replace", item),
+                Plan::Delete(item) => (&self.tally.deleted, "would delete", item),
+            };
+            Tally::add(counter, 1);
+            self.reporter.item(&item.name.to_string(), what);
         }
-        Slot::Empty => match stage_copy(src_item, dst, reporter)? {
-            Err(problems) => {
-                Tally::add(&tally.corrupt, 1);
-                problems.iter().for_each(|p| tally.report(reporter, p));
-                Ok(false)
-            }
-            Ok(staged) => {
-                Tally::add(&tally.bytes, staged.bytes);
-                match place(dst, staged, &src_item.name, false) {
-                    Err(Error::Data { problem, .. }) => conflict(problem),
-                    Err(e) => Err(e),
-                    Ok(()) => {
-                        Tally::add(&tally.copied, 1);
-                        reporter.item(&label, "copied");
-                        Ok(true)
+        Vec::new()
+    }
+
+    /// Stages every copy in parallel; damaged sources are reported, not staged.
+    fn stage(&self, plans: &[Plan]) -> Result<Vec<Staged>> {
+        let staged: Vec<Option<Staged>> = plans
+            .par_iter()
+            .map(|plan| {
+                let (item, replace) = match plan {
+                    Plan::Copy(item) => (item, false),
+                    Plan::Replace(item, _) => (item, true),
+                    _ => return Ok(None),
+                };
+                match stage_copy(item, self.dst, replace, self.reporter)? {
+                    Ok(staged) => Ok(Some(staged)),
+                    Err(problems) => {
+                        Tally::add(&self.tally.corrupt, 1);
+                        problems.iter().for_each(|p| self.tally.report(self.reporter, p));
+                        Ok(None)
                     }
                 }
+            })
+            .collect::<Result<_>>()?;
+        Ok(staged.into_iter().flatten().collect())
+    }
+
+    /// Places staged copies and counts them; returns the names placed.
+    fn place(&self, staged: Vec<Staged>) -> Result<HashSet<String>> {
+        let sizes: HashMap<String, (u64, bool)> =
+            staged.iter().map(|s| (s.name.to_string(), (s.bytes, s.replace))).collect();
+        let mut placed = HashSet::new();
+        for (name, outcome) in place_all(self.dst, staged)? {
+            let label = name.to_string();
+            let (bytes, replace) = sizes[&label];
+            match outcome {
+                Ok(()) => {
+                    Tally::add(&self.tally.bytes, bytes);
+                    Tally::add(if replace { &self.tally.replaced } else { &self.tally.copied }, 1);
+                    self.reporter.item(&label, if replace { "replaced" } else { "copied" });
+                    placed.insert(label);
+                }
+                Err(why) => {
+                    Tally::add(&self.tally.conflicts, 1);
+                    self.tally.report(self.reporter, &Problem::new(&label, None, ProblemKind::Conflict, why));
+                }
             }
-        },
+        }
+        Ok(placed)
+    }
+
+    /// Executes a chunk's plans; returns the SRC items DST now holds identical copies of.
+    pub fn execute(&self, plans: Vec<Plan>) -> Result<Vec<Item>> {
+        if self.dry_run {
+            return Ok(self.dry(plans));
+        }
+        let placed = self.place(self.stage(&plans)?)?;
+        let deletes: Vec<Item> =
+            plans.iter().filter_map(|p| if let Plan::Delete(i) = p { Some(i.clone()) } else { None }).collect();
+        remove_all(self.dst, &deletes)?;
+        for item in &deletes {
+            Tally::add(&self.tally.deleted, 1);
+            self.reporter.item(&item.name.to_string(), "deleted");
+        }
+        Ok(plans
+            .into_iter()
+            .filter_map(|plan| match plan {
+                Plan::Settled(item, true) => Some(item),
+                Plan::Copy(item) | Plan::Replace(item, _) if placed.contains(&item.name.to_string()) => Some(item),
+                _ => None,
+            })
+            .collect())
     }
 }
 
-/// Migrates one item: copy, re-verify in DST, then remove from SRC.
-fn migrate_one(
+/// Migrate's last step for a chunk: re-verify each copy in DST, then remove from SRC
+/// the items whose copies are sound.
+fn finish_migration(
     src: &Collection,
-    item: &Item,
     dst: &Collection,
-    dry_run: bool,
+    in_dst: Vec<Item>,
     tally: &Tally,
     reporter: &dyn Reporter,
 ) -> Result<()> {
-    if !copy_one(item, dst, dry_run, tally, reporter)? || dry_run {
-        return Ok(());
+    let sound: Vec<Item> = in_dst
+        .into_par_iter()
+        .filter(|item| {
+            let (_, problems) = verify_item(dst, &dst.item(&item.name), reporter);
+            problems.iter().for_each(|p| tally.report(reporter, p));
+            if !problems.is_empty() {
+                let detail = "the copy in DST failed re-verification; SRC keeps the item";
+                tally.report(reporter, &Problem::new(&item.name.to_string(), None, ProblemKind::Conflict, detail));
+            }
+            problems.is_empty()
+        })
+        .collect();
+    remove_all(src, &sound)?;
+    for item in &sound {
+        Tally::add(&tally.migrated, 1);
+        reporter.item(&item.name.to_string(), "migrated");
     }
-    let (_, problems) = verify_item(dst, &dst.item(&item.name), reporter);
-    if !problems.is_empty() {
-        problems.iter().for_each(|p| tally.report(reporter, p));
-        let detail = "the copy in DST failed re-verification; SRC keeps the item";
-        tally.report(reporter, &Problem::new(&item.name.to_string(), None, ProblemKind::Conflict, detail));
-        return Ok(());
-    }
-    remove(src, item)?;
-    Tally::add(&tally.migrated, 1);
-    reporter.item(&item.name.to_string(), "migrated");
     Ok(())
+}
+
+/// Takes up to `CHUNK` results from an iterator, stopping at the first error.
+pub fn next_chunk<T>(iter: &mut impl Iterator<Item = Result<T>>) -> Result<Vec<T>> {
+    iter.by_ref().take(CHUNK).collect()
 }
 
 /// The SRC items to work on: the named ones, or all.
@@ -206,15 +292,21 @@ fn run(
     let _dst_lock = if options.dry_run { None } else { Some(lock_and_recover(dst, options.wait)?) };
     let _src_lock = if options.dry_run || !migrate { None } else { Some(lock_and_recover(src, options.wait)?) };
     let tally = Tally::default();
+    let driver = Driver { dst, dry_run: options.dry_run, tally: &tally, reporter };
     reporter.begin(if migrate { "migrate" } else { "copy" }, None, None);
-    selected(src, names).par_bridge().try_for_each(|item| {
-        let item = item?;
-        if migrate {
-            migrate_one(src, &item, dst, options.dry_run, &tally, reporter)
-        } else {
-            copy_one(&item, dst, options.dry_run, &tally, reporter).map(|_| ())
+    let mut items = selected(src, names);
+    loop {
+        let chunk = next_chunk(&mut items)?;
+        if chunk.is_empty() {
+            break;
         }
-    })?;
+        let plans: Vec<Plan> =
+            chunk.into_par_iter().map(|item| plan_copy(item, dst, &tally, reporter)).collect::<Result<_>>()?;
+        let in_dst = driver.execute(plans)?;
+        if migrate && !options.dry_run {
+            finish_migration(src, dst, in_dst, &tally, reporter)?;
+        }
+    }
     reporter.end();
     Ok(tally.summary())
 }

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use crate::bag::{self, BagInfo, ManifestEntry, Oxum};
 use crate::collection::{alias, Collection, Intent, LockWait, StagingDir};
 use crate::error::{Error, IoContext, Result};
-use crate::fsx::{self, copy_hashing, fsync_dir, rename_noreplace};
+use crate::fsx::{self, copy_hashing, fsync_dir, rename_noreplace, CopyMode};
 use crate::id::minter::Clock;
 use crate::id::Minted;
 use crate::ops::report::Reporter;
@@ -73,7 +73,11 @@ fn copy_payload(staging: &Path, plan: &SourcePlan, reporter: &dyn Reporter) -> R
         .files
         .par_iter()
         .map(|file| {
-            let (digest, size) = copy_hashing(&file.source, &data.join(&file.payload), plan.follow_symlinks)?;
+            let (digest, size) = copy_hashing(
+                &file.source,
+                &data.join(&file.payload),
+                CopyMode { follow: plan.follow_symlinks, sync: true },
+            )?;
             reporter.bytes(size);
             if let Some(expected) = &file.expected {
                 if *expected != digest {

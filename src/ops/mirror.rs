@@ -12,15 +12,14 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use notify::{RecursiveMode, Watcher};
-use rayon::iter::{ParallelBridge, ParallelIterator};
+use rayon::prelude::*;
 
 use crate::collection::{Collection, Entry, Item, ItemWalker, LockWait, Slot};
 use crate::error::{Error, Result};
-use crate::ops::copy::{check_distinct, copy_one, lock_and_recover, Tally, TransferSummary};
+use crate::ops::copy::{check_distinct, lock_and_recover, next_chunk, plan_copy, Driver, Plan, Tally, TransferSummary};
 use crate::ops::report::Reporter;
-use crate::ops::transfer::{place, remove, same_identity, stage_copy};
+use crate::ops::transfer::same_identity;
 use crate::ops::verify::verify_item;
-use crate::problem::{Problem, ProblemKind};
 
 #[derive(Debug, Clone, Copy)]
 pub struct MirrorOptions {
@@ -87,7 +86,8 @@ fn guard_delete(src: &Collection, dst: &Collection) -> Result<()> {
     Ok(())
 }
 
-struct Pass<'a> {
+/// Decides, for one pair of the merge, what the mirror must do.
+struct Planner<'a> {
     dst: &'a Collection,
     options: &'a MirrorOptions,
     tally: &'a Tally,
@@ -95,79 +95,40 @@ struct Pass<'a> {
     reporter: &'a dyn Reporter,
 }
 
-impl Pass<'_> {
-    /// Replaces DST's copy of an item with a verified copy of SRC's, atomically.
-    fn replace(&self, src_item: &Item, why: &str) -> Result<()> {
-        let label = src_item.name.to_string();
-        if self.options.dry_run {
-            Tally::add(&self.tally.replaced, 1);
-            self.reporter.item(&label, &format!("would replace ({why})"));
-            return Ok(());
-        }
-        match stage_copy(src_item, self.dst, self.reporter)? {
-            Err(problems) => {
-                Tally::add(&self.tally.corrupt, 1);
-                problems.iter().for_each(|p| self.tally.report(self.reporter, p));
-            }
-            Ok(staged) => {
-                Tally::add(&self.tally.bytes, staged.bytes);
-                match place(self.dst, staged, &src_item.name, true) {
-                    Err(Error::Data { problem, .. }) => {
-                        Tally::add(&self.tally.conflicts, 1);
-                        self.tally.report(self.reporter, &Problem::new(&label, None, ProblemKind::Conflict, problem));
-                    }
-                    Err(e) => return Err(e),
-                    Ok(()) => {
-                        Tally::add(&self.tally.replaced, 1);
-                        self.reporter.item(&label, &format!("replaced ({why})"));
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn both(&self, src_item: &Item, dst_item: &Item) -> Result<()> {
-        if !same_identity(src_item, dst_item)? {
-            return self.replace(src_item, "identity digest differs");
+impl Planner<'_> {
+    fn both(&self, src_item: Item, dst_item: &Item) -> Result<Plan> {
+        if !same_identity(&src_item, dst_item)? {
+            return Ok(Plan::Replace(src_item, "identity digest differs"));
         }
         if self.options.checksum && !verify_item(self.dst, dst_item, self.reporter).1.is_empty() {
-            return self.replace(src_item, "DST copy is damaged");
+            return Ok(Plan::Replace(src_item, "DST copy is damaged"));
         }
         Tally::add(&self.tally.skipped, 1);
         self.reporter.item(&src_item.name.to_string(), "unchanged");
-        Ok(())
+        Ok(Plan::Settled(src_item, true))
     }
 
-    fn delete(&self, dst_item: &Item) -> Result<()> {
+    fn delete(&self, dst_item: Item) -> Plan {
         if !self.options.delete {
-            return Ok(());
+            return Plan::Settled(dst_item, false);
         }
         let n = self.deletions.fetch_add(1, Ordering::SeqCst) + 1;
         if self.options.max_delete.is_some_and(|max| n > max) {
             self.tally.delete_capped.store(true, Ordering::Relaxed);
-            return Ok(());
+            return Plan::Settled(dst_item, false);
         }
-        let label = dst_item.name.to_string();
-        if self.options.dry_run {
-            self.reporter.item(&label, "would delete");
-        } else {
-            remove(self.dst, dst_item)?;
-            self.reporter.item(&label, "deleted");
-        }
-        Tally::add(&self.tally.deleted, 1);
-        Ok(())
+        Plan::Delete(dst_item)
     }
 
-    fn step(&self, pair: Pair) -> Result<()> {
+    fn plan(&self, pair: Pair) -> Result<Plan> {
         match pair {
             Pair::Src(src_item) => match self.dst.slot(&src_item.name)? {
                 // A symlink or file planted at the item's place: swapped out, never followed.
-                Slot::Foreign(_) => self.replace(&src_item, "not an item directory in DST"),
-                _ => copy_one(&src_item, self.dst, self.options.dry_run, self.tally, self.reporter).map(|_| ()),
+                Slot::Foreign(_) => Ok(Plan::Replace(src_item, "not an item directory in DST")),
+                _ => plan_copy(src_item, self.dst, self.tally, self.reporter),
             },
-            Pair::Both(src_item, dst_item) => self.both(&src_item, &dst_item),
-            Pair::Dst(dst_item) => self.delete(&dst_item),
+            Pair::Both(src_item, dst_item) => self.both(src_item, &dst_item),
+            Pair::Dst(dst_item) => Ok(self.delete(dst_item)),
         }
     }
 }
@@ -183,10 +144,18 @@ fn sync(
         guard_delete(src, dst)?;
     }
     let tally = Tally::default();
-    let pass = Pass { dst, options, tally: &tally, deletions: AtomicU64::new(0), reporter };
+    let planner = Planner { dst, options, tally: &tally, deletions: AtomicU64::new(0), reporter };
+    let driver = Driver { dst, dry_run: options.dry_run, tally: &tally, reporter };
     reporter.begin("mirror", None, None);
-    let merge = Merge { src: items(src.walk()).peekable(), dst: items(dst.walk()).peekable() };
-    merge.par_bridge().try_for_each(|pair| pass.step(pair?))?;
+    let mut merge = Merge { src: items(src.walk()).peekable(), dst: items(dst.walk()).peekable() };
+    loop {
+        let chunk = next_chunk(&mut merge)?;
+        if chunk.is_empty() {
+            break;
+        }
+        let plans: Vec<Plan> = chunk.into_par_iter().map(|pair| planner.plan(pair)).collect::<Result<_>>()?;
+        driver.execute(plans)?;
+    }
     reporter.end();
     Ok(tally.summary())
 }

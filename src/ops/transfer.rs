@@ -1,14 +1,16 @@
 //! Moving items between collections, the one mechanism under copy, migrate and
-//! mirror: stage a copy in the destination's `.ibi/staging/`, hashing while
-//! reading and checking it against the source's manifests; place it (rename,
-//! never over anything) or swap it with the item it replaces
+//! mirror: stage copies in the destination's `.ibi/staging/`, hashing while
+//! reading and checking them against the source's manifests; place a batch of
+//! them (rename, never over anything) or swap each with the item it replaces
 //! (`RENAME_EXCHANGE`, so the name is never absent); remove items through the
-//! trash. Every step that leaves an alias to fix is journalled first, so an
+//! trash. A batch is made durable with one `syncfs` before anything is renamed
+//! and each touched directory is fsynced once after, instead of an fsync per
+//! file. Every step that leaves an alias to fix is journalled first, so an
 //! interrupted run's successor completes it. Symlinks are never followed.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 use walkdir::WalkDir;
@@ -16,7 +18,7 @@ use walkdir::WalkDir;
 use crate::bag;
 use crate::collection::{alias, ibip_in, Collection, Intent, Item, StagingDir};
 use crate::error::{Error, IoContext, Result};
-use crate::fsx::{self, copy_hashing, fsync_dir, rename_exchange, rename_noreplace};
+use crate::fsx::{self, copy_hashing, fsync_dir, rename_exchange, rename_noreplace, CopyMode};
 use crate::id::{Ibip, RepositoryName};
 use crate::ops::report::Reporter;
 use crate::ops::verify::check_identifiers;
@@ -25,8 +27,11 @@ use crate::problem::{Problem, ProblemKind};
 /// A verified copy waiting in the destination's staging.
 pub struct Staged {
     dir: StagingDir,
+    pub name: RepositoryName,
     pub ibip: Option<Ibip>,
     pub bytes: u64,
+    /// Swap it with whatever holds the name in DST.
+    pub replace: bool,
 }
 
 /// A copy that failed because the source item is damaged: what was wrong.
@@ -79,7 +84,7 @@ fn copy_files(
     let results: Vec<(String, Result<(String, u64)>)> = files
         .par_iter()
         .map(|rel| {
-            let result = copy_hashing(&item.path.join(rel), &to.join(rel), false);
+            let result = copy_hashing(&item.path.join(rel), &to.join(rel), CopyMode { follow: false, sync: false });
             if let Ok((_, n)) = &result {
                 reporter.bytes(*n);
             }
@@ -103,9 +108,15 @@ fn copy_files(
 }
 
 /// Copies `item` into `dst`'s staging and checks the copy against the source's
-/// manifests, using the digests taken while copying. `Ok(Err(problems))` means the
-/// source is damaged: nothing is placed.
-pub fn stage_copy(item: &Item, dst: &Collection, reporter: &dyn Reporter) -> Result<Result<Staged, Corrupt>> {
+/// manifests, using the digests taken while copying. Nothing is fsynced yet:
+/// `place_all` makes the batch durable. `Ok(Err(problems))` means the source is
+/// damaged: nothing is placed.
+pub fn stage_copy(
+    item: &Item,
+    dst: &Collection,
+    replace: bool,
+    reporter: &dyn Reporter,
+) -> Result<Result<Staged, Corrupt>> {
     let label = item.name.to_string();
     let staging = StagingDir::new(dst)?;
     let (dirs, files, mut problems) = list_tree(item, &label)?;
@@ -115,10 +126,6 @@ pub fn stage_copy(item: &Item, dst: &Collection, reporter: &dyn Reporter) -> Res
     }
     let (digests, unreadable) = copy_files(item, &staging.path, &files, &label, reporter)?;
     problems.extend(unreadable);
-    for dir in dirs.iter().rev() {
-        fsync_dir(&staging.path.join(dir))?;
-    }
-    fsync_dir(&staging.path)?;
     let lookup = |_: &Path, rel: &str| {
         digests.get(rel).cloned().ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "not copied"))
     };
@@ -133,54 +140,94 @@ pub fn stage_copy(item: &Item, dst: &Collection, reporter: &dyn Reporter) -> Res
         return Ok(Err(problems));
     }
     let ibip = check.info.as_ref().and_then(ibip_in);
-    Ok(Ok(Staged { dir: staging, ibip, bytes: digests.values().map(|(_, n)| n).sum() }))
+    let bytes = digests.values().map(|(_, n)| n).sum();
+    Ok(Ok(Staged { dir: staging, name: item.name.clone(), ibip, bytes, replace }))
 }
 
-/// Puts a staged copy at `name`'s place. With `replace`, it is swapped atomically
-/// with whatever is there (an older item, or a planted symlink, which is removed
-/// and never followed); without, an occupied place is an error.
-pub fn place(dst: &Collection, mut staged: Staged, name: &RepositoryName, replace: bool) -> Result<()> {
-    let record = dst.journal(Intent::Place, name, staged.ibip.as_ref())?;
-    let parent = dst.make_parents(name)?;
-    let dest = dst.layout.item(name);
-    let result = if replace && std::fs::symlink_metadata(&dest).is_ok() {
+/// Renames one staged copy to its place; `Err` says why the place was refused.
+fn rename_into_place(dst: &Collection, staged: &mut Staged) -> Result<std::result::Result<PathBuf, String>> {
+    let parent = match dst.make_parents(&staged.name) {
+        Ok(parent) => parent,
+        Err(Error::Data { problem, .. }) => return Ok(Err(problem)),
+        Err(e) => return Err(e),
+    };
+    let dest = dst.layout.item(&staged.name);
+    let result = if staged.replace && std::fs::symlink_metadata(&dest).is_ok() {
+        // The old item (or a planted symlink) ends up in staging and is removed with it.
         rename_exchange(&staged.dir.path, &dest)
     } else {
         rename_noreplace(&staged.dir.path, &dest).map(|()| staged.dir.placed = true)
     };
     match result {
-        Ok(()) => {}
+        Ok(()) => Ok(Ok(parent)),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists || e.raw_os_error() == Some(libc::ENOTEMPTY) => {
-            return Err(Error::Data {
-                what: format!("item {name}"),
-                problem: format!("{} already exists; refusing to overwrite it", dest.display()),
-            })
+            Ok(Err(format!("{} already exists; refusing to overwrite it", dest.display())))
         }
-        Err(e) => return Err(Error::io("rename staged item to", &dest, e)),
+        Err(e) => Err(Error::io("rename staged item to", &dest, e)),
     }
-    fsync_dir(&parent)?;
-    fsync_dir(&dst.layout.staging())?;
-    if let Some(ibip) = &staged.ibip {
-        alias::create(&dst.layout, ibip, name)?;
-    }
-    drop(staged);
-    dst.end_journal(&record)
 }
 
-/// Removes an item: journal, rename into the trash, fsync, drop its alias, delete.
-pub fn remove(collection: &Collection, item: &Item) -> Result<()> {
-    let ibip = item.ibip().ok().flatten();
-    let record = collection.journal(Intent::Remove, &item.name, ibip.as_ref())?;
+/// Places a batch of staged copies: one `syncfs` makes them durable, one journal
+/// record covers their aliases, then each is renamed into place (never over an
+/// item unless it is a replacement) and every touched directory is fsynced once.
+/// Returns, per copy, its name and `Err(reason)` when its place was refused.
+pub fn place_all(
+    dst: &Collection,
+    mut staged: Vec<Staged>,
+) -> Result<Vec<(RepositoryName, std::result::Result<(), String>)>> {
+    if staged.is_empty() {
+        return Ok(Vec::new());
+    }
+    fsx::syncfs(&dst.layout.staging())?;
+    let entries: Vec<(&RepositoryName, Option<&Ibip>)> = staged.iter().map(|s| (&s.name, s.ibip.as_ref())).collect();
+    let record = dst.journal_all(Intent::Place, &entries)?;
+    let mut dirs = BTreeSet::new();
+    let mut outcomes = Vec::with_capacity(staged.len());
+    for copy in staged.iter_mut() {
+        let outcome = rename_into_place(dst, copy)?.map(|parent| {
+            dirs.insert(parent);
+        });
+        outcomes.push((copy.name.clone(), outcome));
+    }
+    dirs.iter().try_for_each(|dir| fsync_dir(dir))?;
+    fsync_dir(&dst.layout.staging())?;
+    let mut alias_dirs = BTreeSet::new();
+    for (copy, (_, outcome)) in staged.iter().zip(&outcomes) {
+        if let (Some(ibip), Ok(())) = (&copy.ibip, outcome) {
+            alias_dirs.extend(alias::create_unsynced(&dst.layout, ibip, &copy.name)?);
+        }
+    }
+    alias_dirs.iter().try_for_each(|dir| fsync_dir(dir))?;
+    drop(staged);
+    dst.end_journal(&record)?;
+    Ok(outcomes)
+}
+
+/// Removes items: one journal record, renames into the trash, fsyncs, aliases
+/// dropped, then the trash emptied.
+pub fn remove_all(collection: &Collection, items: &[Item]) -> Result<()> {
+    if items.is_empty() {
+        return Ok(());
+    }
+    let ibips: Vec<Option<Ibip>> = items.iter().map(|i| i.ibip().ok().flatten()).collect();
+    let entries: Vec<(&RepositoryName, Option<&Ibip>)> =
+        items.iter().zip(&ibips).map(|(i, b)| (&i.name, b.as_ref())).collect();
+    let record = collection.journal_all(Intent::Remove, &entries)?;
     let trash = collection.layout.trash();
     fsx::create_dir_all_durable(&trash)?;
-    let holder = tempfile::Builder::new().prefix("item-").tempdir_in(&trash).with_path("create in", &trash)?.keep();
-    let target = holder.join("item");
-    std::fs::rename(&item.path, &target).with_path("move to trash", &item.path)?;
-    fsync_dir(fsx::parent_dir(&item.path))?;
-    fsync_dir(&holder)?;
-    if let Some(ibip) = &ibip {
-        alias::remove(&collection.layout, ibip, &item.name)?;
+    let holder = tempfile::Builder::new().prefix("items-").tempdir_in(&trash).with_path("create in", &trash)?.keep();
+    let mut dirs = BTreeSet::new();
+    for (n, item) in items.iter().enumerate() {
+        std::fs::rename(&item.path, holder.join(n.to_string())).with_path("move to trash", &item.path)?;
+        dirs.insert(fsx::parent_dir(&item.path).to_path_buf());
     }
+    dirs.insert(holder.clone());
+    for (item, ibip) in items.iter().zip(&ibips) {
+        if let Some(ibip) = ibip {
+            dirs.extend(alias::remove_unsynced(&collection.layout, ibip, &item.name)?);
+        }
+    }
+    dirs.iter().try_for_each(|dir| fsync_dir(dir))?;
     fsx::remove_tree(&holder)?;
     fsync_dir(&trash)?;
     collection.end_journal(&record)

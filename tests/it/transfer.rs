@@ -271,14 +271,14 @@ fn a_failing_fsync_commits_nothing_and_exits_3() {
     let dst = env.collection("dst");
     let expected = env.identities(&src);
     let out = std::process::Command::new("strace")
-        .args(["-f", "-o", "/dev/null", "-e", "inject=fsync:error=EIO"])
+        .args(["-f", "-o", "/dev/null", "-e", "inject=fsync,syncfs:error=EIO"])
         .arg(crate::env::ibi_bin())
         .args(["migrate", &src, &dst])
         .output()
         .expect("strace (installed by scripts/setup)");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
-    assert!(stderr.contains("fsync") && stderr.contains("Input/output error"), "{stderr}");
+    assert!(stderr.contains("sync") && stderr.contains("Input/output error"), "{stderr}");
     assert!(env.identities(&dst).is_empty(), "no item is committed");
     assert_eq!(env.identities(&src), expected, "SRC keeps every item");
     assert!(control_empty(&dst, "staging"));
