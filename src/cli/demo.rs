@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use ibi::collection::{Collection, LockWait};
 use ibi::id::minter::SystemClock;
-use ibi::ops::copy::{migrate, TransferOptions};
+use ibi::ops::copy::{transfer, TransferKind, TransferOptions};
 use ibi::ops::deposit::{deposit, DepositOptions};
 use ibi::ops::list::{list, DateRange};
 use ibi::ops::mirror::{mirror, MirrorOptions};
@@ -129,7 +129,8 @@ pub fn run(global: GlobalArgs, dir: Option<&Path>) -> Result<Outcome> {
         Subsystem::new("demo-c.ibi.example.org", 80, None, 800, Granularity::SECOND)?,
         None,
     )?;
-    let s = migrate(&b, &c, &[], TransferOptions { dry_run: false, wait: LockWait::No }, &Silent)?;
+    let options = TransferOptions { dry_run: false, wait: LockWait::No };
+    let s = transfer(TransferKind::Migrate, &b, &c, &[], options, &Silent)?;
     printer.line(&format!("migrated {}; {} now holds:", s.migrated, new_root.display()));
     for entry in list(&c, DateRange::default()) {
         let (name, ibip) = entry?;

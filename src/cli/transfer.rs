@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use ibi::collection::{Collection, LockWait};
-use ibi::ops::copy::{copy as copy_items, migrate as migrate_items, TransferOptions, TransferSummary};
+use ibi::ops::copy::{transfer, TransferKind, TransferOptions, TransferSummary};
 use ibi::ops::mirror::{mirror as mirror_once, mirror_watch, MirrorOptions};
 use serde_json::json;
 
@@ -54,11 +54,8 @@ pub fn copy(global: GlobalArgs, args: &CopyArgs, migrate: bool) -> Result<Outcom
     let dst = Collection::open(&args.dst)?;
     let printer = Printer::new(global);
     let options = TransferOptions { dry_run: args.flags.dry_run, wait: lock_wait(&args.flags) };
-    let summary = if migrate {
-        migrate_items(&src, &dst, &args.names, options, &printer)?
-    } else {
-        copy_items(&src, &dst, &args.names, options, &printer)?
-    };
+    let kind = if migrate { TransferKind::Migrate } else { TransferKind::Copy };
+    let summary = transfer(kind, &src, &dst, &args.names, options, &printer)?;
     Ok(finish(&printer, if migrate { "migrate" } else { "copy" }, &summary, options.dry_run))
 }
 

@@ -280,14 +280,16 @@ fn selected<'a>(src: &'a Collection, names: &'a [String]) -> Box<dyn Iterator<It
     }
 }
 
-fn run(
-    migrate: bool,
+/// Copies or migrates the named SRC items (all when `names` is empty) into DST.
+pub fn transfer(
+    kind: TransferKind,
     src: &Collection,
     dst: &Collection,
     names: &[String],
     options: TransferOptions,
     reporter: &dyn Reporter,
 ) -> Result<TransferSummary> {
+    let migrate = kind == TransferKind::Migrate;
     check_distinct(src, dst)?;
     let _dst_lock = if options.dry_run { None } else { Some(lock_and_recover(dst, options.wait)?) };
     let _src_lock = if options.dry_run || !migrate { None } else { Some(lock_and_recover(src, options.wait)?) };
@@ -311,22 +313,9 @@ fn run(
     Ok(tally.summary())
 }
 
-pub fn copy(
-    src: &Collection,
-    dst: &Collection,
-    names: &[String],
-    options: TransferOptions,
-    reporter: &dyn Reporter,
-) -> Result<TransferSummary> {
-    run(false, src, dst, names, options, reporter)
-}
-
-pub fn migrate(
-    src: &Collection,
-    dst: &Collection,
-    names: &[String],
-    options: TransferOptions,
-    reporter: &dyn Reporter,
-) -> Result<TransferSummary> {
-    run(true, src, dst, names, options, reporter)
+/// Which transfer between collections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransferKind {
+    Copy,
+    Migrate,
 }

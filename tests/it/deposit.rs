@@ -6,7 +6,7 @@ use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::process::Command;
 
-use crate::env::{bagit_py, ibi_bin, is_root, sh, TestEnv};
+use crate::env::{bagit_py, ibi_bin, is_root, sh, unprivileged_ibi, TestEnv};
 
 fn items(env: &TestEnv, root: &str) -> Vec<(String, String)> {
     let run = env.ok(&["list", root]);
@@ -186,13 +186,8 @@ fn unreadable_source_fails_with_exit_3_and_leaves_nothing() {
         root,
         env.path("src").display()
     ));
-    let mut cmd = if is_root() {
-        let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(ibi_bin());
-        c
-    } else {
-        Command::new(ibi_bin())
-    };
+    // Root ignores permissions, so drop to nobody for this run.
+    let mut cmd = unprivileged_ibi();
     let out = cmd.args(["deposit", &root]).arg(env.path("src")).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");

@@ -36,6 +36,18 @@ pub fn ibi_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ibi"))
 }
 
+/// A `Command` running `ibi` as the unprivileged user nobody when the tests run
+/// as root (CI does), so that file permissions apply; as itself otherwise.
+pub fn unprivileged_ibi() -> Command {
+    if is_root() {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(ibi_bin());
+        c
+    } else {
+        Command::new(ibi_bin())
+    }
+}
+
 pub fn is_root() -> bool {
     let out = Command::new("id").arg("-u").output().expect("id -u");
     String::from_utf8_lossy(&out.stdout).trim() == "0"

@@ -4,9 +4,8 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::process::Command;
 
-use crate::env::{ibi_bin, is_root, TestEnv};
+use crate::env::{unprivileged_ibi, TestEnv};
 use ibi::id::vectors::table_6_2;
 
 #[test]
@@ -137,13 +136,7 @@ fn state_on_a_read_only_path_is_an_error_and_unchanged() {
     fs::set_permissions(&state, fs::Permissions::from_mode(0o444)).unwrap();
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o555)).unwrap();
     // Root ignores permissions, so drop to nobody for this run.
-    let mut cmd = if is_root() {
-        let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(ibi_bin());
-        c
-    } else {
-        Command::new(ibi_bin())
-    };
+    let mut cmd = unprivileged_ibi();
     let out = cmd.args(["mint", "--host", "a.b.c", "--state", state_arg, "--at", "1300000100"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
