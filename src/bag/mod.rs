@@ -113,7 +113,7 @@ fn push_line_problems(item: &str, name: &str, problems: Vec<manifest::LineProble
     }
 }
 
-fn check_tagmanifest(dir: &Path, item: &str, check: &mut BagCheck) {
+fn check_tagmanifest(dir: &Path, item: &str, digests: DigestSource, check: &mut BagCheck) {
     let Some(text) = read_tag(dir, TAGMANIFEST, item, check) else { return };
     let (entries, problems) = manifest::parse(&text, SHA256_HEX);
     push_line_problems(item, TAGMANIFEST, problems, check);
@@ -124,7 +124,7 @@ fn check_tagmanifest(dir: &Path, item: &str, check: &mut BagCheck) {
         }
     }
     for entry in entries.iter().filter(|e| !e.path.contains('/')) {
-        match hash_file(&dir.join(&entry.path)) {
+        match digests(dir, &entry.path) {
             Ok((digest, _)) if digest == entry.digest => {}
             Ok(_) => check.problems.push(Problem::new(
                 item,
@@ -268,7 +268,7 @@ pub fn verify_bag(dir: &Path, item: &str, on_bytes: &(dyn Fn(u64) + Sync)) -> Ba
 pub fn verify_bag_using(dir: &Path, item: &str, digests: DigestSource) -> BagCheck {
     let mut check = BagCheck::default();
     check_bagit_txt(dir, item, &mut check);
-    check_tagmanifest(dir, item, &mut check);
+    check_tagmanifest(dir, item, digests, &mut check);
     if let Some(text) = read_tag(dir, BAG_INFO_TXT, item, &mut check) {
         match BagInfo::parse(&text) {
             Ok(info) => check.info = Some(info),

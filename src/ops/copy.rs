@@ -14,7 +14,7 @@ use crate::collection::{Collection, Entry, Item, LockWait, Slot};
 use crate::error::{Error, Result};
 use crate::fsx::FileLock;
 use crate::ops::report::Reporter;
-use crate::ops::transfer::{place_all, remove_all, same_identity, stage_copy, Staged};
+use crate::ops::transfer::{move_all, place_all, remove_all, same_filesystem, same_identity, stage_copy, Staged};
 use crate::ops::verify::verify_item;
 use crate::problem::{Problem, ProblemKind};
 
@@ -262,6 +262,51 @@ fn finish_migration(
     Ok(())
 }
 
+/// Migrate within one filesystem: verify each item where it is, then rename the
+/// sound ones into DST (the bytes never move, so the check holds for DST).
+fn move_chunk(
+    src: &Collection,
+    dst: &Collection,
+    plans: Vec<Plan>,
+    tally: &Tally,
+    reporter: &dyn Reporter,
+) -> Result<Vec<Item>> {
+    let mut settled = Vec::new();
+    let mut to_move = Vec::new();
+    for plan in plans {
+        match plan {
+            Plan::Settled(item, true) => settled.push(item),
+            Plan::Copy(item) => to_move.push(item),
+            _ => {}
+        }
+    }
+    let sound: Vec<Item> = to_move
+        .into_par_iter()
+        .filter(|item| {
+            let (check, problems) = verify_item(src, item, reporter);
+            Tally::add(&tally.bytes, check.bytes);
+            if !problems.is_empty() {
+                Tally::add(&tally.corrupt, 1);
+                problems.iter().for_each(|p| tally.report(reporter, p));
+            }
+            problems.is_empty()
+        })
+        .collect();
+    for (name, outcome) in move_all(src, dst, &sound)? {
+        match outcome {
+            Ok(()) => {
+                Tally::add(&tally.migrated, 1);
+                reporter.item(&name.to_string(), "migrated");
+            }
+            Err(why) => {
+                Tally::add(&tally.conflicts, 1);
+                tally.report(reporter, &Problem::new(&name.to_string(), None, ProblemKind::Conflict, why));
+            }
+        }
+    }
+    Ok(settled)
+}
+
 /// Takes up to `CHUNK` results from an iterator, stopping at the first error.
 pub fn next_chunk<T>(iter: &mut impl Iterator<Item = Result<T>>) -> Result<Vec<T>> {
     iter.by_ref().take(CHUNK).collect()
@@ -295,6 +340,7 @@ pub fn transfer(
     let _src_lock = if options.dry_run || !migrate { None } else { Some(lock_and_recover(src, options.wait)?) };
     let tally = Tally::default();
     let driver = Driver { dst, dry_run: options.dry_run, tally: &tally, reporter };
+    let by_rename = migrate && !options.dry_run && same_filesystem(src, dst)?;
     reporter.begin(if migrate { "migrate" } else { "copy" }, None, None);
     let mut items = selected(src, names);
     loop {
@@ -304,7 +350,7 @@ pub fn transfer(
         }
         let plans: Vec<Plan> =
             chunk.into_par_iter().map(|item| plan_copy(item, dst, &tally, reporter)).collect::<Result<_>>()?;
-        let in_dst = driver.execute(plans)?;
+        let in_dst = if by_rename { move_chunk(src, dst, plans, &tally, reporter)? } else { driver.execute(plans)? };
         if migrate && !options.dry_run {
             finish_migration(src, dst, in_dst, &tally, reporter)?;
         }

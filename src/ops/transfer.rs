@@ -233,6 +233,64 @@ pub fn remove_all(collection: &Collection, items: &[Item]) -> Result<()> {
     collection.end_journal(&record)
 }
 
+/// Whether two collections live on one filesystem, so items can move by rename.
+pub fn same_filesystem(a: &Collection, b: &Collection) -> Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = |c: &Collection| std::fs::metadata(c.root()).map(|m| m.dev()).with_path("inspect", c.root());
+    Ok(dev(a)? == dev(b)?)
+}
+
+/// Moves verified items from `src` to `dst` on one filesystem by renaming them:
+/// journal records on both sides first, then each rename (never over anything),
+/// then each touched directory fsynced once, then the aliases on both sides.
+/// Returns, per item, its name and `Err(reason)` when its place in DST was refused.
+pub fn move_all(
+    src: &Collection,
+    dst: &Collection,
+    items: &[Item],
+) -> Result<Vec<(RepositoryName, std::result::Result<(), String>)>> {
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ibips: Vec<Option<Ibip>> = items.iter().map(|i| i.ibip().ok().flatten()).collect();
+    let entries: Vec<(&RepositoryName, Option<&Ibip>)> =
+        items.iter().zip(&ibips).map(|(i, b)| (&i.name, b.as_ref())).collect();
+    let src_record = src.journal_all(Intent::Remove, &entries)?;
+    let dst_record = dst.journal_all(Intent::Place, &entries)?;
+    let mut dirs = BTreeSet::new();
+    let mut outcomes = Vec::with_capacity(items.len());
+    for item in items {
+        let outcome = match dst.make_parents(&item.name) {
+            Err(Error::Data { problem, .. }) => Err(problem),
+            Err(e) => return Err(e),
+            Ok(parent) => match rename_noreplace(&item.path, &dst.layout.item(&item.name)) {
+                Ok(()) => {
+                    dirs.insert(parent);
+                    dirs.insert(fsx::parent_dir(&item.path).to_path_buf());
+                    Ok(())
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists || e.raw_os_error() == Some(libc::ENOTEMPTY) => {
+                    Err("DST already holds this name; refusing to overwrite it".to_string())
+                }
+                Err(e) => return Err(Error::io("rename item to", dst.layout.item(&item.name), e)),
+            },
+        };
+        outcomes.push((item.name.clone(), outcome));
+    }
+    dirs.iter().try_for_each(|dir| fsync_dir(dir))?;
+    let mut alias_dirs = BTreeSet::new();
+    for ((name, outcome), ibip) in outcomes.iter().zip(&ibips) {
+        if let (Ok(()), Some(ibip)) = (outcome, ibip) {
+            alias_dirs.extend(alias::create_unsynced(&dst.layout, ibip, name)?);
+            alias_dirs.extend(alias::remove_unsynced(&src.layout, ibip, name)?);
+        }
+    }
+    alias_dirs.iter().try_for_each(|dir| fsync_dir(dir))?;
+    dst.end_journal(&dst_record)?;
+    src.end_journal(&src_record)?;
+    Ok(outcomes)
+}
+
 /// Whether two copies of an item are equal: their identity digests (tagmanifest sha256).
 pub fn same_identity(a: &Item, b: &Item) -> Result<bool> {
     Ok(a.identity_digest()? == b.identity_digest()?)

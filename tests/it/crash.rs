@@ -52,32 +52,48 @@ fn full_run_ms(env: &TestEnv, args: &[&str]) -> u64 {
     (start.elapsed().as_millis() as u64).max(20)
 }
 
-#[test]
-fn migrate_killed_at_random_moments_loses_and_duplicates_nothing() {
-    let env = TestEnv::new();
-    let a = env.filled("a", 50, 3);
-    let b = env.collection("b");
-    let expected = env.identities(&a);
-    let span = full_run_ms(&env, &["migrate", &a, &b]);
+/// Kills `ibi migrate` between collections `a` (50 items) and `b` at random
+/// moments, alternating direction, then checks every item ended in B exactly once.
+fn migrate_under_kills(env: &TestEnv, a: &str, b: &str) {
+    let expected = env.identities(a);
+    let span = full_run_ms(env, &["migrate", a, b]);
     let mut dice = Dice::new();
     let (mut kills, mut round) = (0, 0);
     while kills < 32 && round < 200 {
-        let (from, to) = if round % 2 == 0 { (&b, &a) } else { (&a, &b) };
-        if run_and_kill(&env, &["migrate", from, to], Duration::from_millis(dice.below(span))) {
+        let (from, to) = if round % 2 == 0 { (b, a) } else { (a, b) };
+        if run_and_kill(env, &["migrate", from, to], Duration::from_millis(dice.below(span))) {
             kills += 1;
         }
         round += 1;
     }
     assert!(kills >= 30, "only {kills} runs were killed mid-way");
-    env.ok(&["migrate", &a, &b]);
-    env.ok(&["migrate", &a, &b]);
-    assert!(env.identities(&a).is_empty(), "every item left A");
-    assert_eq!(env.identities(&b), expected, "every item is in B exactly once, unchanged");
-    env.ok(&["verify", &a]);
-    env.ok(&["verify", &b]);
-    for root in [&a, &b] {
+    env.ok(&["migrate", a, b]);
+    env.ok(&["migrate", a, b]);
+    assert!(env.identities(a).is_empty(), "every item left A");
+    assert_eq!(env.identities(b), expected, "every item is in B exactly once, unchanged");
+    env.ok(&["verify", a]);
+    env.ok(&["verify", b]);
+    for root in [a, b] {
         assert!(control_empty(root, "staging") && control_empty(root, "trash"), "{root}");
     }
+}
+
+#[test]
+fn migrate_by_rename_killed_at_random_moments_loses_and_duplicates_nothing() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 50, 3);
+    let b = env.collection("b");
+    migrate_under_kills(&env, &a, &b);
+}
+
+#[test]
+fn migrate_by_copy_across_filesystems_killed_at_random_moments_loses_and_duplicates_nothing() {
+    let shm = tempfile::tempdir_in("/dev/shm").expect("/dev/shm");
+    let env = TestEnv::new();
+    let a = env.filled("a", 50, 3);
+    let b = shm.path().join("b").to_string_lossy().into_owned();
+    env.ok(&["-q", "init", &b, "--host", "b.example.org", "--ip", "192.0.2.50"]);
+    migrate_under_kills(&env, &a, &b);
 }
 
 #[test]
