@@ -215,12 +215,11 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
     fsync_dir(dir)
 }
 
-/// Writes a new file and fsyncs it (for files inside a staging directory, which is
-/// renamed into place as a whole).
-pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+/// Writes a new file inside a staging folder. It is not fsynced here: the batch it
+/// belongs to is made durable with `syncfs` before it is renamed into place.
+pub fn write_new(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut file = OpenOptions::new().write(true).create_new(true).open(path).with_path("create", path)?;
-    file.write_all(bytes).with_path("write", path)?;
-    file.sync_all().with_path("fsync", path)
+    file.write_all(bytes).with_path("write", path)
 }
 
 /// An exclusive lock on a lock file, released on drop or when the process dies.

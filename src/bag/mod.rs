@@ -15,7 +15,7 @@ use rayon::prelude::*;
 use walkdir::WalkDir;
 
 use crate::error::Result;
-use crate::fsx::{hash_bytes, hash_file, write_synced};
+use crate::fsx::{hash_bytes, hash_file, write_new};
 use crate::problem::{Problem, ProblemKind};
 pub use info::{BagInfo, Oxum};
 pub use manifest::ManifestEntry;
@@ -29,7 +29,8 @@ const BAGIT_CONTENT: &str = "BagIt-Version: 1.0\nTag-File-Character-Encoding: UT
 const SHA256_HEX: usize = 64;
 
 /// Writes bagit.txt, manifest-sha256.txt, bag-info.txt and tagmanifest-sha256.txt
-/// (each fsynced) into `dir`, and returns the bag's identity digest.
+/// into `dir` (a staging folder: the caller makes it durable before placing it),
+/// and returns the bag's identity digest.
 pub fn write_tag_files(dir: &Path, info: &BagInfo, payload: &[ManifestEntry]) -> Result<String> {
     let manifest_text = manifest::format(payload);
     let info_text = info.to_text();
@@ -37,11 +38,11 @@ pub fn write_tag_files(dir: &Path, info: &BagInfo, payload: &[ManifestEntry]) ->
     for (name, text) in
         [(BAGIT_TXT, BAGIT_CONTENT), (BAG_INFO_TXT, info_text.as_str()), (MANIFEST, manifest_text.as_str())]
     {
-        write_synced(&dir.join(name), text.as_bytes())?;
+        write_new(&dir.join(name), text.as_bytes())?;
         tags.push(ManifestEntry { digest: hash_bytes(text.as_bytes()), path: name.to_string() });
     }
     let tagmanifest = manifest::format(&tags);
-    write_synced(&dir.join(TAGMANIFEST), tagmanifest.as_bytes())?;
+    write_new(&dir.join(TAGMANIFEST), tagmanifest.as_bytes())?;
     Ok(hash_bytes(tagmanifest.as_bytes()))
 }
 

@@ -14,7 +14,9 @@ use crate::collection::{Collection, Entry, Item, LockWait, Slot};
 use crate::error::{Error, Result};
 use crate::fsx::FileLock;
 use crate::ops::report::Reporter;
-use crate::ops::transfer::{move_all, place_all, remove_all, same_filesystem, same_identity, stage_copy, Staged};
+use crate::ops::transfer::{
+    move_all, place_all, remove_all, same_filesystem, same_identity, stage_copy, Staged, BATCH,
+};
 use crate::ops::verify::verify_item;
 use crate::problem::{Problem, ProblemKind};
 
@@ -104,9 +106,6 @@ pub fn lock_and_recover(collection: &Collection, wait: LockWait) -> Result<FileL
     collection.recover()?;
     Ok(lock)
 }
-
-/// How many items are staged, then made durable and placed, together.
-pub const CHUNK: usize = 64;
 
 /// What to do with one item, decided in parallel for a chunk.
 pub enum Plan {
@@ -307,9 +306,9 @@ fn move_chunk(
     Ok(settled)
 }
 
-/// Takes up to `CHUNK` results from an iterator, stopping at the first error.
+/// Takes up to `BATCH` results from an iterator, stopping at the first error.
 pub fn next_chunk<T>(iter: &mut impl Iterator<Item = Result<T>>) -> Result<Vec<T>> {
-    iter.by_ref().take(CHUNK).collect()
+    iter.by_ref().take(BATCH).collect()
 }
 
 /// The SRC items to work on: the named ones, or all.

@@ -10,13 +10,14 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 
 use crate::bag::{self, BagInfo, ManifestEntry, Oxum};
-use crate::collection::{alias, Collection, Intent, LockWait, StagingDir};
+use crate::collection::{Collection, LockWait, StagingDir};
 use crate::error::{Error, IoContext, Result};
-use crate::fsx::{self, copy_hashing, fsync_dir, rename_noreplace, CopyMode};
+use crate::fsx::{self, copy_hashing, fsync_dir, CopyMode};
 use crate::id::minter::Clock;
 use crate::id::Minted;
 use crate::ops::report::Reporter;
 use crate::ops::source::{plan_bag, plan_paths, SourcePlan};
+use crate::ops::transfer::{place_all, Staged, BATCH};
 
 #[derive(Debug, Clone, Default)]
 pub struct DepositOptions {
@@ -32,6 +33,8 @@ pub struct DepositOptions {
 }
 
 /// Deposits `paths` as one item (or one per path with `each`), holding the write lock.
+/// Items go in batches of `BATCH`: staged in parallel, minted together, then
+/// made durable and placed together.
 pub fn deposit(
     collection: &Collection,
     paths: &[PathBuf],
@@ -48,11 +51,15 @@ pub fn deposit(
     };
     reporter.begin("deposit", Some(groups.len() as u64), None);
     let mut minted = Vec::with_capacity(groups.len());
-    for group in &groups {
-        let plan = if options.bag { plan_bag(&group[0])? } else { plan_paths(group, options.follow_symlinks)? };
-        let item = deposit_planned(collection, &plan, options, clock, reporter, None)?;
-        reporter.item(&item.name.to_string(), "deposited");
-        minted.push(item);
+    for batch in groups.chunks(BATCH) {
+        let plans: Vec<SourcePlan> = batch
+            .iter()
+            .map(|group| if options.bag { plan_bag(&group[0]) } else { plan_paths(group, options.follow_symlinks) })
+            .collect::<Result<_>>()?;
+        for item in deposit_batch(collection, &plans, options, clock, reporter, None)? {
+            reporter.item(&item.name.to_string(), "deposited");
+            minted.push(item);
+        }
     }
     reporter.end();
     Ok(minted)
@@ -76,7 +83,7 @@ fn copy_payload(staging: &Path, plan: &SourcePlan, reporter: &dyn Reporter) -> R
             let (digest, size) = copy_hashing(
                 &file.source,
                 &data.join(&file.payload),
-                CopyMode { follow: plan.follow_symlinks, sync: true },
+                CopyMode { follow: plan.follow_symlinks, sync: false },
             )?;
             reporter.bytes(size);
             if let Some(expected) = &file.expected {
@@ -90,10 +97,6 @@ fn copy_payload(staging: &Path, plan: &SourcePlan, reporter: &dyn Reporter) -> R
             Ok((ManifestEntry { digest, path: format!("{}/{}", bag::DATA, file.payload) }, size))
         })
         .collect::<Result<_>>()?;
-    for dir in plan.dirs.iter().rev() {
-        fsync_dir(&data.join(dir))?;
-    }
-    fsync_dir(&data)?;
     Ok(copied)
 }
 
@@ -133,58 +136,53 @@ fn bag_info(
     info
 }
 
-/// Called with the minted identifiers just before the item is renamed into place.
+/// Called with the minted identifiers just before the items are renamed into place.
 pub type BeforePlace<'a> = &'a dyn Fn(&Minted) -> Result<()>;
 
-/// Deposits one planned item. The caller holds the write lock.
-pub fn deposit_planned(
+/// Copies one item's payload into a new staging folder (no fsync yet).
+fn stage_payload(
     collection: &Collection,
     plan: &SourcePlan,
+    reporter: &dyn Reporter,
+) -> Result<(StagingDir, Vec<ManifestEntry>, Oxum)> {
+    let staging = StagingDir::new(collection)?;
+    let copied = copy_payload(&staging.path, plan, reporter)?;
+    let oxum = Oxum { octets: copied.iter().map(|(_, size)| size).sum(), files: copied.len() as u64 };
+    Ok((staging, copied.into_iter().map(|(entry, _)| entry).collect(), oxum))
+}
+
+/// Deposits planned items; the caller holds the write lock. Every payload is staged
+/// first, so a failure (disk full, unreadable file) mints nothing; then the names
+/// are minted in one lock hold, the tag files written, and `place_all` makes the
+/// batch durable and renames it into place. `--move` removes originals only then.
+pub fn deposit_batch(
+    collection: &Collection,
+    plans: &[SourcePlan],
     options: &DepositOptions,
     clock: &dyn Clock,
     reporter: &dyn Reporter,
     before_place: Option<BeforePlace>,
-) -> Result<Minted> {
-    let mut staging = StagingDir::new(collection)?;
-    let copied = copy_payload(&staging.path, plan, reporter)?;
-    let oxum = Oxum { octets: copied.iter().map(|(_, size)| size).sum(), files: copied.len() as u64 };
-    let entries: Vec<ManifestEntry> = copied.into_iter().map(|(entry, _)| entry).collect();
-    let minted = collection.mint(1, clock)?.remove(0);
-    let info = bag_info(collection, &minted, oxum, plan, options, clock);
-    bag::write_tag_files(&staging.path, &info, &entries)?;
-    fsync_dir(&staging.path)?;
-    if let Some(hook) = before_place {
-        hook(&minted)?;
+) -> Result<Vec<Minted>> {
+    let payloads: Vec<(StagingDir, Vec<ManifestEntry>, Oxum)> =
+        plans.par_iter().map(|plan| stage_payload(collection, plan, reporter)).collect::<Result<_>>()?;
+    let minted = collection.mint(plans.len(), clock)?;
+    let mut staged = Vec::with_capacity(plans.len());
+    for ((dir, entries, oxum), (plan, m)) in payloads.into_iter().zip(plans.iter().zip(&minted)) {
+        let info = bag_info(collection, m, oxum, plan, options, clock);
+        bag::write_tag_files(&dir.path, &info, &entries)?;
+        staged.push(Staged::new(dir, m.name.clone(), m.ibip, oxum.octets));
     }
-    place(collection, &mut staging, &minted)?;
+    if let Some(hook) = before_place {
+        minted.iter().try_for_each(hook)?;
+    }
+    for (name, outcome) in place_all(collection, staged)? {
+        outcome.map_err(|problem| Error::Data { what: format!("item {name}"), problem })?;
+    }
     if options.move_sources {
-        for original in &plan.originals {
+        for original in plans.iter().flat_map(|p| &p.originals) {
             fsx::remove_tree(original)?;
             fsync_dir(fsx::parent_dir(original))?;
         }
     }
     Ok(minted)
-}
-
-/// Renames the staged bag to its name's path (never over anything) and creates its alias.
-fn place(collection: &Collection, staging: &mut StagingDir, minted: &Minted) -> Result<()> {
-    let journal = collection.journal(Intent::Place, &minted.name, minted.ibip.as_ref())?;
-    let dest = collection.layout.item(&minted.name);
-    let parent = collection.make_parents(&minted.name)?;
-    match rename_noreplace(&staging.path, &dest) {
-        Ok(()) => staging.placed = true,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists || e.raw_os_error() == Some(libc::ENOTEMPTY) => {
-            return Err(Error::Data {
-                what: format!("item {}", minted.name),
-                problem: format!("{} already exists; refusing to overwrite it", dest.display()),
-            });
-        }
-        Err(e) => return Err(Error::io("rename staged item to", &dest, e)),
-    }
-    fsync_dir(&parent)?;
-    fsync_dir(&collection.layout.staging())?;
-    if let Some(ibip) = &minted.ibip {
-        alias::create(&collection.layout, ibip, &minted.name)?;
-    }
-    collection.end_journal(&journal)
 }

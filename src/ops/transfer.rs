@@ -24,6 +24,9 @@ use crate::ops::report::Reporter;
 use crate::ops::verify::check_identifiers;
 use crate::problem::{Problem, ProblemKind};
 
+/// How many items are staged, then made durable and placed, together.
+pub const BATCH: usize = 64;
+
 /// A verified copy waiting in the destination's staging.
 pub struct Staged {
     dir: StagingDir,
@@ -32,6 +35,13 @@ pub struct Staged {
     pub bytes: u64,
     /// Swap it with whatever holds the name in DST.
     pub replace: bool,
+}
+
+impl Staged {
+    /// A complete bag built in `dir`, to be placed as `name`.
+    pub fn new(dir: StagingDir, name: RepositoryName, ibip: Option<Ibip>, bytes: u64) -> Self {
+        Staged { dir, name, ibip, bytes, replace: false }
+    }
 }
 
 /// A copy that failed because the source item is damaged: what was wrong.

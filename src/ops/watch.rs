@@ -21,7 +21,7 @@ use crate::error::{ErrorClass, IoContext, Result};
 use crate::fsx::{atomic_write, create_dir_all_durable, fsync_dir, remove_tree};
 use crate::id::minter::Clock;
 use crate::id::{Minted, RepositoryName};
-use crate::ops::deposit::{deposit_planned, DepositOptions};
+use crate::ops::deposit::{deposit_batch, DepositOptions};
 use crate::ops::report::Reporter;
 use crate::ops::source::plan_paths;
 
@@ -134,7 +134,15 @@ impl HotFolder<'_> {
             let ibip = m.ibip.map(|i| i.to_string()).unwrap_or_default();
             atomic_write(&self.pending_path(entry), format!("{}\t{ibip}\n", m.name).as_bytes())
         };
-        let minted = deposit_planned(self.collection, &plan, &deposit, self.clock, self.reporter, Some(&record))?;
+        let minted = deposit_batch(
+            self.collection,
+            std::slice::from_ref(&plan),
+            &deposit,
+            self.clock,
+            self.reporter,
+            Some(&record),
+        )?
+        .remove(0);
         let ibip = minted.ibip.map(|i| i.to_string()).unwrap_or_default();
         self.hand_off(entry, &minted.name.to_string(), &ibip)?;
         Ok(minted)
