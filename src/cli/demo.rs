@@ -47,62 +47,79 @@ fn say(printer: &Printer, step: &str) {
     printer.line(&format!("\n== {step}"));
 }
 
-pub fn run(global: GlobalArgs, dir: Option<&Path>) -> Result<Outcome> {
-    let printer = Printer::new(global);
-    let dir = demo_dir(dir)?;
+/// Writes the bundled samples under `dir/samples`.
+fn write_samples(dir: &Path) -> Result<PathBuf> {
     let sources = dir.join("samples");
     for (path, content) in SAMPLES {
         let file = sources.join(path);
         fs::create_dir_all(file.parent().context("sample path has a parent")?)?;
         fs::write(&file, content)?;
     }
+    Ok(sources)
+}
+
+fn print_list(printer: &Printer, collection: &Collection) -> Result<()> {
+    for entry in list(collection, DateRange::default()) {
+        let (name, ibip) = entry?;
+        printer.line(&minted_line(&ibi::Minted { name, ibip }));
+    }
+    Ok(())
+}
+
+/// init, deposit --each, list and resolve by IBIp; returns the collection and the resolved item.
+fn deposit_steps(printer: &Printer, dir: &Path, sources: &Path) -> Result<(Collection, ibi::collection::Item)> {
     let root = dir.join("collection-a");
-    say(&printer, &format!("ibi init {} --host demo-a.ibi.example.org --ip 192.0.2.10", root.display()));
+    say(printer, &format!("ibi init {} --host demo-a.ibi.example.org --ip 192.0.2.10", root.display()));
     let subsystem =
         Subsystem::new("demo-a.ibi.example.org", 80, Some("192.0.2.10".parse()?), 800, Granularity::SECOND)?;
     let collection = Collection::init(&root, subsystem, Some("ibi demo".into()))?;
     printer.line(&format!("names will start with {}/", collection.subsystem.prefix()));
 
-    say(&printer, "ibi deposit --each (one item per folder; the minter may wait for the next free second)");
+    say(printer, "ibi deposit --each (one item per folder; the minter may wait for the next free second)");
     let paths = vec![sources.join("report-2009"), sources.join("field-notes")];
     let options = DepositOptions { each: true, ..DepositOptions::default() };
     let minted = deposit(&collection, &paths, &options, &SystemClock, &Silent)?;
-    for m in &minted {
-        printer.line(&minted_line(m));
-    }
+    minted.iter().for_each(|m| printer.line(&minted_line(m)));
 
-    say(&printer, "ibi list");
-    for entry in list(&collection, DateRange::default()) {
-        let (name, ibip) = entry?;
-        printer.line(&minted_line(&ibi::Minted { name, ibip }));
-    }
+    say(printer, "ibi list");
+    print_list(printer, &collection)?;
 
-    let first = &minted[0];
-    let ibip = first.ibip.context("the demo collection has an IP")?.to_string().to_lowercase();
-    say(&printer, &format!("ibi resolve {} {ibip}   (an IBIp, in lower case)", root.display()));
+    let ibip = minted[0].ibip.context("the demo collection has an IP")?.to_string().to_lowercase();
+    say(printer, &format!("ibi resolve {} {ibip}   (an IBIp, in lower case)", root.display()));
     let item = collection.resolve(&ibip)?;
     printer.line(&item.path.display().to_string());
+    Ok((collection, item))
+}
 
-    say(&printer, "ibi verify");
-    let summary = verify(&collection, &[], &printer)?;
+/// verify, then flip a bit, show verify catching it, and repair it.
+fn verify_steps(printer: &Printer, collection: &Collection, item: &ibi::collection::Item) -> Result<u64> {
+    say(printer, "ibi verify");
+    let summary = verify(collection, &[], printer)?;
     printer.line(&format!("{} items, {} files, {} problems", summary.items, summary.files, summary.problems));
-
     let victim = item.path.join("data/measurements.csv");
     let original = fs::read(&victim)?;
     let mut damaged = original.clone();
     damaged[10] ^= 0x01;
     fs::write(&victim, &damaged)?;
-    say(&printer, "flip one bit of data/measurements.csv, then ibi verify");
-    let summary = verify(&collection, &[], &printer)?;
+    say(printer, "flip one bit of data/measurements.csv, then ibi verify");
+    let summary = verify(collection, &[], printer)?;
     printer.line(&format!("{} problem(s) found; restoring the byte", summary.problems));
     fs::write(&victim, &original)?;
-    let summary = verify(&collection, &[], &Silent)?;
+    let summary = verify(collection, &[], &Silent)?;
     printer.line(&format!("after repair: {} problems", summary.problems));
+    Ok(summary.problems)
+}
 
+/// mirror A to B twice (the second run is a no-op), then migrate B to C.
+fn transfer_steps(printer: &Printer, dir: &Path, a: &Collection) -> Result<u64> {
     let mirror_root = dir.join("collection-b");
     say(
-        &printer,
-        &format!("ibi mirror {} {}   (twice: the second run has nothing to do)", root.display(), mirror_root.display()),
+        printer,
+        &format!(
+            "ibi mirror {} {}   (twice: the second run has nothing to do)",
+            a.root().display(),
+            mirror_root.display()
+        ),
     );
     let b = Collection::init(
         &mirror_root,
@@ -111,13 +128,12 @@ pub fn run(global: GlobalArgs, dir: Option<&Path>) -> Result<Outcome> {
     )?;
     let options = MirrorOptions { dry_run: false, wait: LockWait::No, delete: true, max_delete: None, checksum: false };
     for _ in 0..2 {
-        let s = mirror(&collection, &b, &options, &Silent)?;
+        let s = mirror(a, &b, &options, &Silent)?;
         printer.line(&format!("copied {}, skipped {}, bytes {}", s.copied, s.skipped, s.bytes));
     }
-
     let new_root = dir.join("collection-c");
     say(
-        &printer,
+        printer,
         &format!(
             "ibi migrate {} {}   (copy, re-verify, then remove from the source)",
             mirror_root.display(),
@@ -132,14 +148,19 @@ pub fn run(global: GlobalArgs, dir: Option<&Path>) -> Result<Outcome> {
     let options = TransferOptions { dry_run: false, wait: LockWait::No };
     let s = transfer(TransferKind::Migrate, &b, &c, &[], options, &Silent)?;
     printer.line(&format!("migrated {}; {} now holds:", s.migrated, new_root.display()));
-    for entry in list(&c, DateRange::default()) {
-        let (name, ibip) = entry?;
-        printer.line(&minted_line(&ibi::Minted { name, ibip }));
-    }
+    print_list(printer, &c)?;
     let summary = verify(&c, &[], &Silent)?;
     printer.line(&format!("verify {}: {} items, {} problems", new_root.display(), summary.items, summary.problems));
+    Ok(summary.problems)
+}
 
+pub fn run(global: GlobalArgs, dir: Option<&Path>) -> Result<Outcome> {
+    let printer = Printer::new(global);
+    let dir = demo_dir(dir)?;
+    let sources = write_samples(&dir)?;
+    let (collection, item) = deposit_steps(&printer, &dir, &sources)?;
+    let problems = verify_steps(&printer, &collection, &item)? + transfer_steps(&printer, &dir, &collection)?;
     say(&printer, "done");
     printer.line(&format!("everything is in {}", dir.display()));
-    Ok(if summary.problems == 0 { Outcome::Success } else { Outcome::Problems })
+    Ok(if problems == 0 { Outcome::Success } else { Outcome::Problems })
 }

@@ -278,13 +278,9 @@ impl Collection {
         }
     }
 
-    /// Records, before acting, that `name` is about to be placed or removed, so
-    /// that an interrupted writer's successor can finish its alias. Returns the record.
-    pub fn journal(&self, intent: Intent, name: &RepositoryName, ibip: Option<&Ibip>) -> Result<PathBuf> {
-        self.journal_all(intent, &[(name, ibip)])
-    }
-
-    /// One journal record for several items (a batch), one `name<TAB>ibip` line each.
+    /// Records, before acting, that items are about to be placed or removed, so that
+    /// an interrupted writer's successor can finish their aliases: one record for a
+    /// batch, one `name<TAB>ibip` line per item. Returns the record's path.
     pub fn journal_all(&self, intent: Intent, items: &[(&RepositoryName, Option<&Ibip>)]) -> Result<PathBuf> {
         let text: String = items
             .iter()
