@@ -3,7 +3,10 @@
 //! with the same identity digest, and reports (never overwrites) a different
 //! one. Migrate then re-verifies the copy in DST and only then removes the
 //! SRC item through SRC's trash, journalled, so a rerun after SIGKILL at any
-//! point leaves every item in exactly one place. Items run in parallel.
+//! point leaves every item in exactly one place; within one filesystem it
+//! verifies each item where it is and renames it across. Items go in batches:
+//! planned and staged in parallel, then placed together by the `Driver`,
+//! which mirror shares.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -151,12 +154,12 @@ impl Driver<'_> {
         for plan in &plans {
             let (counter, what, item) = match plan {
                 Plan::Settled(..) => continue,
-                Plan::Copy(item) => (&self.tally.copied, "would copy", item),
-                Plan::Replace(item, _) => (&self.tally.replaced, "would replace", item),
-                Plan::Delete(item) => (&self.tally.deleted, "would delete", item),
+                Plan::Copy(item) => (&self.tally.copied, "would copy".to_string(), item),
+                Plan::Replace(item, why) => (&self.tally.replaced, format!("would replace ({why})"), item),
+                Plan::Delete(item) => (&self.tally.deleted, "would delete".to_string(), item),
             };
             Tally::add(counter, 1);
-            self.reporter.item(&item.name.to_string(), what);
+            self.reporter.item(&item.name.to_string(), &what);
         }
         Vec::new()
     }
