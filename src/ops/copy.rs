@@ -165,7 +165,10 @@ impl Driver<'_> {
     }
 
     /// Stages every copy in parallel; damaged sources are reported, not staged.
-    fn stage(&self, plans: &[Plan]) -> Result<Vec<Staged>> {
+    pub fn stage(&self, plans: &[Plan]) -> Result<Vec<Staged>> {
+        if self.dry_run {
+            return Ok(Vec::new());
+        }
         let staged: Vec<Option<Staged>> = plans
             .par_iter()
             .map(|plan| {
@@ -211,12 +214,13 @@ impl Driver<'_> {
         Ok(placed)
     }
 
-    /// Executes a chunk's plans; returns the SRC items DST now holds identical copies of.
-    pub fn execute(&self, plans: Vec<Plan>) -> Result<Vec<Item>> {
+    /// Places a chunk's staged copies and carries out its deletions; returns the SRC
+    /// items DST now holds identical copies of.
+    pub fn commit(&self, plans: Vec<Plan>, staged: Vec<Staged>) -> Result<Vec<Item>> {
         if self.dry_run {
             return Ok(self.dry(plans));
         }
-        let placed = self.place(self.stage(&plans)?)?;
+        let placed = self.place(staged)?;
         let deletes: Vec<Item> =
             plans.iter().filter_map(|p| if let Plan::Delete(i) = p { Some(i.clone()) } else { None }).collect();
         remove_all(self.dst, &deletes)?;
@@ -309,6 +313,30 @@ fn move_chunk(
     Ok(settled)
 }
 
+/// Runs chunks through the driver, committing chunk N on its own thread while
+/// chunk N+1 is planned and staged (commit mostly waits on the disk: `syncfs`
+/// and directory fsyncs). `after` sees each chunk's result, in order.
+pub fn pipeline(
+    driver: &Driver,
+    mut next_plans: impl FnMut() -> Result<Option<Vec<Plan>>>,
+    mut after: impl FnMut(Vec<Item>) -> Result<()>,
+) -> Result<()> {
+    std::thread::scope(|scope| {
+        let mut pending: Option<std::thread::ScopedJoinHandle<'_, Result<Vec<Item>>>> = None;
+        while let Some(plans) = next_plans()? {
+            let staged = driver.stage(&plans)?;
+            if let Some(handle) = pending.take() {
+                after(handle.join().expect("the commit thread does not panic")?)?;
+            }
+            pending = Some(scope.spawn(move || driver.commit(plans, staged)));
+        }
+        match pending {
+            Some(handle) => after(handle.join().expect("the commit thread does not panic")?),
+            None => Ok(()),
+        }
+    })
+}
+
 /// Takes up to `BATCH` results from an iterator, stopping at the first error.
 pub fn next_chunk<T>(iter: &mut impl Iterator<Item = Result<T>>) -> Result<Vec<T>> {
     iter.by_ref().take(BATCH).collect()
@@ -345,17 +373,25 @@ pub fn transfer(
     let by_rename = migrate && !options.dry_run && same_filesystem(src, dst)?;
     reporter.begin(if migrate { "migrate" } else { "copy" }, None, None);
     let mut items = selected(src, names);
-    loop {
+    let mut next_plans = || -> Result<Option<Vec<Plan>>> {
         let chunk = next_chunk(&mut items)?;
         if chunk.is_empty() {
-            break;
+            return Ok(None);
         }
-        let plans: Vec<Plan> =
-            chunk.into_par_iter().map(|item| plan_copy(item, dst, &tally, reporter)).collect::<Result<_>>()?;
-        let in_dst = if by_rename { move_chunk(src, dst, plans, &tally, reporter)? } else { driver.execute(plans)? };
-        if migrate && !options.dry_run {
+        Ok(Some(chunk.into_par_iter().map(|item| plan_copy(item, dst, &tally, reporter)).collect::<Result<_>>()?))
+    };
+    if by_rename {
+        while let Some(plans) = next_plans()? {
+            let in_dst = move_chunk(src, dst, plans, &tally, reporter)?;
             finish_migration(src, dst, in_dst, &tally, reporter)?;
         }
+    } else {
+        pipeline(&driver, next_plans, |in_dst| {
+            if migrate && !options.dry_run {
+                finish_migration(src, dst, in_dst, &tally, reporter)?;
+            }
+            Ok(())
+        })?;
     }
     reporter.end();
     Ok(tally.summary())

@@ -16,7 +16,9 @@ use rayon::prelude::*;
 
 use crate::collection::{Collection, Entry, Item, ItemWalker, LockWait, Slot};
 use crate::error::{Error, Result};
-use crate::ops::copy::{check_distinct, lock_and_recover, next_chunk, plan_copy, Driver, Plan, Tally, TransferSummary};
+use crate::ops::copy::{
+    check_distinct, lock_and_recover, next_chunk, pipeline, plan_copy, Driver, Plan, Tally, TransferSummary,
+};
 use crate::ops::report::Reporter;
 use crate::ops::transfer::same_identity;
 use crate::ops::verify::verify_item;
@@ -148,14 +150,14 @@ fn sync(
     let driver = Driver { dst, dry_run: options.dry_run, tally: &tally, reporter };
     reporter.begin("mirror", None, None);
     let mut merge = Merge { src: items(src.walk()).peekable(), dst: items(dst.walk()).peekable() };
-    loop {
+    let next_plans = || -> Result<Option<Vec<Plan>>> {
         let chunk = next_chunk(&mut merge)?;
         if chunk.is_empty() {
-            break;
+            return Ok(None);
         }
-        let plans: Vec<Plan> = chunk.into_par_iter().map(|pair| planner.plan(pair)).collect::<Result<_>>()?;
-        driver.execute(plans)?;
-    }
+        Ok(Some(chunk.into_par_iter().map(|pair| planner.plan(pair)).collect::<Result<_>>()?))
+    };
+    pipeline(&driver, next_plans, |_| Ok(()))?;
     reporter.end();
     Ok(tally.summary())
 }
