@@ -1,6 +1,7 @@
 //! SIGKILL at random moments: `ibi migrate` and `ibi mirror` are really killed
-//! many times during runs over 50 items; after a final clean run every item is
-//! present exactly once, verifies on both sides, and staging and trash are empty.
+//! many times during runs over 50 to 150 items (several pipelined batches);
+//! after a final clean run every item is present exactly once, verifies on both
+//! sides, and staging and trash are empty.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -52,7 +53,7 @@ fn full_run_ms(env: &TestEnv, args: &[&str]) -> u64 {
     (start.elapsed().as_millis() as u64).max(20)
 }
 
-/// Kills `ibi migrate` between collections `a` (50 items) and `b` at random
+/// Kills `ibi migrate` between collections `a` (filled) and `b` at random
 /// moments, alternating direction, then checks every item ended in B exactly once.
 fn migrate_under_kills(env: &TestEnv, a: &str, b: &str) {
     let expected = env.identities(a);
@@ -90,7 +91,8 @@ fn migrate_by_rename_killed_at_random_moments_loses_and_duplicates_nothing() {
 fn migrate_by_copy_across_filesystems_killed_at_random_moments_loses_and_duplicates_nothing() {
     let shm = tempfile::tempdir_in("/dev/shm").expect("/dev/shm");
     let env = TestEnv::new();
-    let a = env.filled("a", 50, 3);
+    // 130 items: three batches, so kills also land while one batch commits and the next stages.
+    let a = env.filled("a", 130, 2);
     let b = shm.path().join("b").to_string_lossy().into_owned();
     env.ok(&["-q", "init", &b, "--host", "b.example.org", "--ip", "192.0.2.50"]);
     migrate_under_kills(&env, &a, &b);
@@ -99,7 +101,8 @@ fn migrate_by_copy_across_filesystems_killed_at_random_moments_loses_and_duplica
 #[test]
 fn mirror_killed_at_random_moments_converges() {
     let env = TestEnv::new();
-    let a = env.filled("a", 50, 3);
+    // 150 items: three batches, so kills also land while one batch commits and the next stages.
+    let a = env.filled("a", 150, 2);
     let e = env.filled("e", 10, 2);
     let c = env.collection("c");
     let span = full_run_ms(&env, &["mirror", &a, &c, "--delete"]);
@@ -118,6 +121,6 @@ fn mirror_killed_at_random_moments_converges() {
     env.ok(&["verify", &a]);
     env.ok(&["verify", &c]);
     let aliases = crate::env::sh(&format!("find '{c}/.ibip' -type l | wc -l"));
-    assert_eq!(aliases.trim(), "50", "one alias per item, none dangling");
+    assert_eq!(aliases.trim(), "150", "one alias per item, none dangling");
     assert!(control_empty(&c, "staging") && control_empty(&c, "trash"));
 }
