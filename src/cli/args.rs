@@ -65,6 +65,10 @@ pub enum Command {
     },
     /// Mint repository names (and IBIps when the IP is known), one per line.
     Mint(MintArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions { shell: clap_complete::Shell },
+    /// Print the man page (roff) on stdout, e.g. `ibi man > ibi.1`.
+    Man,
     /// Validate and explain repository names, IBIps, PILIN suffixes or handles.
     Parse(ParseArgs),
     /// IBIp conversions.

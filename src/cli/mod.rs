@@ -64,6 +64,17 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
         Command::Migrate(args) => transfer::copy(g, args, true),
         Command::Mirror(args) => transfer::mirror(g, args),
         Command::Demo { dir } => demo::run(g, dir.as_deref()),
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(*shell, &mut command, "ibi", &mut std::io::stdout());
+            Ok(Outcome::Success)
+        }
+        Command::Man => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(&mut page)?;
+            write_stdout(&String::from_utf8_lossy(&page))?;
+            Ok(Outcome::Success)
+        }
         Command::Mint(args) => ident::mint(g, args),
         Command::Parse(args) => ident::parse(g, &args.identifiers),
         Command::Ibip(command) => ident::ibip(g, command),

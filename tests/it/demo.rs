@@ -1,4 +1,5 @@
-//! `ibi demo`: the README's "run it" command must work end to end.
+//! `ibi demo`, the README's "run it" command, end to end; and the generated
+//! shell completions and man page.
 
 use crate::env::TestEnv;
 
@@ -27,4 +28,19 @@ fn demo_runs_every_step_and_leaves_valid_collections() {
     env.ok(&["verify", dir.join("collection-c").to_str().unwrap()]);
     let again = env.fails(&["demo", dir.to_str().unwrap()], 2);
     assert!(again.stderr.contains("is not empty"), "{}", again.stderr);
+}
+
+#[test]
+fn completions_and_man_page_name_every_command() {
+    let env = TestEnv::new();
+    let bash = env.ok(&["completions", "bash"]).stdout;
+    let man = env.ok(&["man"]).stdout;
+    assert!(man.contains(".TH ibi 1"), "{man}");
+    for command in
+        ["init", "deposit", "verify", "list", "resolve", "copy", "migrate", "mirror", "watch", "demo", "mint", "parse"]
+    {
+        assert!(bash.contains(command), "bash completion lacks {command}");
+        assert!(man.contains(command), "man page lacks {command}");
+    }
+    env.fails(&["completions", "tcsh"], 2);
 }
