@@ -255,6 +255,10 @@ impl Collection {
     pub fn resolve(&self, text: &str) -> Result<Item> {
         let not_found =
             || Error::Invalid { what: "item".into(), problem: format!("no item {text} in {}", self.root().display()) };
+        if !text.contains('/') {
+            let problem = format!("\"{text}\" is not a repository name or an IBIp (both hold a \"/\")");
+            return Err(Error::Invalid { what: "item".into(), problem });
+        }
         let name = match Identifier::parse(text)? {
             Identifier::Name(name) => name,
             Identifier::Ibip(ibip) => {

@@ -116,7 +116,15 @@ pub fn plan_paths(paths: &[PathBuf], follow_symlinks: bool) -> Result<SourcePlan
     let single_dir = paths.len() == 1 && fs::metadata(&paths[0]).is_ok_and(|m| m.is_dir());
     let mut names = BTreeMap::new();
     for path in paths {
-        fs::symlink_metadata(path).with_path("read", path)?;
+        match fs::symlink_metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let problem = format!("{} does not exist", path.display());
+                return Err(Error::Invalid { what: "deposit".into(), problem });
+            }
+            other => {
+                other.with_path("read", path)?;
+            }
+        }
         let prefix = if single_dir {
             String::new()
         } else {

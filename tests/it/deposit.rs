@@ -6,7 +6,7 @@ use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::process::Command;
 
-use crate::env::{bagit_py, ibi_bin, is_root, sh, unprivileged_ibi, TestEnv};
+use crate::env::{bagit_py, control_empty, ibi_bin, is_root, sh, unprivileged_ibi, TestEnv};
 
 fn items(env: &TestEnv, root: &str) -> Vec<(String, String)> {
     let run = env.ok(&["list", root]);
@@ -50,6 +50,17 @@ fn list_since_until_filters_by_name_date() {
     env.ok(&["deposit", &root, "x"]);
     assert_eq!(env.ok(&["list", &root, "--since", "2000-01-01T00:00:00Z"]).lines().len(), 1);
     assert_eq!(env.ok(&["list", &root, "--until", "2000-01-01T00:00:00Z"]).lines().len(), 0);
+}
+
+#[test]
+fn a_missing_path_or_a_non_identifier_is_invalid_input() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    let run = env.fails(&["deposit", &root, "nowhere"], 2);
+    assert!(run.stderr.contains("nowhere does not exist"), "{}", run.stderr);
+    let run = env.fails(&["resolve", &root, "garbage"], 2);
+    assert!(run.stderr.contains("not a repository name or an IBIp"), "{}", run.stderr);
+    assert!(control_empty(&root, "staging"));
 }
 
 #[test]
