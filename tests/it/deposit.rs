@@ -9,8 +9,7 @@ use std::process::Command;
 use crate::env::{bagit_py, control_empty, ibi_bin, is_root, sh, unprivileged_ibi, TestEnv};
 
 fn items(env: &TestEnv, root: &str) -> Vec<(String, String)> {
-    let run = env.ok(&["list", root]);
-    run.lines().iter().map(|l| l.split_once('\t').map(|(a, b)| (a.to_string(), b.to_string())).unwrap()).collect()
+    env.ok(&["list", root]).pairs()
 }
 
 #[test]
@@ -20,8 +19,7 @@ fn deposit_list_resolve_verify_round_trip() {
     env.write("one/a.txt", b"alpha");
     env.write("two.txt", b"bravo");
     let run = env.ok(&["deposit", &root, "one", "two.txt", "--each", "--meta", "Contact-Name=Ana Silva"]);
-    let printed: Vec<(String, String)> =
-        run.lines().iter().map(|l| l.split_once('\t').map(|(a, b)| (a.to_string(), b.to_string())).unwrap()).collect();
+    let printed = run.pairs();
     assert_eq!(printed.len(), 2);
     let listed = items(&env, &root);
     let mut sorted = printed.clone();

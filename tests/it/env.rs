@@ -8,6 +8,14 @@ pub struct TestEnv {
     pub dir: tempfile::TempDir,
 }
 
+/// `ibi mint` for the subsystem of the standard's Examples 1 and 2 (host
+/// mtc-m18.sid.inpe.br, IP 150.163.34.243), with state file `state` and extra flags.
+pub fn example_mint_args<'a>(state: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["mint", "--host", "mtc-m18.sid.inpe.br", "--ip", "150.163.34.243", "--state", state];
+    args.extend_from_slice(extra);
+    args
+}
+
 /// The finished run of one command, with its text already decoded.
 #[derive(Debug)]
 pub struct Run {
@@ -19,6 +27,14 @@ pub struct Run {
 impl Run {
     pub fn lines(&self) -> Vec<&str> {
         self.stdout.lines().collect()
+    }
+
+    /// The `name<TAB>ibip` lines of stdout, as pairs.
+    pub fn pairs(&self) -> Vec<(String, String)> {
+        self.stdout
+            .lines()
+            .map(|l| l.split_once('\t').map(|(a, b)| (a.to_string(), b.to_string())).expect("name<TAB>ibip"))
+            .collect()
     }
 }
 

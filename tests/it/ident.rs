@@ -5,7 +5,7 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
-use crate::env::{unprivileged_ibi, TestEnv};
+use crate::env::{example_mint_args, unprivileged_ibi, TestEnv};
 use ibi::id::vectors::table_6_2;
 
 #[test]
@@ -26,17 +26,7 @@ fn row_last() -> String {
 #[test]
 fn examples_1_and_2_minted_together() {
     let env = TestEnv::new();
-    let run = env.ok(&[
-        "mint",
-        "--host",
-        "mtc-m18.sid.inpe.br",
-        "--ip",
-        "150.163.34.243",
-        "--state",
-        "s",
-        "--at",
-        "2009-02-16T17:46:00Z",
-    ]);
+    let run = env.ok(&example_mint_args("s", &["--at", "2009-02-16T17:46:00Z"]));
     assert_eq!(run.stdout, "sid.inpe.br/mtc-m18/2009/02.16.17.46\t8JMKD3MGP8W/34PGRBS\n");
 }
 

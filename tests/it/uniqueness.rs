@@ -5,24 +5,12 @@ use std::collections::HashSet;
 use std::fs;
 use std::process::Stdio;
 
-use crate::env::TestEnv;
+use crate::env::{example_mint_args, TestEnv};
 
 #[test]
 fn eight_processes_minting_at_once_never_share_a_name() {
     let env = TestEnv::new();
-    let args = [
-        "mint",
-        "--host",
-        "mtc-m18.sid.inpe.br",
-        "--ip",
-        "150.163.34.243",
-        "--state",
-        "minter.state",
-        "--count",
-        "100",
-        "--granularity",
-        "0.001",
-    ];
+    let args = example_mint_args("minter.state", &["--count", "100", "--granularity", "0.001"]);
     let children: Vec<_> = (0..8)
         .map(|_| env.command(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn ibi"))
         .collect();
