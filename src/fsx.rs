@@ -52,6 +52,97 @@ pub fn open_nofollow(path: &Path) -> io::Result<File> {
     OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)
 }
 
+/// What a file was when it was opened: enough to tell later whether it changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime: (i64, i64),
+}
+
+impl Stamp {
+    pub fn of(meta: &fs::Metadata) -> Stamp {
+        use std::os::unix::fs::MetadataExt;
+        Stamp { dev: meta.dev(), ino: meta.ino(), size: meta.size(), mtime: (meta.mtime(), meta.mtime_nsec()) }
+    }
+
+    /// The stamp of what is at `path` now (a symlink is stamped itself, never followed).
+    pub fn at(path: &Path) -> io::Result<Stamp> {
+        fs::symlink_metadata(path).map(|m| Stamp::of(&m))
+    }
+}
+
+/// A file opened for reading that is known to be a regular file.
+pub struct RegularFile {
+    pub file: File,
+    pub meta: fs::Metadata,
+}
+
+/// Opens a regular file for reading without ever blocking: `O_NONBLOCK` so that a FIFO
+/// cannot hang the open, `O_NOFOLLOW` unless `follow`, then `fstat` refuses anything
+/// that is not a regular file (FIFO, socket, device, directory) with `InvalidInput`.
+pub fn open_regular(path: &Path, follow: bool) -> io::Result<RegularFile> {
+    let mut flags = libc::O_NONBLOCK;
+    if !follow {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let file = OpenOptions::new().read(true).custom_flags(flags).open(path).map_err(|e| {
+        if e.raw_os_error() == Some(libc::ELOOP) {
+            io::Error::new(io::ErrorKind::InvalidInput, "is a symlink (never followed)")
+        } else {
+            e
+        }
+    })?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        let kind = file_kind_name(&meta.file_type());
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("is a {kind}, not a regular file")));
+    }
+    Ok(RegularFile { file, meta })
+}
+
+/// A word for what a non-regular file is, for messages.
+pub fn file_kind_name(ft: &fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_symlink() {
+        "symlink"
+    } else if ft.is_dir() {
+        "directory"
+    } else if ft.is_fifo() {
+        "FIFO"
+    } else if ft.is_socket() {
+        "socket"
+    } else if ft.is_block_device() || ft.is_char_device() {
+        "device"
+    } else if ft.is_file() {
+        "regular file"
+    } else {
+        "special file"
+    }
+}
+
+/// The most a tag file (bagit.txt, bag-info.txt, a manifest) may hold before reading it
+/// into memory is refused: a hostile bag must not exhaust memory.
+pub const MAX_TAG_FILE: u64 = 256 * 1024 * 1024;
+
+/// Reads a whole regular file (never through a symlink, never a FIFO) of at most `cap` bytes.
+pub fn read_capped(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
+    let RegularFile { file, meta } = open_regular(path, false)?;
+    if meta.len() > cap {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("is {} bytes long, more than the {cap} bytes ibi reads into memory", meta.len()),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(cap + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > cap {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("grew past {cap} bytes while read")));
+    }
+    Ok(bytes)
+}
+
 /// Lower-case hex sha256 of `reader`, and the number of bytes read; `sink` sees every chunk.
 fn hash_stream(reader: &mut impl Read, mut sink: impl FnMut(&[u8]) -> io::Result<()>) -> io::Result<(String, u64)> {
     BUFFER.with(|cell| {
@@ -74,9 +165,9 @@ fn hash_stream(reader: &mut impl Read, mut sink: impl FnMut(&[u8]) -> io::Result
     })
 }
 
-/// sha256 of a file (never through a symlink) and its size.
+/// sha256 of a regular file (never through a symlink, never a FIFO) and its size.
 pub fn hash_file(path: &Path) -> io::Result<(String, u64)> {
-    hash_stream(&mut open_nofollow(path)?, |_| Ok(()))
+    hash_stream(&mut open_regular(path, false)?.file, |_| Ok(()))
 }
 
 /// sha256 of bytes in memory.
@@ -85,34 +176,49 @@ pub fn hash_bytes(bytes: &[u8]) -> String {
 }
 
 /// How `copy_hashing` treats its ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CopyMode {
+#[derive(Clone, Copy)]
+pub struct CopyMode<'a> {
     /// Read through a symlink at the source.
     pub follow: bool,
     /// fsync the copy; batch writers leave this off and call `syncfs` once instead.
     pub sync: bool,
+    /// Told of every chunk copied, so progress moves within large files.
+    pub progress: &'a (dyn Fn(u64) + Sync),
 }
 
-/// Copies `src` to a new file `dst` in one read pass that also hashes, then (in
-/// `mode.sync`) fsyncs `dst`. Returns the digest and size. `dst` must not exist.
-pub fn copy_hashing(src: &Path, dst: &Path, mode: CopyMode) -> Result<(String, u64)> {
-    let follow = mode.follow;
-    let mut input = if follow { File::open(src) } else { open_nofollow(src) }.with_path("open", src)?;
+/// What `copy_hashing` copied: the digest and size of the bytes, and the source's
+/// stamp taken before the first byte was read (`--move` removes a source only if it
+/// still has that stamp).
+#[derive(Debug, Clone)]
+pub struct Copied {
+    pub digest: String,
+    pub size: u64,
+    pub stamp: Stamp,
+}
+
+/// Copies the regular file `src` to a new file `dst` in one read pass that also hashes,
+/// gives the copy the source's mtime (provenance, and cheap file-level backups), then
+/// (in `mode.sync`) fsyncs `dst`. `dst` must not exist.
+pub fn copy_hashing(src: &Path, dst: &Path, mode: CopyMode) -> Result<Copied> {
+    let RegularFile { mut file, meta } = open_regular(src, mode.follow).with_path("open", src)?;
     let mut output = OpenOptions::new().write(true).create_new(true).open(dst).with_path("create", dst)?;
     let mut write_error = None;
-    let result = hash_stream(&mut input, |chunk| {
+    let result = hash_stream(&mut file, |chunk| {
+        (mode.progress)(chunk.len() as u64);
         output.write_all(chunk).inspect_err(|e| write_error = Some(io::Error::new(e.kind(), e.to_string())))
     });
-    match (result, write_error) {
-        (Ok(done), _) => {
-            if mode.sync {
-                output.sync_all().with_path("fsync", dst)?;
-            }
-            Ok(done)
-        }
-        (Err(e), Some(_)) => Err(Error::io("write", dst, e)),
-        (Err(e), None) => Err(Error::io("read", src, e)),
+    let (digest, size) = match (result, write_error) {
+        (Ok(done), _) => done,
+        (Err(e), Some(_)) => return Err(Error::io("write", dst, e)),
+        (Err(e), None) => return Err(Error::io("read", src, e)),
+    };
+    if let Ok(mtime) = meta.modified() {
+        output.set_modified(mtime).with_path("set the modification time of", dst)?;
     }
+    if mode.sync {
+        output.sync_all().with_path("fsync", dst)?;
+    }
+    Ok(Copied { digest, size, stamp: Stamp::of(&meta) })
 }
 
 fn renameat2(from: &Path, to: &Path, flags: libc::c_uint) -> io::Result<()> {
@@ -230,11 +336,23 @@ pub struct FileLock {
 }
 
 fn open_lock_file(path: &Path) -> Result<File> {
-    match OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path) {
+    let open = |write: bool| {
+        let mut options = OpenOptions::new();
+        options.read(true).custom_flags(libc::O_NOFOLLOW);
+        if write {
+            options.write(true).create(true).truncate(false);
+        }
+        options.open(path)
+    };
+    match open(true) {
         Ok(f) => Ok(f),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Err(Error::Invalid {
+            what: "collection".into(),
+            problem: format!("{} is a symlink; ibi never follows symlinks inside a collection", path.display()),
+        }),
         // A read-only place can still be locked if the lock file exists.
         Err(e) if matches!(e.kind(), io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem) => {
-            File::open(path).map_err(|_| Error::io("open lock file", path, e))
+            open(false).map_err(|_| Error::io("open lock file", path, e))
         }
         Err(e) => Err(Error::io("open lock file", path, e)),
     }

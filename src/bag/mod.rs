@@ -25,6 +25,8 @@ pub const BAG_INFO_TXT: &str = "bag-info.txt";
 pub const MANIFEST: &str = "manifest-sha256.txt";
 pub const TAGMANIFEST: &str = "tagmanifest-sha256.txt";
 pub const DATA: &str = "data";
+/// The bag-info label under which a deposited bag keeps its own External-Identifier values.
+pub const SOURCE_IDENTIFIER: &str = "Source-External-Identifier";
 const BAGIT_CONTENT: &str = "BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n";
 const SHA256_HEX: usize = 64;
 

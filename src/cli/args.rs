@@ -218,6 +218,10 @@ pub struct DepositArgs {
     /// Copy the targets of symlinks instead of refusing them.
     #[arg(long)]
     pub follow_symlinks: bool,
+    /// Deposit even content the collection already holds (otherwise it is reported
+    /// as "already deposited as NAME" and not deposited again).
+    #[arg(long)]
+    pub duplicate: bool,
     /// Extra bag-info field, e.g. --meta Contact-Name="Ana Silva".
     #[arg(long = "meta", value_name = "K=V", value_parser = parse_meta)]
     pub meta: Vec<(String, String)>,

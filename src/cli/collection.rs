@@ -10,7 +10,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use ibi::collection::Collection;
 use ibi::id::minter::SystemClock;
-use ibi::ops::deposit::{deposit as deposit_items, DepositOptions};
+use ibi::ops::deposit::{deposit as deposit_items, DepositOptions, Deposited};
 use ibi::ops::list::{list as list_items, DateRange};
 use ibi::ops::verify::verify as verify_items;
 use ibi::ops::watch::{watch as watch_inbox, WatchOptions};
@@ -59,16 +59,27 @@ pub fn deposit(global: GlobalArgs, args: &DepositArgs) -> Result<Outcome> {
         bag: args.bag,
         move_sources: args.move_sources,
         follow_symlinks: args.follow_symlinks,
+        duplicate: args.duplicate,
         meta: args.meta.clone(),
     };
-    let minted = deposit_items(&collection, &args.paths, &options, &SystemClock, &printer)?;
-    for m in &minted {
-        print_minted(&printer, m);
+    let mut done: Vec<Deposited> = Vec::new();
+    let mut on_durable = |d: &Deposited| {
+        print_minted(&printer, &d.minted);
+        done.push(d.clone());
+    };
+    let result = deposit_items(&collection, &args.paths, &options, &SystemClock, &printer, &mut on_durable);
+    if super::stdout_failure().is_some() || (result.is_err() && !done.is_empty()) {
+        // The names must not be lost with stdout, nor hidden by a later failure.
+        for d in &done {
+            super::stderr_line(&format!("ibi: deposited {}", minted_line(&d.minted)));
+        }
     }
+    result?;
+    let fresh = done.iter().filter(|d| !d.already).count();
     let seconds = printer.seconds();
     printer.summary(
-        &format!("deposited {} item(s) in {seconds:.2} s", minted.len()),
-        json!({"deposited": minted.len(), "seconds": seconds}),
+        &format!("deposited {fresh} item(s), {} already held, in {seconds:.2} s", done.len() - fresh),
+        json!({"deposited": fresh, "already": done.len() - fresh, "seconds": seconds}),
     );
     Ok(Outcome::Success)
 }
@@ -92,6 +103,9 @@ pub fn list(global: GlobalArgs, args: &ListArgs) -> Result<Outcome> {
     let collection = Collection::open(&args.root)?;
     let printer = Printer::new(global);
     for entry in list_items(&collection, DateRange { since: args.since, until: args.until }) {
+        if super::stdout_gone() {
+            break;
+        }
         let (name, ibip) = entry?;
         if printer.json() {
             printer.line(&json!({"name": name.to_string(), "ibip": ibip.map(|i| i.to_string())}).to_string());

@@ -78,8 +78,11 @@ fn deposit_steps(printer: &Printer, dir: &Path, sources: &Path) -> Result<(Colle
     say(printer, "ibi deposit --each (one item per folder; the minter may wait for the next free second)");
     let paths = vec![sources.join("report-2009"), sources.join("field-notes")];
     let options = DepositOptions { each: true, ..DepositOptions::default() };
-    let minted = deposit(&collection, &paths, &options, &SystemClock, &Silent)?;
-    minted.iter().for_each(|m| printer.line(&minted_line(m)));
+    let mut minted = Vec::new();
+    deposit(&collection, &paths, &options, &SystemClock, &Silent, &mut |d| {
+        printer.line(&minted_line(&d.minted));
+        minted.push(d.minted.clone());
+    })?;
 
     say(printer, "ibi list");
     print_list(printer, &collection)?;

@@ -11,6 +11,8 @@ mod transfer;
 
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use anyhow::Result;
 use clap::Parser;
@@ -31,13 +33,45 @@ pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_OPERATIONAL: u8 = 3;
 pub const EXIT_BUSY: u8 = 75;
 
-/// Writes to stdout; a closed pipe (`ibi list | head`) ends quietly.
+/// Set once standard output is closed (`ibi list | head`): results are then dropped
+/// quietly and the command finishes what it started, then exits 0.
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+/// The first failure to write results (disk full, I/O error): the run exits 3.
+static STDOUT_FAILED: Mutex<Option<String>> = Mutex::new(None);
+
+/// Writes results to stdout. Never fails and never exits: a closed pipe or a failed
+/// write is remembered, so that a command is never cut off mid-commit; `main` turns
+/// a failed write into exit 3.
 pub fn write_stdout(text: &str) -> Result<()> {
+    if stdout_gone() {
+        return Ok(());
+    }
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
-        other => Ok(other?),
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => STDOUT_CLOSED.store(true, Ordering::SeqCst),
+        Err(e) => {
+            if let Ok(mut failed) = STDOUT_FAILED.lock() {
+                failed.get_or_insert(e.to_string());
+            }
+        }
     }
+    Ok(())
+}
+
+/// Whether results can no longer reach stdout (closed, or a write failed).
+pub fn stdout_gone() -> bool {
+    STDOUT_CLOSED.load(Ordering::SeqCst) || STDOUT_FAILED.lock().map(|f| f.is_some()).unwrap_or(true)
+}
+
+/// Why writing results failed, if it did.
+pub fn stdout_failure() -> Option<String> {
+    STDOUT_FAILED.lock().ok().and_then(|f| f.clone())
+}
+
+/// One line on stderr; a stderr that cannot be written is ignored, never a panic.
+pub fn stderr_line(text: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
 fn exit_code_for(error: &anyhow::Error) -> u8 {
@@ -66,7 +100,9 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
         Command::Demo { dir } => demo::run(g, dir.as_deref()),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(*shell, &mut command, "ibi", &mut std::io::stdout());
+            let mut script = Vec::new();
+            clap_complete::generate(*shell, &mut command, "ibi", &mut script);
+            write_stdout(&String::from_utf8_lossy(&script))?;
             Ok(Outcome::Success)
         }
         Command::Man => {
@@ -84,16 +120,28 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    match dispatch(&cli) {
+    let result = dispatch(&cli);
+    if let Some(why) = stdout_failure() {
+        stderr_line(&format!("ibi: error: cannot write results to standard output: {why}"));
+        if let Err(error) = &result {
+            stderr_line(&format!("ibi: error: {error:#}"));
+        }
+        return ExitCode::from(EXIT_OPERATIONAL);
+    }
+    match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::Problems) => ExitCode::from(EXIT_PROBLEMS),
         Err(error) => {
-            // Library errors already name their cause; other errors show their chain.
-            match error.downcast_ref::<ibi::Error>() {
-                Some(e) => eprintln!("ibi: error: {e}"),
-                None => eprintln!("ibi: error: {error:#}"),
+            let code = exit_code_for(&error);
+            // Under -q, a busy lock is not news for cron: the exit code says it all.
+            if !(cli.global.quiet && code == EXIT_BUSY) {
+                // Library errors already name their cause; other errors show their chain.
+                match error.downcast_ref::<ibi::Error>() {
+                    Some(e) => stderr_line(&format!("ibi: error: {e}")),
+                    None => stderr_line(&format!("ibi: error: {error:#}")),
+                }
             }
-            ExitCode::from(exit_code_for(&error))
+            ExitCode::from(code)
         }
     }
 }

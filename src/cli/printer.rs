@@ -75,8 +75,8 @@ impl Printer {
     pub fn note(&self, text: &str) {
         if !self.quiet && self.mode != Mode::Json {
             match self.bar.lock().ok().and_then(|b| b.clone()) {
-                Some(bar) => bar.suspend(|| eprintln!("{text}")),
-                None => eprintln!("{text}"),
+                Some(bar) => bar.suspend(|| super::stderr_line(text)),
+                None => super::stderr_line(text),
             }
         }
     }

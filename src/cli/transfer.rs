@@ -40,7 +40,7 @@ fn finish(printer: &Printer, verb: &str, s: &TransferSummary, dry_run: bool) -> 
         }),
     );
     if s.delete_capped {
-        eprintln!("ibi: --max-delete reached: further deletions were not made");
+        super::stderr_line("ibi: --max-delete reached: further deletions were not made");
     }
     if s.problems > 0 || s.delete_capped {
         Outcome::Problems

@@ -46,6 +46,26 @@ impl Layout {
     pub fn aliases(&self) -> PathBuf {
         self.root.join(ALIAS_DIR)
     }
+    /// Content records of deposits: `<key>` holds the name the content was deposited as.
+    pub fn deposit_records(&self) -> PathBuf {
+        self.control().join("deposited")
+    }
+
+    /// Every file and folder ibi keeps for itself, none of which may be a symlink.
+    pub fn own_paths(&self) -> Vec<PathBuf> {
+        vec![
+            self.control(),
+            self.config(),
+            self.minter_state(),
+            self.minter_lock(),
+            self.write_lock(),
+            self.staging(),
+            self.trash(),
+            self.journal(),
+            self.aliases(),
+            self.deposit_records(),
+        ]
+    }
 
     /// `ROOT/<subdomain>/<word[.port]>/<year>/<MM.DD.hh.mm[.ss[.f]]>`
     pub fn item(&self, name: &RepositoryName) -> PathBuf {

@@ -6,6 +6,7 @@
 
 pub mod alias;
 pub mod config;
+pub mod guard;
 pub mod layout;
 pub mod walk;
 
@@ -126,16 +127,22 @@ impl Intent {
     }
 }
 
+/// Refuses a symlink where ibi expects its own file or folder.
+fn refuse_symlink(path: &Path) -> Result<()> {
+    if fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(Error::Invalid {
+            what: "collection".into(),
+            problem: format!("{} is a symlink; ibi never follows symlinks inside a collection", path.display()),
+        });
+    }
+    Ok(())
+}
+
 impl Collection {
     /// Creates a collection at `root` (which may exist, but must not be a collection).
     pub fn init(root: &Path, subsystem: Subsystem, organisation: Option<String>) -> Result<Collection> {
         let layout = Layout::new(root);
-        if layout.config().exists() {
-            return Err(Error::Invalid {
-                what: "collection".into(),
-                problem: format!("{} is already a collection", root.display()),
-            });
-        }
+        guard::check_new_root(root)?;
         for dir in [layout.staging(), layout.trash(), layout.journal(), layout.aliases()] {
             create_dir_all_durable(&dir)?;
         }
@@ -147,17 +154,15 @@ impl Collection {
     /// Opens an existing collection; a root without `.ibi/collection.toml` is invalid input.
     pub fn open(root: &Path) -> Result<Collection> {
         let layout = Layout::new(root);
-        if fs::symlink_metadata(layout.control()).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(Error::Invalid {
-                what: "collection".into(),
-                problem: format!("{} is a symlink; refusing to use it", layout.control().display()),
-            });
-        }
+        refuse_symlink(&layout.control())?;
         if !layout.config().is_file() {
             return Err(Error::Invalid {
                 what: "collection".into(),
-                problem: format!("{} is not an ibi collection (no .ibi/collection.toml; see ibi init)", root.display()),
+                problem: format!("{} is not an ibi collection (it has no .ibi/collection.toml)", root.display()),
             });
+        }
+        for own in layout.own_paths() {
+            refuse_symlink(&own)?;
         }
         let (config, subsystem) = CollectionConfig::read(&layout.config())?;
         Ok(Collection { layout, config, subsystem })
@@ -188,11 +193,13 @@ impl Collection {
         }
     }
 
-    /// Mints `count` identifiers from the collection's own minter state.
+    /// Mints `count` identifiers from the collection's own minter state. A date that
+    /// cannot be encoded (an IBIp before 1995) fails the call and leaves the state as it was.
     pub fn mint(&self, count: usize, clock: &dyn Clock) -> Result<Vec<Minted>> {
         let store = StateStore::new(self.layout.minter_state(), self.layout.minter_lock());
         let minter = Minter::new(store, self.subsystem.granularity, clock);
-        minter.mint(count)?.into_iter().map(|date| self.subsystem.identify(date)).collect()
+        let dates = minter.mint_checked(count, &|date| self.subsystem.identify(date).map(drop))?;
+        dates.into_iter().map(|date| self.subsystem.identify(date)).collect()
     }
 
     pub fn item(&self, name: &RepositoryName) -> Item {
@@ -274,11 +281,13 @@ impl Collection {
                 })
             }
         };
-        let item = self.item(&name);
-        if item.path.is_dir() {
-            Ok(item)
-        } else {
-            Err(not_found())
+        match self.slot(&name)? {
+            Slot::Item(item) => Ok(item),
+            Slot::Empty => Err(not_found()),
+            Slot::Foreign(path) => Err(Error::Data {
+                what: format!("item {name}"),
+                problem: format!("{} is a symlink or a file, not an item folder; refusing to use it", path.display()),
+            }),
         }
     }
 
@@ -295,6 +304,35 @@ impl Collection {
         create_dir_all_durable(&self.layout.journal())?;
         atomic_write(&path, text.as_bytes())?;
         Ok(path)
+    }
+
+    /// The name a deposit of content `key` was given, if one was recorded.
+    pub fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
+        let path = self.layout.deposit_records().join(key);
+        match fsx::read_capped(&path, 4096) {
+            Ok(bytes) => Ok(String::from_utf8(bytes).ok().and_then(|t| RepositoryName::parse(t.trim_end()).ok())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io("read", &path, e)),
+        }
+    }
+
+    /// Records which name each content key was deposited as. The records are not
+    /// fsynced here: the caller's `place_all` makes them durable with its batch
+    /// (`syncfs`) before any item is renamed into place.
+    pub fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let dir = self.layout.deposit_records();
+        create_dir_all_durable(&dir)?;
+        for (key, name) in records {
+            let path = dir.join(key);
+            let temp = dir.join(format!("{}{key}", fsx::TEMP_PREFIX));
+            fsx::remove_tree(&temp)?;
+            fsx::write_new(&temp, format!("{name}\n").as_bytes())?;
+            fs::rename(&temp, &path).with_path("rename a record onto", &path)?;
+        }
+        Ok(())
     }
 
     /// Drops a journal record once its operation is complete and durable.
@@ -318,6 +356,11 @@ impl Collection {
         for entry in entries {
             let path = entry.with_path("list", &journal)?.path();
             let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if file_name.starts_with(fsx::TEMP_PREFIX) {
+                // A record whose atomic write was killed before its rename: never acted on.
+                fsx::remove_tree(&path)?;
+                continue;
+            }
             if let Some(intent) =
                 [Intent::Place, Intent::Remove].into_iter().find(|i| file_name.starts_with(i.prefix()))
             {

@@ -6,7 +6,6 @@
 //! The `Clock` is injectable so replays (`--at`) and tests never sleep.
 
 use std::cell::Cell;
-use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -67,6 +66,10 @@ impl Clock for ReplayClock {
     }
 }
 
+/// The longest minter state read: one decimal date with nine fraction digits fits
+/// many times over; a larger file is corrupt and is never echoed into a message.
+const MAX_STATE_BYTES: u64 = 256;
+
 /// A durable "last date used" with its lock: the state file and the lock file beside it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateStore {
@@ -88,12 +91,13 @@ impl StateStore {
 
     /// Reads the last date; `None` when the file does not exist yet.
     pub fn read(&self) -> Result<Option<Timestamp>> {
-        let text = match fs::read(&self.state) {
+        let corrupt = |problem: String| Error::CorruptState { path: self.state.clone(), problem };
+        let text = match crate::fsx::read_capped(&self.state, MAX_STATE_BYTES) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => return Err(corrupt(format!("it {e}"))),
             Err(e) => return Err(Error::io("read minter state", &self.state, e)),
         };
-        let corrupt = |problem: String| Error::CorruptState { path: self.state.clone(), problem };
         let text = String::from_utf8(text).map_err(|_| corrupt("it is not UTF-8 text".into()))?;
         let line = text.strip_suffix('\n').unwrap_or(&text);
         Timestamp::parse_decimal(line).map(Some).map_err(|e| corrupt(format!("expected one decimal date; {}", e)))
@@ -115,6 +119,20 @@ impl StateStore {
         }
         Ok(out)
     }
+}
+
+/// The most names one call may mint: more is refused, never a panic or an abort.
+pub const MAX_COUNT: usize = 10_000_000;
+
+/// Refuses a count larger than `MAX_COUNT`.
+pub fn check_count(count: usize) -> Result<()> {
+    if count > MAX_COUNT {
+        return Err(Error::Invalid {
+            what: "count".into(),
+            problem: format!("{count} at once is more than the {MAX_COUNT} one call may mint"),
+        });
+    }
+    Ok(())
 }
 
 /// The default longest wait before a clock is declared behind the state.
@@ -153,6 +171,13 @@ impl<'c> Minter<'c> {
 
     /// Mints `count` dates under one lock hold and saves the state once, before returning.
     pub fn mint(&self, count: usize) -> Result<Vec<Timestamp>> {
+        self.mint_checked(count, &|_| Ok(()))
+    }
+
+    /// Like `mint`, but every date must pass `accept` before the state is saved: a date
+    /// the caller cannot use (an IBIp before 1995) leaves the state unchanged.
+    pub fn mint_checked(&self, count: usize, accept: &dyn Fn(Timestamp) -> Result<()>) -> Result<Vec<Timestamp>> {
+        check_count(count)?;
         let allowed = (self.max_wait.as_nanos() as i128).max(self.granularity.nanos());
         self.store.update(|last| {
             let mut distributor = Distributor::new(self.granularity, last);
@@ -162,6 +187,7 @@ impl<'c> Minter<'c> {
                 let previous = distributor.last;
                 let out = distributor.next(now);
                 wait_for(self.clock, now, out.creation, allowed, previous.unwrap_or(out.date))?;
+                accept(out.date)?;
                 dates.push(out.date);
             }
             let last = distributor.last.or(last).unwrap_or(Timestamp::from_nanos(0));
@@ -173,6 +199,7 @@ impl<'c> Minter<'c> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     fn t(s: &str) -> Timestamp {
         Timestamp::parse_decimal(s).unwrap()

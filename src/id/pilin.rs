@@ -84,6 +84,7 @@ pub struct PilinMinter<'c> {
 
 impl PilinMinter<'_> {
     pub fn mint(&self, count: usize) -> Result<Vec<PilinSuffix>> {
+        crate::id::minter::check_count(count)?;
         let allowed = self.max_wait.as_nanos() as i128;
         self.store.update(|last| {
             let mut last = last;

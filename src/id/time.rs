@@ -55,9 +55,13 @@ impl Timestamp {
     }
 
     /// The current system time.
+    /// The system clock, exactly; a clock set before 1970 gives a negative instant
+    /// (which minting then refuses with an error), never a panic.
     pub fn now() -> Self {
-        let now = Utc::now();
-        Timestamp(now.timestamp() as i128 * NANOS_PER_SECOND + now.timestamp_subsec_nanos() as i128)
+        match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+            Ok(after) => Timestamp(after.as_nanos() as i128),
+            Err(before) => Timestamp(-(before.duration().as_nanos() as i128)),
+        }
     }
 
     /// Builds an instant from UTC calendar fields, checking that they name a real date and time.

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rayon::prelude::*;
 
-use crate::collection::{Collection, Entry, Item, LockWait, Slot};
-use crate::error::{Error, Result};
+use crate::collection::{guard, Collection, Entry, Item, LockWait, Slot};
+use crate::error::Result;
 use crate::fsx::FileLock;
 use crate::ops::report::Reporter;
 use crate::ops::transfer::{
@@ -91,16 +91,10 @@ impl Tally {
     }
 }
 
-/// Refuses SRC = DST: copying a collection onto itself can only lose data.
+/// Refuses SRC = DST (through any symlink or bind mount) and nested collections:
+/// copying a collection onto itself or into itself can only lose data.
 pub fn check_distinct(src: &Collection, dst: &Collection) -> Result<()> {
-    let canon = |c: &Collection| std::fs::canonicalize(c.root()).unwrap_or_else(|_| c.root().to_path_buf());
-    if canon(src) == canon(dst) {
-        return Err(Error::Invalid {
-            what: "collections".into(),
-            problem: "SRC and DST are the same collection".into(),
-        });
-    }
-    Ok(())
+    guard::check_apart(src.root(), dst.root())
 }
 
 /// Takes a collection's write lock and completes what an interrupted writer left.

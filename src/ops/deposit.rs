@@ -1,18 +1,23 @@
-//! Deposit (DESIGN §5): build the bag in `.ibi/staging/`, copying and hashing
-//! in one read pass; mint the name under the minter lock; write the tag files;
-//! fsync; rename into place (never over an existing item); create the alias.
-//! `--move` removes the originals only after all of that is durable. A failure
-//! at any step removes the staging folder; a SIGKILL leaves it for the next
-//! writer, which clears it and finishes any journalled alias.
+//! Deposit: build the bag in `.ibi/staging/`, copying and hashing in one read
+//! pass; mint the names under the minter lock; write the tag files; make the
+//! batch durable; rename into place (never over an existing item); create the
+//! aliases. Each item is reported as soon as it is durable. A content record
+//! (`.ibi/deposited/<key>`), made durable with the item, lets a rerun after any
+//! failure or kill say "already deposited as NAME" instead of depositing the
+//! same content twice. `--move` then removes exactly what was copied: a file
+//! only if it still has the stamp it had when read, a folder only if empty.
 
-use std::path::{Path, PathBuf};
+use std::collections::BTreeSet;
+use std::fs;
+use std::io;
+use std::path::PathBuf;
 
 use rayon::prelude::*;
 
-use crate::bag::{self, BagInfo, ManifestEntry, Oxum};
-use crate::collection::{Collection, LockWait, StagingDir};
+use crate::bag::{self, manifest, BagInfo, ManifestEntry, Oxum};
+use crate::collection::{guard, Collection, LockWait, Slot, StagingDir};
 use crate::error::{Error, IoContext, Result};
-use crate::fsx::{self, copy_hashing, fsync_dir, CopyMode};
+use crate::fsx::{self, copy_hashing, CopyMode, Stamp};
 use crate::id::minter::Clock;
 use crate::id::Minted;
 use crate::ops::report::Reporter;
@@ -23,25 +28,63 @@ use crate::ops::transfer::{place_all, Staged, BATCH};
 pub struct DepositOptions {
     /// One item per path instead of one item for all.
     pub each: bool,
-    /// Each path is an existing BagIt bag, deposited as is.
+    /// Each path is an existing BagIt bag, deposited whole.
     pub bag: bool,
     /// Remove the originals once the item is durable.
     pub move_sources: bool,
     pub follow_symlinks: bool,
+    /// Deposit content even when the collection already holds an item of it.
+    pub duplicate: bool,
     /// Extra bag-info fields.
     pub meta: Vec<(String, String)>,
 }
 
-/// Deposits `paths` as one item (or one per path with `each`), holding the write lock.
-/// Items go in batches of `BATCH`: staged in parallel, minted together, then
-/// made durable and placed together.
+/// bag-info labels that ibi writes itself, which `--meta` may never set.
+pub const RESERVED_LABELS: [&str; 6] =
+    ["External-Identifier", "Bagging-Date", "Payload-Oxum", "Source-Organization", "Bag-Size", bag::SOURCE_IDENTIFIER];
+
+/// Refuses `--meta` labels that ibi writes itself.
+pub fn check_meta(meta: &[(String, String)]) -> Result<()> {
+    for (label, _) in meta {
+        if RESERVED_LABELS.iter().any(|r| r.eq_ignore_ascii_case(label)) {
+            return Err(Error::Invalid {
+                what: "--meta".into(),
+                problem: format!("{label} is written by ibi itself and cannot be set"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// One item a deposit made durable, or found already deposited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deposited {
+    pub minted: Minted,
+    /// The collection already held this content; nothing new was placed.
+    pub already: bool,
+}
+
+/// A deposited item with the stamps of the source files it was copied from.
+pub struct DepositOutcome {
+    pub deposited: Deposited,
+    pub stamps: Vec<(PathBuf, Stamp)>,
+}
+
+/// Deposits `paths` as one item (or one per path with `each` or `bag`), holding the
+/// write lock. Items go in batches of `BATCH`; `on_durable` sees each item as soon as
+/// it is durable, before any original is removed. Returns how many items it saw.
 pub fn deposit(
     collection: &Collection,
     paths: &[PathBuf],
     options: &DepositOptions,
     clock: &dyn Clock,
     reporter: &dyn Reporter,
-) -> Result<Vec<Minted>> {
+    on_durable: &mut dyn FnMut(&Deposited),
+) -> Result<u64> {
+    check_meta(&options.meta)?;
+    for path in paths {
+        guard::check_source("deposit source", path, collection.root())?;
+    }
     let _lock = collection.lock_writes(LockWait::Forever)?;
     collection.recover()?;
     let groups: Vec<Vec<PathBuf>> = if options.each || options.bag {
@@ -50,61 +93,86 @@ pub fn deposit(
         vec![paths.to_vec()]
     };
     reporter.begin("deposit", Some(groups.len() as u64), None);
-    let mut minted = Vec::with_capacity(groups.len());
+    let mut count = 0;
     for batch in groups.chunks(BATCH) {
         let plans: Vec<SourcePlan> = batch
             .iter()
             .map(|group| if options.bag { plan_bag(&group[0]) } else { plan_paths(group, options.follow_symlinks) })
             .collect::<Result<_>>()?;
-        for item in deposit_batch(collection, &plans, options, clock, reporter, None)? {
-            reporter.item(&item.name.to_string(), "deposited");
-            minted.push(item);
+        let outcomes = deposit_batch(collection, &plans, options, clock, reporter, None)?;
+        for (plan, outcome) in plans.iter().zip(&outcomes) {
+            let d = &outcome.deposited;
+            let name = d.minted.name.to_string();
+            if d.already {
+                reporter.warning(&format!("{} was already deposited as {name}", describe(plan)));
+            }
+            reporter.item(&name, if d.already { "already deposited" } else { "deposited" });
+            on_durable(d);
+            count += 1;
+        }
+        if options.move_sources {
+            for (plan, outcome) in plans.iter().zip(&outcomes) {
+                remove_moved(plan, &outcome.stamps, reporter);
+            }
         }
     }
     reporter.end();
-    Ok(minted)
+    Ok(count)
+}
+
+fn describe(plan: &SourcePlan) -> String {
+    plan.originals.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// What one staged payload holds.
+struct Payload {
+    staging: StagingDir,
+    entries: Vec<ManifestEntry>,
+    oxum: Oxum,
+    stamps: Vec<(PathBuf, Stamp)>,
 }
 
 /// Copies the payload into `staging/data`, hashing as it reads, in parallel.
-fn copy_payload(staging: &Path, plan: &SourcePlan, reporter: &dyn Reporter) -> Result<Vec<(ManifestEntry, u64)>> {
-    let data = staging.join(bag::DATA);
-    std::fs::create_dir(&data).with_path("create", &data)?;
+fn stage_payload(collection: &Collection, plan: &SourcePlan, reporter: &dyn Reporter) -> Result<Payload> {
+    let staging = StagingDir::new(collection)?;
+    let data = staging.path.join(bag::DATA);
+    fs::create_dir(&data).with_path("create", &data)?;
     for dir in &plan.dirs {
         let path = data.join(dir);
-        std::fs::create_dir(&path).with_path("create", &path)?;
+        fs::create_dir(&path).with_path("create", &path)?;
     }
     for empty in &plan.empty_dirs {
         reporter.warning(&format!("empty folder {empty} is kept, but BagIt manifests do not record empty folders"));
     }
-    let copied: Vec<(ManifestEntry, u64)> = plan
+    let progress = |n: u64| reporter.bytes(n);
+    let mode = CopyMode { follow: plan.follow_symlinks, sync: false, progress: &progress };
+    let copied: Vec<(ManifestEntry, u64, (PathBuf, Stamp))> = plan
         .files
         .par_iter()
         .map(|file| {
-            let (digest, size) = copy_hashing(
-                &file.source,
-                &data.join(&file.payload),
-                CopyMode { follow: plan.follow_symlinks, sync: false },
-            )?;
-            reporter.bytes(size);
+            let done = copy_hashing(&file.source, &data.join(&file.payload), mode)?;
             if let Some(expected) = &file.expected {
-                if *expected != digest {
+                if *expected != done.digest {
                     return Err(Error::Data {
                         what: format!("source bag file {}", file.source.display()),
-                        problem: format!("sha256 {digest} does not match its manifest ({expected})"),
+                        problem: format!("sha256 {} does not match its manifest ({expected})", done.digest),
                     });
                 }
             }
-            Ok((ManifestEntry { digest, path: format!("{}/{}", bag::DATA, file.payload) }, size))
+            let entry = ManifestEntry { digest: done.digest, path: format!("{}/{}", bag::DATA, file.payload) };
+            Ok((entry, done.size, (file.source.clone(), done.stamp)))
         })
         .collect::<Result<_>>()?;
-    Ok(copied)
+    let oxum = Oxum { octets: copied.iter().map(|(_, size, _)| size).sum(), files: copied.len() as u64 };
+    let (entries, stamps) = copied.into_iter().map(|(entry, _, stamp)| (entry, stamp)).unzip();
+    Ok(Payload { staging, entries, oxum, stamps })
 }
 
 /// The bag-info of a new item: its two identifiers first, then what it carries over.
 fn bag_info(
     collection: &Collection,
     minted: &Minted,
-    oxum: Oxum,
+    payload: &Payload,
     plan: &SourcePlan,
     options: &DepositOptions,
     clock: &dyn Clock,
@@ -116,14 +184,17 @@ fn bag_info(
     }
     let today = clock.now().to_rfc3339();
     info.push("Bagging-Date", today.get(..10).unwrap_or(&today));
-    info.push("Payload-Oxum", oxum.to_string());
+    info.push("Payload-Oxum", payload.oxum.to_string());
     if let Some(org) = &collection.config.organisation {
         info.push("Source-Organization", org.clone());
     }
-    let carried = ["Payload-Oxum", "Bagging-Date", "Bag-Size"];
     if let Some(source) = &plan.info {
         for (label, value) in &source.fields {
-            let ours = carried.iter().any(|c| c.eq_ignore_ascii_case(label))
+            if label.eq_ignore_ascii_case("External-Identifier") {
+                info.push(bag::SOURCE_IDENTIFIER, value.clone());
+                continue;
+            }
+            let ours = ["Payload-Oxum", "Bagging-Date", "Bag-Size"].iter().any(|c| c.eq_ignore_ascii_case(label))
                 || (label.eq_ignore_ascii_case("Source-Organization") && collection.config.organisation.is_some());
             if !ours {
                 info.push(label, value.clone());
@@ -136,25 +207,35 @@ fn bag_info(
     info
 }
 
+/// What identifies the content of a deposit: its payload manifest, the metadata
+/// asked for, and the bag-info a source bag brings. Equal keys, equal deposits.
+fn content_key(payload: &Payload, plan: &SourcePlan, options: &DepositOptions) -> String {
+    let mut entries = payload.entries.clone();
+    entries.sort_by(|a, b| a.path.cmp(&b.path));
+    let mut text = manifest::format(&entries);
+    for (label, value) in options.meta.iter().chain(plan.info.iter().flat_map(|i| i.fields.iter())) {
+        text.push_str(&format!("\u{0}{label}: {value}"));
+    }
+    text.push_str(&format!("\u{0}bag={}", options.bag));
+    fsx::hash_bytes(text.as_bytes())
+}
+
+/// The item this content was deposited as, if the collection still holds it.
+fn deposited_as(collection: &Collection, key: &str) -> Result<Option<Minted>> {
+    let Some(name) = collection.deposit_record(key)? else { return Ok(None) };
+    match collection.slot(&name)? {
+        Slot::Item(item) => Ok(Some(Minted { ibip: item.ibip().ok().flatten(), name })),
+        _ => Ok(None),
+    }
+}
+
 /// Called with the minted identifiers just before the items are renamed into place.
 pub type BeforePlace<'a> = &'a dyn Fn(&Minted) -> Result<()>;
 
-/// Copies one item's payload into a new staging folder (no fsync yet).
-fn stage_payload(
-    collection: &Collection,
-    plan: &SourcePlan,
-    reporter: &dyn Reporter,
-) -> Result<(StagingDir, Vec<ManifestEntry>, Oxum)> {
-    let staging = StagingDir::new(collection)?;
-    let copied = copy_payload(&staging.path, plan, reporter)?;
-    let oxum = Oxum { octets: copied.iter().map(|(_, size)| size).sum(), files: copied.len() as u64 };
-    Ok((staging, copied.into_iter().map(|(entry, _)| entry).collect(), oxum))
-}
-
 /// Deposits planned items; the caller holds the write lock. Every payload is staged
-/// first, so a failure (disk full, unreadable file) mints nothing; then the names
-/// are minted in one lock hold, the tag files written, and `place_all` makes the
-/// batch durable and renames it into place. `--move` removes originals only then.
+/// first, so a failure (disk full, unreadable file) mints nothing; content already
+/// deposited is reported as such; the rest is minted in one lock hold, its tag files
+/// and content records written, and `place_all` makes the batch durable and places it.
 pub fn deposit_batch(
     collection: &Collection,
     plans: &[SourcePlan],
@@ -162,27 +243,92 @@ pub fn deposit_batch(
     clock: &dyn Clock,
     reporter: &dyn Reporter,
     before_place: Option<BeforePlace>,
-) -> Result<Vec<Minted>> {
-    let payloads: Vec<(StagingDir, Vec<ManifestEntry>, Oxum)> =
+) -> Result<Vec<DepositOutcome>> {
+    let payloads: Vec<Payload> =
         plans.par_iter().map(|plan| stage_payload(collection, plan, reporter)).collect::<Result<_>>()?;
-    let minted = collection.mint(plans.len(), clock)?;
-    let mut staged = Vec::with_capacity(plans.len());
-    for ((dir, entries, oxum), (plan, m)) in payloads.into_iter().zip(plans.iter().zip(&minted)) {
-        let info = bag_info(collection, m, oxum, plan, options, clock);
-        bag::write_tag_files(&dir.path, &info, &entries)?;
-        staged.push(Staged::new(dir, m.name.clone(), m.ibip, oxum.octets));
+    let keys: Vec<String> = payloads.iter().zip(plans).map(|(p, plan)| content_key(p, plan, options)).collect();
+    let mut known = Vec::with_capacity(plans.len());
+    for key in &keys {
+        known.push(if options.duplicate { None } else { deposited_as(collection, key)? });
     }
+    let fresh = known.iter().filter(|k| k.is_none()).count();
+    let mut minted = collection.mint(fresh, clock)?.into_iter();
+    let mut outcomes = Vec::with_capacity(plans.len());
+    let mut staged = Vec::with_capacity(fresh);
+    let mut records = Vec::with_capacity(fresh);
+    for (((payload, plan), key), known) in payloads.into_iter().zip(plans).zip(keys).zip(known) {
+        let (m, already) = match known {
+            Some(m) => (m, true),
+            None => {
+                let Some(m) = minted.next() else { unreachable!("one name was minted per fresh item") };
+                let info = bag_info(collection, &m, &payload, plan, options, clock);
+                bag::write_tag_files(&payload.staging.path, &info, &payload.entries)?;
+                records.push((key, m.name.clone()));
+                staged.push(Staged::new(payload.staging, m.name.clone(), m.ibip, payload.oxum.octets));
+                (m, false)
+            }
+        };
+        outcomes.push(DepositOutcome { deposited: Deposited { minted: m, already }, stamps: payload.stamps });
+    }
+    collection.write_deposit_records(&records)?;
     if let Some(hook) = before_place {
-        minted.iter().try_for_each(hook)?;
+        outcomes.iter().filter(|o| !o.deposited.already).try_for_each(|o| hook(&o.deposited.minted))?;
     }
     for (name, outcome) in place_all(collection, staged)? {
         outcome.map_err(|problem| Error::Data { what: format!("item {name}"), problem })?;
     }
-    if options.move_sources {
-        for original in plans.iter().flat_map(|p| &p.originals) {
-            fsx::remove_tree(original)?;
-            fsync_dir(fsx::parent_dir(original))?;
+    Ok(outcomes)
+}
+
+/// Removes the originals of a durable deposit: each file only if it still has the
+/// stamp it had when it was read (same inode, size and mtime), then each folder only
+/// if it is empty. Anything else stays, with a warning naming it.
+pub fn remove_moved(plan: &SourcePlan, stamps: &[(PathBuf, Stamp)], reporter: &dyn Reporter) {
+    let mut touched = BTreeSet::new();
+    for (path, stamp) in stamps {
+        match Stamp::at(path) {
+            Ok(now) if now == *stamp => match fs::remove_file(path) {
+                Ok(()) => {
+                    touched.insert(fsx::parent_dir(path).to_path_buf());
+                }
+                Err(e) => reporter.warning(&format!("kept {}: cannot remove it: {e}", path.display())),
+            },
+            Ok(_) => reporter.warning(&format!("kept {}: it changed after it was copied", path.display())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => reporter.warning(&format!("kept {}: {e}", path.display())),
         }
     }
-    Ok(minted)
+    for dir in plan.source_dirs.iter().rev() {
+        match fs::remove_dir(dir) {
+            Ok(()) => {
+                touched.insert(fsx::parent_dir(dir).to_path_buf());
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty => reporter.warning(&format!(
+                "kept folder {}: it holds what was not deposited ({})",
+                dir.display(),
+                leftovers(dir)
+            )),
+            Err(e) => reporter.warning(&format!("kept folder {}: {e}", dir.display())),
+        }
+    }
+    for dir in touched {
+        if let Err(e) = fsx::fsync_dir(&dir) {
+            reporter.warning(&e.to_string());
+        }
+    }
+}
+
+/// The first few names left in a folder, for a warning.
+fn leftovers(dir: &std::path::Path) -> String {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    names.sort();
+    let more = names.len().saturating_sub(5);
+    names.truncate(5);
+    if more > 0 {
+        names.push(format!("and {more} more"));
+    }
+    names.join(", ")
 }

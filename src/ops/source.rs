@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use walkdir::WalkDir;
 
 use crate::bag::{manifest, BagInfo, BAG_INFO_TXT, DATA, MANIFEST};
+use crate::collection::guard;
 use crate::error::{Error, IoContext, Result};
+use crate::fsx::{read_capped, MAX_TAG_FILE};
 
 /// One file to copy: from `source` to `data/<payload>`; `expected` is the digest a
 /// source bag's manifest promises.
@@ -30,8 +32,10 @@ pub struct SourcePlan {
     pub empty_dirs: Vec<String>,
     /// bag-info fields of a source bag, to carry over.
     pub info: Option<BagInfo>,
-    /// What `--move` removes once the item is durable.
+    /// What was given on the command line.
     pub originals: Vec<PathBuf>,
+    /// Every source folder, parents before children: `--move` removes those left empty.
+    pub source_dirs: Vec<PathBuf>,
     /// Symlinks among the sources are read through (`--follow-symlinks`).
     pub follow_symlinks: bool,
 }
@@ -91,7 +95,19 @@ fn add_source(plan: &mut SourcePlan, source: &Path, prefix: &str, follow: bool, 
             continue;
         }
         let ft = entry.file_type();
+        if ft.is_dir() && guard::is_control_dir_of_collection(entry.path()) {
+            let root = entry.path().parent().unwrap_or(entry.path());
+            return Err(Error::Invalid {
+                what: "deposit source".into(),
+                problem: format!(
+                    "{} contains the collection {}; refusing to touch it",
+                    source.display(),
+                    root.display()
+                ),
+            });
+        }
         if ft.is_dir() {
+            plan.source_dirs.push(entry.path().to_path_buf());
             if !payload.is_empty() {
                 plan.dirs.push(payload.clone());
             }
@@ -148,7 +164,9 @@ pub fn plan_paths(paths: &[PathBuf], follow_symlinks: bool) -> Result<SourcePlan
 /// copy and what each file must hash to; its bag-info is carried over.
 pub fn plan_bag(bag: &Path) -> Result<SourcePlan> {
     let invalid = |problem: String| Error::Data { what: format!("bag {}", bag.display()), problem };
-    let text = fs::read_to_string(bag.join(MANIFEST)).map_err(|e| invalid(format!("cannot read {MANIFEST}: {e}")))?;
+    let text = read_capped(&bag.join(MANIFEST), MAX_TAG_FILE)
+        .map_err(|e| invalid(format!("cannot read {MANIFEST}: {e}")))
+        .and_then(|b| String::from_utf8(b).map_err(|_| invalid(format!("{MANIFEST} is not UTF-8"))))?;
     let (entries, problems) = manifest::parse(&text, 64);
     if let Some(p) = problems.first() {
         return Err(invalid(format!("{MANIFEST} line {}: {}", p.line, p.problem)));
@@ -169,7 +187,9 @@ pub fn plan_bag(bag: &Path) -> Result<SourcePlan> {
     if let Some(extra) = on_disk.keys().next() {
         return Err(invalid(format!("{extra} is not in {MANIFEST}")));
     }
-    let info_text = fs::read_to_string(bag.join(BAG_INFO_TXT)).unwrap_or_default();
+    let info_text = read_capped(&bag.join(BAG_INFO_TXT), MAX_TAG_FILE)
+        .map_err(|e| invalid(format!("cannot read {BAG_INFO_TXT}: {e}")))
+        .and_then(|b| String::from_utf8(b).map_err(|_| invalid(format!("{BAG_INFO_TXT} is not UTF-8"))))?;
     let info =
         BagInfo::parse(&info_text).map_err(|line| invalid(format!("{BAG_INFO_TXT} line {line} is malformed")))?;
     Ok(SourcePlan {
@@ -178,6 +198,7 @@ pub fn plan_bag(bag: &Path) -> Result<SourcePlan> {
         empty_dirs: walked.empty_dirs,
         info: Some(info),
         originals: vec![bag.to_path_buf()],
+        source_dirs: Vec::new(),
         follow_symlinks: false,
     })
 }

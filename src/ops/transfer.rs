@@ -94,10 +94,9 @@ fn copy_files(
     let results: Vec<(String, Result<(String, u64)>)> = files
         .par_iter()
         .map(|rel| {
-            let result = copy_hashing(&item.path.join(rel), &to.join(rel), CopyMode { follow: false, sync: false });
-            if let Ok((_, n)) = &result {
-                reporter.bytes(*n);
-            }
+            let progress = |n: u64| reporter.bytes(n);
+            let mode = CopyMode { follow: false, sync: false, progress: &progress };
+            let result = copy_hashing(&item.path.join(rel), &to.join(rel), mode).map(|c| (c.digest, c.size));
             (rel.clone(), result)
         })
         .collect();

@@ -1,13 +1,16 @@
-//! The hot folder (`watch INBOX ROOT`, DESIGN §5): each top-level entry of the
-//! inbox, once it has stopped changing for the settle time, is deposited as
-//! one item; the original then moves to `INBOX/.deposited/` (or is removed)
-//! and a receipt holding the minted name is written beside it. `notify`
-//! wakes the loop early; a periodic scan decides, so missed events only cost
-//! latency. A `.pending` record written just before the item is placed lets a
-//! restart finish an interrupted hand-off instead of depositing twice.
+//! The hot folder (`watch INBOX ROOT`): each top-level entry of the inbox,
+//! once it has stopped changing for the settle time, is deposited as one
+//! item; the original then moves to `INBOX/.deposited/` (or is removed, file
+//! by file, only where unchanged since it was read) and a receipt holding the
+//! minted name is written. ibi's own records live under dot-folders of
+//! `.deposited/` that no entry name can reach: `.receipts/` (never
+//! overwritten) and `.pending/`, a record written just before the item is
+//! placed so that a restart finishes the hand-off instead of depositing
+//! twice. `notify` wakes the loop early; a periodic scan decides.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -16,18 +19,18 @@ use std::time::{Duration, Instant};
 use notify::{RecursiveMode, Watcher};
 use walkdir::WalkDir;
 
-use crate::collection::{Collection, LockWait};
+use crate::collection::{guard, Collection, LockWait};
 use crate::error::{ErrorClass, IoContext, Result};
-use crate::fsx::{atomic_write, create_dir_all_durable, fsync_dir, remove_tree};
+use crate::fsx::{self, atomic_write, create_dir_all_durable, fsync_dir, rename_noreplace};
 use crate::id::minter::Clock;
 use crate::id::{Minted, RepositoryName};
-use crate::ops::deposit::{deposit_batch, DepositOptions};
+use crate::ops::deposit::{check_meta, deposit_batch, remove_moved, DepositOptions};
 use crate::ops::report::Reporter;
 use crate::ops::source::plan_paths;
 
 pub const DEPOSITED_DIR: &str = ".deposited";
-const PENDING_SUFFIX: &str = ".pending";
-const RECEIPT_SUFFIX: &str = ".receipt";
+const RECEIPTS_DIR: &str = ".receipts";
+const PENDING_DIR: &str = ".pending";
 
 #[derive(Debug, Clone)]
 pub struct WatchOptions {
@@ -43,29 +46,44 @@ pub struct WatchOptions {
 /// What an entry looked like at the last scan: count, total size, latest mtime.
 type Signature = (u64, u64, i128);
 
-fn signature(path: &Path) -> Option<Signature> {
+fn signature(path: &Path) -> io::Result<Signature> {
     let mut sig = (0u64, 0u64, 0i128);
     for entry in WalkDir::new(path).follow_links(false) {
-        let meta = entry.ok()?.metadata().ok()?;
-        let mtime =
-            meta.modified().ok()?.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i128).unwrap_or(0);
+        let meta = entry.map_err(io::Error::from)?.metadata().map_err(io::Error::from)?;
+        let mtime = meta.modified()?.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i128).unwrap_or(0);
         sig = (sig.0 + 1, sig.1 + meta.len(), sig.2.max(mtime));
     }
-    Some(sig)
+    Ok(sig)
 }
 
-/// Top-level inbox entries, skipping dot-names (`.deposited`, editors' temp files).
-fn inbox_entries(inbox: &Path) -> Result<Vec<String>> {
-    let mut names = Vec::new();
+/// Top-level inbox entries, skipping dot-names (`.deposited`, editors' temp files);
+/// names that are not UTF-8 are returned apart, to be warned about.
+fn inbox_entries(inbox: &Path) -> Result<(Vec<String>, Vec<PathBuf>)> {
+    let (mut names, mut odd) = (Vec::new(), Vec::new());
     for entry in fs::read_dir(inbox).with_path("list", inbox)? {
         let name = entry.with_path("list", inbox)?.file_name();
         match name.into_string() {
             Ok(n) if !n.starts_with('.') => names.push(n),
-            _ => {}
+            Ok(_) => {}
+            Err(raw) => odd.push(inbox.join(raw)),
         }
     }
     names.sort();
-    Ok(names)
+    Ok((names, odd))
+}
+
+/// The first of `dir/base`, `dir/base.1`, `dir/base.2` … that `place` accepts
+/// (it fails with `AlreadyExists` while the name is taken).
+fn first_free(dir: &Path, base: &str, mut place: impl FnMut(&Path) -> io::Result<()>) -> Result<PathBuf> {
+    for n in 0u64.. {
+        let target = if n == 0 { dir.join(base) } else { dir.join(format!("{base}.{n}")) };
+        match place(&target) {
+            Ok(()) => return Ok(target),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(crate::Error::io("create", target, e)),
+        }
+    }
+    unreachable!("some suffix is free")
 }
 
 struct HotFolder<'a> {
@@ -79,44 +97,55 @@ struct HotFolder<'a> {
 
 impl HotFolder<'_> {
     fn pending_path(&self, entry: &str) -> PathBuf {
-        self.deposited.join(format!("{entry}{PENDING_SUFFIX}"))
+        self.deposited.join(PENDING_DIR).join(entry)
     }
 
-    /// Moves (or removes) the original, writes the receipt, drops the pending record.
-    fn hand_off(&self, entry: &str, name: &str, ibip: &str) -> Result<()> {
+    /// Moves the original into `.deposited/` under a name no other holds.
+    fn archive(&self, entry: &str) -> Result<String> {
         let original = self.inbox.join(entry);
-        if original.exists() || fs::symlink_metadata(&original).is_ok() {
-            if self.options.remove {
-                remove_tree(&original)?;
-            } else {
-                let mut target = self.deposited.join(entry);
-                let mut n = 1;
-                while fs::symlink_metadata(&target).is_ok() {
-                    target = self.deposited.join(format!("{entry}.{n}"));
-                    n += 1;
-                }
-                fs::rename(&original, &target).with_path("move to .deposited", &original)?;
-            }
-            fsync_dir(&self.inbox)?;
-        }
-        let receipt = self.deposited.join(format!("{entry}{RECEIPT_SUFFIX}"));
-        atomic_write(&receipt, format!("{name}\t{ibip}\n").as_bytes())?;
+        let target = first_free(&self.deposited, entry, |t| rename_noreplace(&original, t))?;
+        fsync_dir(&self.inbox)?;
+        fsync_dir(&self.deposited)?;
+        Ok(target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())
+    }
+
+    /// Writes the receipt under a name no other receipt holds, never over one.
+    fn write_receipt(&self, base: &str, text: &str) -> Result<()> {
+        let dir = self.deposited.join(RECEIPTS_DIR);
+        let temp = dir.join(format!("{}{base}", fsx::TEMP_PREFIX));
+        fsx::remove_tree(&temp)?;
+        fsx::write_new(&temp, text.as_bytes())?;
+        fs::File::open(&temp).and_then(|f| f.sync_all()).with_path("fsync", &temp)?;
+        first_free(&dir, &format!("{base}.receipt"), |t| rename_noreplace(&temp, t))?;
+        fsync_dir(&dir)
+    }
+
+    /// Archives the original (or leaves it to `remove_moved`), writes the receipt,
+    /// drops the pending record.
+    fn hand_off(&self, entry: &str, line: &str, removed: bool) -> Result<()> {
+        let exists = fs::symlink_metadata(self.inbox.join(entry)).is_ok();
+        let base = if exists && !removed { self.archive(entry)? } else { entry.to_string() };
+        self.write_receipt(&base, &format!("{line}\t{entry}\n"))?;
         let pending = self.pending_path(entry);
         fs::remove_file(&pending).with_path("remove", &pending)?;
-        fsync_dir(&self.deposited)
+        fsync_dir(&self.deposited.join(PENDING_DIR))
     }
 
     /// Finishes hand-offs that a previous run left between placing and receipting.
+    /// Their originals are archived even under `--remove`: without the stamps taken
+    /// when they were read, removing them could lose what changed since.
     fn recover(&self) -> Result<()> {
-        for dir_entry in fs::read_dir(&self.deposited).with_path("list", &self.deposited)? {
-            let file_name = dir_entry.with_path("list", &self.deposited)?.file_name();
-            let Some(entry) = file_name.to_str().and_then(|n| n.strip_suffix(PENDING_SUFFIX)) else { continue };
+        let dir = self.deposited.join(PENDING_DIR);
+        for dir_entry in fs::read_dir(&dir).with_path("list", &dir)? {
+            let file_name = dir_entry.with_path("list", &dir)?.file_name();
+            let Some(entry) = file_name.to_str() else { continue };
             let pending = self.pending_path(entry);
-            let text = fs::read_to_string(&pending).with_path("read", &pending)?;
-            let (name, ibip) = text.trim_end().split_once('\t').unwrap_or((text.trim_end(), ""));
-            let placed = RepositoryName::parse(name).is_ok_and(|n| self.collection.contains(&n));
-            if placed {
-                self.hand_off(entry, name, ibip)?;
+            let text =
+                String::from_utf8(fsx::read_capped(&pending, 4096).with_path("read", &pending)?).unwrap_or_default();
+            let line = text.trim_end();
+            let name = line.split('\t').next().unwrap_or("");
+            if RepositoryName::parse(name).is_ok_and(|n| self.collection.contains(&n)) {
+                self.hand_off(entry, line, false)?;
             } else {
                 fs::remove_file(&pending).with_path("remove", &pending)?;
             }
@@ -134,18 +163,32 @@ impl HotFolder<'_> {
             let ibip = m.ibip.map(|i| i.to_string()).unwrap_or_default();
             atomic_write(&self.pending_path(entry), format!("{}\t{ibip}\n", m.name).as_bytes())
         };
-        let minted = deposit_batch(
-            self.collection,
-            std::slice::from_ref(&plan),
-            &deposit,
-            self.clock,
-            self.reporter,
-            Some(&record),
-        )?
-        .remove(0);
-        let ibip = minted.ibip.map(|i| i.to_string()).unwrap_or_default();
-        self.hand_off(entry, &minted.name.to_string(), &ibip)?;
+        let plans = std::slice::from_ref(&plan);
+        let outcome =
+            deposit_batch(self.collection, plans, &deposit, self.clock, self.reporter, Some(&record))?.remove(0);
+        let minted = outcome.deposited.minted;
+        let line = format!("{}\t{}", minted.name, minted.ibip.map(|i| i.to_string()).unwrap_or_default());
+        if outcome.deposited.already {
+            atomic_write(&self.pending_path(entry), format!("{line}\n").as_bytes())?;
+            self.reporter.warning(&format!("{entry} was already deposited as {}", minted.name));
+        }
+        if self.options.remove {
+            remove_moved(&plan, &outcome.stamps, self.reporter);
+        }
+        self.hand_off(entry, &line, self.options.remove)?;
         Ok(minted)
+    }
+}
+
+/// Warns once about each entry that cannot be looked at.
+#[derive(Default)]
+struct Warned(HashSet<PathBuf>);
+
+impl Warned {
+    fn once(&mut self, reporter: &dyn Reporter, path: &Path, why: &str) {
+        if self.0.insert(path.to_path_buf()) {
+            reporter.warning(&format!("{} is not deposited: {why}", path.display()));
+        }
     }
 }
 
@@ -160,8 +203,12 @@ pub fn watch(
     stop: &AtomicBool,
     on_deposit: &mut dyn FnMut(&str, &Minted),
 ) -> Result<u64> {
+    check_meta(&options.deposit.meta)?;
+    guard::check_source("inbox", inbox, collection.root())?;
     let deposited = inbox.join(DEPOSITED_DIR);
-    create_dir_all_durable(&deposited)?;
+    for dir in [deposited.join(RECEIPTS_DIR), deposited.join(PENDING_DIR)] {
+        create_dir_all_durable(&dir)?;
+    }
     let hot = HotFolder { collection, inbox: inbox.to_path_buf(), deposited, options, clock, reporter };
     hot.recover()?;
     let (tx, rx) = mpsc::channel();
@@ -177,10 +224,19 @@ pub fn watch(
     let mut seen: HashMap<String, (Signature, Instant)> = HashMap::new();
     // Entries that cannot be bagged, by the signature they had: retried once they change.
     let mut refused: HashMap<String, Signature> = HashMap::new();
+    let mut warned = Warned::default();
     let mut count = 0;
     while !stop.load(Ordering::SeqCst) {
-        for entry in inbox_entries(inbox)? {
-            let Some(sig) = signature(&inbox.join(&entry)) else { continue };
+        let (entries, odd) = inbox_entries(inbox)?;
+        odd.iter().for_each(|path| warned.once(reporter, path, "its name is not UTF-8"));
+        for entry in entries {
+            let sig = match signature(&inbox.join(&entry)) {
+                Ok(sig) => sig,
+                Err(e) => {
+                    warned.once(reporter, &inbox.join(&entry), &format!("it cannot be read: {e}"));
+                    continue;
+                }
+            };
             if refused.get(&entry) == Some(&sig) {
                 continue;
             }

@@ -48,8 +48,10 @@ impl From<Output> for Run {
     }
 }
 
+/// The binary under test: this build's, or `IBI_TEST_BIN` (run the regression tests
+/// against an older build with `IBI_TEST_BIN=/path/to/old/ibi cargo test regress_`).
 pub fn ibi_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_ibi"))
+    std::env::var_os("IBI_TEST_BIN").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ibi")))
 }
 
 /// A `Command` running `ibi` as the unprivileged user nobody when the tests run
@@ -236,4 +238,23 @@ pub fn snapshot(dir: &Path) -> Vec<(String, u64, i128, String)> {
         out.push((entry.path().display().to_string(), meta.len(), mtime, content));
     }
     out
+}
+
+/// Runs a shell command line in `dir` with `IBI` set to the binary under test.
+pub fn sh_in(dir: &Path, script: &str) -> Run {
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .env("IBI", ibi_bin())
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .expect("sh")
+        .into()
+}
+
+/// Asserts a run ended with `code` and did not panic.
+pub fn assert_code(run: &Run, code: i32, what: &str) {
+    assert_eq!(run.code, code, "{what}: stdout {} stderr {}", run.stdout, run.stderr);
+    assert!(!run.stderr.contains("panicked"), "{what} panicked: {}", run.stderr);
 }

@@ -7,6 +7,7 @@ mod deposit;
 mod env;
 mod ident;
 mod invalid;
+mod regress;
 mod transfer;
 mod uniqueness;
 mod verify;

@@ -196,6 +196,10 @@ fn symlink_traps_in_dst_never_reach_the_sentinel() {
         let path = Path::new(&dst).join(".ibi").join(dir);
         fs::remove_dir_all(&path).ok();
         symlink(&sentinel, &path).unwrap();
+        let run = env.fails(&["copy", &src, &dst], 2);
+        assert!(run.stderr.contains(&format!(".ibi/{dir} is a symlink")), "{}", run.stderr);
+        assert_eq!(snapshot(&sentinel), before);
+        fs::remove_file(&path).unwrap();
     }
     let run = env.fails(&["copy", &src, &dst], 1);
     assert!(run.stdout.contains("not an item directory"), "{}", run.stdout);

@@ -16,7 +16,7 @@ fn start_watch(env: &TestEnv, root: &str, extra: &[&str]) -> Reaper {
 }
 
 fn receipts(env: &TestEnv) -> Vec<String> {
-    let mut found: Vec<String> = fs::read_dir(env.path("inbox/.deposited"))
+    let mut found: Vec<String> = fs::read_dir(env.path("inbox/.deposited/.receipts"))
         .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).filter(|n| n.ends_with(".receipt")).collect())
         .unwrap_or_default();
     found.sort();
@@ -62,7 +62,7 @@ fn a_slowly_written_file_is_deposited_once_and_complete() {
     assert!(wait_until(30, || receipts(&env).len() == 1), "no receipt");
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(item_count(&env, &root), 1, "deposited exactly once");
-    let receipt = fs::read_to_string(env.path("inbox/.deposited/slow.dat.receipt")).unwrap();
+    let receipt = fs::read_to_string(env.path("inbox/.deposited/.receipts/slow.dat.receipt")).unwrap();
     let name = receipt.split('\t').next().unwrap();
     let path = env.ok(&["resolve", &root, name]).stdout;
     assert_eq!(fs::read(std::path::Path::new(path.trim()).join("data/slow.dat")).unwrap(), expected);

@@ -1,0 +1,274 @@
+//! Regression tests named after the classes of bugs that lost data or escaped
+//! a collection (ripgrep style): each failed on the code before its fix, which
+//! `IBI_TEST_BIN=/path/to/old/ibi cargo test regress_` shows.
+
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::env::{assert_code, ibi_bin, is_root, sh, sh_in, wait_until, Reaper, TestEnv};
+
+fn item_count(env: &TestEnv, root: &str) -> usize {
+    env.ok(&["list", root]).lines().len()
+}
+
+/// `deposit --move` removes a file only if it is unchanged since it was read, and
+/// a folder only if it is empty: late files and appended bytes stay.
+#[test]
+fn regress_move_changed_source() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    for i in 0..3 {
+        env.write(&format!("d/f{i}"), &vec![b'a' + i as u8; 100_000]);
+    }
+    // Every rename waits 1.5 s, which holds the deposit between reading and removing.
+    let mut strace = std::process::Command::new("strace");
+    strace
+        .args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat2", "-e", "inject=renameat2:delay_enter=1500000"])
+        .arg(ibi_bin())
+        .args(["deposit", &root, "d", "--move"])
+        .current_dir(env.root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut running = Reaper(Some(strace.spawn().expect("strace")));
+    std::thread::sleep(Duration::from_millis(700));
+    env.write("d/late.txt", b"important");
+    fs::OpenOptions::new().append(true).open(env.path("d/f0")).unwrap().write_all(b"more").unwrap();
+    let out: crate::env::Run = running.0.take().unwrap().wait_with_output().unwrap().into();
+    assert_code(&out, 0, "deposit --move");
+    assert_eq!(out.lines().len(), 1, "the item's name is printed: {}", out.stdout);
+    assert_eq!(fs::read(env.path("d/late.txt")).unwrap(), b"important", "a late file is kept");
+    assert!(fs::read(env.path("d/f0")).unwrap().ends_with(b"more"), "an appended file is kept");
+    assert!(!env.path("d/f1").exists() && !env.path("d/f2").exists(), "unchanged files are moved");
+    assert!(out.stderr.contains("late.txt") && out.stderr.contains("f0"), "warnings name what stayed: {}", out.stderr);
+    env.ok(&["verify", &root]);
+}
+
+/// Asserts the collection still holds `n` valid items.
+fn intact(env: &TestEnv, root: &str, n: usize) {
+    assert_eq!(item_count(env, root), n, "items of {root}");
+    env.ok(&["verify", root]);
+}
+
+/// Sources, inboxes and roots that lie inside a collection or contain one are
+/// refused with exit 2 before anything is touched.
+#[test]
+fn regress_overlapping_sources_and_collections() {
+    let env = TestEnv::new();
+    let root = env.filled("lib", 2, 1);
+    let item = env.ok(&["list", &root]).lines()[0].split('\t').next().unwrap().to_string();
+    let subdomain = item.split('/').next().unwrap().to_string();
+    let refused: Vec<Vec<String>> = vec![
+        vec!["deposit".into(), root.clone(), root.clone(), "--move".into()],
+        vec!["deposit".into(), root.clone(), format!("{root}/{subdomain}"), "--move".into()],
+        vec!["deposit".into(), root.clone(), format!("{root}/{item}"), "--move".into()],
+        vec!["deposit".into(), root.clone(), format!("{root}/{item}"), "--move".into(), "--follow-symlinks".into()],
+        vec!["init".into(), format!("{root}/{subdomain}/new"), "--host".into(), "x.example.org".into()],
+        vec!["init".into(), env.path("lib-src").display().to_string(), "--host".into(), "x.example.org".into()],
+    ];
+    for args in &refused {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let run = env.fails(&args, 2);
+        assert!(
+            run.stderr.contains("refusing") || run.stderr.contains("not empty") || run.stderr.contains("inside"),
+            "{args:?}: {}",
+            run.stderr
+        );
+        intact(&env, &root, 2);
+    }
+    let inner = env.collection("inbox/lib");
+    let other = env.collection("other");
+    for (inbox, target, extra) in [
+        (root.clone(), root.clone(), "--remove"),
+        (env.path("inbox").display().to_string(), inner.clone(), "--remove"),
+        (format!("{root}/{subdomain}"), other.clone(), ""),
+    ] {
+        let script = format!("timeout 10 \"$IBI\" watch '{inbox}' '{target}' --settle 0.2 {extra}");
+        let run = sh_in(env.root(), &script);
+        assert_code(&run, 2, &script);
+        intact(&env, &root, 2);
+    }
+    let run = env.fails(&["copy", &inner, &env.path("inbox").display().to_string()], 2);
+    assert!(run.stderr.contains("not an ibi collection"), "{}", run.stderr);
+    // A collection moved inside another (init refuses to make one there).
+    let moved = env.collection("moved");
+    let nested = format!("{root}/{subdomain}/nested");
+    fs::rename(&moved, &nested).unwrap();
+    for (a, b) in [(&root, &nested), (&nested, &root)] {
+        for verb in ["copy", "mirror", "migrate"] {
+            let run = env.fails(&[verb, a, b], 2);
+            assert!(run.stderr.contains("nested"), "{verb} {a} {b}: {}", run.stderr);
+        }
+    }
+    fs::remove_dir_all(&nested).unwrap();
+    assert!(env.path("inbox/lib/.ibi/collection.toml").exists(), "the inner collection is untouched");
+    std::os::unix::fs::symlink(&root, env.path("lib-link")).unwrap();
+    let run = env.fails(&["migrate", &root, "lib-link"], 2);
+    assert!(run.stderr.contains("same collection"), "{}", run.stderr);
+    intact(&env, &root, 2);
+}
+
+/// One collection reached twice through a bind mount is still one collection.
+#[test]
+fn regress_overlapping_collection_through_bind_mount() {
+    if !is_root() {
+        eprintln!("skipped: bind mounts need root (CI runs as root)");
+        return;
+    }
+    let env = TestEnv::new();
+    let root = env.filled("lib", 2, 1);
+    fs::create_dir(env.path("bind")).unwrap();
+    sh(&format!("mount --bind '{root}' '{}'", env.path("bind").display()));
+    let bind = env.path("bind").display().to_string();
+    let run = sh_in(env.root(), &format!("timeout 20 \"$IBI\" migrate '{root}' '{bind}'"));
+    let _ = sh(&format!("umount '{bind}'"));
+    assert_code(&run, 2, "migrate A bind-of-A");
+    assert!(run.stderr.contains("same collection"), "{}", run.stderr);
+    intact(&env, &root, 2);
+}
+
+/// The hot folder's receipts and records never collide with entry names, and
+/// nothing it archives is ever overwritten.
+#[test]
+fn regress_hotfolder_names_collide_with_records() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    env.write("inbox/report.pending", b"a user's file named like a record");
+    env.write("inbox/scans.pending/page1.txt", b"a user's folder named like a record");
+    env.write("inbox/a.receipt", b"a user's file named like a receipt");
+    let mut watcher = Reaper(Some(
+        env.command(&["watch", "inbox", &root, "--settle", "0.3"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    assert!(wait_until(30, || item_count(&env, &root) == 3), "three entries deposited");
+    env.write("inbox/a", b"entry a");
+    env.write("inbox/report.pdf", b"first report");
+    assert!(wait_until(30, || item_count(&env, &root) == 5), "five deposited");
+    env.write("inbox/report.pdf", b"second report");
+    assert!(wait_until(30, || item_count(&env, &root) == 6), "the second report.pdf deposited");
+    sh(&format!("kill -TERM {}", watcher.0.as_ref().unwrap().id()));
+    watcher.0.take().unwrap().wait().unwrap();
+    // A restart must not trip over user entries named like records.
+    let mut again = Reaper(Some(
+        env.command(&["watch", "inbox", &root, "--settle", "0.3"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(again.0.as_mut().unwrap().try_wait().unwrap().is_none(), "a restart keeps running");
+    sh(&format!("kill -TERM {}", again.0.as_ref().unwrap().id()));
+    again.0.take().unwrap().wait().unwrap();
+    let archived = sh(&format!("cd '{}' && find . -type f | sort", env.path("inbox/.deposited").display()));
+    for content in [
+        "a user's file named like a record",
+        "page1",
+        "a user's file named like a receipt",
+        "entry a",
+        "first report",
+        "second report",
+    ] {
+        let all = sh(&format!(
+            "cd '{}' && cat $(find . -type f -not -path './.receipts/*' -not -path './.pending/*')",
+            env.path("inbox/.deposited").display()
+        ));
+        let want = if content == "page1" { "a user's folder named like a record" } else { content };
+        assert!(all.contains(want), "{want} is archived: {archived}");
+    }
+    let receipts = fs::read_dir(env.path("inbox/.deposited/.receipts")).unwrap().count();
+    assert_eq!(receipts, 6, "one receipt per deposit, none overwritten: {archived}");
+    assert_eq!(item_count(&env, &root), 6);
+}
+
+/// `--meta` cannot forge the labels ibi writes itself.
+#[test]
+fn regress_meta_forges_reserved_labels() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    env.write("x", b"x");
+    for label in [
+        "Payload-Oxum=1.1",
+        "External-Identifier=a.b/c/2009/01.01.00.00",
+        "Bagging-Date=1999-01-01",
+        "Source-Organization=Forged",
+        "payload-oxum=2.2",
+    ] {
+        let run = env.fails(&["deposit", &root, "x", "--meta", label], 2);
+        assert!(run.stderr.contains("written by ibi"), "{label}: {}", run.stderr);
+    }
+    assert_eq!(item_count(&env, &root), 0);
+}
+
+/// A deposit killed at any moment, then run again, never deposits the same content twice.
+#[test]
+fn regress_deposit_rerun_duplicates() {
+    for when in [1, 2, 3, 5] {
+        let env = TestEnv::new();
+        let root = env.collection("col");
+        for f in ["f1", "f2", "f3"] {
+            env.write(f, format!("content of {f}").as_bytes());
+        }
+        let script = format!(
+            "strace -f -qq -o /dev/null -e trace=unlink,unlinkat -e inject=unlink,unlinkat:signal=KILL:when={when} \"$IBI\" deposit {root} f1 f2 f3 --each --move"
+        );
+        let killed = sh_in(env.root(), &script);
+        assert_ne!(killed.code, 0, "when={when}: the kill happened: {}", killed.stderr);
+        let rerun = sh_in(env.root(), &format!("\"$IBI\" deposit {root} $(ls f1 f2 f3 2>/dev/null) --each --move"));
+        if ["f1", "f2", "f3"].iter().any(|f| env.path(f).exists()) || rerun.code != 0 {
+            assert_code(&rerun, 0, &format!("rerun after kill at unlink {when}"));
+        }
+        assert_eq!(item_count(&env, &root), 3, "when={when}: every file exactly once; rerun said {}", rerun.stderr);
+        assert!(["f1", "f2", "f3"].iter().all(|f| !env.path(f).exists()), "when={when}: sources moved");
+        env.ok(&["verify", &root]);
+    }
+}
+
+/// Results that cannot be written are an error (exit 3) that says what was done;
+/// a closed pipe ends quietly; a full stderr never panics.
+#[test]
+fn regress_results_lost_on_output_errors() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    env.write("x", b"x");
+    env.write("y", b"y");
+    let run = sh_in(env.root(), &format!("\"$IBI\" deposit {root} x >/dev/full"));
+    assert_code(&run, 3, "deposit >/dev/full");
+    let name = env.ok(&["list", &root]).stdout.split('\t').next().unwrap().to_string();
+    assert!(run.stderr.contains(&name), "the minted name is not lost: {}", run.stderr);
+    assert_code(&sh_in(env.root(), &format!("\"$IBI\" list {root} >/dev/full")), 3, "list >/dev/full");
+    assert_code(&sh_in(env.root(), &format!("\"$IBI\" deposit {root} y 2>/dev/full")), 0, "deposit 2>/dev/full");
+    assert_code(&sh_in(env.root(), &format!("\"$IBI\" list {root} 2>/dev/full >/dev/full")), 3, "both full");
+    let piped = sh_in(env.root(), &format!("\"$IBI\" list {root} | head -1; exit ${{PIPESTATUS:-0}}"));
+    assert_code(&piped, 0, "list | head");
+    let run = sh_in(env.root(), "\"$IBI\" completions fish | head -1");
+    assert_code(&run, 0, "completions | head");
+}
+
+/// Extreme counts and a clock before 1970 give errors, never a panic or an abort,
+/// and a refused deposit leaves the minter state as it was.
+#[test]
+fn regress_panics_on_extreme_input() {
+    let env = TestEnv::new();
+    for count in ["18446744073709551615", "1000000000000"] {
+        let run = env.run(&["mint", "--host", "a.example.org", "--state", "s", "--count", count]);
+        assert_code(&run, 2, &format!("mint --count {count}"));
+        let run = env.run(&["pilin", "mint", "--state", "p", "--count", count]);
+        assert_code(&run, 2, &format!("pilin mint --count {count}"));
+    }
+    let root = env.collection("col");
+    env.write("x", b"x");
+    let run = sh_in(env.root(), &format!("faketime '1969-06-01 00:00:05' \"$IBI\" deposit {root} x"));
+    assert!(run.code == 2 || run.code == 3, "{run:?}");
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    assert!(!Path::new(&root).join(".ibi/minter.state").exists(), "the refused deposit minted nothing");
+    let run = sh_in(env.root(), &format!("faketime '1990-06-01 00:00:05' \"$IBI\" deposit {root} x"));
+    assert_code(&run, 2, "deposit before the IBIp epoch");
+    assert!(!Path::new(&root).join(".ibi/minter.state").exists(), "a date before 1995 does not advance the state");
+    assert_eq!(item_count(&env, &root), 0);
+}
