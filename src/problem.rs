@@ -27,6 +27,8 @@ pub enum ProblemKind {
     IdentifierMismatch,
     /// An item exists at the destination with a different identity digest.
     Conflict,
+    /// Staging or trash left by an interrupted writer (the next writer clears it).
+    Leftover,
 }
 
 impl ProblemKind {
@@ -44,6 +46,7 @@ impl ProblemKind {
             ProblemKind::StrayEntry => "stray entry",
             ProblemKind::IdentifierMismatch => "identifier mismatch",
             ProblemKind::Conflict => "conflict",
+            ProblemKind::Leftover => "leftover",
         }
     }
 }

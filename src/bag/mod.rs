@@ -76,10 +76,7 @@ fn read_tag(dir: &Path, name: &str, item: &str, check: &mut BagCheck) -> Option<
         }
         Ok(_) => {}
     }
-    let bytes = crate::fsx::open_nofollow(&dir.join(name)).and_then(|mut f| {
-        let mut v = Vec::new();
-        io::Read::read_to_end(&mut f, &mut v).map(|_| v)
-    });
+    let bytes = crate::fsx::read_capped(&dir.join(name), crate::fsx::MAX_TAG_FILE);
     match bytes.map(String::from_utf8) {
         Ok(Ok(text)) => Some(text),
         Ok(Err(_)) => {
@@ -145,7 +142,19 @@ fn check_tagmanifest(dir: &Path, item: &str, digests: DigestSource, check: &mut 
 /// Walks `data/` without following links: regular files by NFC path → (path, size).
 fn scan_payload(dir: &Path, item: &str, check: &mut BagCheck) -> BTreeMap<String, (String, u64)> {
     let mut files = BTreeMap::new();
-    for entry in WalkDir::new(dir.join(DATA)).follow_links(false).min_depth(1) {
+    match fs::symlink_metadata(dir.join(DATA)) {
+        Ok(m) if m.is_dir() => {}
+        Ok(m) => {
+            let what = format!("{} (never followed)", crate::fsx::file_kind_name(&m.file_type()));
+            check.problems.push(Problem::new(item, Some(DATA), ProblemKind::SpecialFile, what));
+            return files;
+        }
+        Err(e) => {
+            check.problems.push(Problem::new(item, Some(DATA), ProblemKind::Missing, e.to_string()));
+            return files;
+        }
+    }
+    for entry in WalkDir::new(dir.join(DATA)).follow_links(false).follow_root_links(false).min_depth(1) {
         let entry = match entry {
             Ok(e) => e,
             Err(e) => {
@@ -270,6 +279,19 @@ pub fn verify_bag(dir: &Path, item: &str, on_bytes: &(dyn Fn(u64) + Sync)) -> Ba
 /// `verify_bag` with payload digests taken from `digests`.
 pub fn verify_bag_using(dir: &Path, item: &str, digests: DigestSource) -> BagCheck {
     let mut check = BagCheck::default();
+    match fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(m) => {
+            let what =
+                format!("the item is a {}, not a folder (never followed)", crate::fsx::file_kind_name(&m.file_type()));
+            check.problems.push(Problem::new(item, None, ProblemKind::SpecialFile, what));
+            return check;
+        }
+        Err(e) => {
+            check.problems.push(Problem::new(item, None, ProblemKind::Missing, e.to_string()));
+            return check;
+        }
+    }
     check_bagit_txt(dir, item, &mut check);
     check_tagmanifest(dir, item, digests, &mut check);
     if let Some(text) = read_tag(dir, BAG_INFO_TXT, item, &mut check) {

@@ -4,8 +4,7 @@
 //! the outcome that selects the exit code.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use anyhow::Result;
 use ibi::collection::Collection;
@@ -132,9 +131,8 @@ pub fn watch(global: GlobalArgs, args: &WatchArgs) -> Result<Outcome> {
         });
     }
     let printer = Printer::new(global);
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&stop);
-    ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))?;
+    super::GRACEFUL.store(true, Ordering::SeqCst);
+    let stop = &super::STOP;
     let options = WatchOptions {
         settle: args.settle.0,
         remove: args.remove,
@@ -154,7 +152,7 @@ pub fn watch(global: GlobalArgs, args: &WatchArgs) -> Result<Outcome> {
             printer.line(&format!("{}\t{entry}", minted_line(minted)));
         }
     };
-    let count = watch_inbox(&collection, &args.inbox, &options, &SystemClock, &printer, &stop, &mut on_deposit)?;
+    let count = watch_inbox(&collection, &args.inbox, &options, &SystemClock, &printer, stop, &mut on_deposit)?;
     printer.summary(&format!("stopped; deposited {count} item(s)"), json!({"deposited": count}));
     Ok(Outcome::Success)
 }

@@ -118,8 +118,30 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
     }
 }
 
+/// Set by the commands that run until stopped (`watch`, `mirror --watch`): SIGINT and
+/// SIGTERM then ask them to stop (`STOP`) instead of ending the process.
+pub static GRACEFUL: AtomicBool = AtomicBool::new(false);
+/// Asked to stop by SIGINT or SIGTERM (for `GRACEFUL` commands).
+pub static STOP: AtomicBool = AtomicBool::new(false);
+
+/// SIGINT and SIGTERM: a daemon-like command stops at its next quiet moment; any
+/// other command removes the staging folders it has (after any rename under way)
+/// and exits 130, so an interrupt leaves no half-built item behind.
+fn on_interrupt() {
+    if GRACEFUL.load(Ordering::SeqCst) {
+        STOP.store(true, Ordering::SeqCst);
+        return;
+    }
+    let _held = ibi::collection::remove_live_staging();
+    stderr_line("ibi: interrupted; nothing half-done was left in staging");
+    std::process::exit(130);
+}
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = ctrlc::set_handler(on_interrupt) {
+        stderr_line(&format!("ibi: warning: cannot handle interrupts: {e}"));
+    }
     let result = dispatch(&cli);
     if let Some(why) = stdout_failure() {
         stderr_line(&format!("ibi: error: cannot write results to standard output: {why}"));

@@ -3,8 +3,7 @@
 //! deleted, skipped, conflicts, bytes, seconds) or a JSON `summary` event,
 //! and exit 1 when problems were found or `--max-delete` stopped deletions.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -74,15 +73,14 @@ pub fn mirror(global: GlobalArgs, args: &MirrorArgs) -> Result<Outcome> {
         let summary = mirror_once(&src, &dst, &options, &printer)?;
         return Ok(finish(&printer, "mirror", &summary, options.dry_run));
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&stop);
-    ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))?;
+    super::GRACEFUL.store(true, Ordering::SeqCst);
+    let stop = &super::STOP;
     let mut worst = Outcome::Success;
     let mut on_pass = |s: &TransferSummary| {
         if finish(&printer, "mirror", s, options.dry_run) == Outcome::Problems {
             worst = Outcome::Problems;
         }
     };
-    mirror_watch(&src, &dst, &options, &printer, &stop, Duration::from_secs(1), &mut on_pass)?;
+    mirror_watch(&src, &dst, &options, &printer, stop, Duration::from_secs(1), &mut on_pass)?;
     Ok(worst)
 }

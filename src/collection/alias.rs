@@ -9,7 +9,7 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
 use crate::collection::layout::Layout;
-use crate::error::{IoContext, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::fsx::{create_dir_all_durable, fsync_dir, parent_dir, TEMP_PREFIX};
 use crate::id::{Ibip, RepositoryName};
 
@@ -30,6 +30,7 @@ pub fn create_unsynced(layout: &Layout, ibip: &Ibip, name: &RepositoryName) -> R
         return Ok(None);
     }
     let dir = parent_dir(&link).to_path_buf();
+    refuse_symlinked_dir(&dir)?;
     create_dir_all_durable(&dir)?;
     let temp = dir.join(format!("{TEMP_PREFIX}{}", ibip.suffix()));
     let _ = fs::remove_file(&temp);
@@ -64,11 +65,27 @@ pub fn remove(layout: &Layout, ibip: &Ibip, name: &RepositoryName) -> Result<()>
 /// Removes the alias of `name` if it points to `name`; returns the directory to fsync.
 pub fn remove_unsynced(layout: &Layout, ibip: &Ibip, name: &RepositoryName) -> Result<Option<PathBuf>> {
     let link = layout.alias(ibip);
+    refuse_symlinked_dir(parent_dir(&link))?;
     if fs::read_link(&link).is_ok_and(|t| t == Layout::alias_target(name)) {
         fs::remove_file(&link).with_path("remove", &link)?;
         return Ok(Some(parent_dir(&link).to_path_buf()));
     }
     Ok(None)
+}
+
+/// An alias folder (`.ibip/<PREFIX>`) that is a symlink would take writes outside
+/// the collection: it is an error naming it.
+fn refuse_symlinked_dir(dir: &Path) -> Result<()> {
+    if fs::symlink_metadata(dir).is_ok_and(|m| !m.is_dir()) {
+        return Err(Error::Invalid {
+            what: "collection".into(),
+            problem: format!(
+                "{} is not a folder (a symlink?); ibi never follows symlinks inside a collection",
+                dir.display()
+            ),
+        });
+    }
+    Ok(())
 }
 
 fn rel(layout: &Layout, path: &Path) -> String {

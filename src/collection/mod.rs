@@ -13,6 +13,7 @@ pub mod walk;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::bag::{self, BagInfo};
@@ -41,8 +42,10 @@ pub struct Item {
 impl Item {
     pub fn info(&self) -> Result<BagInfo> {
         let path = self.path.join(bag::BAG_INFO_TXT);
-        let text = fs::read_to_string(&path).with_path("read", &path)?;
-        BagInfo::parse(&text).map_err(|line| Error::Invalid {
+        let bytes = fsx::read_capped(&path, fsx::MAX_TAG_FILE).with_path("read", &path)?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| Error::Data { what: format!("{}", path.display()), problem: "it is not UTF-8".into() })?;
+        BagInfo::parse(&text).map_err(|line| Error::Data {
             what: format!("{}", path.display()),
             problem: format!("malformed line {line}"),
         })
@@ -51,6 +54,12 @@ impl Item {
     /// The IBIp recorded in bag-info (an External-Identifier that parses as one).
     pub fn ibip(&self) -> Result<Option<Ibip>> {
         Ok(ibip_in(&self.info()?))
+    }
+
+    /// Whether the item is gone from its place (moved away by a concurrent migrate):
+    /// what reading it found is then no sign of damage.
+    pub fn vanished(&self) -> bool {
+        fs::symlink_metadata(&self.path).is_err()
     }
 
     pub fn identity_digest(&self) -> Result<String> {
@@ -63,28 +72,54 @@ pub fn ibip_in(info: &BagInfo) -> Option<Ibip> {
     info.values("External-Identifier").find_map(|v| Ibip::parse(v).ok())
 }
 
-/// A folder in `.ibi/staging/` that removes itself unless `placed` is set.
+/// A folder in `.ibi/staging/` that removes itself unless `placed` is set. While it
+/// lives it is registered, so that an interrupted process can remove it before exit.
 #[derive(Debug)]
 pub struct StagingDir {
     pub path: PathBuf,
     pub placed: bool,
 }
 
+/// The staging folders this process has open.
+static LIVE_STAGING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Holds the staging registry: while it is held no staging folder is created,
+/// dropped or (by `place_all`) renamed, and `remove_live_staging` waits for it.
+pub fn staging_guard() -> MutexGuard<'static, Vec<PathBuf>> {
+    LIVE_STAGING.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// For an interrupt (SIGINT, SIGTERM): waits until no placement is renaming, removes
+/// every staging folder this process still has, and returns the registry held, so
+/// that nothing else is staged or placed before the process exits.
+pub fn remove_live_staging() -> MutexGuard<'static, Vec<PathBuf>> {
+    let live = staging_guard();
+    for path in live.iter() {
+        let _ = fsx::remove_tree(path);
+    }
+    live
+}
+
 impl StagingDir {
     pub fn new(collection: &Collection) -> Result<StagingDir> {
         let parent = collection.layout.staging();
         create_dir_all_durable(&parent)?;
+        let mut live = staging_guard();
         let dir =
             tempfile::Builder::new().prefix("item-").tempdir_in(&parent).with_path("create staging in", &parent)?;
-        Ok(StagingDir { path: dir.keep(), placed: false })
+        let path = dir.keep();
+        live.push(path.clone());
+        Ok(StagingDir { path, placed: false })
     }
 }
 
 impl Drop for StagingDir {
     fn drop(&mut self) {
+        let mut live = staging_guard();
         if !self.placed {
             let _ = fsx::remove_tree(&self.path);
         }
+        live.retain(|p| p != &self.path);
     }
 }
 

@@ -1,7 +1,9 @@
 //! Streaming, sorted walk over a collection's items: four directory levels,
 //! one sorted listing per level held at a time, so listing a million items
 //! never needs a million items in memory. Dot-entries (`.ibi`, `.ibip`) are
-//! skipped; anything that is not an item is reported as a stray entry.
+//! skipped; anything that is not an item, and any folder that cannot be
+//! listed, is reported as a stray entry, so one bad entry never stops a walk.
+//! Only an unreadable root is an error.
 
 use std::fs;
 use std::path::PathBuf;
@@ -22,18 +24,21 @@ pub struct ItemWalker {
     /// Per open level: the components so far and the remaining sorted names.
     stack: Vec<(Vec<String>, std::vec::IntoIter<String>)>,
     started: bool,
+    /// Entries met in a listing that are strays before they are visited (names that
+    /// are not UTF-8), returned before the walk goes on.
+    pending: Vec<Entry>,
 }
 
 const DEPTH: usize = 4;
 
 impl ItemWalker {
     pub fn new(root: PathBuf) -> Self {
-        ItemWalker { root, stack: Vec::new(), started: false }
+        ItemWalker { root, stack: Vec::new(), started: false, pending: Vec::new() }
     }
 
     /// The sorted non-dot names in a directory. Levels 1–3 sort with a trailing `/`
     /// so the walk order equals the order of whole names.
-    fn listing(&self, components: &[String]) -> Result<std::vec::IntoIter<String>> {
+    fn listing(&mut self, components: &[String]) -> Result<std::vec::IntoIter<String>> {
         let mut dir = self.root.clone();
         dir.extend(components);
         let mut names = Vec::new();
@@ -42,7 +47,10 @@ impl ItemWalker {
             match entry.file_name().into_string() {
                 Ok(name) if name.starts_with('.') => {}
                 Ok(name) => names.push(name),
-                Err(raw) => names.push(raw.to_string_lossy().into_owned()),
+                Err(raw) => {
+                    let why = "its name is not UTF-8, so it cannot be part of a repository name".to_string();
+                    self.pending.push(Entry::Stray { path: dir.join(raw), why });
+                }
             }
         }
         if components.len() + 1 < DEPTH {
@@ -58,7 +66,7 @@ impl ItemWalker {
         path.extend(&components);
         let stray = |why: &str| Some(Ok(Entry::Stray { path: path.clone(), why: why.to_string() }));
         match fs::symlink_metadata(&path) {
-            Err(e) => return Some(Err(crate::Error::io("inspect", &path, e))),
+            Err(e) => return stray(&format!("cannot be inspected: {e}")),
             Ok(m) if !m.is_dir() => return stray("not a directory"),
             Ok(_) => {}
         }
@@ -73,7 +81,7 @@ impl ItemWalker {
         }
         match self.listing(&components) {
             Ok(names) => self.stack.push((components, names)),
-            Err(e) => return Some(Err(e)),
+            Err(e) => return Some(Ok(Entry::Stray { path, why: format!("cannot be listed: {e}") })),
         }
         None
     }
@@ -91,6 +99,9 @@ impl Iterator for ItemWalker {
             }
         }
         loop {
+            if let Some(entry) = self.pending.pop() {
+                return Some(Ok(entry));
+            }
             let (components, names) = self.stack.last_mut()?;
             let Some(name) = names.next() else {
                 self.stack.pop();

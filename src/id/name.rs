@@ -305,6 +305,20 @@ impl fmt::Display for RepositoryName {
     }
 }
 
+/// Names order as their canonical text, which is the order a collection walk yields
+/// them in (each level sorted as `component/`), so sorted walks can be merged.
+impl Ord for RepositoryName {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.to_string().cmp(&other.to_string())
+    }
+}
+
+impl PartialOrd for RepositoryName {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 impl FromStr for RepositoryName {
     type Err = ParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {

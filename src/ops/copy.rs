@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use rayon::prelude::*;
 
 use crate::collection::{guard, Collection, Entry, Item, LockWait, Slot};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fsx::FileLock;
 use crate::ops::report::Reporter;
 use crate::ops::transfer::{
@@ -121,20 +121,28 @@ pub fn plan_copy(src_item: Item, dst: &Collection, tally: &Tally, reporter: &dyn
         tally.report(reporter, &Problem::new(&label, None, ProblemKind::Conflict, detail));
     };
     match dst.slot(&src_item.name)? {
-        Slot::Item(existing) if same_identity(&src_item, &existing)? => {
-            Tally::add(&tally.skipped, 1);
-            reporter.item(&label, "skipped");
-            return Ok(Plan::Settled(src_item, true));
+        Slot::Item(existing) => match same_identity(&src_item, &existing) {
+            Ok(true) => {
+                Tally::add(&tally.skipped, 1);
+                reporter.item(&label, "skipped");
+                return Ok(Plan::Settled(src_item, true));
+            }
+            Ok(false) => {
+                conflict("DST holds a different item under this name (identity digests differ); left untouched".into())
+            }
+            Err(e) => {
+                let detail = format!("cannot compare with DST's copy: {e}; left untouched");
+                tally.report(reporter, &Problem::new(&label, None, ProblemKind::Unreadable, detail));
+            }
+        },
+        Slot::Empty if src_item.vanished() => {
+            reporter.item(&label, "vanished from SRC (moved away during the run)");
         }
-        Slot::Item(_) => {
-            conflict("DST holds a different item under this name (identity digests differ); left untouched".into())
-        }
-        Slot::Foreign(path) => conflict(format!("{} is not an item directory; left untouched", path.display())),
         Slot::Empty => return Ok(Plan::Copy(src_item)),
+        Slot::Foreign(path) => conflict(format!("{} is not an item directory; left untouched", path.display())),
     }
     Ok(Plan::Settled(src_item, false))
 }
-
 /// Carries out the plans of a chunk against DST.
 pub struct Driver<'a> {
     pub dst: &'a Collection,
@@ -158,30 +166,46 @@ impl Driver<'_> {
         Vec::new()
     }
 
-    /// Stages every copy in parallel; damaged sources are reported, not staged.
-    pub fn stage(&self, plans: &[Plan]) -> Result<Vec<Staged>> {
+    /// Stages every copy in parallel; damaged sources are reported, not staged. When
+    /// staging fails (disk full), the copies that were staged are still returned, with
+    /// the first error, so that what fits is placed before the run stops.
+    pub fn stage(&self, plans: &[Plan]) -> (Vec<Staged>, Option<Error>) {
         if self.dry_run {
-            return Ok(Vec::new());
+            return (Vec::new(), None);
         }
-        let staged: Vec<Option<Staged>> = plans
-            .par_iter()
-            .map(|plan| {
-                let (item, replace) = match plan {
-                    Plan::Copy(item) => (item, false),
-                    Plan::Replace(item, _) => (item, true),
-                    _ => return Ok(None),
-                };
-                match stage_copy(item, self.dst, replace, self.reporter)? {
-                    Ok(staged) => Ok(Some(staged)),
-                    Err(problems) => {
-                        Tally::add(&self.tally.corrupt, 1);
-                        problems.iter().for_each(|p| self.tally.report(self.reporter, p));
-                        Ok(None)
-                    }
+        let results: Vec<Result<Option<Staged>>> = plans.par_iter().map(|plan| self.stage_one(plan)).collect();
+        let mut staged = Vec::with_capacity(results.len());
+        let mut first_error = None;
+        for result in results {
+            match result {
+                Ok(Some(copy)) => staged.push(copy),
+                Ok(None) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
                 }
-            })
-            .collect::<Result<_>>()?;
-        Ok(staged.into_iter().flatten().collect())
+            }
+        }
+        (staged, first_error)
+    }
+
+    fn stage_one(&self, plan: &Plan) -> Result<Option<Staged>> {
+        let (item, replace) = match plan {
+            Plan::Copy(item) => (item, false),
+            Plan::Replace(item, _) => (item, true),
+            _ => return Ok(None),
+        };
+        match stage_copy(item, self.dst, replace, self.reporter)? {
+            Ok(staged) => Ok(Some(staged)),
+            Err(_) if item.vanished() => {
+                self.reporter.item(&item.name.to_string(), "vanished from SRC (moved away during the run)");
+                Ok(None)
+            }
+            Err(problems) => {
+                Tally::add(&self.tally.corrupt, 1);
+                problems.iter().for_each(|p| self.tally.report(self.reporter, p));
+                Ok(None)
+            }
+        }
     }
 
     /// Places staged copies and counts them; returns the names placed.
@@ -318,9 +342,14 @@ pub fn pipeline(
     std::thread::scope(|scope| {
         let mut pending: Option<std::thread::ScopedJoinHandle<'_, Result<Vec<Item>>>> = None;
         while let Some(plans) = next_plans()? {
-            let staged = driver.stage(&plans)?;
+            let (staged, failed) = driver.stage(&plans);
             if let Some(handle) = pending.take() {
                 after(handle.join().expect("the commit thread does not panic")?)?;
+            }
+            if let Some(error) = failed {
+                // Place what was staged, then stop with the error (disk full: copy what fits).
+                after(driver.commit(plans, staged)?)?;
+                return Err(error);
             }
             pending = Some(scope.spawn(move || driver.commit(plans, staged)));
         }
@@ -345,7 +374,11 @@ fn selected<'a>(src: &'a Collection, names: &'a [String]) -> Box<dyn Iterator<It
             Err(e) => Some(Err(e)),
         }))
     } else {
-        Box::new(names.iter().map(|n| src.resolve(n)))
+        let mut seen = std::collections::BTreeSet::new();
+        Box::new(names.iter().map(|n| src.resolve(n)).filter(move |r| match r {
+            Ok(item) => seen.insert(item.name.clone()),
+            Err(_) => true,
+        }))
     }
 }
 

@@ -6,6 +6,7 @@
 //! re-verifies DST payloads and repairs damaged items from SRC. `--watch`
 //! re-syncs when `notify` reports changes in SRC, debounced.
 
+use std::cmp::Ordering as Order;
 use std::iter::Peekable;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -20,8 +21,8 @@ use crate::ops::copy::{
     check_distinct, lock_and_recover, next_chunk, pipeline, plan_copy, Driver, Plan, Tally, TransferSummary,
 };
 use crate::ops::report::Reporter;
-use crate::ops::transfer::same_identity;
 use crate::ops::verify::verify_item;
+use crate::problem::{Problem, ProblemKind};
 
 #[derive(Debug, Clone, Copy)]
 pub struct MirrorOptions {
@@ -41,35 +42,71 @@ fn items(walker: ItemWalker) -> impl Iterator<Item = Result<Item>> + Send {
     })
 }
 
-/// One step of the merge: an item in SRC only, in both, or in DST only.
+/// One step of the merge: an item in SRC only, in both, or in DST only. A DST-only
+/// item is `shadowed` when it lies under a SRC entry that could not be read: SRC may
+/// hold it, so it must never be deleted.
 enum Pair {
     Src(Item),
     Both(Item, Item),
-    Dst(Item),
+    Dst { item: Item, shadowed: bool },
 }
 
-/// Merges two walks sorted by name.
-struct Merge<A: Iterator<Item = Result<Item>>, B: Iterator<Item = Result<Item>>> {
+/// Merges the SRC walk (items and strays) with the DST items, both sorted by name.
+struct Merge<'r, A: Iterator<Item = Result<Entry>>, B: Iterator<Item = Result<Item>>> {
     src: Peekable<A>,
     dst: Peekable<B>,
+    src_root: std::path::PathBuf,
+    /// Name prefixes (`a/b/`) of SRC entries that could not be read.
+    shadows: Vec<String>,
+    tally: &'r Tally,
+    reporter: &'r dyn Reporter,
 }
 
-impl<A: Iterator<Item = Result<Item>>, B: Iterator<Item = Result<Item>>> Iterator for Merge<A, B> {
+impl<A: Iterator<Item = Result<Entry>>, B: Iterator<Item = Result<Item>>> Merge<'_, A, B> {
+    /// Reports a SRC stray and remembers its place, so DST items under it are kept.
+    fn shadow(&mut self, path: std::path::PathBuf, why: String) {
+        let rel = path.strip_prefix(&self.src_root).unwrap_or(&path).to_string_lossy().into_owned();
+        let detail = format!("in SRC: {why}; DST items under it are kept");
+        self.tally.report(self.reporter, &Problem::new(&rel, None, ProblemKind::StrayEntry, detail));
+        self.shadows.push(format!("{rel}/"));
+    }
+
+    fn shadowed(&self, item: &Item) -> bool {
+        let name = format!("{}/", item.name);
+        self.shadows.iter().any(|prefix| name.starts_with(prefix.as_str()))
+    }
+}
+
+impl<A: Iterator<Item = Result<Entry>>, B: Iterator<Item = Result<Item>>> Iterator for Merge<'_, A, B> {
     type Item = Result<Pair>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        while let Some(Ok(Entry::Stray { .. })) = self.src.peek() {
+            if let Some(Ok(Entry::Stray { path, why })) = self.src.next() {
+                self.shadow(path, why);
+            }
+        }
         let order = match (self.src.peek(), self.dst.peek()) {
             (None, None) => return None,
-            (Some(Err(_)), _) => return self.src.next().map(|r| r.map(Pair::Src)),
-            (_, Some(Err(_))) => return self.dst.next().map(|r| r.map(Pair::Dst)),
-            (Some(Ok(_)), None) => std::cmp::Ordering::Less,
-            (None, Some(Ok(_))) => std::cmp::Ordering::Greater,
-            (Some(Ok(s)), Some(Ok(d))) => s.name.to_string().cmp(&d.name.to_string()),
+            (Some(Err(_)), _) => return self.src.next().map(|r| r.map(|_| unreachable!("an error"))),
+            (_, Some(Err(_))) => return self.dst.next().map(|r| r.map(|_| unreachable!("an error"))),
+            (Some(Ok(_)), None) => Order::Less,
+            (None, Some(Ok(_))) => Order::Greater,
+            (Some(Ok(Entry::Item(s))), Some(Ok(d))) => s.name.cmp(&d.name),
+            (Some(Ok(Entry::Stray { .. })), _) => unreachable!("strays were taken above"),
+        };
+        let take_src = |merge: &mut Self| match merge.src.next() {
+            Some(Ok(Entry::Item(item))) => Some(item),
+            _ => None,
         };
         Some(Ok(match order {
-            std::cmp::Ordering::Less => Pair::Src(self.src.next()?.ok()?),
-            std::cmp::Ordering::Greater => Pair::Dst(self.dst.next()?.ok()?),
-            std::cmp::Ordering::Equal => Pair::Both(self.src.next()?.ok()?, self.dst.next()?.ok()?),
+            Order::Less => Pair::Src(take_src(self)?),
+            Order::Greater => {
+                let item = self.dst.next()?.ok()?;
+                let shadowed = self.shadowed(&item);
+                Pair::Dst { item, shadowed }
+            }
+            Order::Equal => Pair::Both(take_src(self)?, self.dst.next()?.ok()?),
         }))
     }
 }
@@ -99,7 +136,18 @@ struct Planner<'a> {
 
 impl Planner<'_> {
     fn both(&self, src_item: Item, dst_item: &Item) -> Result<Plan> {
-        if !same_identity(&src_item, dst_item)? {
+        let src_digest = match src_item.identity_digest() {
+            Ok(digest) => digest,
+            Err(e) => {
+                let detail = format!("in SRC: {e}; DST's copy is kept");
+                self.tally.report(
+                    self.reporter,
+                    &Problem::new(&src_item.name.to_string(), None, ProblemKind::Unreadable, detail),
+                );
+                return Ok(Plan::Settled(src_item, false));
+            }
+        };
+        if dst_item.identity_digest().ok().as_ref() != Some(&src_digest) {
             return Ok(Plan::Replace(src_item, "identity digest differs"));
         }
         if self.options.checksum && !verify_item(self.dst, dst_item, self.reporter).1.is_empty() {
@@ -110,8 +158,8 @@ impl Planner<'_> {
         Ok(Plan::Settled(src_item, true))
     }
 
-    fn delete(&self, dst_item: Item) -> Plan {
-        if !self.options.delete {
+    fn delete(&self, dst_item: Item, shadowed: bool) -> Plan {
+        if !self.options.delete || shadowed {
             return Plan::Settled(dst_item, false);
         }
         let n = self.deletions.fetch_add(1, Ordering::SeqCst) + 1;
@@ -130,7 +178,7 @@ impl Planner<'_> {
                 _ => plan_copy(src_item, self.dst, self.tally, self.reporter),
             },
             Pair::Both(src_item, dst_item) => self.both(src_item, &dst_item),
-            Pair::Dst(dst_item) => Ok(self.delete(dst_item)),
+            Pair::Dst { item, shadowed } => Ok(self.delete(item, shadowed)),
         }
     }
 }
@@ -149,7 +197,14 @@ fn sync(
     let planner = Planner { dst, options, tally: &tally, deletions: AtomicU64::new(0), reporter };
     let driver = Driver { dst, dry_run: options.dry_run, tally: &tally, reporter };
     reporter.begin("mirror", None, None);
-    let mut merge = Merge { src: items(src.walk()).peekable(), dst: items(dst.walk()).peekable() };
+    let mut merge = Merge {
+        src: src.walk().peekable(),
+        dst: items(dst.walk()).peekable(),
+        src_root: src.root().to_path_buf(),
+        shadows: Vec::new(),
+        tally: &tally,
+        reporter,
+    };
     let next_plans = || -> Result<Option<Vec<Plan>>> {
         let chunk = next_chunk(&mut merge)?;
         if chunk.is_empty() {

@@ -50,14 +50,25 @@ pub type Corrupt = Vec<Problem>;
 /// Digest and size of each copied file, by path relative to the item.
 type Digests = HashMap<String, (String, u64)>;
 
-/// Lists an item's folders and regular files (relative paths); anything else is a problem.
-fn list_tree(item: &Item, label: &str) -> Result<(Vec<String>, Vec<String>, Vec<Problem>)> {
+/// Lists an item's folders and regular files (relative paths); anything else, and
+/// anything that cannot be walked, is a problem of the item, never an error of the run.
+fn list_tree(item: &Item, label: &str) -> (Vec<String>, Vec<String>, Vec<Problem>) {
     let (mut dirs, mut files, mut problems) = (Vec::new(), Vec::new(), Vec::new());
-    for entry in WalkDir::new(&item.path).follow_links(false).min_depth(1).sort_by_file_name() {
-        let entry = entry.map_err(|e| {
-            let path = e.path().unwrap_or(&item.path).to_path_buf();
-            Error::io("read", path, e.into_io_error().unwrap_or_else(|| io::Error::other("walk failed")))
-        })?;
+    if !std::fs::symlink_metadata(&item.path).is_ok_and(|m| m.is_dir()) {
+        let detail = "the item is not a folder (a symlink is never followed)";
+        problems.push(Problem::new(label, None, ProblemKind::SpecialFile, detail));
+        return (dirs, files, problems);
+    }
+    for entry in WalkDir::new(&item.path).follow_links(false).follow_root_links(false).min_depth(1).sort_by_file_name()
+    {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => {
+                let rel = e.path().and_then(|p| p.strip_prefix(&item.path).ok()).map(|p| p.display().to_string());
+                problems.push(Problem::new(label, rel.as_deref(), ProblemKind::Unreadable, e.to_string()));
+                continue;
+            }
+        };
         let rel = entry.path().strip_prefix(&item.path).unwrap_or(entry.path());
         let Some(rel) = rel.to_str().map(str::to_string) else {
             problems.push(Problem::new(
@@ -79,7 +90,7 @@ fn list_tree(item: &Item, label: &str) -> Result<(Vec<String>, Vec<String>, Vec<
             )),
         }
     }
-    Ok((dirs, files, problems))
+    (dirs, files, problems)
 }
 
 /// Copies every file in parallel, hashing as it reads. A source that cannot be read
@@ -128,7 +139,10 @@ pub fn stage_copy(
 ) -> Result<Result<Staged, Corrupt>> {
     let label = item.name.to_string();
     let staging = StagingDir::new(dst)?;
-    let (dirs, files, mut problems) = list_tree(item, &label)?;
+    let (dirs, files, mut problems) = list_tree(item, &label);
+    if !problems.is_empty() {
+        return Ok(Err(problems));
+    }
     for dir in &dirs {
         let path = staging.path.join(dir);
         std::fs::create_dir(&path).with_path("create", &path)?;
@@ -163,7 +177,12 @@ fn rename_into_place(dst: &Collection, staged: &mut Staged) -> Result<std::resul
     let dest = dst.layout.item(&staged.name);
     let result = if staged.replace && std::fs::symlink_metadata(&dest).is_ok() {
         // The old item (or a planted symlink) ends up in staging and is removed with it.
-        rename_exchange(&staged.dir.path, &dest)
+        match rename_exchange(&staged.dir.path, &dest) {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)) => {
+                replace_through_trash(dst, staged, &dest)
+            }
+            other => other,
+        }
     } else {
         rename_noreplace(&staged.dir.path, &dest).map(|()| staged.dir.placed = true)
     };
@@ -174,6 +193,20 @@ fn rename_into_place(dst: &Collection, staged: &mut Staged) -> Result<std::resul
         }
         Err(e) => Err(Error::io("rename staged item to", &dest, e)),
     }
+}
+
+/// Replaces `dest` where the filesystem cannot exchange two names: the old item is
+/// renamed into the trash, then the copy into its place. The name is absent for a
+/// moment; a crash then loses only DST's old copy and the new one (the trash and
+/// staging are cleared by recovery), and the rerun copies the item from SRC again.
+fn replace_through_trash(dst: &Collection, staged: &mut Staged, dest: &Path) -> io::Result<()> {
+    let trash = dst.layout.trash();
+    let aside = tempfile::Builder::new().prefix("replaced-").tempdir_in(&trash)?.keep();
+    std::fs::rename(dest, aside.join("item"))?;
+    rename_noreplace(&staged.dir.path, dest)?;
+    staged.dir.placed = true;
+    let _ = fsx::remove_tree(&aside);
+    Ok(())
 }
 
 /// Places a batch of staged copies: one `syncfs` makes them durable, one journal
@@ -192,11 +225,15 @@ pub fn place_all(
     let record = dst.journal_all(Intent::Place, &entries)?;
     let mut dirs = BTreeSet::new();
     let mut outcomes = Vec::with_capacity(staged.len());
-    for copy in staged.iter_mut() {
-        let outcome = rename_into_place(dst, copy)?.map(|parent| {
-            dirs.insert(parent);
-        });
-        outcomes.push((copy.name.clone(), outcome));
+    {
+        // An interrupt waits for the renames, so it never removes a folder mid-rename.
+        let _renaming = crate::collection::staging_guard();
+        for copy in staged.iter_mut() {
+            let outcome = rename_into_place(dst, copy)?.map(|parent| {
+                dirs.insert(parent);
+            });
+            outcomes.push((copy.name.clone(), outcome));
+        }
     }
     dirs.iter().try_for_each(|dir| fsync_dir(dir))?;
     fsync_dir(&dst.layout.staging())?;

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rayon::iter::{ParallelBridge, ParallelIterator};
 
 use crate::bag;
-use crate::collection::{alias, ibip_in, Collection, Entry, Item};
+use crate::collection::{alias, ibip_in, Collection, Entry, Item, LockWait};
 use crate::error::Result;
 use crate::id::RepositoryName;
 use crate::ops::report::Reporter;
@@ -81,6 +81,11 @@ pub fn verify_item(collection: &Collection, item: &Item, reporter: &dyn Reporter
 
 fn verify_one(collection: &Collection, item: &Item, counters: &Counters, reporter: &dyn Reporter) {
     let (check, problems) = verify_item(collection, item, reporter);
+    if !problems.is_empty() && item.vanished() {
+        // Moved away by a concurrent migrate while it was read: not damage.
+        reporter.item(&item.name.to_string(), "vanished (moved away during the run)");
+        return;
+    }
     counters.items.fetch_add(1, Ordering::Relaxed);
     counters.files.fetch_add(check.files, Ordering::Relaxed);
     counters.bytes.fetch_add(check.bytes, Ordering::Relaxed);
@@ -90,11 +95,37 @@ fn verify_one(collection: &Collection, item: &Item, counters: &Counters, reporte
     reporter.item(&item.name.to_string(), if problems.is_empty() { "ok" } else { "damaged" });
 }
 
+/// Staging and trash that an interrupted writer left, with their size. Looked for
+/// only when no writer is at work (the write lock is free), so live staging never counts.
+fn leftovers(collection: &Collection) -> Vec<Problem> {
+    let Ok(_lock) = collection.lock_writes(LockWait::No) else { return Vec::new() };
+    let mut problems = Vec::new();
+    for dir in [collection.layout.staging(), collection.layout.trash()] {
+        let (mut entries, mut bytes) = (0u64, 0u64);
+        let top = std::fs::read_dir(&dir).map(|d| d.filter_map(|e| e.ok()).count()).unwrap_or(0);
+        if top == 0 {
+            continue;
+        }
+        for entry in walkdir::WalkDir::new(&dir).follow_links(false).min_depth(1).into_iter().flatten() {
+            entries += 1;
+            bytes += entry.metadata().map(|m| if m.is_file() { m.len() } else { 0 }).unwrap_or(0);
+        }
+        let rel = collection.layout.relative(&dir).display().to_string();
+        let detail =
+            format!("{top} leftover folder(s), {entries} entries, {bytes} bytes; the next writing command clears them");
+        problems.push(Problem::new(&rel, None, ProblemKind::Leftover, detail));
+    }
+    problems
+}
+
 /// Verifies the named items (names or IBIps), or every item when `names` is empty.
 pub fn verify(collection: &Collection, names: &[String], reporter: &dyn Reporter) -> Result<VerifySummary> {
     let counters = Counters::default();
     reporter.begin("verify", None, None);
     if names.is_empty() {
+        for problem in leftovers(collection) {
+            counters.report(reporter, &problem);
+        }
         collection.walk().par_bridge().try_for_each(|entry| -> Result<()> {
             match entry? {
                 Entry::Item(item) => verify_one(collection, &item, &counters, reporter),
@@ -106,7 +137,9 @@ pub fn verify(collection: &Collection, names: &[String], reporter: &dyn Reporter
             Ok(())
         })?;
     } else {
-        let items: Vec<Item> = names.iter().map(|n| collection.resolve(n)).collect::<Result<_>>()?;
+        let mut items: Vec<Item> = names.iter().map(|n| collection.resolve(n)).collect::<Result<_>>()?;
+        let mut seen = std::collections::BTreeSet::new();
+        items.retain(|item| seen.insert(item.name.clone()));
         items.iter().for_each(|item| verify_one(collection, item, &counters, reporter));
     }
     reporter.end();

@@ -258,3 +258,11 @@ pub fn assert_code(run: &Run, code: i32, what: &str) {
     assert_eq!(run.code, code, "{what}: stdout {} stderr {}", run.stdout, run.stderr);
     assert!(!run.stderr.contains("panicked"), "{what} panicked: {}", run.stderr);
 }
+
+impl TestEnv {
+    /// Writes a file at an absolute path, creating its parents.
+    pub fn write_at(&self, path: &Path, content: &[u8]) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+}

@@ -272,3 +272,280 @@ fn regress_panics_on_extreme_input() {
     assert!(!Path::new(&root).join(".ibi/minter.state").exists(), "a date before 1995 does not advance the state");
     assert_eq!(item_count(&env, &root), 0);
 }
+
+fn first_name(env: &TestEnv, root: &str) -> String {
+    env.ok(&["list", root]).lines()[0].split('\t').next().unwrap().to_string()
+}
+
+/// Symlinks planted where ibi keeps its own files and folders are errors naming
+/// them; nothing is written, read or deleted through them.
+#[test]
+fn regress_symlinked_internals() {
+    let env = TestEnv::new();
+    env.write("outside/keep.txt", b"must not change");
+    let outside = env.path("outside");
+    let before = crate::env::snapshot(&outside);
+    env.write("x", b"x");
+    for (own, dangling) in [
+        (".ibip", false),
+        (".ibi/journal", false),
+        (".ibi/write.lock", true),
+        (".ibi/minter.lock", true),
+        (".ibi/deposited", false),
+    ] {
+        let root = env.collection(&format!("col-{}", own.replace(['/', '.'], "")));
+        let path = Path::new(&root).join(own);
+        let _ = fs::remove_dir_all(&path);
+        let _ = fs::remove_file(&path);
+        let target = if dangling { outside.join("created-by-ibi") } else { outside.clone() };
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        let run = env.fails(&["deposit", &root, "x"], 2);
+        assert!(run.stderr.contains(own) && run.stderr.contains("symlink"), "{own}: {}", run.stderr);
+        assert_eq!(crate::env::snapshot(&outside), before, "{own}: nothing written outside");
+    }
+    // A symlinked alias folder `.ibip/<PREFIX>`.
+    let root = env.collection("col-prefix");
+    env.write("y", b"y");
+    env.ok(&["deposit", &root, "y"]);
+    let prefix_dir = fs::read_dir(Path::new(&root).join(".ibip")).unwrap().next().unwrap().unwrap().path();
+    fs::remove_dir_all(&prefix_dir).unwrap();
+    std::os::unix::fs::symlink(&outside, &prefix_dir).unwrap();
+    let run = env.fails(&["deposit", &root, "x"], 2);
+    assert!(run.stderr.contains("symlink"), "{}", run.stderr);
+    assert_eq!(crate::env::snapshot(&outside), before, "no alias written outside");
+}
+
+/// An item folder, or its `data/`, that is a symlink is reported by verify and
+/// refused by copy, migrate and resolve; what it points to is never read.
+#[test]
+fn regress_items_reached_through_symlinks() {
+    let env = TestEnv::new();
+    let src = env.filled("src", 2, 1);
+    let dst = env.collection("dst");
+    let name = first_name(&env, &src);
+    let item = Path::new(&src).join(&name);
+    fs::rename(&item, env.path("bag-outside")).unwrap();
+    std::os::unix::fs::symlink(env.path("bag-outside"), &item).unwrap();
+    let run = env.fails(&["verify", &src], 1);
+    assert!(run.stdout.contains("stray entry"), "{}", run.stdout);
+    assert!(env.run(&["resolve", &src, &name]).code != 0, "resolve refuses a symlinked item");
+    for verb in ["copy", "migrate"] {
+        let run = env.run(&[verb, &src, &dst, &name]);
+        assert!(run.code == 1 || run.code == 2, "{verb}: {run:?}");
+        assert!(env.path("bag-outside/bagit.txt").exists(), "{verb} left the outside bag alone");
+        assert!(fs::symlink_metadata(&item).unwrap().file_type().is_symlink(), "{verb} did not move the link");
+    }
+    assert_eq!(env.ok(&["list", &dst]).lines().len(), 0);
+    // data -> an outside folder: reported, never walked.
+    let other = env.ok(&["list", &src]).lines()[0].split('\t').next().unwrap().to_string();
+    let data = Path::new(&src).join(&other).join("data");
+    fs::rename(&data, env.path("data-outside")).unwrap();
+    env.write("data-outside/extra-secret.txt", b"secret");
+    std::os::unix::fs::symlink(env.path("data-outside"), &data).unwrap();
+    let run = env.fails(&["verify", &src, &other], 1);
+    assert!(run.stdout.contains("special file") && !run.stdout.contains("extra-secret"), "{}", run.stdout);
+    // --bag never reads bag-info.txt through a symlink.
+    env.write("bag/bagit.txt", b"BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n");
+    env.write("bag/data/f.txt", b"f");
+    let digest = ibi::fsx::hash_bytes(b"f");
+    env.write("bag/manifest-sha256.txt", format!("{digest}  data/f.txt\n").as_bytes());
+    env.write("secret-info.txt", b"Secret: leaked\n");
+    std::os::unix::fs::symlink(env.path("secret-info.txt"), env.path("bag/bag-info.txt")).unwrap();
+    let run = env.run(&["deposit", &dst, "bag", "--bag"]);
+    assert!(run.code != 0, "{run:?}");
+    assert_eq!(env.ok(&["list", &dst]).lines().len(), 0);
+}
+
+/// FIFOs and endless files in items and bags never hang a run or exhaust memory.
+#[test]
+fn regress_special_files_hang() {
+    let env = TestEnv::new();
+    let src = env.filled("src", 3, 1);
+    let names: Vec<String> =
+        env.ok(&["list", &src]).lines().iter().map(|l| l.split('\t').next().unwrap().to_string()).collect();
+    let fifo_tag = Path::new(&src).join(&names[0]).join("bag-info.txt");
+    fs::remove_file(&fifo_tag).unwrap();
+    sh(&format!("mkfifo '{}'", fifo_tag.display()));
+    let payload = Path::new(&src).join(&names[1]).join("data/f0.txt");
+    fs::remove_file(&payload).unwrap();
+    sh(&format!("mkfifo '{}'", payload.display()));
+    let zero = Path::new(&src).join(&names[2]).join("bag-info.txt");
+    fs::remove_file(&zero).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let dst = env.collection("dst");
+    for script in [
+        format!("timeout 20 \"$IBI\" verify {src}"),
+        format!("timeout 20 \"$IBI\" mirror {src} {dst}"),
+        format!("timeout 20 \"$IBI\" copy {src} {dst}"),
+    ] {
+        let run = sh_in(env.root(), &script);
+        assert_code(&run, 1, &script);
+    }
+    env.write("bag/bagit.txt", b"BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n");
+    env.write("bag/manifest-sha256.txt", b"");
+    fs::create_dir_all(env.path("bag/data")).unwrap();
+    sh(&format!("mkfifo '{}'", env.path("bag/bag-info.txt").display()));
+    let run = sh_in(env.root(), &format!("timeout 20 \"$IBI\" deposit {dst} bag --bag"));
+    assert!(run.code == 1 || run.code == 2, "deposit --bag of a FIFO bag-info: {run:?}");
+}
+
+/// One entry that cannot be named or walked is reported; the rest of the run goes on.
+#[test]
+fn regress_one_bad_entry_stops_the_run() {
+    let env = TestEnv::new();
+    let src = env.filled("src", 3, 1);
+    sh(&format!("mkdir \"{src}/$(printf 'bad\\377name')\""));
+    let run = env.fails(&["verify", &src], 1);
+    assert!(run.stdout.contains("not UTF-8"), "{}", run.stdout);
+    assert_eq!(env.ok(&["list", &src]).lines().len(), 3);
+    // One item with a folder too deep to walk.
+    let name = first_name(&env, &src);
+    let deep = Path::new(&src).join(&name).join("data");
+    sh(&format!("cd '{}' && i=0 && while [ $i -lt 2100 ]; do mkdir a && cd a; i=$((i+1)); done", deep.display()));
+    let dst = env.collection("dst");
+    let run = env.run(&["mirror", &src, &dst]);
+    assert_code(&run, 1, "mirror with one unwalkable item");
+    assert_eq!(env.ok(&["list", &dst]).lines().len(), 2, "the healthy items are copied");
+    let dst2 = env.collection("dst2");
+    assert_code(&env.run(&["copy", &src, &dst2]), 1, "copy with one unwalkable item");
+    assert_eq!(env.ok(&["list", &dst2]).lines().len(), 2);
+}
+
+/// `mirror --delete` never deletes what SRC holds but could not see.
+#[test]
+fn regress_mirror_delete_trusts_unseen() {
+    let env = TestEnv::new();
+    let src = env.filled("src", 3, 1);
+    let dst = env.collection("dst");
+    env.ok(&["mirror", &src, &dst]);
+    // One SRC item reached through a symlinked folder; the other two are plain.
+    let name = first_name(&env, &src);
+    let real = env.path("moved-item");
+    fs::rename(Path::new(&src).join(&name), &real).unwrap();
+    std::os::unix::fs::symlink(&real, Path::new(&src).join(&name)).unwrap();
+    let run = env.run(&["mirror", &src, &dst, "--delete"]);
+    assert_code(&run, 1, "mirror --delete over a symlinked SRC item");
+    assert!(run.stdout.contains("stray entry"), "{}", run.stdout);
+    assert_eq!(env.ok(&["list", &dst]).lines().len(), 3, "DST keeps every item");
+    // A whole SRC folder behind a symlink: refused or reported, never deleted.
+    let subdomain = name.split('/').next().unwrap().to_string();
+    fs::remove_file(Path::new(&src).join(&name)).unwrap();
+    fs::rename(&real, Path::new(&src).join(&name)).unwrap();
+    fs::rename(Path::new(&src).join(&subdomain), env.path("moved-subdomain")).unwrap();
+    std::os::unix::fs::symlink(env.path("moved-subdomain"), Path::new(&src).join(&subdomain)).unwrap();
+    let run = env.run(&["mirror", &src, &dst, "--delete"]);
+    assert!(run.code == 1 || run.code == 2, "{run:?}");
+    assert_eq!(env.ok(&["list", &dst]).lines().len(), 3, "DST keeps every item");
+}
+
+/// The same item named twice, by name or by IBIp, is one item.
+#[test]
+fn regress_same_item_named_twice() {
+    let env = TestEnv::new();
+    let src = env.filled("src", 2, 1);
+    let line = env.ok(&["list", &src]).lines()[0].to_string();
+    let (name, ibip) = line.split_once('\t').unwrap();
+    let dst = env.collection("dst");
+    let run = env.ok(&["copy", &src, &dst, name, name, ibip]);
+    assert!(run.stderr.contains("copied 1,"), "{}", run.stderr);
+    env.ok(&["verify", &dst, name, ibip]);
+    let dst2 = env.collection("dst2");
+    let run = env.ok(&["migrate", &src, &dst2, name, &ibip.to_lowercase()]);
+    assert!(run.stderr.contains("migrated 1,"), "{}", run.stderr);
+    for root in [&src, &dst2] {
+        assert!(crate::env::control_empty(root, "journal"), "{root}: no journal record left");
+    }
+}
+
+/// A mirror into a DST too small for the whole batch copies what fits, then exits 3.
+#[test]
+fn regress_small_dst_copies_nothing() {
+    if !is_root() {
+        eprintln!("skipped: mounting a small tmpfs needs root (CI runs as root)");
+        return;
+    }
+    let env = TestEnv::new();
+    let src = env.collection("src");
+    for i in 0..30 {
+        env.write(&format!("s/{i:02}/f.bin"), &vec![i as u8; 150_000]);
+    }
+    let paths: Vec<String> = (0..30).map(|i| env.path(&format!("s/{i:02}")).display().to_string()).collect();
+    let mut args = vec!["-q", "deposit", "--each", src.as_str()];
+    args.extend(paths.iter().map(String::as_str));
+    env.ok(&args);
+    fs::create_dir(env.path("small")).unwrap();
+    sh(&format!("mount -t tmpfs -o size=2m tmpfs '{}'", env.path("small").display()));
+    let dst = env.path("small/dst").display().to_string();
+    env.ok(&["-q", "init", &dst, "--host", "small.example.org", "--ip", "192.0.2.9", "--granularity", "0.001"]);
+    let run = env.run(&["mirror", &src, &dst]);
+    let copied = env.ok(&["list", &dst]).lines().len();
+    env.ok(&["verify", &dst]);
+    let _ = sh(&format!("umount '{}'", env.path("small").display()));
+    assert_code(&run, 3, "mirror into a small DST");
+    assert!(copied >= 3, "what fits is copied: {copied} of 30");
+}
+
+/// `mirror --checksum` repairs even where the filesystem cannot exchange two names.
+#[test]
+fn regress_exchange_unsupported() {
+    let env = TestEnv::new();
+    let src = env.filled("src", 2, 1);
+    let dst = env.collection("dst");
+    env.ok(&["mirror", &src, &dst]);
+    let name = first_name(&env, &src);
+    fs::write(Path::new(&dst).join(&name).join("data/f0.txt"), b"rotten").unwrap();
+    let script = format!("strace -f -qq -o /dev/null -e trace=renameat2 -e inject=renameat2:error=EINVAL \"$IBI\" mirror --checksum {src} {dst}");
+    let run = sh_in(env.root(), &script);
+    assert!(run.code == 0 || run.code == 1, "{run:?}");
+    env.ok(&["verify", &dst]);
+    assert_eq!(env.identities(&src), env.identities(&dst));
+}
+
+/// SIGINT removes the command's own staging before exit 130; verify reports what a
+/// killed writer left, with its size; killed atomic writes leave no temp files.
+#[test]
+fn regress_leftovers_after_interrupt() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    env.write("big/f.bin", &vec![7u8; 4_000_000]);
+    let mut strace = std::process::Command::new("strace");
+    strace
+        .args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat2", "-e", "inject=renameat2:delay_enter=3000000"])
+        .arg(ibi_bin())
+        .args(["deposit", &root, "big"])
+        .current_dir(env.root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut running = Reaper(Some(strace.spawn().unwrap()));
+    let tracer = running.0.as_ref().unwrap().id();
+    assert!(wait_until(10, || !crate::env::control_empty(&root, "staging")), "staging is in use");
+    std::thread::sleep(Duration::from_millis(300));
+    sh(&format!("pkill -INT -P {tracer} ibi || true"));
+    let out: crate::env::Run = running.0.take().unwrap().wait_with_output().unwrap().into();
+    assert_eq!(out.code, 130, "{out:?}");
+    assert!(crate::env::control_empty(&root, "staging"), "staging removed on SIGINT");
+    // What SIGKILL leaves is reported by verify, then cleared by the next writer.
+    env.write_at(&Path::new(&root).join(".ibi/staging/item-killed/data/f.bin"), &vec![1u8; 1000]);
+    env.write_at(&Path::new(&root).join(".ibi/journal/.ibi-tmp-killed"), b"half a record");
+    let run = env.fails(&["verify", &root], 1);
+    assert!(run.stdout.contains("leftover") && run.stdout.contains("1000 bytes"), "{}", run.stdout);
+    env.write("x", b"x");
+    env.ok(&["deposit", &root, "x"]);
+    assert!(crate::env::control_empty(&root, "staging") && crate::env::control_empty(&root, "journal"));
+    env.ok(&["verify", &root]);
+}
+
+/// A corrupt minter state is named, never echoed whole into the message.
+#[test]
+fn regress_corrupt_state_echoed() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    fs::write(Path::new(&root).join(".ibi/minter.state"), vec![b'9'; 100_000]).unwrap();
+    let run = env.fails(&["mint", "-C", &root], 3);
+    assert!(
+        run.stderr.len() < 1000 && run.stderr.contains("minter.state"),
+        "{} bytes: {}",
+        run.stderr.len(),
+        &run.stderr[..200.min(run.stderr.len())]
+    );
+}
