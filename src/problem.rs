@@ -29,6 +29,8 @@ pub enum ProblemKind {
     Conflict,
     /// Staging or trash left by an interrupted writer (the next writer clears it).
     Leftover,
+    /// A damaged copy was found and repaired (`mirror --checksum`).
+    Repaired,
 }
 
 impl ProblemKind {
@@ -47,6 +49,7 @@ impl ProblemKind {
             ProblemKind::IdentifierMismatch => "identifier mismatch",
             ProblemKind::Conflict => "conflict",
             ProblemKind::Leftover => "leftover",
+            ProblemKind::Repaired => "repaired",
         }
     }
 }

@@ -94,27 +94,38 @@ fn deposit_steps(printer: &Printer, dir: &Path, sources: &Path) -> Result<(Colle
     Ok((collection, item))
 }
 
-/// verify, then flip a bit, show verify catching it, and repair it.
-fn verify_steps(printer: &Printer, collection: &Collection, item: &ibi::collection::Item) -> Result<u64> {
+/// verify the new collection.
+fn verify_steps(printer: &Printer, collection: &Collection) -> Result<u64> {
     say(printer, "ibi verify");
     let summary = verify(collection, &[], printer)?;
     printer.line(&format!("{} items, {} files, {} problems", summary.items, summary.files, summary.problems));
-    let victim = item.path.join("data/measurements.csv");
-    let original = fs::read(&victim)?;
-    let mut damaged = original.clone();
+    Ok(summary.problems)
+}
+
+/// Flips one bit of an item in the mirror, shows verify catching it, and repairs it
+/// from the source with `mirror --checksum`.
+fn repair_steps(printer: &Printer, a: &Collection, b: &Collection, item: &ibi::collection::Item) -> Result<u64> {
+    let victim = b.item(&item.name).path.join("data/measurements.csv");
+    let mut damaged = fs::read(&victim)?;
     damaged[10] ^= 0x01;
     fs::write(&victim, &damaged)?;
-    say(printer, "flip one bit of data/measurements.csv, then ibi verify");
-    let summary = verify(collection, &[], printer)?;
-    printer.line(&format!("{} problem(s) found; restoring the byte", summary.problems));
-    fs::write(&victim, &original)?;
-    let summary = verify(collection, &[], &Silent)?;
-    printer.line(&format!("after repair: {} problems", summary.problems));
+    say(printer, &format!("flip one bit of {}, then ibi verify {}", victim.display(), b.root().display()));
+    let summary = verify(b, &[], printer)?;
+    printer.line(&format!("{} problem(s) found", summary.problems));
+    say(
+        printer,
+        &format!("ibi mirror --checksum {} {}   (repairs from the source)", a.root().display(), b.root().display()),
+    );
+    let options = MirrorOptions { dry_run: false, wait: LockWait::No, delete: false, max_delete: None, checksum: true };
+    let s = mirror(a, b, &options, printer)?;
+    printer.line(&format!("replaced {}", s.replaced));
+    let summary = verify(b, &[], &Silent)?;
+    printer.line(&format!("after the repair: {} problems", summary.problems));
     Ok(summary.problems)
 }
 
 /// mirror A to B twice (the second run is a no-op), then migrate B to C.
-fn transfer_steps(printer: &Printer, dir: &Path, a: &Collection) -> Result<u64> {
+fn transfer_steps(printer: &Printer, dir: &Path, a: &Collection, item: &ibi::collection::Item) -> Result<u64> {
     let mirror_root = dir.join("collection-b");
     say(
         printer,
@@ -134,6 +145,7 @@ fn transfer_steps(printer: &Printer, dir: &Path, a: &Collection) -> Result<u64> 
         let s = mirror(a, &b, &options, &Silent)?;
         printer.line(&format!("copied {}, skipped {}, bytes {}", s.copied, s.skipped, s.bytes));
     }
+    let repaired = repair_steps(printer, a, &b, item)?;
     let new_root = dir.join("collection-c");
     say(
         printer,
@@ -154,7 +166,7 @@ fn transfer_steps(printer: &Printer, dir: &Path, a: &Collection) -> Result<u64> 
     print_list(printer, &c)?;
     let summary = verify(&c, &[], &Silent)?;
     printer.line(&format!("verify {}: {} items, {} problems", new_root.display(), summary.items, summary.problems));
-    Ok(summary.problems)
+    Ok(summary.problems + repaired)
 }
 
 pub fn run(global: GlobalArgs, dir: Option<&Path>) -> Result<Outcome> {
@@ -162,7 +174,7 @@ pub fn run(global: GlobalArgs, dir: Option<&Path>) -> Result<Outcome> {
     let dir = demo_dir(dir)?;
     let sources = write_samples(&dir)?;
     let (collection, item) = deposit_steps(&printer, &dir, &sources)?;
-    let problems = verify_steps(&printer, &collection, &item)? + transfer_steps(&printer, &dir, &collection)?;
+    let problems = verify_steps(&printer, &collection)? + transfer_steps(&printer, &dir, &collection, &item)?;
     say(&printer, "done");
     printer.line(&format!("everything is in {}", dir.display()));
     Ok(if problems == 0 { Outcome::Success } else { Outcome::Problems })

@@ -76,8 +76,10 @@ pub fn mirror(global: GlobalArgs, args: &MirrorArgs) -> Result<Outcome> {
     super::GRACEFUL.store(true, Ordering::SeqCst);
     let stop = &super::STOP;
     let mut worst = Outcome::Success;
+    // A pass that changed nothing and found nothing says nothing (cron mails output).
     let mut on_pass = |s: &TransferSummary| {
-        if finish(&printer, "mirror", s, options.dry_run) == Outcome::Problems {
+        let happened = s.copied + s.replaced + s.deleted + s.problems > 0 || s.delete_capped;
+        if happened && finish(&printer, "mirror", s, options.dry_run) == Outcome::Problems {
             worst = Outcome::Problems;
         }
     };

@@ -150,12 +150,38 @@ impl Planner<'_> {
         if dst_item.identity_digest().ok().as_ref() != Some(&src_digest) {
             return Ok(Plan::Replace(src_item, "identity digest differs"));
         }
-        if self.options.checksum && !verify_item(self.dst, dst_item, self.reporter).1.is_empty() {
-            return Ok(Plan::Replace(src_item, "DST copy is damaged"));
+        if self.options.checksum {
+            return Ok(self.checksum(src_item, dst_item));
         }
         Tally::add(&self.tally.skipped, 1);
         self.reporter.item(&src_item.name.to_string(), "unchanged");
         Ok(Plan::Settled(src_item, true))
+    }
+
+    /// `--checksum` on an item both hold with one identity: a rotten SRC copy is
+    /// reported and DST's kept; a damaged DST copy is reported with its reason and
+    /// repaired from SRC.
+    fn checksum(&self, src_item: Item, dst_item: &Item) -> Plan {
+        let label = src_item.name.to_string();
+        let (_, src_problems) = verify_item_quietly(&src_item);
+        if !src_problems.is_empty() {
+            for p in &src_problems {
+                let detail = format!("in SRC: {}; DST's copy is kept", p.detail);
+                self.tally.report(self.reporter, &Problem::new(&label, p.file.as_deref(), p.kind, detail));
+            }
+            return Plan::Settled(src_item, false);
+        }
+        let (_, dst_problems) = verify_item(self.dst, dst_item, self.reporter);
+        if dst_problems.is_empty() {
+            Tally::add(&self.tally.skipped, 1);
+            self.reporter.item(&label, "unchanged");
+            return Plan::Settled(src_item, true);
+        }
+        let why: Vec<String> =
+            dst_problems.iter().map(|p| format!("{} {}", p.kind.as_str(), p.file.as_deref().unwrap_or(""))).collect();
+        let detail = format!("DST copy was damaged ({}); repaired from SRC", why.join(", ").trim());
+        self.tally.report(self.reporter, &Problem::new(&label, None, ProblemKind::Repaired, detail));
+        Plan::Replace(src_item, "DST copy is damaged")
     }
 
     fn delete(&self, dst_item: Item, shadowed: bool) -> Plan {
@@ -181,6 +207,13 @@ impl Planner<'_> {
             Pair::Dst { item, shadowed } => Ok(self.delete(item, shadowed)),
         }
     }
+}
+
+/// A SRC item's own bag problems (its aliases are SRC's business).
+fn verify_item_quietly(item: &Item) -> (crate::bag::BagCheck, Vec<Problem>) {
+    let check = crate::bag::verify_bag(&item.path, &item.name.to_string(), &|_| {});
+    let problems = check.problems.clone();
+    (check, problems)
 }
 
 /// One sync pass; the caller holds DST's write lock (unless dry-running).

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use walkdir::WalkDir;
 
-use crate::bag::{manifest, BagInfo, BAG_INFO_TXT, DATA, MANIFEST};
+use crate::bag::{manifest, BagInfo, BAGIT_TXT, BAG_INFO_TXT, DATA, MANIFEST, TAGMANIFEST};
 use crate::collection::guard;
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{read_capped, MAX_TAG_FILE};
@@ -160,9 +160,75 @@ pub fn plan_paths(paths: &[PathBuf], follow_symlinks: bool) -> Result<SourcePlan
     Ok(plan)
 }
 
+/// What a bag may hold for `--bag` to deposit it without dropping anything.
+const KEPT_TOP_LEVEL: [&str; 5] = [BAGIT_TXT, BAG_INFO_TXT, MANIFEST, TAGMANIFEST, DATA];
+
+/// Reads a tag file of a foreign bag as UTF-8 text (never through a link, capped).
+fn read_foreign_tag(bag: &Path, name: &str) -> std::io::Result<String> {
+    let bytes = read_capped(&bag.join(name), MAX_TAG_FILE)?;
+    String::from_utf8(bytes).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "is not UTF-8"))
+}
+
+/// Refuses, before anything is copied, a bag that `--bag` cannot deposit faithfully:
+/// no `bagit.txt`, an unsupported version, a holey bag (`fetch.txt`), tag files or
+/// manifests ibi would not keep, or tag files that fail the bag's own tagmanifest.
+fn check_foreign_bag(bag: &Path) -> Result<()> {
+    let refuse =
+        |problem: String| Error::Invalid { what: "bag".into(), problem: format!("{} {problem}", bag.display()) };
+    let declaration =
+        read_foreign_tag(bag, BAGIT_TXT).map_err(|e| refuse(format!("is not a BagIt bag: {BAGIT_TXT} {e}")))?;
+    let declared =
+        BagInfo::parse(&declaration).map_err(|line| refuse(format!("has a malformed {BAGIT_TXT} (line {line})")))?;
+    let version = declared.first("BagIt-Version").unwrap_or("");
+    if !matches!(version, "0.97" | "1.0") {
+        return Err(refuse(format!("declares BagIt-Version {version:?}; ibi reads 0.97 and 1.0")));
+    }
+    if !declared.first("Tag-File-Character-Encoding").is_some_and(|e| e.eq_ignore_ascii_case("UTF-8")) {
+        return Err(refuse("does not declare Tag-File-Character-Encoding UTF-8".into()));
+    }
+    for entry in fs::read_dir(bag).with_path("list", bag)? {
+        let name = entry.with_path("list", bag)?.file_name();
+        let name = name.to_string_lossy();
+        if name == "fetch.txt" {
+            return Err(refuse("is a holey bag (fetch.txt): fetch its files first".into()));
+        }
+        if !KEPT_TOP_LEVEL.contains(&name.as_ref()) {
+            return Err(refuse(format!(
+                "holds {name}, which ibi cannot yet keep in an item (only {}); nothing was deposited",
+                KEPT_TOP_LEVEL.join(", ")
+            )));
+        }
+    }
+    if fs::symlink_metadata(bag.join(BAG_INFO_TXT)).is_ok() {
+        read_foreign_tag(bag, BAG_INFO_TXT).map_err(|e| refuse(format!("has an unreadable {BAG_INFO_TXT}: it {e}")))?;
+    }
+    check_foreign_tagmanifest(bag).map_err(refuse)
+}
+
+/// Checks the tag files a foreign bag's tagmanifest-sha256.txt lists.
+fn check_foreign_tagmanifest(bag: &Path) -> std::result::Result<(), String> {
+    if fs::symlink_metadata(bag.join(TAGMANIFEST)).is_err() {
+        return Ok(());
+    }
+    let text = read_foreign_tag(bag, TAGMANIFEST).map_err(|e| format!("has an unreadable {TAGMANIFEST}: it {e}"))?;
+    let (entries, problems) = manifest::parse(&text, 64);
+    if let Some(p) = problems.first() {
+        return Err(format!("has a bad {TAGMANIFEST} (line {}: {})", p.line, p.problem));
+    }
+    for entry in entries {
+        match crate::fsx::hash_file(&bag.join(&entry.path)) {
+            Ok((digest, _)) if digest == entry.digest => {}
+            Ok(_) => return Err(format!("fails its own {TAGMANIFEST}: {} does not match", entry.path)),
+            Err(e) => return Err(format!("fails its own {TAGMANIFEST}: {}: {e}", entry.path)),
+        }
+    }
+    Ok(())
+}
+
 /// Plans a deposit of an existing BagIt bag: its manifest-sha256.txt says what to
 /// copy and what each file must hash to; its bag-info is carried over.
 pub fn plan_bag(bag: &Path) -> Result<SourcePlan> {
+    check_foreign_bag(bag)?;
     let invalid = |problem: String| Error::Data { what: format!("bag {}", bag.display()), problem };
     let text = read_capped(&bag.join(MANIFEST), MAX_TAG_FILE)
         .map_err(|e| invalid(format!("cannot read {MANIFEST}: {e}")))

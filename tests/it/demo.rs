@@ -16,12 +16,14 @@ fn demo_runs_every_step_and_leaves_valid_collections() {
         "ibi verify",
         "digest mismatch",
         "ibi mirror",
+        "ibi mirror --checksum",
+        "repaired",
         "ibi migrate",
         "done",
     ] {
         assert!(run.stdout.contains(step), "missing step {step:?} in {}", run.stdout);
     }
-    assert!(run.stdout.contains("after repair: 0 problems"));
+    assert!(run.stdout.contains("after the repair: 0 problems"), "{}", run.stdout);
     assert_eq!(env.ok(&["list", dir.join("collection-b").to_str().unwrap()]).stdout, "", "migrate emptied B");
     assert_eq!(env.ok(&["list", dir.join("collection-c").to_str().unwrap()]).lines().len(), 2);
     env.ok(&["verify", dir.join("collection-a").to_str().unwrap()]);

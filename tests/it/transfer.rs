@@ -74,8 +74,20 @@ fn checksum_repairs_a_damaged_dst_item_from_src() {
     fs::write(&payload, b"bit rot").unwrap();
     let plain = env.ok(&["mirror", &src, &dst]);
     assert!(plain.stderr.contains("replaced 0,"), "without --checksum only tagmanifests are read");
-    let run = env.ok(&["mirror", &src, &dst, "--checksum"]);
-    assert!(run.stderr.contains("replaced 1,"), "{}", run.stderr);
+    let run = env.fails(&["-q", "mirror", &src, &dst, "--checksum"], 1);
+    assert!(
+        run.stdout.contains("repaired") && run.stdout.contains("digest mismatch"),
+        "reported under -q: {}",
+        run.stdout
+    );
+    env.ok(&["verify", &dst]);
+    // A rotten SRC copy is reported, and DST's good copy kept.
+    let before = env.identities(&dst);
+    let src_payload = Path::new(&src).join(&name).join("data/f0.txt");
+    fs::write(&src_payload, b"rot in SRC").unwrap();
+    let run = env.fails(&["mirror", &src, &dst, "--checksum", "--json"], 1);
+    assert!(run.stdout.contains("in SRC"), "{}", run.stdout);
+    assert_eq!(env.identities(&dst), before);
     env.ok(&["verify", &dst]);
 }
 
