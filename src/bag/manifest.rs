@@ -1,9 +1,11 @@
 //! BagIt manifests (RFC 8493 §2.1.3 and §2.2.1): lines of `<hex digest>  <path>`
-//! with CR and LF percent-encoded in paths, and `%` encoded wherever it would
-//! otherwise read as an escape (followed by two hex digits). A lone `%` stays
-//! raw because bagit-python, the reference tool, never decodes `%25`. This module owns reading and
-//! writing them and the path-safety rules: no absolute paths, no `..`, no
-//! empty components, no backslashes, no NUL. Paths are compared in NFC.
+//! with `%`, CR and LF percent-encoded in paths, as the RFC requires. (bagit-python
+//! 1.9 encodes only CR and LF and never decodes `%25`, so it cannot validate an
+//! item whose file names hold `%`; deposit warns about each such name.) Reading
+//! decodes `%25`, `%0D` and `%0A` and leaves any other `%` as written. This module
+//! owns reading and writing manifests and the path-safety rules: no absolute
+//! paths, no `..`, no empty components, no backslashes, no NUL. Paths are compared
+//! in NFC.
 
 use unicode_normalization::UnicodeNormalization;
 
@@ -22,15 +24,12 @@ pub struct LineProblem {
     pub problem: String,
 }
 
-/// Percent-encodes CR, LF, and each `%` that is followed by two hex digits (so no
-/// reader can take it for an escape). Other `%` stay raw, which RFC 8493 readers
-/// and bagit-python both read back as `%`.
+/// Percent-encodes `%`, CR and LF (RFC 8493 §2.1.3).
 pub fn encode_path(path: &str) -> String {
     let mut out = String::with_capacity(path.len());
-    for (i, c) in path.char_indices() {
-        let looks_escaped = || path.as_bytes().get(i + 1..i + 3).is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit));
+    for c in path.chars() {
         match c {
-            '%' if looks_escaped() => out.push_str("%25"),
+            '%' => out.push_str("%25"),
             '\r' => out.push_str("%0D"),
             '\n' => out.push_str("%0A"),
             c => out.push(c),
@@ -60,6 +59,12 @@ pub fn decode_path(path: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// How a writer that never encodes `%` (bagit-python) would have written the path
+/// `decoded` was read from: a foreign bag's file may be named either way.
+pub fn unencoded_alternative(decoded: &str) -> Option<String> {
+    decoded.contains('%').then(|| decoded.replace('%', "%25"))
 }
 
 /// Checks that a manifest path stays inside the bag; `Err` says why not.
@@ -152,9 +157,10 @@ mod tests {
 
     #[test]
     fn percent_encoding_of_the_three_characters() {
-        assert_eq!(encode_path("data/100%\r\n x"), "data/100%%0D%0A x");
-        assert_eq!(encode_path("data/100% pure"), "data/100% pure");
-        assert_eq!(encode_path("data/%0A-%41-%2"), "data/%250A-%2541-%2");
+        assert_eq!(encode_path("data/100%\r\n x"), "data/100%25%0D%0A x");
+        assert_eq!(encode_path("data/100% pure"), "data/100%25 pure");
+        assert_eq!(encode_path("data/%0A-%41-%2"), "data/%250A-%2541-%252");
+        assert_eq!(unencoded_alternative("data/My%Report"), Some("data/My%25Report".into()));
         assert_eq!(decode_path("data/%250A-%2541-%2"), "data/%0A-%41-%2");
         assert_eq!(decode_path("data/100%25%0d%0A x"), "data/100%\r\n x");
         assert_eq!(decode_path("data/%41"), "data/%41");

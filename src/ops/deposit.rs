@@ -141,6 +141,12 @@ fn stage_payload(collection: &Collection, plan: &SourcePlan, reporter: &dyn Repo
         let path = data.join(dir);
         fs::create_dir(&path).with_path("create", &path)?;
     }
+    for file in plan.files.iter().filter(|f| f.payload.contains('%')) {
+        reporter.warning(&format!(
+            "data/{} holds a \"%\": its manifest line encodes it as %25, as RFC 8493 requires; bagit-python 1.9 cannot validate such a name",
+            file.payload
+        ));
+    }
     for empty in &plan.empty_dirs {
         reporter.warning(&format!("empty folder {empty} is kept, but BagIt manifests do not record empty folders"));
     }

@@ -245,17 +245,30 @@ pub fn plan_bag(bag: &Path) -> Result<SourcePlan> {
         walked.files.into_iter().map(|f| (manifest::nfc(&format!("{DATA}/{}", f.payload)), f)).collect();
     let mut files = Vec::new();
     for entry in entries {
-        let mut file =
-            on_disk.remove(&manifest::nfc(&entry.path)).ok_or_else(|| invalid(format!("{} is missing", entry.path)))?;
+        // A path read as RFC 8493 says, or as a writer that never encodes `%` meant it,
+        // when exactly one of the two names a file.
+        let direct = on_disk.contains_key(&manifest::nfc(&entry.path));
+        let other = manifest::unencoded_alternative(&entry.path).filter(|p| on_disk.contains_key(&manifest::nfc(p)));
+        let key = match (direct, other) {
+            (true, None) => manifest::nfc(&entry.path),
+            (false, Some(alt)) => manifest::nfc(&alt),
+            (true, Some(alt)) => {
+                return Err(invalid(format!("{} could name {} or {alt}; refusing to guess", entry.path, entry.path)))
+            }
+            (false, None) => return Err(invalid(format!("{} is missing", entry.path))),
+        };
+        let mut file = on_disk.remove(&key).ok_or_else(|| invalid(format!("{} is missing", entry.path)))?;
         file.expected = Some(entry.digest);
         files.push(file);
     }
     if let Some(extra) = on_disk.keys().next() {
         return Err(invalid(format!("{extra} is not in {MANIFEST}")));
     }
-    let info_text = read_capped(&bag.join(BAG_INFO_TXT), MAX_TAG_FILE)
-        .map_err(|e| invalid(format!("cannot read {BAG_INFO_TXT}: {e}")))
-        .and_then(|b| String::from_utf8(b).map_err(|_| invalid(format!("{BAG_INFO_TXT} is not UTF-8"))))?;
+    // bag-info.txt is optional in BagIt; check_foreign_bag refused an unreadable one.
+    let info_text = match read_foreign_tag(bag, BAG_INFO_TXT) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        other => other.map_err(|e| invalid(format!("cannot read {BAG_INFO_TXT}: {e}")))?,
+    };
     let info =
         BagInfo::parse(&info_text).map_err(|line| invalid(format!("{BAG_INFO_TXT} line {line} is malformed")))?;
     Ok(SourcePlan {

@@ -549,3 +549,45 @@ fn regress_corrupt_state_echoed() {
         &run.stderr[..200.min(run.stderr.len())]
     );
 }
+
+/// A literal `%XX` in a file name: ibi writes RFC 8493 manifests and warns about each
+/// such name; a bagit-python bag written the other way still deposits.
+#[test]
+fn regress_literal_percent_names() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    env.write("src/100% pure.txt", b"pure");
+    env.write("src/My%20Report.pdf", b"report");
+    let run = env.ok(&["deposit", &root, "src"]);
+    assert!(run.stderr.contains("100% pure.txt") && run.stderr.contains("My%20Report.pdf"), "{}", run.stderr);
+    let item = env.ok(&["resolve", &root, &first_name(&env, &root)]).stdout;
+    let manifest = fs::read_to_string(Path::new(item.trim()).join("manifest-sha256.txt")).unwrap();
+    assert!(manifest.contains("data/100%25 pure.txt") && manifest.contains("data/My%2520Report.pdf"), "{manifest}");
+    env.ok(&["verify", &root]);
+    // A bag made by a writer that never encodes `%` (bagit-python).
+    env.write("pybag/bagit.txt", b"BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n");
+    env.write("pybag/data/My%25Report.pdf", b"raw");
+    let digest = ibi::fsx::hash_bytes(b"raw");
+    env.write("pybag/manifest-sha256.txt", format!("{digest}  data/My%25Report.pdf\n").as_bytes());
+    env.ok(&["deposit", &root, "pybag", "--bag"]);
+    env.ok(&["verify", &root]);
+}
+
+/// Payload files keep their source's mtime, in deposit and in every transfer.
+#[test]
+fn regress_payload_mtimes_lost() {
+    let env = TestEnv::new();
+    let src = env.collection("src");
+    env.write("d/old.txt", b"old");
+    sh(&format!("touch -d '2001-02-03 04:05:06' '{}'", env.path("d/old.txt").display()));
+    env.ok(&["deposit", &src, "d"]);
+    let dst = env.collection("dst");
+    env.ok(&["mirror", &src, &dst]);
+    let name = first_name(&env, &src);
+    for root in [&src, &dst] {
+        let meta = fs::metadata(Path::new(root).join(&name).join("data/old.txt")).unwrap();
+        let secs = meta.modified().unwrap().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        let expected = sh("date -d '2001-02-03 04:05:06' +%s").trim().parse::<u64>().unwrap();
+        assert_eq!(secs, expected, "{root}: the payload keeps its mtime");
+    }
+}
