@@ -227,6 +227,14 @@ pub struct DepositArgs {
     pub meta: Vec<(String, String)>,
 }
 
+/// `--until`: a day alone means up to its last instant.
+fn parse_until(text: &str) -> Result<Timestamp, String> {
+    match Timestamp::parse_day(text) {
+        Some(day) => Ok(day.checked_add_nanos(86_400 * 1_000_000_000 - 1)),
+        None => Timestamp::parse_user(text).map_err(|e| e.to_string()),
+    }
+}
+
 fn parse_meta(text: &str) -> Result<(String, String), String> {
     let (k, v) = text.split_once('=').ok_or_else(|| format!("\"{text}\" is not K=V"))?;
     let label_ok = !k.is_empty() && k.chars().all(|c| c.is_ascii_graphic() && c != ':');
@@ -249,11 +257,11 @@ pub struct VerifyArgs {
 #[derive(Debug, Args)]
 pub struct ListArgs {
     pub root: PathBuf,
-    /// Only names dated at or after TIME.
-    #[arg(long)]
+    /// Only names dated at or after TIME (RFC 3339, POSIX seconds, or a day: 2026-11-22).
+    #[arg(long, value_name = "TIME")]
     pub since: Option<Timestamp>,
-    /// Only names dated at or before TIME.
-    #[arg(long)]
+    /// Only names dated at or before TIME; a day alone includes the whole day.
+    #[arg(long, value_name = "TIME", value_parser = parse_until)]
     pub until: Option<Timestamp>,
 }
 

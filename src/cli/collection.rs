@@ -115,10 +115,16 @@ pub fn list(global: GlobalArgs, args: &ListArgs) -> Result<Outcome> {
     Ok(Outcome::Success)
 }
 
-pub fn resolve(root: &Path, name: &str) -> Result<Outcome> {
+pub fn resolve(global: GlobalArgs, root: &Path, name: &str) -> Result<Outcome> {
     let collection = Collection::open(root)?;
     let item = collection.resolve(name)?;
-    super::write_stdout(&format!("{}\n", item.path.display()))?;
+    if global.json {
+        let ibip = item.ibip().ok().flatten().map(|i| i.to_string());
+        let line = json!({"name": item.name.to_string(), "ibip": ibip, "path": item.path}).to_string();
+        super::write_stdout(&format!("{line}\n"))?;
+    } else {
+        super::write_stdout(&format!("{}\n", item.path.display()))?;
+    }
     Ok(Outcome::Success)
 }
 

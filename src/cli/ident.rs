@@ -15,7 +15,12 @@ use super::args::{GlobalArgs, IbipCommand, IbipEncodeArgs, MintArgs, PilinComman
 use super::Outcome;
 
 pub fn subsystem_from_args(args: &SubsystemArgs) -> Result<Subsystem> {
-    let host = args.host.as_deref().context("--host is required (or use -C ROOT)")?;
+    let host = args.host.as_deref().ok_or_else(|| ibi::Error::Invalid {
+        what: "subsystem".into(),
+        problem:
+            "--host HOST is required: the host name of the identification subsystem (e.g. --host mtc-m18.sid.inpe.br)"
+                .into(),
+    })?;
     Ok(Subsystem::new(host, args.port, args.ip, args.ibip_port, args.granularity)?)
 }
 

@@ -92,7 +92,7 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
         Command::Deposit(args) => collection::deposit(g, args),
         Command::Verify(args) => collection::verify(g, args),
         Command::List(args) => collection::list(g, args),
-        Command::Resolve { root, name } => collection::resolve(root, name),
+        Command::Resolve { root, name } => collection::resolve(g, root, name),
         Command::Watch(args) => collection::watch(g, args),
         Command::Copy(args) => transfer::copy(g, args, false),
         Command::Migrate(args) => transfer::copy(g, args, true),

@@ -146,6 +146,9 @@ impl Timestamp {
     /// Parses what users type for TIME: RFC 3339 (`2009-02-16T17:46:00Z`, fractions allowed)
     /// or POSIX seconds with an optional fraction (`1287587646.394023`).
     pub fn parse_user(text: &str) -> Result<Self, ParseError> {
+        if let Some(day) = Self::parse_day(text) {
+            return Ok(day);
+        }
         if text.contains(['T', 't', ' ']) && text.contains('-') && text.contains(':') {
             let dt = DateTime::parse_from_rfc3339(text).map_err(|e| {
                 ParseError::new("RFC 3339 time", text, 1, format!("not a valid RFC 3339 date-time ({e})"))
@@ -154,6 +157,22 @@ impl Timestamp {
             return Ok(Timestamp(utc.timestamp() as i128 * NANOS_PER_SECOND + utc.timestamp_subsec_nanos() as i128));
         }
         Self::parse_decimal(text)
+    }
+
+    /// A calendar day alone (`2026-11-22`): its first instant, UTC.
+    pub fn parse_day(text: &str) -> Option<Self> {
+        let date = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()?;
+        (text.len() == 10).then_some(())?;
+        let parts = CalendarParts {
+            year: date.year(),
+            month: date.month(),
+            day: date.day(),
+            hour: 0,
+            minute: 0,
+            second: 0,
+            nanos: 0,
+        };
+        Self::from_calendar(parts)
     }
 
     pub fn checked_add_nanos(self, nanos: i128) -> Self {

@@ -591,3 +591,43 @@ fn regress_payload_mtimes_lost() {
         assert_eq!(secs, expected, "{root}: the payload keeps its mtime");
     }
 }
+
+/// Rough edges of the command line: messages that fit the command, day-only
+/// dates, JSON where asked.
+#[test]
+fn regress_cli_rough_edges() {
+    let env = TestEnv::new();
+    let run = env.fails(&["init", "new"], 2);
+    assert!(run.stderr.contains("--host HOST is required") && !run.stderr.contains("-C ROOT"), "{}", run.stderr);
+    let root = env.collection("col");
+    env.write("x", b"x");
+    env.ok(&["deposit", &root, "x"]);
+    let today = sh("date -u +%Y-%m-%d").trim().to_string();
+    assert_eq!(env.ok(&["list", &root, "--since", &today]).lines().len(), 1);
+    assert_eq!(env.ok(&["list", &root, "--until", &today]).lines().len(), 1, "--until a day includes that day");
+    assert_eq!(env.ok(&["list", &root, "--until", "2000-01-01"]).lines().len(), 0);
+    let name = first_name(&env, &root);
+    let run = env.ok(&["--json", "resolve", &root, &name]);
+    let value: serde_json::Value = serde_json::from_str(run.stdout.trim()).expect("resolve --json prints JSON");
+    assert_eq!(value["name"], name.as_str());
+    let run = sh_in(env.root(), "\"$IBI\" -q mirror nowhere-a nowhere-b; true");
+    assert!(run.stderr.contains("not an ibi collection"), "errors other than busy still print under -q");
+}
+
+/// Under -q, a busy lock (exit 75) prints nothing: cron mails any output.
+#[test]
+fn regress_quiet_busy_prints() {
+    let env = TestEnv::new();
+    let src = env.filled("src", 1, 1);
+    let dst = env.collection("dst");
+    let holder = std::process::Command::new("flock")
+        .arg(Path::new(&dst).join(".ibi/write.lock"))
+        .args(["sleep", "5"])
+        .spawn()
+        .unwrap();
+    let _reaper = Reaper(Some(holder));
+    assert!(wait_until(5, || env.run(&["mirror", &src, &dst]).code == 75));
+    let run = env.run(&["-q", "mirror", &src, &dst]);
+    assert_eq!(run.code, 75);
+    assert_eq!((run.stdout.as_str(), run.stderr.as_str()), ("", ""), "silent under -q");
+}
