@@ -1,4 +1,4 @@
-//! Items as BagIt bags (RFC 8493, DESIGN §4): writing the tag files of a bag
+//! Items as BagIt bags (RFC 8493; ARCHITECTURE.md, "Items"): writing the tag files of a bag
 //! being built, and verifying a bag's structure, manifests, payload and
 //! Payload-Oxum. Verification never follows a symlink and never reads outside
 //! the bag: it hashes only files it found by walking `data/` itself.

@@ -1,4 +1,4 @@
-//! Where everything lives under a collection root (DESIGN §3): the `.ibi/`
+//! Where everything lives under a collection root (ARCHITECTURE.md, "On-disk layout"): the `.ibi/`
 //! control files, the `.ibip/` alias tree, and an item's four-level path.
 //! A repository name can never begin with `.`, so neither tree clashes with items.
 

@@ -1,5 +1,5 @@
 //! A `Collection`: a directory root holding items at their repository-name
-//! paths (DESIGN §3), with its config, minter, write lock, staging, trash,
+//! paths (ARCHITECTURE.md, "On-disk layout"), with its config, minter, write lock, staging, trash,
 //! journal and alias tree. An `Item` is one deposited bag in it. This module
 //! owns opening and creating collections, locking writers out, minting,
 //! resolving names and IBIps, and recovering after an interrupted writer.

@@ -1,7 +1,7 @@
 //! The IBIp (`Ibip`): the opaque alias such as `8JMKD3MGP8W/34PGRBS`. This
 //! module owns the Table 7.1 syntax, encoding from the subsystem's IP and port
 //! and an exact date (Algorithms 5–7, with the fraction code fixed in
-//! DESIGN §2), and decoding back to IP, port and date. IPs are canonicalised
+//! ARCHITECTURE.md, "Identifiers"), and decoding back to IP, port and date. IPs are canonicalised
 //! first (IPv4 dotted decimal, IPv6 in RFC 5952 form) so the encoding is a
 //! function of the address, not of how it was typed.
 
@@ -77,7 +77,7 @@ fn ip_number(ip: &IpAddr) -> Result<BigUint, Error> {
     Ok(alphabet.decode(&text).expect("canonical IP text uses only its table's digits"))
 }
 
-/// DESIGN §2 fraction code: one `2` per leading zero digit, then the base-27 numeral
+/// The fraction code (ARCHITECTURE.md, "Identifiers"): one `2` per leading zero digit, then the base-27 numeral
 /// of the remaining digits (no trailing zeros) read as an integer.
 fn fraction_code(nanos: u32) -> String {
     let digits = fraction_digits(nanos);

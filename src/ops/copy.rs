@@ -1,4 +1,4 @@
-//! `copy SRC DST [NAME…]` and `migrate SRC DST [NAME…]` (DESIGN §5). Copy
+//! `copy SRC DST [NAME…]` and `migrate SRC DST [NAME…]` (ARCHITECTURE.md, "Operations"). Copy
 //! places verified copies of SRC items in DST, skips items DST already holds
 //! with the same identity digest, and reports (never overwrites) a different
 //! one. Migrate then re-verifies the copy in DST and only then removes the

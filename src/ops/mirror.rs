@@ -1,4 +1,4 @@
-//! `mirror SRC DST` (DESIGN §5): a one-way sync built for cron. A merge of the
+//! `mirror SRC DST` (ARCHITECTURE.md, "Operations"): a one-way sync built for cron. A merge of the
 //! two sorted item walks copies missing items, swaps in items whose identity
 //! digest differs, and with `--delete` removes items absent from SRC (capped
 //! by `--max-delete`, and refused when SRC is empty while DST is not). A

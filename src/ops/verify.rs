@@ -1,4 +1,4 @@
-//! Verify (DESIGN §5): bag structure, every manifest digest, missing and extra
+//! Verify (ARCHITECTURE.md, "Operations"): bag structure, every manifest digest, missing and extra
 //! payload files, the tagmanifest, Payload-Oxum, the identifiers in bag-info
 //! and the alias link. Problems are data: all are reported, none stops the
 //! run. Items and files are hashed in parallel on all cores, streaming the

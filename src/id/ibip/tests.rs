@@ -1,4 +1,4 @@
-//! Known-answer vectors (Example 2, Table 7.3 through whole IBIps, the DESIGN
+//! Known-answer vectors (Example 2, Table 7.3 through whole IBIps, the ARCHITECTURE.md
 //! fraction examples) and encode/decode round trips.
 
 use super::*;
