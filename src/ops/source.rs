@@ -40,21 +40,6 @@ pub struct SourcePlan {
     pub follow_symlinks: bool,
 }
 
-fn file_kind(ft: &fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if ft.is_symlink() {
-        "symlink"
-    } else if ft.is_fifo() {
-        "FIFO"
-    } else if ft.is_socket() {
-        "socket"
-    } else if ft.is_block_device() || ft.is_char_device() {
-        "device"
-    } else {
-        "special file"
-    }
-}
-
 /// Collects refusals so they can all be reported at once.
 #[derive(Default)]
 struct Refusals(Vec<String>);
@@ -118,7 +103,7 @@ fn add_source(plan: &mut SourcePlan, source: &Path, prefix: &str, follow: bool, 
         } else if ft.is_file() {
             plan.files.push(PlannedFile { source: entry.path().to_path_buf(), payload, expected: None });
         } else {
-            refusals.push(entry.path(), file_kind(&ft));
+            refusals.push(entry.path(), crate::fsx::file_kind_name(&ft));
         }
     }
     Ok(())
