@@ -88,8 +88,8 @@ impl<A: Iterator<Item = Result<Entry>>, B: Iterator<Item = Result<Item>>> Iterat
         }
         let order = match (self.src.peek(), self.dst.peek()) {
             (None, None) => return None,
-            (Some(Err(_)), _) => return self.src.next().map(|r| r.map(|_| unreachable!("an error"))),
-            (_, Some(Err(_))) => return self.dst.next().map(|r| r.map(|_| unreachable!("an error"))),
+            (Some(Err(_)), _) => return self.src.next().and_then(|r| r.err()).map(Err),
+            (_, Some(Err(_))) => return self.dst.next().and_then(|r| r.err()).map(Err),
             (Some(Ok(_)), None) => Order::Less,
             (None, Some(Ok(_))) => Order::Greater,
             (Some(Ok(Entry::Item(s))), Some(Ok(d))) => s.name.cmp(&d.name),
