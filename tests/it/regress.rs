@@ -273,6 +273,15 @@ fn regress_panics_on_extreme_input() {
     assert_eq!(item_count(&env, &root), 0);
 }
 
+/// A bag as a writer that never encodes `%` makes it: bagit.txt, one payload file
+/// and its manifest-sha256.txt line written raw; no bag-info.
+fn minimal_bag(env: &TestEnv, dir: &str, file: &str, content: &[u8]) {
+    env.write(&format!("{dir}/bagit.txt"), b"BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n");
+    env.write(&format!("{dir}/data/{file}"), content);
+    let digest = ibi::fsx::hash_bytes(content);
+    env.write(&format!("{dir}/manifest-sha256.txt"), format!("{digest}  data/{file}\n").as_bytes());
+}
+
 fn first_name(env: &TestEnv, root: &str) -> String {
     env.ok(&["list", root]).lines()[0].split('\t').next().unwrap().to_string()
 }
@@ -345,10 +354,7 @@ fn regress_items_reached_through_symlinks() {
     let run = env.fails(&["verify", &src, &other], 1);
     assert!(run.stdout.contains("special file") && !run.stdout.contains("extra-secret"), "{}", run.stdout);
     // --bag never reads bag-info.txt through a symlink.
-    env.write("bag/bagit.txt", b"BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n");
-    env.write("bag/data/f.txt", b"f");
-    let digest = ibi::fsx::hash_bytes(b"f");
-    env.write("bag/manifest-sha256.txt", format!("{digest}  data/f.txt\n").as_bytes());
+    minimal_bag(&env, "bag", "f.txt", b"f");
     env.write("secret-info.txt", b"Secret: leaked\n");
     std::os::unix::fs::symlink(env.path("secret-info.txt"), env.path("bag/bag-info.txt")).unwrap();
     let run = env.run(&["deposit", &dst, "bag", "--bag"]);
@@ -565,10 +571,7 @@ fn regress_literal_percent_names() {
     assert!(manifest.contains("data/100%25 pure.txt") && manifest.contains("data/My%2520Report.pdf"), "{manifest}");
     env.ok(&["verify", &root]);
     // A bag made by a writer that never encodes `%` (bagit-python).
-    env.write("pybag/bagit.txt", b"BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n");
-    env.write("pybag/data/My%25Report.pdf", b"raw");
-    let digest = ibi::fsx::hash_bytes(b"raw");
-    env.write("pybag/manifest-sha256.txt", format!("{digest}  data/My%25Report.pdf\n").as_bytes());
+    minimal_bag(&env, "pybag", "My%25Report.pdf", b"raw");
     env.ok(&["deposit", &root, "pybag", "--bag"]);
     env.ok(&["verify", &root]);
 }
