@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use crate::digest::{Algorithm, Digests, Hasher};
+
 use crate::error::{Error, IoContext, Result};
 
 /// Read buffer per thread for hashing and copying: memory stays flat whatever the file sizes.
@@ -143,13 +145,16 @@ pub fn read_capped(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
-/// Lower-case hex sha256 of `reader`, and the number of bytes read; `sink` sees every chunk.
-fn hash_stream(reader: &mut impl Read, mut sink: impl FnMut(&[u8]) -> io::Result<()>) -> io::Result<(String, u64)> {
+/// Digests of `reader` (sha256 and the algorithms in `also`); `sink` sees every chunk.
+fn hash_stream(
+    reader: &mut impl Read,
+    also: &[Algorithm],
+    mut sink: impl FnMut(&[u8]) -> io::Result<()>,
+) -> io::Result<Digests> {
     BUFFER.with(|cell| {
         let mut pages = cell.borrow_mut();
         let buffer = pages.bytes();
-        let mut hasher = Sha256::new();
-        let mut total = 0u64;
+        let mut hasher = Hasher::new(also);
         loop {
             let n = match reader.read(buffer) {
                 Ok(0) => break,
@@ -159,15 +164,20 @@ fn hash_stream(reader: &mut impl Read, mut sink: impl FnMut(&[u8]) -> io::Result
             };
             hasher.update(&buffer[..n]);
             sink(&buffer[..n])?;
-            total += n as u64;
         }
-        Ok((format!("{:x}", hasher.finalize()), total))
+        Ok(hasher.finish())
     })
 }
 
 /// sha256 of a regular file (never through a symlink, never a FIFO) and its size.
 pub fn hash_file(path: &Path) -> io::Result<(String, u64)> {
-    hash_stream(&mut open_regular(path, false)?.file, |_| Ok(()))
+    let digests = hash_file_with(path, &[])?;
+    Ok((digests.sha256().to_string(), digests.size))
+}
+
+/// Digests of a regular file (never through a symlink, never a FIFO): sha256 and `also`.
+pub fn hash_file_with(path: &Path, also: &[Algorithm]) -> io::Result<Digests> {
+    hash_stream(&mut open_regular(path, false)?.file, also, |_| Ok(()))
 }
 
 /// sha256 of bytes in memory.
@@ -184,6 +194,8 @@ pub struct CopyMode<'a> {
     pub sync: bool,
     /// Told of every chunk copied, so progress moves within large files.
     pub progress: &'a (dyn Fn(u64) + Sync),
+    /// Algorithms to hash with besides sha256.
+    pub also: &'a [Algorithm],
 }
 
 /// What `copy_hashing` copied: the digest and size of the bytes, and the source's
@@ -191,8 +203,7 @@ pub struct CopyMode<'a> {
 /// still has that stamp).
 #[derive(Debug, Clone)]
 pub struct Copied {
-    pub digest: String,
-    pub size: u64,
+    pub digests: Digests,
     pub stamp: Stamp,
 }
 
@@ -203,11 +214,11 @@ pub fn copy_hashing(src: &Path, dst: &Path, mode: CopyMode) -> Result<Copied> {
     let RegularFile { mut file, meta } = open_regular(src, mode.follow).with_path("open", src)?;
     let mut output = OpenOptions::new().write(true).create_new(true).open(dst).with_path("create", dst)?;
     let mut write_error = None;
-    let result = hash_stream(&mut file, |chunk| {
+    let result = hash_stream(&mut file, mode.also, |chunk| {
         (mode.progress)(chunk.len() as u64);
         output.write_all(chunk).inspect_err(|e| write_error = Some(io::Error::new(e.kind(), e.to_string())))
     });
-    let (digest, size) = match (result, write_error) {
+    let digests = match (result, write_error) {
         (Ok(done), _) => done,
         (Err(e), Some(_)) => return Err(Error::io("write", dst, e)),
         (Err(e), None) => return Err(Error::io("read", src, e)),
@@ -218,7 +229,7 @@ pub fn copy_hashing(src: &Path, dst: &Path, mode: CopyMode) -> Result<Copied> {
     if mode.sync {
         output.sync_all().with_path("fsync", dst)?;
     }
-    Ok(Copied { digest, size, stamp: Stamp::of(&meta) })
+    Ok(Copied { digests, stamp: Stamp::of(&meta) })
 }
 
 fn renameat2(from: &Path, to: &Path, flags: libc::c_uint) -> io::Result<()> {

@@ -6,6 +6,7 @@
 
 pub mod bag;
 pub mod collection;
+pub mod digest;
 pub mod error;
 pub mod fsx;
 pub mod id;

@@ -10,18 +10,20 @@
 use std::collections::BTreeSet;
 use std::fs;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
-use crate::bag::{self, manifest, BagInfo, ManifestEntry, Oxum};
+use crate::bag::{self, manifest, BagContents, BagInfo, ManifestEntry, Oxum};
 use crate::collection::{guard, Collection, LockWait, Slot, StagingDir};
+use crate::digest::Digests;
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, copy_hashing, CopyMode, Stamp};
 use crate::id::minter::Clock;
 use crate::id::Minted;
+use crate::ops::foreign_bag::plan_bag;
 use crate::ops::report::Reporter;
-use crate::ops::source::{plan_bag, plan_paths, SourcePlan};
+use crate::ops::source::{plan_paths, PlannedFile, SourcePlan};
 use crate::ops::transfer::{place_all, Staged, BATCH};
 
 #[derive(Debug, Clone, Default)]
@@ -124,54 +126,70 @@ fn describe(plan: &SourcePlan) -> String {
     plan.originals.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
 }
 
+/// A copied file's path in the new bag and its digests.
+type HashedFile = (String, Digests);
+/// A source file and its stamp when it was read.
+type SourceStamp = (PathBuf, Stamp);
+
 /// What one staged payload holds.
 struct Payload {
     staging: StagingDir,
-    entries: Vec<ManifestEntry>,
+    files: Vec<(String, Digests)>,
+    tag_files: Vec<(String, Digests)>,
     oxum: Oxum,
     stamps: Vec<(PathBuf, Stamp)>,
 }
 
-/// Copies the payload into `staging/data`, hashing as it reads, in parallel.
-fn stage_payload(collection: &Collection, plan: &SourcePlan, reporter: &dyn Reporter) -> Result<Payload> {
-    let staging = StagingDir::new(collection)?;
-    let data = staging.path.join(bag::DATA);
-    fs::create_dir(&data).with_path("create", &data)?;
-    for dir in &plan.dirs {
-        let path = data.join(dir);
-        fs::create_dir(&path).with_path("create", &path)?;
-    }
-    for file in plan.files.iter().filter(|f| f.payload.contains('%')) {
+/// Warns about what the new bag keeps but cannot describe faithfully.
+fn warn_about_names(plan: &SourcePlan, reporter: &dyn Reporter) {
+    for file in plan.files.iter().filter(|f| f.path.contains('%')) {
         reporter.warning(&format!(
-            "data/{} holds a \"%\": its manifest line encodes it as %25, as RFC 8493 requires; bagit-python 1.9 cannot validate such a name",
-            file.payload
+            "{} holds a \"%\": its manifest line encodes it as %25, as RFC 8493 requires; bagit-python 1.9 cannot validate such a name",
+            file.path
         ));
     }
     for empty in &plan.empty_dirs {
         reporter.warning(&format!("empty folder {empty} is kept, but BagIt manifests do not record empty folders"));
     }
+}
+
+/// Copies one planned file to `staging/<path>`, hashing it in every algorithm, and
+/// checks the digests a source bag promised.
+fn copy_planned(file: &PlannedFile, staging: &Path, mode: CopyMode) -> Result<(HashedFile, SourceStamp)> {
+    let done = copy_hashing(&file.source, &staging.join(&file.path), mode)?;
+    for (algorithm, expected) in &file.expected {
+        let found = done.digests.get(*algorithm).unwrap_or_default();
+        if found != expected {
+            return Err(Error::Data {
+                what: format!("source bag file {}", file.source.display()),
+                problem: format!("{algorithm} {found} does not match its manifest ({expected})"),
+            });
+        }
+    }
+    Ok(((file.path.clone(), done.digests), (file.source.clone(), done.stamp)))
+}
+
+/// Copies the payload and kept tag files into a new staging folder, hashing as it
+/// reads, in parallel.
+fn stage_payload(collection: &Collection, plan: &SourcePlan, reporter: &dyn Reporter) -> Result<Payload> {
+    let staging = StagingDir::new(collection)?;
+    for dir in std::iter::once(bag::DATA).chain(plan.dirs.iter().map(String::as_str)) {
+        let path = staging.path.join(dir);
+        fs::create_dir(&path).with_path("create", &path)?;
+    }
+    warn_about_names(plan, reporter);
     let progress = |n: u64| reporter.bytes(n);
-    let mode = CopyMode { follow: plan.follow_symlinks, sync: false, progress: &progress };
-    let copied: Vec<(ManifestEntry, u64, (PathBuf, Stamp))> = plan
-        .files
-        .par_iter()
-        .map(|file| {
-            let done = copy_hashing(&file.source, &data.join(&file.payload), mode)?;
-            if let Some(expected) = &file.expected {
-                if *expected != done.digest {
-                    return Err(Error::Data {
-                        what: format!("source bag file {}", file.source.display()),
-                        problem: format!("sha256 {} does not match its manifest ({expected})", done.digest),
-                    });
-                }
-            }
-            let entry = ManifestEntry { digest: done.digest, path: format!("{}/{}", bag::DATA, file.payload) };
-            Ok((entry, done.size, (file.source.clone(), done.stamp)))
-        })
-        .collect::<Result<_>>()?;
-    let oxum = Oxum { octets: copied.iter().map(|(_, size, _)| size).sum(), files: copied.len() as u64 };
-    let (entries, stamps) = copied.into_iter().map(|(entry, _, stamp)| (entry, stamp)).unzip();
-    Ok(Payload { staging, entries, oxum, stamps })
+    let mode = CopyMode { follow: plan.follow_symlinks, sync: false, progress: &progress, also: &plan.algorithms };
+    let copy_all = |files: &[PlannedFile]| -> Result<(Vec<HashedFile>, Vec<SourceStamp>)> {
+        let copied: Vec<_> = files.par_iter().map(|f| copy_planned(f, &staging.path, mode)).collect::<Result<_>>()?;
+        Ok(copied.into_iter().unzip())
+    };
+    let (files, mut stamps) = copy_all(&plan.files)?;
+    let (tag_files, tag_stamps) = copy_all(&plan.tag_files)?;
+    stamps.extend(tag_stamps);
+    stamps.extend(plan.read_stamps.iter().cloned());
+    let oxum = Oxum { octets: files.iter().map(|(_, d)| d.size).sum(), files: files.len() as u64 };
+    Ok(Payload { staging, files, tag_files, oxum, stamps })
 }
 
 /// The bag-info of a new item: its two identifiers first, then what it carries over.
@@ -216,9 +234,13 @@ fn bag_info(
 /// What identifies the content of a deposit: its payload manifest, the metadata
 /// asked for, and the bag-info a source bag brings. Equal keys, equal deposits.
 fn content_key(payload: &Payload, plan: &SourcePlan, options: &DepositOptions) -> String {
-    let mut entries = payload.entries.clone();
-    entries.sort_by(|a, b| a.path.cmp(&b.path));
-    let mut text = manifest::format(&entries);
+    let entries = |files: &[(String, Digests)]| -> Vec<ManifestEntry> {
+        files.iter().map(|(path, d)| ManifestEntry { digest: d.sha256().to_string(), path: path.clone() }).collect()
+    };
+    let mut text = manifest::format(&entries(&payload.files));
+    if !payload.tag_files.is_empty() {
+        text.push_str(&format!("\u{0}tags\u{0}{}", manifest::format(&entries(&payload.tag_files))));
+    }
     for (label, value) in options.meta.iter().chain(plan.info.iter().flat_map(|i| i.fields.iter())) {
         text.push_str(&format!("\u{0}{label}: {value}"));
     }
@@ -268,7 +290,13 @@ pub fn deposit_batch(
             None => {
                 let Some(m) = minted.next() else { unreachable!("one name was minted per fresh item") };
                 let info = bag_info(collection, &m, &payload, plan, options, clock);
-                bag::write_tag_files(&payload.staging.path, &info, &payload.entries)?;
+                let contents = BagContents {
+                    info: &info,
+                    algorithms: &plan.algorithms,
+                    payload: &payload.files,
+                    tag_files: &payload.tag_files,
+                };
+                bag::write_tag_files(&payload.staging.path, &contents)?;
                 records.push((key, m.name.clone()));
                 staged.push(Staged::new(payload.staging, m.name.clone(), m.ibip, payload.oxum.octets));
                 (m, false)

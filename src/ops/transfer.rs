@@ -17,6 +17,7 @@ use walkdir::WalkDir;
 
 use crate::bag;
 use crate::collection::{alias, ibip_in, Collection, Intent, Item, StagingDir};
+use crate::digest::{Algorithm, Digests};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, copy_hashing, fsync_dir, rename_exchange, rename_noreplace, CopyMode};
 use crate::id::{Ibip, RepositoryName};
@@ -47,8 +48,8 @@ impl Staged {
 /// A copy that failed because the source item is damaged: what was wrong.
 pub type Corrupt = Vec<Problem>;
 
-/// Digest and size of each copied file, by path relative to the item.
-type Digests = HashMap<String, (String, u64)>;
+/// Digests of each copied file, by path relative to the item.
+type CopiedDigests = HashMap<String, Digests>;
 
 /// Lists an item's folders and regular files (relative paths); anything else, and
 /// anything that cannot be walked, is a problem of the item, never an error of the run.
@@ -93,6 +94,21 @@ fn list_tree(item: &Item, label: &str) -> (Vec<String>, Vec<String>, Vec<Problem
     (dirs, files, problems)
 }
 
+/// The algorithms of the manifests and tagmanifests among an item's files.
+fn algorithms_named(files: &[String]) -> Vec<Algorithm> {
+    let mut algorithms: Vec<Algorithm> = files
+        .iter()
+        .filter(|f| !f.contains('/'))
+        .filter_map(|f| match bag::TopLevel::of(f) {
+            bag::TopLevel::Manifest(a) | bag::TopLevel::TagManifest(a) => Some(a),
+            _ => None,
+        })
+        .collect();
+    algorithms.sort();
+    algorithms.dedup();
+    algorithms
+}
+
 /// Copies every file in parallel, hashing as it reads. A source that cannot be read
 /// is a problem of the item; a destination that cannot be written is an error.
 fn copy_files(
@@ -101,13 +117,14 @@ fn copy_files(
     files: &[String],
     label: &str,
     reporter: &dyn Reporter,
-) -> Result<(Digests, Corrupt)> {
-    let results: Vec<(String, Result<(String, u64)>)> = files
+) -> Result<(CopiedDigests, Corrupt)> {
+    let also = algorithms_named(files);
+    let results: Vec<(String, Result<Digests>)> = files
         .par_iter()
         .map(|rel| {
             let progress = |n: u64| reporter.bytes(n);
-            let mode = CopyMode { follow: false, sync: false, progress: &progress };
-            let result = copy_hashing(&item.path.join(rel), &to.join(rel), mode).map(|c| (c.digest, c.size));
+            let mode = CopyMode { follow: false, sync: false, progress: &progress, also: &also };
+            let result = copy_hashing(&item.path.join(rel), &to.join(rel), mode).map(|c| c.digests);
             (rel.clone(), result)
         })
         .collect();
@@ -149,7 +166,7 @@ pub fn stage_copy(
     }
     let (digests, unreadable) = copy_files(item, &staging.path, &files, &label, reporter)?;
     problems.extend(unreadable);
-    let lookup = |_: &Path, rel: &str| {
+    let lookup = |_: &Path, rel: &str, _: &[Algorithm]| {
         digests.get(rel).cloned().ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "not copied"))
     };
     let check = bag::verify_bag_using(&staging.path, &label, &lookup);
@@ -163,7 +180,7 @@ pub fn stage_copy(
         return Ok(Err(problems));
     }
     let ibip = check.info.as_ref().and_then(ibip_in);
-    let bytes = digests.values().map(|(_, n)| n).sum();
+    let bytes = digests.values().map(|d| d.size).sum();
     Ok(Ok(Staged { dir: staging, name: item.name.clone(), ibip, bytes, replace }))
 }
 

@@ -105,7 +105,7 @@ fn empty_folders_are_kept_with_a_warning() {
     env.write("src/f", b"f");
     fs::create_dir_all(env.path("src/empty")).unwrap();
     let run = env.ok(&["deposit", &root, "src"]);
-    assert!(run.stderr.contains("empty folder empty is kept"), "{}", run.stderr);
+    assert!(run.stderr.contains("empty folder data/empty is kept"), "{}", run.stderr);
     let path = env.ok(&["resolve", &root, &items(&env, &root)[0].0]).stdout;
     assert!(std::path::Path::new(path.trim()).join("data/empty").is_dir());
 }

@@ -634,3 +634,86 @@ fn regress_quiet_busy_prints() {
     assert_eq!(run.code, 75);
     assert_eq!((run.stdout.as_str(), run.stderr.as_str()), ("", ""), "silent under -q");
 }
+
+/// Makes a bag with bagit-python in `algorithms`, with tag files `mets.xml` and
+/// `metadata/dc.xml` that its tagmanifests cover.
+fn python_bag_with_tag_files(env: &TestEnv, dir: &str, algorithms: &[&str]) -> std::path::PathBuf {
+    env.write(&format!("{dir}/report.txt"), b"the report");
+    env.write(&format!("{dir}/figures/one.csv"), b"1,2,3\n");
+    let python = crate::env::bagit_py().with_file_name("python");
+    let script = format!(
+        "import bagit, os\n\
+         b = bagit.make_bag({dir:?}, checksums={algorithms:?}, bag_info={{'Contact-Name': 'Ana'}})\n\
+         os.makedirs({dir:?} + '/metadata')\n\
+         open({dir:?} + '/metadata/dc.xml', 'w').write('<dc>title</dc>')\n\
+         open({dir:?} + '/mets.xml', 'w').write('<mets/>')\n\
+         bagit.Bag({dir:?}).save(manifests=True)\n"
+    );
+    let out = std::process::Command::new(python).arg("-c").arg(script).current_dir(env.root()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    env.path(dir)
+}
+
+/// `deposit --bag` keeps the whole bag: tag files and folders, every manifest and
+/// tagmanifest algorithm (adding sha256 to an md5-only bag), and `verify` checks
+/// them all. A bag that fails any of its own digests is refused.
+#[test]
+fn regress_bag_deposited_partially() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    let md5_bag = python_bag_with_tag_files(&env, "md5bag", &["md5"]);
+    let wide_bag = python_bag_with_tag_files(&env, "widebag", &["sha256", "sha512"]);
+    let run = env.run(&["deposit", &root, "md5bag", "widebag", "--bag", "--move"]);
+    assert_code(&run, 0, "deposit --bag of bags with tag files and other algorithms");
+    assert!(!md5_bag.exists() && !wide_bag.exists(), "--move removed both bags whole: {}", run.stderr);
+    let names: Vec<String> = env.ok(&["list", &root]).lines().iter().map(|l| l.split('\t').next().unwrap().into()).collect();
+    assert_eq!(names.len(), 2);
+    for (name, algorithms) in names.iter().zip([&["md5", "sha256"][..], &["sha256", "sha512"][..]]) {
+        let item = std::path::PathBuf::from(env.ok(&["resolve", &root, name]).stdout.trim());
+        assert_eq!(fs::read(item.join("metadata/dc.xml")).unwrap(), b"<dc>title</dc>", "{name} keeps tag folders");
+        assert_eq!(fs::read(item.join("mets.xml")).unwrap(), b"<mets/>", "{name} keeps tag files");
+        for algorithm in algorithms {
+            assert!(item.join(format!("manifest-{algorithm}.txt")).is_file(), "{name}: manifest-{algorithm}.txt");
+            let tags = fs::read_to_string(item.join(format!("tagmanifest-{algorithm}.txt"))).unwrap();
+            for tag in ["metadata/dc.xml", "mets.xml", "bag-info.txt", "manifest-sha256.txt"] {
+                assert!(tags.contains(tag), "{name}: tagmanifest-{algorithm}.txt covers {tag}: {tags}");
+            }
+        }
+        let out = std::process::Command::new(crate::env::bagit_py()).arg("--validate").arg(&item).output().unwrap();
+        assert!(out.status.success(), "bagit.py validates {name}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    env.ok(&["verify", &root]);
+    let copy = env.path("copy");
+    env.ok(&["init", copy.to_str().unwrap(), "--host", "copy.example.org"]);
+    env.ok(&["copy", &root, copy.to_str().unwrap()]);
+    env.ok(&["verify", copy.to_str().unwrap()]);
+
+    // verify checks every tag file and every algorithm.
+    let item = std::path::PathBuf::from(env.ok(&["resolve", &root, &names[0]]).stdout.trim());
+    fs::write(item.join("metadata/dc.xml"), b"<dc>forged</dc>").unwrap();
+    let run = env.fails(&["verify", &root], 1);
+    assert!(run.stdout.contains("metadata/dc.xml"), "{}", run.stdout);
+    fs::write(item.join("metadata/dc.xml"), b"<dc>title</dc>").unwrap();
+    let md5 = fs::read_to_string(item.join("manifest-md5.txt")).unwrap();
+    fs::write(item.join("manifest-md5.txt"), md5.replacen(&md5[..4], "0000", 1)).unwrap();
+    let run = env.fails(&["verify", &root], 1);
+    assert!(run.stdout.contains("manifest-md5.txt") && run.stdout.contains("md5: expected"), "{}", run.stdout);
+
+    // Bags that fail their own digests in any algorithm are refused, and kept.
+    let bad_md5 = python_bag_with_tag_files(&env, "badmd5", &["md5"]);
+    fs::write(bad_md5.join("data/report.txt"), b"the rep0rt").unwrap();
+    let run = env.fails(&["deposit", &root, "badmd5", "--bag", "--move"], 1);
+    assert!(run.stderr.contains("md5") && run.stderr.contains("does not match"), "{}", run.stderr);
+    let bad_tag = python_bag_with_tag_files(&env, "badtag", &["sha512"]);
+    fs::write(bad_tag.join("metadata/dc.xml"), b"<dc>edited</dc>").unwrap();
+    let run = env.fails(&["deposit", &root, "badtag", "--bag", "--move"], 1);
+    assert!(run.stderr.contains("metadata/dc.xml") || run.stderr.contains("sha512"), "{}", run.stderr);
+    for (dir, file, content) in [("holey", "fetch.txt", &b"http://x 1 data/y\n"[..]), ("sha3", "manifest-sha3.txt", b"")] {
+        minimal_bag(&env, dir, "f.txt", b"f");
+        env.write(&format!("{dir}/{file}"), content);
+        let run = env.fails(&["deposit", &root, dir, "--bag", "--move"], 2);
+        assert!(run.stderr.contains(file.trim_end_matches(".txt")), "{}", run.stderr);
+    }
+    assert!(bad_md5.join("data/report.txt").exists() && bad_tag.join("mets.xml").exists(), "refused bags stay");
+    assert_eq!(env.ok(&["list", &root]).lines().len(), 2);
+}

@@ -1,0 +1,221 @@
+//! Planning `deposit --bag`: a foreign BagIt bag is deposited whole. Its payload,
+//! every tag file and every tag folder are copied; every digest its manifests and
+//! tagmanifests promise is checked while copying (md5, sha1, sha256, sha512);
+//! ibi then writes bagit.txt, bag-info.txt and a manifest and tagmanifest in every
+//! algorithm the bag used, plus sha256 when it had none. The tag files ibi
+//! rewrites (bagit.txt, bag-info.txt, the manifests) are read once here and
+//! checked against the bag's tagmanifests from the same bytes. Refused before
+//! anything is copied: a non-bag, an unsupported version, a holey bag
+//! (`fetch.txt`), an unsupported algorithm, unreadable or non-UTF-8 tag files,
+//! and a bag that fails its own manifests.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::bag::{manifest, BagInfo, ManifestEntry, TopLevel, BAGIT_TXT, BAG_INFO_TXT, DATA, FETCH_TXT};
+use crate::digest::{self, Algorithm};
+use crate::error::{Error, IoContext, Result};
+use crate::fsx::{open_regular, Stamp, MAX_TAG_FILE};
+use crate::ops::source::{add_source, PlannedFile, Refusals, SourcePlan};
+
+/// A tag file ibi reads while planning and rewrites: its text and its stamp.
+struct ReadTag {
+    text: String,
+    stamp: Stamp,
+}
+
+/// The top of a foreign bag, sorted out.
+#[derive(Default)]
+struct Top {
+    manifests: BTreeSet<Algorithm>,
+    tagmanifests: BTreeSet<Algorithm>,
+    /// Other tag files and tag folders, kept as they are.
+    kept: Vec<String>,
+    /// bagit.txt, bag-info.txt and the manifests, as read.
+    read: BTreeMap<String, ReadTag>,
+}
+
+fn refuse(bag: &Path, problem: impl std::fmt::Display) -> Error {
+    Error::Invalid { what: "bag".into(), problem: format!("{} {problem}", bag.display()) }
+}
+
+/// Reads a tag file as UTF-8 text, never through a link, capped, with its stamp.
+fn read_tag(bag: &Path, name: &str) -> std::result::Result<ReadTag, String> {
+    let path = bag.join(name);
+    let opened = open_regular(&path, false).map_err(|e| format!("cannot read {name}: {e}"))?;
+    if opened.meta.len() > MAX_TAG_FILE {
+        return Err(format!("{name} is larger than the {MAX_TAG_FILE} bytes ibi reads into memory"));
+    }
+    let mut bytes = Vec::new();
+    opened.file.take(MAX_TAG_FILE + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read {name}: {e}"))?;
+    let text = String::from_utf8(bytes).map_err(|_| format!("{name} is not UTF-8"))?;
+    Ok(ReadTag { text, stamp: Stamp::of(&opened.meta) })
+}
+
+/// Checks bagit.txt: a bag, of a version ibi reads, in UTF-8.
+fn check_declaration(bag: &Path, declaration: &str) -> Result<()> {
+    let declared = BagInfo::parse(declaration)
+        .map_err(|line| refuse(bag, format!("has a malformed {BAGIT_TXT} (line {line})")))?;
+    let version = declared.first("BagIt-Version").unwrap_or("");
+    if !matches!(version, "0.97" | "1.0") {
+        return Err(refuse(bag, format!("declares BagIt-Version {version:?}; ibi reads 0.97 and 1.0")));
+    }
+    if !declared.first("Tag-File-Character-Encoding").is_some_and(|e| e.eq_ignore_ascii_case("UTF-8")) {
+        return Err(refuse(bag, "does not declare Tag-File-Character-Encoding UTF-8"));
+    }
+    Ok(())
+}
+
+/// Sorts out the top of the bag and reads the tag files ibi rewrites.
+fn read_top(bag: &Path) -> Result<Top> {
+    let mut top = Top::default();
+    let declaration = read_tag(bag, BAGIT_TXT).map_err(|e| refuse(bag, format!("is not a BagIt bag: {e}")))?;
+    check_declaration(bag, &declaration.text)?;
+    top.read.insert(BAGIT_TXT.into(), declaration);
+    let mut names: Vec<String> = Vec::new();
+    for entry in fs::read_dir(bag).with_path("list", bag)? {
+        let name = entry.with_path("list", bag)?.file_name();
+        let name = name.to_str().ok_or_else(|| refuse(bag, format!("holds {name:?}, whose name is not UTF-8")))?;
+        names.push(name.to_string());
+    }
+    names.sort();
+    for name in names {
+        match TopLevel::of(&name) {
+            _ if name == FETCH_TXT => return Err(refuse(bag, "is a holey bag (fetch.txt): fetch its files first")),
+            _ if name == DATA || name == BAGIT_TXT => {}
+            TopLevel::UnsupportedManifest(a) => {
+                return Err(refuse(bag, format!("has {name}, in algorithm {a:?}, which ibi does not support")))
+            }
+            TopLevel::Manifest(a) => {
+                top.manifests.insert(a);
+                top.read.insert(name.clone(), read_tag(bag, &name).map_err(|e| refuse(bag, format!("has {e}")))?);
+            }
+            TopLevel::TagManifest(a) => {
+                top.tagmanifests.insert(a);
+                top.read.insert(name.clone(), read_tag(bag, &name).map_err(|e| refuse(bag, format!("has {e}")))?);
+            }
+            TopLevel::TagFile if name == BAG_INFO_TXT => {
+                let info =
+                    read_tag(bag, &name).map_err(|e| refuse(bag, format!("has an unreadable {BAG_INFO_TXT}: {e}")))?;
+                top.read.insert(name, info);
+            }
+            TopLevel::TagFile => top.kept.push(name),
+        }
+    }
+    if top.manifests.is_empty() {
+        return Err(refuse(bag, "has no payload manifest (manifest-<algorithm>.txt)"));
+    }
+    Ok(top)
+}
+
+/// Parses a manifest or tagmanifest of the bag that `read_top` read.
+fn parse_read(bag: &Path, top: &Top, name: &str, algorithm: Algorithm) -> Result<Vec<ManifestEntry>> {
+    let text = top.read.get(name).map(|t| t.text.as_str()).unwrap_or_default();
+    let (entries, problems) = manifest::parse(text, algorithm.hex_len());
+    match problems.first() {
+        Some(p) => Err(refuse(bag, format!("has a bad {name} (line {}: {})", p.line, p.problem))),
+        None => Ok(entries),
+    }
+}
+
+/// Finds the planned file a manifest line names, read as RFC 8493 says or as a
+/// writer that never encodes `%` meant it, when exactly one of the two exists.
+fn find_listed<'a>(
+    files: &'a mut BTreeMap<String, PlannedFile>,
+    path: &str,
+) -> std::result::Result<&'a mut PlannedFile, String> {
+    let direct = files.contains_key(&manifest::nfc(path));
+    let other = manifest::unencoded_alternative(path).filter(|p| files.contains_key(&manifest::nfc(p)));
+    let key = match (direct, other) {
+        (true, None) => manifest::nfc(path),
+        (false, Some(alt)) => manifest::nfc(&alt),
+        (true, Some(alt)) => return Err(format!("{path} could name {path} or {alt}; refusing to guess")),
+        (false, None) => return Err(format!("{path} is missing")),
+    };
+    files.get_mut(&key).ok_or_else(|| format!("{path} is missing"))
+}
+
+/// Records what every payload manifest promises; each must list every payload file.
+fn expect_payload(bag: &Path, top: &Top, payload: &mut BTreeMap<String, PlannedFile>) -> Result<()> {
+    let invalid = |problem: String| Error::Data { what: format!("bag {}", bag.display()), problem };
+    for &algorithm in &top.manifests {
+        let name = crate::bag::manifest_name(algorithm);
+        for entry in parse_read(bag, top, &name, algorithm)? {
+            let file = find_listed(payload, &entry.path).map_err(|e| invalid(format!("{name}: {e}")))?;
+            file.expected.insert(algorithm, entry.digest);
+        }
+        if let Some(unlisted) = payload.values().find(|f| !f.expected.contains_key(&algorithm)) {
+            return Err(invalid(format!("{} is not in {name}", unlisted.path)));
+        }
+    }
+    Ok(())
+}
+
+/// Checks every tagmanifest line: a tag file ibi rewrites is checked now, from the
+/// bytes read; a kept tag file (or payload file) is checked while it is copied.
+fn expect_tags(bag: &Path, top: &Top, kept: &mut BTreeMap<String, PlannedFile>) -> Result<()> {
+    for &algorithm in &top.tagmanifests {
+        let name = crate::bag::tagmanifest_name(algorithm);
+        for entry in parse_read(bag, top, &name, algorithm)? {
+            if let Some(read) = top.read.get(&entry.path) {
+                let found = digest::of_bytes(read.text.as_bytes(), &[algorithm]);
+                if found.get(algorithm) != Some(entry.digest.as_str()) {
+                    return Err(refuse(bag, format!("fails its own {name}: {} does not match", entry.path)));
+                }
+                continue;
+            }
+            let file = find_listed(kept, &entry.path).map_err(|e| refuse(bag, format!("fails its own {name}: {e}")))?;
+            file.expected.insert(algorithm, entry.digest);
+        }
+    }
+    Ok(())
+}
+
+/// Walks `data/` and the kept tag files and folders, refusing what a bag cannot hold.
+fn walk_bag(bag: &Path, top: &Top) -> Result<(SourcePlan, SourcePlan)> {
+    let mut refusals = Refusals::default();
+    let mut payload = SourcePlan::default();
+    add_source(&mut payload, &bag.join(DATA), DATA, false, &mut refusals)?;
+    let mut tags = SourcePlan::default();
+    for name in &top.kept {
+        add_source(&mut tags, &bag.join(name), name, false, &mut refusals)?;
+    }
+    refusals.into_result("")?;
+    Ok((payload, tags))
+}
+
+fn by_nfc(files: Vec<PlannedFile>) -> BTreeMap<String, PlannedFile> {
+    files.into_iter().map(|f| (manifest::nfc(&f.path), f)).collect()
+}
+
+/// Plans a deposit of an existing BagIt bag, whole.
+pub fn plan_bag(bag: &Path) -> Result<SourcePlan> {
+    let top = read_top(bag)?;
+    let (walked, tags) = walk_bag(bag, &top)?;
+    let mut payload = by_nfc(walked.files);
+    expect_payload(bag, &top, &mut payload)?;
+    let mut kept = by_nfc(tags.files);
+    kept.extend(payload);
+    expect_tags(bag, &top, &mut kept)?;
+    let (files, tag_files) = kept.into_values().partition(|f| f.path.starts_with("data/"));
+    let info_text = top.read.get(BAG_INFO_TXT).map(|t| t.text.as_str()).unwrap_or_default();
+    let info = BagInfo::parse(info_text)
+        .map_err(|line| refuse(bag, format!("has a malformed {BAG_INFO_TXT} (line {line})")))?;
+    let algorithms = top.manifests.iter().chain(&top.tagmanifests).copied().filter(|a| *a != Algorithm::Sha256);
+    let mut source_dirs: Vec<PathBuf> = vec![bag.to_path_buf()];
+    source_dirs.extend(walked.source_dirs.into_iter().chain(tags.source_dirs));
+    Ok(SourcePlan {
+        files,
+        tag_files,
+        dirs: walked.dirs.into_iter().chain(tags.dirs).collect(),
+        empty_dirs: walked.empty_dirs.into_iter().chain(tags.empty_dirs).collect(),
+        algorithms: algorithms.collect::<BTreeSet<_>>().into_iter().collect(),
+        read_stamps: top.read.iter().map(|(name, t)| (bag.join(name), t.stamp)).collect(),
+        info: Some(info),
+        originals: vec![bag.to_path_buf()],
+        source_dirs,
+        follow_symlinks: false,
+    })
+}
