@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use ibi::{Granularity, Timestamp};
 
 #[derive(Debug, Parser)]
-#[command(name = "ibi", version, about = "Uniform-repository collections named by IBI identifiers")]
+#[command(name = "ibi", version, about = "Uniform-repository collections named by IBI identifiers", after_help = EXIT_CODES)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
@@ -34,48 +34,126 @@ pub struct GlobalArgs {
     pub no_progress: bool,
 }
 
+/// The exit codes, at the end of `ibi --help` and on the main man page.
+pub const EXIT_CODES: &str = "\
+Exit codes:
+  0    success
+  1    finished, but found problems in data (fixity failures, conflicts, corrupt source items)
+  2    usage error or invalid input
+  3    operational failure (I/O error, disk full, permission denied, clock behind the minter state)
+  75   another run holds the lock; try later
+  130  interrupted (SIGINT or SIGTERM)";
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create a collection.
+    #[command(after_help = "Examples:
+  ibi init /srv/library --host mtc-m18.sid.inpe.br --ip 150.163.2.174 --org INPE
+  ibi init /srv/archive --host archive.example.org --port 8080 --granularity 0.001")]
     Init(InitArgs),
     /// Deposit files and folders as items; prints name<TAB>ibip per item.
+    #[command(after_help = "Examples:
+  ibi deposit /srv/library report.pdf figures/        # one item holding both
+  ibi deposit /srv/library scans/*.tif --each         # one item per file
+  ibi deposit /srv/library bagged/ --bag --move       # an existing BagIt bag, whole
+  ibi deposit /srv/library thesis/ --meta Contact-Name=\"Ana Silva\"")]
     Deposit(DepositArgs),
     /// Check fixity and structure of items; exit 1 if any problem is found.
+    #[command(after_help = "Examples:
+  ibi verify /srv/library                              # every item, on all cores
+  ibi verify /srv/library 8JMKD3MGP8W/34PGRBS          # one item, by IBIp or name
+  ibi -q verify /srv/library || mail -s fixity root   # from cron")]
     Verify(VerifyArgs),
     /// List items as name<TAB>ibip, sorted by name.
+    #[command(after_help = "Examples:
+  ibi list /srv/library
+  ibi list /srv/library --since 2026-11-01 --until 2026-11-22
+  ibi --json list /srv/library | jq -r .name")]
     List(ListArgs),
     /// Print the path of an item given its repository name or IBIp.
+    #[command(after_help = "Examples:
+  ibi resolve /srv/library sid.inpe.br/mtc-m18/2009/02.16.17.46
+  ls \"$(ibi resolve /srv/library 8JMKD3MGP8W/34PGRBS)\"/data")]
     Resolve {
+        /// The collection's root folder.
         root: PathBuf,
         /// Repository name or IBIp, in any letter case.
         name: String,
     },
     /// Copy items from SRC to DST (verified; never overwrites).
+    #[command(after_help = "Examples:
+  ibi copy /srv/library /mnt/usb/library               # every item DST lacks
+  ibi copy /srv/library /mnt/usb/library 8JMKD3MGP8W/34PGRBS
+  ibi copy /srv/library /mnt/usb/library --dry-run")]
     Copy(CopyArgs),
     /// Move items from SRC to DST: copy, re-verify in DST, then remove from SRC.
+    #[command(after_help = "Examples:
+  ibi migrate /srv/old-disk/library /srv/new-disk/library
+  ibi migrate /srv/library /srv/archive sid.inpe.br/mtc-m18/2009/02.16.17.46 --wait 60")]
     Migrate(CopyArgs),
     /// One-way sync of SRC into DST, safe to run from cron.
+    #[command(after_help = "Examples:
+  ibi mirror /srv/library /backup/library
+  ibi mirror /srv/library /backup/library --checksum   # also repair damaged DST items
+  ibi -q mirror /srv/library /backup/library --delete --max-delete 100   # cron
+  ibi mirror /srv/library /backup/library --watch")]
     Mirror(MirrorArgs),
     /// Hot folder: deposit each new entry of INBOX once it stops changing.
+    #[command(after_help = "Examples:
+  ibi watch /srv/inbox /srv/library                    # originals go to INBOX/.deposited/
+  ibi watch /srv/inbox /srv/library --remove --settle 10")]
     Watch(WatchArgs),
     /// Build sample collections from bundled fixtures and walk through the commands.
+    #[command(after_help = "Examples:
+  ibi demo
+  ibi demo /tmp/ibi-demo")]
     Demo {
         /// Where to build the demo (default: a new folder in the temp directory).
         dir: Option<PathBuf>,
     },
     /// Mint repository names (and IBIps when the IP is known), one per line.
+    #[command(after_help = "Examples:
+  ibi mint -C /srv/library --count 3
+  ibi mint --state ./minter.state --host mtc-m18.sid.inpe.br --ip 150.163.2.174
+  ibi mint --state ./s --host sid.inpe.br --at 2009-02-16T17:46:00Z")]
     Mint(MintArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
-    Completions { shell: clap_complete::Shell },
-    /// Print the man page (roff) on stdout, e.g. `ibi man > ibi.1`.
-    Man,
+    #[command(after_help = "Examples:
+  ibi completions bash > /etc/bash_completion.d/ibi
+  ibi completions fish > ~/.config/fish/completions/ibi.fish")]
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) on stdout, or write one page per command into DIR.
+    #[command(after_help = "Examples:
+  ibi man > ibi.1 && man ./ibi.1
+  ibi man --dir /usr/local/share/man/man1              # ibi.1, ibi-deposit.1, …")]
+    Man {
+        /// Write ibi.1 and one ibi-COMMAND.1 per command into DIR.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// Validate and explain repository names, IBIps, PILIN suffixes or handles.
+    #[command(after_help = "Examples:
+  ibi parse sid.inpe.br/mtc-m18/2009/02.16.17.46 8JMKD3MGP8W/34PGRBS
+  ibi --json parse 0000000000F5W")]
     Parse(ParseArgs),
     /// IBIp conversions.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  ibi ibip encode --ip 150.163.2.174 --name sid.inpe.br/mtc-m18/2009/02.16.17.46
+  ibi ibip decode 8JMKD3MGP8W/34PGRBS"
+    )]
     Ibip(IbipCommand),
     /// PILIN handle suffixes.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  ibi pilin mint --count 2
+  ibi pilin decode Y35XYS0QH"
+    )]
     Pilin(PilinCommand),
 }
 
@@ -130,8 +208,14 @@ pub struct ParseArgs {
 #[derive(Debug, Subcommand)]
 pub enum IbipCommand {
     /// Encode an IBIp from an IP, a port and a date (or a repository name's date).
+    #[command(after_help = "Examples:
+  ibi ibip encode --ip 150.163.2.174 --date 2009-02-16T17:46:00Z
+  ibi ibip encode --ip 150.163.2.174 --port 8080 --name sid.inpe.br/mtc-m18/2009/02.16.17.46")]
     Encode(IbipEncodeArgs),
     /// Decode an IBIp back to IP, port and date.
+    #[command(after_help = "Examples:
+  ibi ibip decode 8JMKD3MGP8W/34PGRBS
+  ibi --json ibip decode 8jmkd3mgp8w/34pgrbs")]
     Decode {
         /// The IBIp, in any letter case.
         ibip: String,
@@ -140,6 +224,7 @@ pub enum IbipCommand {
 
 #[derive(Debug, Args)]
 pub struct IbipEncodeArgs {
+    /// The IP of the identification subsystem.
     #[arg(long)]
     pub ip: IpAddr,
     /// IBIp port; 800 is omitted.
@@ -156,8 +241,13 @@ pub struct IbipEncodeArgs {
 #[derive(Debug, Subcommand)]
 pub enum PilinCommand {
     /// Mint PILIN suffixes from a state of their own.
+    #[command(after_help = "Examples:
+  ibi pilin mint
+  ibi pilin mint --state ./pilin.state --count 5")]
     Mint(PilinMintArgs),
     /// Decode a PILIN suffix to its date.
+    #[command(after_help = "Examples:
+  ibi pilin decode Y35XYS0QH")]
     Decode {
         /// The suffix, e.g. Y35XYS0QH.
         suffix: String,
@@ -169,6 +259,7 @@ pub struct PilinMintArgs {
     /// State file (default: $XDG_STATE_HOME/ibi/pilin.state).
     #[arg(long)]
     pub state: Option<PathBuf>,
+    /// How many suffixes to mint.
     #[arg(long, default_value_t = 1)]
     pub count: usize,
     /// Use TIME as the request time; never sleeps.
@@ -192,6 +283,7 @@ impl FromStr for Seconds {
 
 #[derive(Debug, Args)]
 pub struct InitArgs {
+    /// The new collection's root folder (absent or empty).
     pub root: PathBuf,
     #[command(flatten)]
     pub subsystem: SubsystemArgs,
@@ -202,6 +294,7 @@ pub struct InitArgs {
 
 #[derive(Debug, Args)]
 pub struct DepositArgs {
+    /// The collection's root folder.
     pub root: PathBuf,
     /// Files and folders to deposit.
     #[arg(required = true)]
@@ -249,6 +342,7 @@ fn parse_meta(text: &str) -> Result<(String, String), String> {
 
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
+    /// The collection's root folder.
     pub root: PathBuf,
     /// Items to verify (names or IBIps); all when none is given.
     pub names: Vec<String>,
@@ -256,6 +350,7 @@ pub struct VerifyArgs {
 
 #[derive(Debug, Args)]
 pub struct ListArgs {
+    /// The collection's root folder.
     pub root: PathBuf,
     /// Only names dated at or after TIME (RFC 3339, POSIX seconds, or a day: 2026-11-22).
     #[arg(long, value_name = "TIME")]
@@ -267,7 +362,9 @@ pub struct ListArgs {
 
 #[derive(Debug, Args)]
 pub struct WatchArgs {
+    /// The hot folder: each new file or folder in it becomes one item.
     pub inbox: PathBuf,
+    /// The collection's root folder.
     pub root: PathBuf,
     /// Remove originals after their deposit is durable (instead of moving them to INBOX/.deposited/).
     #[arg(long)]
@@ -278,6 +375,7 @@ pub struct WatchArgs {
     /// Copy the targets of symlinks instead of refusing them.
     #[arg(long)]
     pub follow_symlinks: bool,
+    /// Extra bag-info field for every item, e.g. --meta Contact-Name="Ana Silva".
     #[arg(long = "meta", value_name = "K=V", value_parser = parse_meta)]
     pub meta: Vec<(String, String)>,
 }
@@ -295,7 +393,9 @@ pub struct TransferFlags {
 
 #[derive(Debug, Args)]
 pub struct CopyArgs {
+    /// The collection items come from.
     pub src: PathBuf,
+    /// The collection items go to (created with `ibi init` first).
     pub dst: PathBuf,
     /// Items to transfer (names or IBIps); all when none is given.
     pub names: Vec<String>,
@@ -305,7 +405,9 @@ pub struct CopyArgs {
 
 #[derive(Debug, Args)]
 pub struct MirrorArgs {
+    /// The collection to mirror.
     pub src: PathBuf,
+    /// The mirror (created with `ibi init` first).
     pub dst: PathBuf,
     /// Remove DST items that SRC does not hold.
     #[arg(long)]

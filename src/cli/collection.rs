@@ -90,8 +90,11 @@ pub fn verify(global: GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
     let seconds = printer.seconds();
     printer.summary(
         &format!(
-            "verified {} item(s), {} file(s), {} byte(s) in {seconds:.2} s: {} problem(s)",
-            s.items, s.files, s.bytes, s.problems
+            "verified {} item(s), {} file(s), {} in {seconds:.2} s: {} problem(s)",
+            s.items,
+            s.files,
+            printer.size(s.bytes),
+            s.problems
         ),
         json!({"items": s.items, "files": s.files, "bytes": s.bytes, "problems": s.problems, "seconds": seconds}),
     );

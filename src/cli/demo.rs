@@ -143,7 +143,7 @@ fn transfer_steps(printer: &Printer, dir: &Path, a: &Collection, item: &ibi::col
     let options = MirrorOptions { dry_run: false, wait: LockWait::No, delete: true, max_delete: None, checksum: false };
     for _ in 0..2 {
         let s = mirror(a, &b, &options, &Silent)?;
-        printer.line(&format!("copied {}, skipped {}, bytes {}", s.copied, s.skipped, s.bytes));
+        printer.line(&format!("copied {}, skipped {}, {}", s.copied, s.skipped, printer.size(s.bytes)));
     }
     let repaired = repair_steps(printer, a, &b, item)?;
     let new_root = dir.join("collection-c");

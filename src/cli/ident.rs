@@ -8,10 +8,12 @@ use anyhow::{Context, Result};
 use ibi::id::minter::{Clock, Minter, ReplayClock, StateStore, SystemClock};
 use ibi::id::name::PortSeparator;
 use ibi::id::pilin::PilinMinter;
+use ibi::ops::NoticedClock;
 use ibi::{Ibip, Identifier, PilinSuffix, RepositoryName, Subsystem};
 use serde_json::{json, Map, Value};
 
 use super::args::{GlobalArgs, IbipCommand, IbipEncodeArgs, MintArgs, PilinCommand, PilinMintArgs, SubsystemArgs};
+use super::printer::Printer;
 use super::Outcome;
 
 pub fn subsystem_from_args(args: &SubsystemArgs) -> Result<Subsystem> {
@@ -36,7 +38,8 @@ pub fn mint(global: GlobalArgs, args: &MintArgs) -> Result<Outcome> {
     if let Some(root) = &args.collection {
         let collection = ibi::collection::Collection::open(root)?;
         let clock = clock_for(args.at);
-        let minted = collection.mint(args.count, clock.as_ref())?;
+        let printer = Printer::new(global);
+        let minted = collection.mint(args.count, &NoticedClock { clock: clock.as_ref(), reporter: &printer })?;
         let dates: Vec<ibi::Timestamp> = minted.iter().map(|m| m.name.date()).collect();
         print_minted(global, &collection.subsystem, &dates)?;
         return Ok(Outcome::Success);
@@ -44,7 +47,9 @@ pub fn mint(global: GlobalArgs, args: &MintArgs) -> Result<Outcome> {
     let subsystem = subsystem_from_args(&args.subsystem)?;
     let state = args.state.as_ref().context("--state FILE is required")?;
     let clock = clock_for(args.at);
-    let mut minter = Minter::new(StateStore::beside(state), subsystem.granularity, clock.as_ref());
+    let printer = Printer::new(global);
+    let noticed = NoticedClock { clock: clock.as_ref(), reporter: &printer };
+    let mut minter = Minter::new(StateStore::beside(state), subsystem.granularity, &noticed);
     minter.max_wait = args.max_wait.0;
     print_minted(global, &subsystem, &minter.mint(args.count)?)?;
     Ok(Outcome::Success)

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Parser;
 use ibi::ErrorClass;
 
@@ -105,17 +105,26 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
             write_stdout(&String::from_utf8_lossy(&script))?;
             Ok(Outcome::Success)
         }
-        Command::Man => {
-            let mut page = Vec::new();
-            clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(&mut page)?;
-            write_stdout(&String::from_utf8_lossy(&page))?;
-            Ok(Outcome::Success)
-        }
+        Command::Man { dir } => man(dir.as_deref()),
         Command::Mint(args) => ident::mint(g, args),
         Command::Parse(args) => ident::parse(g, &args.identifiers),
         Command::Ibip(command) => ident::ibip(g, command),
         Command::Pilin(command) => ident::pilin(g, command),
     }
+}
+
+/// `ibi man`: the main page on stdout, or every page into `dir`.
+fn man(dir: Option<&std::path::Path>) -> Result<Outcome> {
+    let command = <Cli as clap::CommandFactory>::command();
+    let Some(dir) = dir else {
+        let mut page = Vec::new();
+        clap_mangen::Man::new(command).render(&mut page)?;
+        write_stdout(&String::from_utf8_lossy(&page))?;
+        return Ok(Outcome::Success);
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    clap_mangen::generate_to(command, dir).with_context(|| format!("cannot write man pages into {}", dir.display()))?;
+    Ok(Outcome::Success)
 }
 
 /// Set by the commands that run until stopped (`watch`, `mirror --watch`): SIGINT and

@@ -6,9 +6,9 @@ use std::io::IsTerminal;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use ibi::ops::Reporter;
+use ibi::ops::{Event, Outcome, Reporter, Task};
 use ibi::Problem;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{HumanBytes, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{json, Value};
 
 use super::args::GlobalArgs;
@@ -24,13 +24,18 @@ pub struct Printer {
     mode: Mode,
     quiet: bool,
     verbose: bool,
+    /// stderr is a terminal: sizes are written for people.
+    terminal: bool,
     bar: Mutex<Option<ProgressBar>>,
+    task: Mutex<Option<Task>>,
+    progress: Mutex<Progress>,
     started: Instant,
 }
 
 impl Printer {
     pub fn new(global: GlobalArgs) -> Self {
-        let bars = !global.quiet && !global.no_progress && std::io::stderr().is_terminal();
+        let terminal = std::io::stderr().is_terminal();
+        let bars = !global.quiet && !global.no_progress && terminal;
         let mode = if global.json {
             Mode::Json
         } else if bars {
@@ -38,7 +43,16 @@ impl Printer {
         } else {
             Mode::Plain
         };
-        Printer { mode, quiet: global.quiet, verbose: global.verbose, bar: Mutex::new(None), started: Instant::now() }
+        Printer {
+            mode,
+            quiet: global.quiet,
+            verbose: global.verbose,
+            terminal: terminal && !global.json,
+            bar: Mutex::new(None),
+            task: Mutex::new(None),
+            progress: Mutex::new(Progress::default()),
+            started: Instant::now(),
+        }
     }
 
     pub fn json(&self) -> bool {
@@ -52,7 +66,7 @@ impl Printer {
     /// Prints a line on stdout without tearing a progress bar.
     pub fn line(&self, text: &str) {
         let print = || super::write_stdout(&format!("{text}\n")).unwrap_or(());
-        match self.bar.lock().ok().and_then(|b| b.clone()) {
+        match self.bar() {
             Some(bar) => bar.suspend(print),
             None => print(),
         }
@@ -74,7 +88,7 @@ impl Printer {
     /// A narrative or summary line for people, on stderr; silent under -q and --json.
     pub fn note(&self, text: &str) {
         if !self.quiet && self.mode != Mode::Json {
-            match self.bar.lock().ok().and_then(|b| b.clone()) {
+            match self.bar() {
                 Some(bar) => bar.suspend(|| super::stderr_line(text)),
                 None => super::stderr_line(text),
             }
@@ -88,41 +102,59 @@ impl Printer {
     }
 }
 
-impl Reporter for Printer {
-    fn begin(&self, task: &str, _items: Option<u64>, bytes: Option<u64>) {
-        if self.mode != Mode::Bars {
-            return;
+/// How far a phase has come, for the progress line.
+#[derive(Default)]
+struct Progress {
+    items_done: u64,
+    items_total: u64,
+}
+
+impl Printer {
+    fn bar(&self) -> Option<ProgressBar> {
+        self.bar.lock().ok().and_then(|b| b.clone())
+    }
+
+    fn begin_bar(&self, task: Task) {
+        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+        let template = "{prefix} {bytes}/{total_bytes} {percent}% ({bytes_per_sec}, ETA {eta}) {wide_msg}";
+        bar.set_style(ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()));
+        bar.enable_steady_tick(std::time::Duration::from_millis(200));
+        if let Ok(mut progress) = self.progress.lock() {
+            *progress = Progress::default();
         }
-        let bar = match bytes {
-            Some(total) => ProgressBar::new(total),
-            None => ProgressBar::new_spinner(),
-        };
-        bar.set_draw_target(ProgressDrawTarget::stderr());
-        let template = "{spinner} {prefix} {bytes} ({bytes_per_sec}) {wide_msg}";
-        bar.set_style(ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_spinner()));
-        bar.set_prefix(task.to_string());
-        bar.enable_steady_tick(std::time::Duration::from_millis(120));
         if let Ok(mut slot) = self.bar.lock() {
             *slot = Some(bar);
         }
+        self.task.lock().map(|mut t| *t = Some(task)).unwrap_or(());
+        self.update_prefix(0, 0);
     }
 
-    fn bytes(&self, n: u64) {
-        if let Some(bar) = self.bar.lock().ok().and_then(|b| b.clone()) {
-            bar.inc(n);
-        }
+    /// Counts items done and found, and redraws "TASK done/total items".
+    fn update_prefix(&self, done: u64, found: u64) {
+        let Some(bar) = self.bar() else { return };
+        let Ok(mut progress) = self.progress.lock() else { return };
+        progress.items_done += done;
+        progress.items_total += found;
+        let task = self.task.lock().ok().and_then(|t| *t).map_or("", Task::as_str);
+        bar.set_prefix(format!(
+            "{task} {}/{} items",
+            progress.items_done,
+            progress.items_total.max(progress.items_done)
+        ));
     }
 
-    fn item(&self, name: &str, outcome: &str) {
+    fn item_event(&self, name: &str, outcome: Outcome) {
+        let outcome = outcome.describe();
         self.event("item", json!({"name": name, "outcome": outcome}));
-        if let Some(bar) = self.bar.lock().ok().and_then(|b| b.clone()) {
+        if let Some(bar) = self.bar() {
+            self.update_prefix(1, 0);
             bar.set_message(name.to_string());
         } else if self.verbose {
             self.note(&format!("{outcome}: {name}"));
         }
     }
 
-    fn problem(&self, problem: &Problem) {
+    fn problem_event(&self, problem: &Problem) {
         match self.mode {
             Mode::Json => self.event(
                 "problem",
@@ -132,14 +164,52 @@ impl Reporter for Printer {
         }
     }
 
-    fn warning(&self, message: &str) {
-        self.event("warning", json!({"message": message}));
-        self.note(&format!("ibi: warning: {message}"));
+    /// A size for people: exact in JSON and when nobody watches, human-readable on a terminal.
+    pub fn size(&self, bytes: u64) -> String {
+        if self.terminal {
+            format!("{}", HumanBytes(bytes))
+        } else {
+            format!("{bytes} bytes")
+        }
+    }
+}
+
+impl Reporter for Printer {
+    fn report(&self, event: Event<'_>) {
+        match event {
+            Event::Begin(task) if self.mode == Mode::Bars => self.begin_bar(task),
+            Event::Begin(_) => {}
+            Event::Found { items, bytes } => {
+                if let Some(bar) = self.bar() {
+                    bar.inc_length(bytes);
+                    self.update_prefix(0, items);
+                }
+            }
+            Event::Bytes(n) => {
+                if let Some(bar) = self.bar() {
+                    bar.inc(n);
+                }
+            }
+            Event::Item { name, outcome } => self.item_event(name, outcome),
+            Event::Problem(problem) => self.problem_event(problem),
+            Event::Warning(message) => {
+                self.event("warning", json!({"message": message}));
+                self.note(&format!("ibi: warning: {message}"));
+            }
+            Event::WaitingForMinter { seconds } => {
+                self.note(&format!(
+                    "ibi: waiting {seconds:.1} s for the minter: at this granularity it has no free name sooner"
+                ));
+            }
+            Event::End => {
+                if let Some(bar) = self.bar.lock().ok().and_then(|mut b| b.take()) {
+                    bar.finish_and_clear();
+                }
+            }
+        }
     }
 
-    fn end(&self) {
-        if let Some(bar) = self.bar.lock().ok().and_then(|mut b| b.take()) {
-            bar.finish_and_clear();
-        }
+    fn wants_totals(&self) -> bool {
+        self.mode == Mode::Bars
     }
 }

@@ -29,8 +29,15 @@ fn finish(printer: &Printer, verb: &str, s: &TransferSummary, dry_run: bool) -> 
     let would = if dry_run { " (dry run: nothing changed)" } else { "" };
     printer.summary(
         &format!(
-            "{verb}: copied {}, migrated {}, replaced {}, deleted {}, skipped {}, conflicts {}, corrupt {}, bytes {}, seconds {seconds:.2}{would}",
-            s.copied, s.migrated, s.replaced, s.deleted, s.skipped, s.conflicts, s.corrupt, s.bytes
+            "{verb}: copied {}, migrated {}, replaced {}, deleted {}, skipped {}, conflicts {}, corrupt {}; {} in {seconds:.2} s{would}",
+            s.copied,
+            s.migrated,
+            s.replaced,
+            s.deleted,
+            s.skipped,
+            s.conflicts,
+            s.corrupt,
+            printer.size(s.bytes)
         ),
         json!({
             "copied": s.copied, "migrated": s.migrated, "replaced": s.replaced, "deleted": s.deleted, "skipped": s.skipped,

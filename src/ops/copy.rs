@@ -16,7 +16,8 @@ use rayon::prelude::*;
 use crate::collection::{guard, Collection, Entry, Item, LockWait, Slot};
 use crate::error::{Error, Result};
 use crate::fsx::FileLock;
-use crate::ops::report::Reporter;
+use crate::ops::report::{Outcome, Reporter, Task};
+use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::transfer::{
     move_all, place_all, remove_all, same_filesystem, same_identity, stage_copy, Staged, BATCH,
 };
@@ -124,7 +125,7 @@ pub fn plan_copy(src_item: Item, dst: &Collection, tally: &Tally, reporter: &dyn
         Slot::Item(existing) => match same_identity(&src_item, &existing) {
             Ok(true) => {
                 Tally::add(&tally.skipped, 1);
-                reporter.item(&label, "skipped");
+                reporter.item(&label, Outcome::Skipped);
                 return Ok(Plan::Settled(src_item, true));
             }
             Ok(false) => {
@@ -136,7 +137,7 @@ pub fn plan_copy(src_item: Item, dst: &Collection, tally: &Tally, reporter: &dyn
             }
         },
         Slot::Empty if src_item.vanished() => {
-            reporter.item(&label, "vanished from SRC (moved away during the run)");
+            reporter.item(&label, Outcome::Vanished);
         }
         Slot::Empty => return Ok(Plan::Copy(src_item)),
         Slot::Foreign(path) => conflict(format!("{} is not an item directory; left untouched", path.display())),
@@ -156,12 +157,12 @@ impl Driver<'_> {
         for plan in &plans {
             let (counter, what, item) = match plan {
                 Plan::Settled(..) => continue,
-                Plan::Copy(item) => (&self.tally.copied, "would copy".to_string(), item),
-                Plan::Replace(item, why) => (&self.tally.replaced, format!("would replace ({why})"), item),
-                Plan::Delete(item) => (&self.tally.deleted, "would delete".to_string(), item),
+                Plan::Copy(item) => (&self.tally.copied, Outcome::WouldCopy, item),
+                Plan::Replace(item, why) => (&self.tally.replaced, Outcome::WouldReplace { why }, item),
+                Plan::Delete(item) => (&self.tally.deleted, Outcome::WouldDelete, item),
             };
             Tally::add(counter, 1);
-            self.reporter.item(&item.name.to_string(), &what);
+            self.reporter.item(&item.name.to_string(), what);
         }
         Vec::new()
     }
@@ -197,7 +198,7 @@ impl Driver<'_> {
         match stage_copy(item, self.dst, replace, self.reporter)? {
             Ok(staged) => Ok(Some(staged)),
             Err(_) if item.vanished() => {
-                self.reporter.item(&item.name.to_string(), "vanished from SRC (moved away during the run)");
+                self.reporter.item(&item.name.to_string(), Outcome::Vanished);
                 Ok(None)
             }
             Err(problems) => {
@@ -220,7 +221,7 @@ impl Driver<'_> {
                 Ok(()) => {
                     Tally::add(&self.tally.bytes, bytes);
                     Tally::add(if replace { &self.tally.replaced } else { &self.tally.copied }, 1);
-                    self.reporter.item(&label, if replace { "replaced" } else { "copied" });
+                    self.reporter.item(&label, if replace { Outcome::Replaced } else { Outcome::Copied });
                     placed.insert(label);
                 }
                 Err(why) => {
@@ -244,7 +245,7 @@ impl Driver<'_> {
         remove_all(self.dst, &deletes)?;
         for item in &deletes {
             Tally::add(&self.tally.deleted, 1);
-            self.reporter.item(&item.name.to_string(), "deleted");
+            self.reporter.item(&item.name.to_string(), Outcome::Deleted);
         }
         Ok(plans
             .into_iter()
@@ -281,7 +282,7 @@ fn finish_migration(
     remove_all(src, &sound)?;
     for item in &sound {
         Tally::add(&tally.migrated, 1);
-        reporter.item(&item.name.to_string(), "migrated");
+        reporter.item(&item.name.to_string(), Outcome::Migrated);
     }
     Ok(())
 }
@@ -320,7 +321,7 @@ fn move_chunk(
         match outcome {
             Ok(()) => {
                 Tally::add(&tally.migrated, 1);
-                reporter.item(&name.to_string(), "migrated");
+                reporter.item(&name.to_string(), Outcome::Migrated);
             }
             Err(why) => {
                 Tally::add(&tally.conflicts, 1);
@@ -366,7 +367,10 @@ pub fn next_chunk<T>(iter: &mut impl Iterator<Item = Result<T>>) -> Result<Vec<T
 }
 
 /// The SRC items to work on: the named ones, or all.
-fn selected<'a>(src: &'a Collection, names: &'a [String]) -> Box<dyn Iterator<Item = Result<Item>> + Send + 'a> {
+pub(crate) fn selected<'a>(
+    src: &'a Collection,
+    names: &'a [String],
+) -> Box<dyn Iterator<Item = Result<Item>> + Send + 'a> {
     if names.is_empty() {
         Box::new(src.walk().filter_map(|entry| match entry {
             Ok(Entry::Item(item)) => Some(Ok(item)),
@@ -398,28 +402,31 @@ pub fn transfer(
     let tally = Tally::default();
     let driver = Driver { dst, dry_run: options.dry_run, tally: &tally, reporter };
     let by_rename = migrate && !options.dry_run && same_filesystem(src, dst)?;
-    reporter.begin(if migrate { "migrate" } else { "copy" }, None, None);
-    let mut items = selected(src, names);
-    let mut next_plans = || -> Result<Option<Vec<Plan>>> {
-        let chunk = next_chunk(&mut items)?;
-        if chunk.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(chunk.into_par_iter().map(|item| plan_copy(item, dst, &tally, reporter)).collect::<Result<_>>()?))
-    };
-    if by_rename {
-        while let Some(plans) = next_plans()? {
-            let in_dst = move_chunk(src, dst, plans, &tally, reporter)?;
-            finish_migration(src, dst, in_dst, &tally, reporter)?;
-        }
-    } else {
-        pipeline(&driver, next_plans, |in_dst| {
-            if migrate && !options.dry_run {
+    reporter.begin(if migrate { Task::Migrate } else { Task::Copy });
+    while_surveying(reporter, Survey::Items(src, names), || -> Result<()> {
+        let mut items = selected(src, names);
+        let mut next_plans = || -> Result<Option<Vec<Plan>>> {
+            let chunk = next_chunk(&mut items)?;
+            if chunk.is_empty() {
+                return Ok(None);
+            }
+            Ok(Some(chunk.into_par_iter().map(|item| plan_copy(item, dst, &tally, reporter)).collect::<Result<_>>()?))
+        };
+        if by_rename {
+            while let Some(plans) = next_plans()? {
+                let in_dst = move_chunk(src, dst, plans, &tally, reporter)?;
                 finish_migration(src, dst, in_dst, &tally, reporter)?;
             }
-            Ok(())
-        })?;
-    }
+        } else {
+            pipeline(&driver, next_plans, |in_dst| {
+                if migrate && !options.dry_run {
+                    finish_migration(src, dst, in_dst, &tally, reporter)?;
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    })?;
     reporter.end();
     Ok(tally.summary())
 }

@@ -22,8 +22,9 @@ use crate::fsx::{self, copy_hashing, CopyMode, Stamp};
 use crate::id::minter::Clock;
 use crate::id::Minted;
 use crate::ops::foreign_bag::plan_bag;
-use crate::ops::report::Reporter;
+use crate::ops::report::{NoticedClock, Outcome, Reporter, Task};
 use crate::ops::source::{plan_paths, PlannedFile, SourcePlan};
+use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::transfer::{place_all, Staged, BATCH};
 
 #[derive(Debug, Clone, Default)]
@@ -94,32 +95,50 @@ pub fn deposit(
     } else {
         vec![paths.to_vec()]
     };
-    reporter.begin("deposit", Some(groups.len() as u64), None);
-    let mut count = 0;
-    for batch in groups.chunks(BATCH) {
-        let plans: Vec<SourcePlan> = batch
-            .iter()
-            .map(|group| if options.bag { plan_bag(&group[0]) } else { plan_paths(group, options.follow_symlinks) })
-            .collect::<Result<_>>()?;
-        let outcomes = deposit_batch(collection, &plans, options, clock, reporter, None)?;
-        for (plan, outcome) in plans.iter().zip(&outcomes) {
-            let d = &outcome.deposited;
-            let name = d.minted.name.to_string();
-            if d.already {
-                reporter.warning(&format!("{} was already deposited as {name}", describe(plan)));
-            }
-            reporter.item(&name, if d.already { "already deposited" } else { "deposited" });
-            on_durable(d);
-            count += 1;
+    reporter.begin(Task::Deposit);
+    let each = options.each || options.bag;
+    let survey = Survey::Paths { paths, follow: options.follow_symlinks, each };
+    let count = while_surveying(reporter, survey, || -> Result<u64> {
+        let mut count = 0;
+        for batch in groups.chunks(BATCH) {
+            count += deposit_groups(collection, batch, options, clock, reporter, on_durable)?;
         }
-        if options.move_sources {
-            for (plan, outcome) in plans.iter().zip(&outcomes) {
-                remove_moved(plan, &outcome.stamps, reporter);
-            }
-        }
-    }
+        Ok(count)
+    })?;
     reporter.end();
     Ok(count)
+}
+
+/// Plans and deposits one batch of groups, reporting each item as soon as it is
+/// durable, then removes the moved originals. Returns how many items it saw.
+fn deposit_groups(
+    collection: &Collection,
+    batch: &[Vec<PathBuf>],
+    options: &DepositOptions,
+    clock: &dyn Clock,
+    reporter: &dyn Reporter,
+    on_durable: &mut dyn FnMut(&Deposited),
+) -> Result<u64> {
+    let plans: Vec<SourcePlan> = batch
+        .iter()
+        .map(|group| if options.bag { plan_bag(&group[0]) } else { plan_paths(group, options.follow_symlinks) })
+        .collect::<Result<_>>()?;
+    let outcomes = deposit_batch(collection, &plans, options, clock, reporter, None)?;
+    for (plan, outcome) in plans.iter().zip(&outcomes) {
+        let d = &outcome.deposited;
+        let name = d.minted.name.to_string();
+        if d.already {
+            reporter.warning(&format!("{} was already deposited as {name}", describe(plan)));
+        }
+        reporter.item(&name, if d.already { Outcome::AlreadyDeposited } else { Outcome::Deposited });
+        on_durable(d);
+    }
+    if options.move_sources {
+        for (plan, outcome) in plans.iter().zip(&outcomes) {
+            remove_moved(plan, &outcome.stamps, reporter);
+        }
+    }
+    Ok(plans.len() as u64)
 }
 
 fn describe(plan: &SourcePlan) -> String {
@@ -280,7 +299,7 @@ pub fn deposit_batch(
         known.push(if options.duplicate { None } else { deposited_as(collection, key)? });
     }
     let fresh = known.iter().filter(|k| k.is_none()).count();
-    let mut minted = collection.mint(fresh, clock)?.into_iter();
+    let mut minted = collection.mint(fresh, &NoticedClock { clock, reporter })?.into_iter();
     let mut outcomes = Vec::with_capacity(plans.len());
     let mut staged = Vec::with_capacity(fresh);
     let mut records = Vec::with_capacity(fresh);

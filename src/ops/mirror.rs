@@ -20,7 +20,8 @@ use crate::error::{Error, Result};
 use crate::ops::copy::{
     check_distinct, lock_and_recover, next_chunk, pipeline, plan_copy, Driver, Plan, Tally, TransferSummary,
 };
-use crate::ops::report::Reporter;
+use crate::ops::report::{Outcome, Reporter, Task};
+use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::verify::verify_item;
 use crate::problem::{Problem, ProblemKind};
 
@@ -154,7 +155,7 @@ impl Planner<'_> {
             return Ok(self.checksum(src_item, dst_item));
         }
         Tally::add(&self.tally.skipped, 1);
-        self.reporter.item(&src_item.name.to_string(), "unchanged");
+        self.reporter.item(&src_item.name.to_string(), Outcome::Unchanged);
         Ok(Plan::Settled(src_item, true))
     }
 
@@ -174,7 +175,7 @@ impl Planner<'_> {
         let (_, dst_problems) = verify_item(self.dst, dst_item, self.reporter);
         if dst_problems.is_empty() {
             Tally::add(&self.tally.skipped, 1);
-            self.reporter.item(&label, "unchanged");
+            self.reporter.item(&label, Outcome::Unchanged);
             return Plan::Settled(src_item, true);
         }
         let why: Vec<String> =
@@ -229,23 +230,26 @@ fn sync(
     let tally = Tally::default();
     let planner = Planner { dst, options, tally: &tally, deletions: AtomicU64::new(0), reporter };
     let driver = Driver { dst, dry_run: options.dry_run, tally: &tally, reporter };
-    reporter.begin("mirror", None, None);
-    let mut merge = Merge {
-        src: src.walk().peekable(),
-        dst: items(dst.walk()).peekable(),
-        src_root: src.root().to_path_buf(),
-        shadows: Vec::new(),
-        tally: &tally,
-        reporter,
-    };
-    let next_plans = || -> Result<Option<Vec<Plan>>> {
-        let chunk = next_chunk(&mut merge)?;
-        if chunk.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(chunk.into_par_iter().map(|pair| planner.plan(pair)).collect::<Result<_>>()?))
-    };
-    pipeline(&driver, next_plans, |_| Ok(()))?;
+    reporter.begin(Task::Mirror);
+    while_surveying(reporter, Survey::Items(src, &[]), || -> Result<()> {
+        let mut merge = Merge {
+            src: src.walk().peekable(),
+            dst: items(dst.walk()).peekable(),
+            src_root: src.root().to_path_buf(),
+            shadows: Vec::new(),
+            tally: &tally,
+            reporter,
+        };
+        let next_plans = || -> Result<Option<Vec<Plan>>> {
+            let chunk = next_chunk(&mut merge)?;
+            if chunk.is_empty() {
+                return Ok(None);
+            }
+            Ok(Some(chunk.into_par_iter().map(|pair| planner.plan(pair)).collect::<Result<_>>()?))
+        };
+        pipeline(&driver, next_plans, |_| Ok(()))?;
+        Ok(())
+    })?;
     reporter.end();
     Ok(tally.summary())
 }

@@ -9,8 +9,9 @@ pub mod list;
 pub mod mirror;
 pub mod report;
 pub mod source;
+pub mod survey;
 pub mod transfer;
 pub mod verify;
 pub mod watch;
 
-pub use report::{Reporter, Silent};
+pub use report::{Event, NoticedClock, Outcome, Reporter, Silent, Task};

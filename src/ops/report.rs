@@ -1,25 +1,165 @@
-//! The `Reporter` trait: how long operations tell the outside world about
-//! progress, problems and warnings. The library calls it; the binary
-//! implements it with indicatif bars, JSON Lines, or nothing under cron.
+//! The `Reporter` trait and its typed `Event`s: how long operations tell the
+//! outside world about progress, items, problems and warnings. The library
+//! sends events; the binary draws them as progress bars, JSON Lines, or nothing
+//! under cron. Events are data, so a far side can forward them unchanged.
 
+use crate::id::minter::Clock;
+use crate::id::Timestamp;
 use crate::problem::Problem;
 
-/// Receives progress from operations. Every method has a silent default.
-pub trait Reporter: Send + Sync {
-    /// A phase starts; totals are given when known.
-    fn begin(&self, _task: &str, _items: Option<u64>, _bytes: Option<u64>) {}
-    /// Bytes were read or copied.
-    fn bytes(&self, _n: u64) {}
-    /// One item finished (with what happened to it: "deposited", "verified", …).
-    fn item(&self, _name: &str, _outcome: &str) {}
-    fn problem(&self, _problem: &Problem) {}
-    fn warning(&self, _message: &str) {}
+/// Which operation a phase belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Task {
+    Deposit,
+    Verify,
+    Copy,
+    Migrate,
+    Mirror,
+}
+
+impl Task {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Task::Deposit => "deposit",
+            Task::Verify => "verify",
+            Task::Copy => "copy",
+            Task::Migrate => "migrate",
+            Task::Mirror => "mirror",
+        }
+    }
+}
+
+/// What happened to one item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome<'a> {
+    Deposited,
+    AlreadyDeposited,
+    /// Verified with no problem.
+    Ok,
+    /// Verified, with problems (reported separately).
+    Damaged,
+    /// The item disappeared while the run went on (moved away by someone else).
+    Vanished,
+    Unchanged,
+    Skipped,
+    Copied,
+    Replaced,
+    Deleted,
+    Migrated,
+    WouldCopy,
+    WouldReplace {
+        why: &'a str,
+    },
+    WouldDelete,
+}
+
+impl Outcome<'_> {
+    /// The words used in text and JSON output.
+    pub fn describe(self) -> String {
+        match self {
+            Outcome::Deposited => "deposited".into(),
+            Outcome::AlreadyDeposited => "already deposited".into(),
+            Outcome::Ok => "ok".into(),
+            Outcome::Damaged => "damaged".into(),
+            Outcome::Vanished => "vanished (moved away during the run)".into(),
+            Outcome::Unchanged => "unchanged".into(),
+            Outcome::Skipped => "skipped".into(),
+            Outcome::Copied => "copied".into(),
+            Outcome::Replaced => "replaced".into(),
+            Outcome::Deleted => "deleted".into(),
+            Outcome::Migrated => "migrated".into(),
+            Outcome::WouldCopy => "would copy".into(),
+            Outcome::WouldReplace { why } => format!("would replace ({why})"),
+            Outcome::WouldDelete => "would delete".into(),
+        }
+    }
+}
+
+/// One thing an operation reports.
+#[derive(Debug, Clone, Copy)]
+pub enum Event<'a> {
+    /// A phase starts.
+    Begin(Task),
+    /// More work became known: items and payload bytes to add to the totals.
+    Found {
+        items: u64,
+        bytes: u64,
+    },
+    /// Bytes were read or copied (many times within a large file).
+    Bytes(u64),
+    /// One item finished.
+    Item {
+        name: &'a str,
+        outcome: Outcome<'a>,
+    },
+    Problem(&'a Problem),
+    Warning(&'a str),
+    /// The minter waits for its clock to pass the last name's time (coarse granularity).
+    WaitingForMinter {
+        seconds: f64,
+    },
     /// The phase ends.
-    fn end(&self) {}
+    End,
+}
+
+/// Receives events from operations.
+pub trait Reporter: Send + Sync {
+    fn report(&self, event: Event<'_>);
+
+    /// Whether totals are worth a survey ahead of the work (`Event::Found`): true
+    /// when someone watches a progress bar, false under cron.
+    fn wants_totals(&self) -> bool {
+        false
+    }
+
+    fn begin(&self, task: Task) {
+        self.report(Event::Begin(task));
+    }
+    fn found(&self, items: u64, bytes: u64) {
+        self.report(Event::Found { items, bytes });
+    }
+    fn bytes(&self, n: u64) {
+        self.report(Event::Bytes(n));
+    }
+    fn item(&self, name: &str, outcome: Outcome<'_>) {
+        self.report(Event::Item { name, outcome });
+    }
+    fn problem(&self, problem: &Problem) {
+        self.report(Event::Problem(problem));
+    }
+    fn warning(&self, message: &str) {
+        self.report(Event::Warning(message));
+    }
+    fn end(&self) {
+        self.report(Event::End);
+    }
+}
+
+/// A clock that says so before a wait of a second or more: at coarse granularity
+/// (60 s) the minter may wait most of a minute for the next free name.
+pub struct NoticedClock<'a> {
+    pub clock: &'a dyn Clock,
+    pub reporter: &'a dyn Reporter,
+}
+
+impl Clock for NoticedClock<'_> {
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    fn sleep_until(&self, until: Timestamp) {
+        let seconds = (until.nanos() - self.clock.now().nanos()) as f64 / 1e9;
+        if seconds >= 1.0 {
+            self.reporter.report(Event::WaitingForMinter { seconds });
+        }
+        self.clock.sleep_until(until);
+    }
 }
 
 /// A reporter that reports nothing.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Silent;
 
-impl Reporter for Silent {}
+impl Reporter for Silent {
+    fn report(&self, _event: Event<'_>) {}
+}

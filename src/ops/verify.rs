@@ -12,7 +12,8 @@ use crate::bag;
 use crate::collection::{alias, ibip_in, Collection, Entry, Item, LockWait};
 use crate::error::Result;
 use crate::id::RepositoryName;
-use crate::ops::report::Reporter;
+use crate::ops::report::{Outcome, Reporter, Task};
+use crate::ops::survey::{while_surveying, Survey};
 use crate::problem::{Problem, ProblemKind};
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -83,7 +84,7 @@ fn verify_one(collection: &Collection, item: &Item, counters: &Counters, reporte
     let (check, problems) = verify_item(collection, item, reporter);
     if !problems.is_empty() && item.vanished() {
         // Moved away by a concurrent migrate while it was read: not damage.
-        reporter.item(&item.name.to_string(), "vanished (moved away during the run)");
+        reporter.item(&item.name.to_string(), Outcome::Vanished);
         return;
     }
     counters.items.fetch_add(1, Ordering::Relaxed);
@@ -92,7 +93,7 @@ fn verify_one(collection: &Collection, item: &Item, counters: &Counters, reporte
     for problem in &problems {
         counters.report(reporter, problem);
     }
-    reporter.item(&item.name.to_string(), if problems.is_empty() { "ok" } else { "damaged" });
+    reporter.item(&item.name.to_string(), if problems.is_empty() { Outcome::Ok } else { Outcome::Damaged });
 }
 
 /// Staging and trash that an interrupted writer left, with their size. Looked for
@@ -121,27 +122,30 @@ fn leftovers(collection: &Collection) -> Vec<Problem> {
 /// Verifies the named items (names or IBIps), or every item when `names` is empty.
 pub fn verify(collection: &Collection, names: &[String], reporter: &dyn Reporter) -> Result<VerifySummary> {
     let counters = Counters::default();
-    reporter.begin("verify", None, None);
-    if names.is_empty() {
-        for problem in leftovers(collection) {
-            counters.report(reporter, &problem);
-        }
-        collection.walk().par_bridge().try_for_each(|entry| -> Result<()> {
-            match entry? {
-                Entry::Item(item) => verify_one(collection, &item, &counters, reporter),
-                Entry::Stray { path, why } => {
-                    let rel = collection.layout.relative(&path).display().to_string();
-                    counters.report(reporter, &Problem::new(&rel, None, ProblemKind::StrayEntry, why));
-                }
+    reporter.begin(Task::Verify);
+    while_surveying(reporter, Survey::Items(collection, names), || -> Result<()> {
+        if names.is_empty() {
+            for problem in leftovers(collection) {
+                counters.report(reporter, &problem);
             }
-            Ok(())
-        })?;
-    } else {
-        let mut items: Vec<Item> = names.iter().map(|n| collection.resolve(n)).collect::<Result<_>>()?;
-        let mut seen = std::collections::BTreeSet::new();
-        items.retain(|item| seen.insert(item.name.clone()));
-        items.iter().for_each(|item| verify_one(collection, item, &counters, reporter));
-    }
+            collection.walk().par_bridge().try_for_each(|entry| -> Result<()> {
+                match entry? {
+                    Entry::Item(item) => verify_one(collection, &item, &counters, reporter),
+                    Entry::Stray { path, why } => {
+                        let rel = collection.layout.relative(&path).display().to_string();
+                        counters.report(reporter, &Problem::new(&rel, None, ProblemKind::StrayEntry, why));
+                    }
+                }
+                Ok(())
+            })?;
+        } else {
+            let mut items: Vec<Item> = names.iter().map(|n| collection.resolve(n)).collect::<Result<_>>()?;
+            let mut seen = std::collections::BTreeSet::new();
+            items.retain(|item| seen.insert(item.name.clone()));
+            items.iter().for_each(|item| verify_one(collection, item, &counters, reporter));
+        }
+        Ok(())
+    })?;
     reporter.end();
     Ok(counters.summary())
 }

@@ -666,7 +666,8 @@ fn regress_bag_deposited_partially() {
     let run = env.run(&["deposit", &root, "md5bag", "widebag", "--bag", "--move"]);
     assert_code(&run, 0, "deposit --bag of bags with tag files and other algorithms");
     assert!(!md5_bag.exists() && !wide_bag.exists(), "--move removed both bags whole: {}", run.stderr);
-    let names: Vec<String> = env.ok(&["list", &root]).lines().iter().map(|l| l.split('\t').next().unwrap().into()).collect();
+    let names: Vec<String> =
+        env.ok(&["list", &root]).lines().iter().map(|l| l.split('\t').next().unwrap().into()).collect();
     assert_eq!(names.len(), 2);
     for (name, algorithms) in names.iter().zip([&["md5", "sha256"][..], &["sha256", "sha512"][..]]) {
         let item = std::path::PathBuf::from(env.ok(&["resolve", &root, name]).stdout.trim());
@@ -708,7 +709,9 @@ fn regress_bag_deposited_partially() {
     fs::write(bad_tag.join("metadata/dc.xml"), b"<dc>edited</dc>").unwrap();
     let run = env.fails(&["deposit", &root, "badtag", "--bag", "--move"], 1);
     assert!(run.stderr.contains("metadata/dc.xml") || run.stderr.contains("sha512"), "{}", run.stderr);
-    for (dir, file, content) in [("holey", "fetch.txt", &b"http://x 1 data/y\n"[..]), ("sha3", "manifest-sha3.txt", b"")] {
+    for (dir, file, content) in
+        [("holey", "fetch.txt", &b"http://x 1 data/y\n"[..]), ("sha3", "manifest-sha3.txt", b"")]
+    {
         minimal_bag(&env, dir, "f.txt", b"f");
         env.write(&format!("{dir}/{file}"), content);
         let run = env.fails(&["deposit", &root, dir, "--bag", "--move"], 2);
@@ -716,4 +719,80 @@ fn regress_bag_deposited_partially() {
     }
     assert!(bad_md5.join("data/report.txt").exists() && bad_tag.join("mets.xml").exists(), "refused bags stay");
     assert_eq!(env.ok(&["list", &root]).lines().len(), 2);
+}
+
+/// Subcommand names listed in the "Commands:" section of `help`.
+fn subcommands(help: &str) -> Vec<String> {
+    help.split("Commands:")
+        .nth(1)
+        .unwrap_or("")
+        .split("\n\n")
+        .next()
+        .unwrap_or("")
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .filter(|name| name != "help")
+        .collect()
+}
+
+/// Every command's help describes each positional argument and ends with examples;
+/// `ibi man --dir` writes a page per command, and the main page lists exit codes.
+#[test]
+fn regress_help_without_examples() {
+    let env = TestEnv::new();
+    let top = env.ok(&["--help"]).stdout;
+    assert!(top.contains("Exit codes:") && top.contains("75"), "{top}");
+    let mut commands: Vec<Vec<String>> = subcommands(&top).into_iter().map(|c| vec![c]).collect();
+    for nested in ["ibip", "pilin"] {
+        let help = env.ok(&[nested, "--help"]).stdout;
+        commands.extend(subcommands(&help).into_iter().map(|c| vec![nested.to_string(), c]));
+    }
+    assert!(commands.len() >= 18, "{commands:?}");
+    for command in &commands {
+        let mut args: Vec<&str> = command.iter().map(String::as_str).collect();
+        args.push("--help");
+        let help = env.ok(&args).stdout;
+        let examples = help.rsplit("Examples:").next().unwrap_or("");
+        assert!(help.contains("\nExamples:\n") && examples.contains("ibi "), "{command:?} ends with examples:\n{help}");
+        let positionals = help.split("Arguments:").nth(1).map(|s| s.split("\n\n").next().unwrap_or(""));
+        let argument_lines = positionals.unwrap_or("").lines().filter(|l| l.trim_start().starts_with(['<', '[']));
+        for line in argument_lines {
+            let described = line.trim().split_once("  ").is_some_and(|(_, rest)| !rest.trim().is_empty());
+            assert!(described, "{command:?}: positional without a description: {line:?}");
+        }
+    }
+    let pages = env.path("man");
+    env.ok(&["man", "--dir", pages.to_str().unwrap()]);
+    for command in &commands {
+        let page = pages.join(format!("ibi-{}.1", command.join("-")));
+        assert!(page.is_file(), "{} is written", page.display());
+    }
+    let main = fs::read_to_string(pages.join("ibi.1")).unwrap();
+    assert!(main.contains("Exit codes") && main.contains("130"), "the main page lists the exit codes");
+}
+
+/// On a terminal, progress shows items and bytes done and total, a percentage and
+/// an ETA, and sizes are human-readable; a coarse minter says when it waits.
+#[test]
+fn regress_progress_without_totals() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    sh(&format!("head -c 400M /dev/zero > '{}'", env.path("big.bin").display()));
+    env.ok(&["deposit", &root, "big.bin", "--move"]);
+    // `script` gives ibi a terminal; COLUMNS keeps the bar on one wide line.
+    let run = sh_in(env.root(), &format!("COLUMNS=200 script -qec '\"$IBI\" verify {root}' /dev/null"));
+    assert_code(&run, 0, "verify on a terminal");
+    let screen = run.stdout.replace('\r', "\n");
+    assert!(screen.contains("verify 0/1 items") || screen.contains("verify 1/1 items"), "item totals: {screen}");
+    assert!(screen.contains("%") && screen.contains("ETA") && screen.contains("/400.00 MiB"), "{screen}");
+    assert!(screen.contains("400.00 MiB in "), "human-readable summary on a terminal: {screen}");
+    let plain = env.ok(&["verify", &root]);
+    assert!(plain.stderr.contains("419430400 bytes in "), "exact when no terminal: {}", plain.stderr);
+
+    let args = ["mint", "--state", "s", "--host", "a.b.c", "--granularity", "60", "--count", "2"];
+    let at = ["--at", "2026-01-01T00:00:30Z"];
+    let run = env.ok(&[&args[..], &at[..]].concat());
+    assert!(run.stderr.contains("waiting 30.0 s for the minter"), "{}", run.stderr);
+    let run = env.ok(&[&["-q"][..], &args[..], &["--at", "2026-01-01T00:02:30Z"][..]].concat());
+    assert_eq!(run.stderr, "", "silent under -q");
 }

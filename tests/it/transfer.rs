@@ -143,7 +143,7 @@ fn a_corrupt_src_item_is_never_placed_and_the_rest_are() {
     fs::write(Path::new(&src).join(&name).join("data/f0.txt"), b"flipped").unwrap();
     let run = env.fails(&["copy", &src, &dst], 1);
     assert!(
-        run.stdout.contains("digest mismatch") && run.stderr.contains("corrupt 1,"),
+        run.stdout.contains("digest mismatch") && run.stderr.contains("corrupt 1;"),
         "{}{}",
         run.stdout,
         run.stderr
