@@ -89,11 +89,11 @@ fn migrate_by_rename_killed_at_random_moments_loses_and_duplicates_nothing() {
 
 #[test]
 fn migrate_by_copy_across_filesystems_killed_at_random_moments_loses_and_duplicates_nothing() {
-    let shm = tempfile::tempdir_in("/dev/shm").expect("/dev/shm");
     let env = TestEnv::new();
+    let other_fs = env.tmpfs("other-fs", "64m");
     // 130 items: three batches, so kills also land while one batch commits and the next stages.
     let a = env.filled("a", 130, 2);
-    let b = shm.path().join("b").to_string_lossy().into_owned();
+    let b = other_fs.at("b");
     env.ok(&["-q", "init", &b, "--host", "b.example.org", "--ip", "192.0.2.50"]);
     migrate_under_kills(&env, &a, &b);
 }

@@ -266,3 +266,34 @@ impl TestEnv {
         std::fs::write(path, content).unwrap();
     }
 }
+
+/// A tmpfs of its own, mounted under the test's temp dir and unmounted when dropped
+/// (also when the test fails), so a test that crosses filesystems or fills a disk
+/// never shares space with other work. Needs root, as CI has.
+pub struct Tmpfs {
+    pub path: PathBuf,
+}
+
+impl Tmpfs {
+    /// The mount point as text, for command lines.
+    pub fn at(&self, rel: &str) -> String {
+        self.path.join(rel).to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("--lazy").arg(&self.path).status();
+    }
+}
+
+impl TestEnv {
+    /// Mounts a tmpfs of `size` (as mount(8) writes it: `2m`, `256m`) at `name`.
+    pub fn tmpfs(&self, name: &str, size: &str) -> Tmpfs {
+        assert!(is_root(), "this test mounts a tmpfs of its own and must run as root (CI does; scripts/test says so)");
+        let path = self.path(name);
+        std::fs::create_dir_all(&path).unwrap();
+        sh(&format!("mount -t tmpfs -o size={size},mode=0755 tmpfs '{}'", path.display()));
+        Tmpfs { path }
+    }
+}

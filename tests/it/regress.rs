@@ -479,14 +479,12 @@ fn regress_small_dst_copies_nothing() {
     let mut args = vec!["-q", "deposit", "--each", src.as_str()];
     args.extend(paths.iter().map(String::as_str));
     env.ok(&args);
-    fs::create_dir(env.path("small")).unwrap();
-    sh(&format!("mount -t tmpfs -o size=2m tmpfs '{}'", env.path("small").display()));
-    let dst = env.path("small/dst").display().to_string();
+    let small = env.tmpfs("small", "2m");
+    let dst = small.at("dst");
     env.ok(&["-q", "init", &dst, "--host", "small.example.org", "--ip", "192.0.2.9", "--granularity", "0.001"]);
     let run = env.run(&["mirror", &src, &dst]);
     let copied = env.ok(&["list", &dst]).lines().len();
     env.ok(&["verify", &dst]);
-    let _ = sh(&format!("umount '{}'", env.path("small").display()));
     assert_code(&run, 3, "mirror into a small DST");
     assert!(copied >= 3, "what fits is copied: {copied} of 30");
 }

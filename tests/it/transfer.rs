@@ -225,10 +225,10 @@ fn symlink_traps_in_dst_never_reach_the_sentinel() {
 }
 
 #[test]
-fn cross_filesystem_migrate_from_dev_shm() {
-    let shm = tempfile::tempdir_in("/dev/shm").expect("/dev/shm");
+fn cross_filesystem_migrate_from_a_tmpfs() {
     let env = TestEnv::new();
-    let src = shm.path().join("src").to_string_lossy().into_owned();
+    let other_fs = env.tmpfs("other-fs", "16m");
+    let src = other_fs.at("src");
     env.ok(&["-q", "init", &src, "--host", "shm.example.org", "--ip", "192.0.2.40", "--granularity", "0.001"]);
     for i in 0..5 {
         env.write(&format!("s/{i}/f.txt"), format!("shm item {i}").as_bytes());
@@ -255,17 +255,14 @@ fn disk_full_dst_exits_3_keeps_src_and_leaves_no_partial_item() {
     }
     let expected = env.identities(&src);
     let src_before = snapshot(Path::new(&src));
-    let mnt = env.path("small");
-    fs::create_dir(&mnt).unwrap();
-    sh(&format!("mount -t tmpfs -o size=1m tmpfs '{}'", mnt.display()));
-    let dst = format!("{}/dst", mnt.display());
+    let small = env.tmpfs("small", "1m");
+    let dst = small.at("dst");
     env.ok(&["-q", "init", &dst, "--host", "a.b.c"]);
     let mirror = env.run(&["mirror", &src, &dst]);
     let src_after_mirror = snapshot(Path::new(&src));
     let migrate = env.run(&["migrate", &src, &dst]);
     let dst_valid = env.run(&["verify", &dst]).code == 0 && control_empty(&dst, "staging");
     let in_dst = env.identities(&dst);
-    sh(&format!("umount '{}'", mnt.display()));
     for run in [&mirror, &migrate] {
         assert_eq!(run.code, 3, "{}", run.stderr);
         assert!(run.stderr.contains("No space left on device"), "{}", run.stderr);
