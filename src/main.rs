@@ -1,8 +1,17 @@
 //! The `ibi` binary: a thin shell over the library; all command-line types,
-//! progress bars and exit codes live in `cli`.
+//! progress bars and exit codes live in `cli`. Only `main` ends the process:
+//! by returning the exit code, or, on SIGINT or SIGTERM, by exiting 130 once
+//! `cli::on_interrupt` has removed what the command had in staging.
 
 mod cli;
 
 fn main() -> std::process::ExitCode {
-    cli::main()
+    cli::run(|| {
+        ctrlc::set_handler(|| {
+            if cli::on_interrupt() {
+                std::process::exit(cli::EXIT_INTERRUPTED);
+            }
+        })
+        .map_err(|e| e.to_string())
+    })
 }

@@ -133,22 +133,28 @@ pub static GRACEFUL: AtomicBool = AtomicBool::new(false);
 /// Asked to stop by SIGINT or SIGTERM (for `GRACEFUL` commands).
 pub static STOP: AtomicBool = AtomicBool::new(false);
 
-/// SIGINT and SIGTERM: a daemon-like command stops at its next quiet moment; any
-/// other command removes the staging folders it has (after any rename under way)
-/// and exits 130, so an interrupt leaves no half-built item behind.
-fn on_interrupt() {
+/// The exit code of a run ended by SIGINT or SIGTERM.
+pub const EXIT_INTERRUPTED: i32 = 130;
+
+/// SIGINT and SIGTERM: a daemon-like command stops at its next quiet moment (and
+/// this returns false); any other command removes the staging folders it has
+/// (after any rename under way) and returns true: `main` then exits 130 with the
+/// staging lock held, so an interrupt leaves no half-built item behind.
+pub fn on_interrupt() -> bool {
     if GRACEFUL.load(Ordering::SeqCst) {
         STOP.store(true, Ordering::SeqCst);
-        return;
+        return false;
     }
-    let _held = ibi::collection::remove_live_staging();
+    // Held until the process ends, so no new staging folder appears meanwhile.
+    std::mem::forget(ibi::collection::remove_live_staging());
     stderr_line("ibi: interrupted; nothing half-done was left in staging");
-    std::process::exit(130);
+    true
 }
 
-pub fn main() -> ExitCode {
+/// Runs the command line and returns the exit code; `main` owns the process.
+pub fn run(install_interrupt_handler: impl FnOnce() -> std::result::Result<(), String>) -> ExitCode {
     let cli = Cli::parse();
-    if let Err(e) = ctrlc::set_handler(on_interrupt) {
+    if let Err(e) = install_interrupt_handler() {
         stderr_line(&format!("ibi: warning: cannot handle interrupts: {e}"));
     }
     let result = dispatch(&cli);
