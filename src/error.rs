@@ -70,6 +70,27 @@ pub enum Error {
     #[error("invalid {what}: {problem}")]
     Invalid { what: String, problem: String },
 
+    /// Something asked for by name that is not there (an item, a collection).
+    #[error("{what} {name} is not in {}", place.display())]
+    NotFound { what: &'static str, name: String, place: PathBuf },
+
+    /// A place that must be new is taken: ibi never overwrites.
+    #[error("{} already exists; refusing to overwrite it", path.display())]
+    AlreadyExists { path: PathBuf },
+
+    /// Two different things claim one name (items whose identity digests differ).
+    #[error("{name}: {detail}")]
+    Conflict { name: String, detail: String },
+
+    /// Files or folders a bag cannot hold faithfully, each with why; `symlinks`
+    /// says whether following symlinks would admit some of them.
+    #[error("cannot bag {}", offenders.join(", "))]
+    Unbaggable { offenders: Vec<String>, symlinks: bool },
+
+    /// Watching a folder for changes failed (inotify limits, a vanished folder).
+    #[error("cannot watch {}: {problem}", path.display())]
+    Watch { path: PathBuf, problem: String },
+
     /// Damaged data met on the way (a corrupt source bag): the run stops for this item.
     #[error("{what}: {problem}")]
     Data { what: String, problem: String },
@@ -83,10 +104,16 @@ impl Error {
 
     pub fn class(&self) -> ErrorClass {
         match self {
-            Error::Parse(_) | Error::NotEncodable { .. } | Error::Invalid { .. } => ErrorClass::Input,
-            Error::Io { .. } | Error::CorruptState { .. } | Error::ClockBehind { .. } => ErrorClass::Operational,
+            Error::Parse(_)
+            | Error::NotEncodable { .. }
+            | Error::Invalid { .. }
+            | Error::NotFound { .. }
+            | Error::Unbaggable { .. } => ErrorClass::Input,
+            Error::Io { .. } | Error::CorruptState { .. } | Error::ClockBehind { .. } | Error::Watch { .. } => {
+                ErrorClass::Operational
+            }
+            Error::AlreadyExists { .. } | Error::Conflict { .. } | Error::Data { .. } => ErrorClass::Data,
             Error::Locked { .. } => ErrorClass::Busy,
-            Error::Data { .. } => ErrorClass::Data,
         }
     }
 }

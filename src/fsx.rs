@@ -210,9 +210,11 @@ pub struct Copied {
 /// Copies the regular file `src` to a new file `dst` in one read pass that also hashes,
 /// gives the copy the source's mtime (provenance, and cheap file-level backups), then
 /// (in `mode.sync`) fsyncs `dst`. `dst` must not exist.
-pub fn copy_hashing(src: &Path, dst: &Path, mode: CopyMode) -> Result<Copied> {
-    let RegularFile { mut file, meta } = open_regular(src, mode.follow).with_path("open", src)?;
-    let mut output = OpenOptions::new().write(true).create_new(true).open(dst).with_path("create", dst)?;
+pub fn copy_hashing(src: &Path, dst: &Path, mode: CopyMode) -> std::result::Result<Copied, CopyError> {
+    let source = |action, e| CopyError::Source(Error::io(action, src, e));
+    let destination = |action, e| CopyError::Destination(Error::io(action, dst, e));
+    let RegularFile { mut file, meta } = open_regular(src, mode.follow).map_err(|e| source("open", e))?;
+    let mut output = OpenOptions::new().write(true).create_new(true).open(dst).map_err(|e| destination("create", e))?;
     let mut write_error = None;
     let result = hash_stream(&mut file, mode.also, |chunk| {
         (mode.progress)(chunk.len() as u64);
@@ -220,16 +222,32 @@ pub fn copy_hashing(src: &Path, dst: &Path, mode: CopyMode) -> Result<Copied> {
     });
     let digests = match (result, write_error) {
         (Ok(done), _) => done,
-        (Err(e), Some(_)) => return Err(Error::io("write", dst, e)),
-        (Err(e), None) => return Err(Error::io("read", src, e)),
+        (Err(e), Some(_)) => return Err(destination("write", e)),
+        (Err(e), None) => return Err(source("read", e)),
     };
     if let Ok(mtime) = meta.modified() {
-        output.set_modified(mtime).with_path("set the modification time of", dst)?;
+        output.set_modified(mtime).map_err(|e| destination("set the modification time of", e))?;
     }
     if mode.sync {
-        output.sync_all().with_path("fsync", dst)?;
+        output.sync_all().map_err(|e| destination("fsync", e))?;
     }
     Ok(Copied { digests, stamp: Stamp::of(&meta) })
+}
+
+/// Which end of a copy failed: a source that cannot be read is a problem of what is
+/// copied; a destination that cannot be written is an error of the run.
+#[derive(Debug)]
+pub enum CopyError {
+    Source(Error),
+    Destination(Error),
+}
+
+impl From<CopyError> for Error {
+    fn from(e: CopyError) -> Error {
+        match e {
+            CopyError::Source(e) | CopyError::Destination(e) => e,
+        }
+    }
 }
 
 fn renameat2(from: &Path, to: &Path, flags: libc::c_uint) -> io::Result<()> {

@@ -174,6 +174,9 @@ pub fn run(install_interrupt_handler: impl FnOnce() -> std::result::Result<(), S
             if !(cli.global.quiet && code == EXIT_BUSY) {
                 // Library errors already name their cause; other errors show their chain.
                 match error.downcast_ref::<ibi::Error>() {
+                    Some(e @ ibi::Error::Unbaggable { symlinks: true, .. }) => {
+                        stderr_line(&format!("ibi: error: {e}; symlinks can be copied with --follow-symlinks"))
+                    }
                     Some(e) => stderr_line(&format!("ibi: error: {e}")),
                     None => stderr_line(&format!("ibi: error: {error:#}")),
                 }

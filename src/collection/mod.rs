@@ -295,8 +295,7 @@ impl Collection {
 
     /// Finds an item by repository name or IBIp, in any letter case.
     pub fn resolve(&self, text: &str) -> Result<Item> {
-        let not_found =
-            || Error::Invalid { what: "item".into(), problem: format!("no item {text} in {}", self.root().display()) };
+        let not_found = || Error::NotFound { what: "item", name: text.to_string(), place: self.root().to_path_buf() };
         if !text.contains('/') {
             let problem = format!("\"{text}\" is not a repository name or an IBIp (both hold a \"/\")");
             return Err(Error::Invalid { what: "item".into(), problem });

@@ -51,7 +51,7 @@ pub fn check_meta(meta: &[(String, String)]) -> Result<()> {
     for (label, _) in meta {
         if RESERVED_LABELS.iter().any(|r| r.eq_ignore_ascii_case(label)) {
             return Err(Error::Invalid {
-                what: "--meta".into(),
+                what: "metadata label".into(),
                 problem: format!("{label} is written by ibi itself and cannot be set"),
             });
         }

@@ -182,7 +182,7 @@ fn walk_bag(bag: &Path, top: &Top) -> Result<(SourcePlan, SourcePlan)> {
     for name in &top.kept {
         add_source(&mut tags, &bag.join(name), name, false, &mut refusals)?;
     }
-    refusals.into_result("")?;
+    refusals.into_result(true)?;
     Ok((payload, tags))
 }
 

@@ -119,7 +119,7 @@ fn guard_delete(src: &Collection, dst: &Collection) -> Result<()> {
     let dst_has = items(dst.walk()).next().transpose()?.is_some();
     if !src_has && dst_has {
         return Err(Error::Invalid {
-            what: "--delete".into(),
+            what: "deletion".into(),
             problem: format!("SRC {} holds no items while DST holds some; refusing to delete", src.root().display()),
         });
     }
@@ -283,11 +283,10 @@ pub fn mirror_watch(
     let mut watcher = notify::recommended_watcher(move |_| {
         let _ = tx.send(());
     })
-    .map_err(|e| Error::Invalid { what: "--watch".into(), problem: e.to_string() })?;
-    watcher.watch(src.root(), RecursiveMode::Recursive).map_err(|e| Error::Invalid {
-        what: "--watch".into(),
-        problem: format!("cannot watch {}: {e}", src.root().display()),
-    })?;
+    .map_err(|e| Error::Watch { path: src.root().to_path_buf(), problem: e.to_string() })?;
+    watcher
+        .watch(src.root(), RecursiveMode::Recursive)
+        .map_err(|e| Error::Watch { path: src.root().to_path_buf(), problem: e.to_string() })?;
     on_pass(&sync(src, dst, options, reporter)?);
     while !stop.load(Ordering::SeqCst) {
         if rx.recv_timeout(Duration::from_millis(200)).is_err() {

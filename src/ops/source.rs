@@ -50,18 +50,22 @@ pub struct SourcePlan {
 
 /// Collects refusals so they can all be reported at once.
 #[derive(Default)]
-pub(crate) struct Refusals(Vec<String>);
+pub(crate) struct Refusals {
+    offenders: Vec<String>,
+    /// Some offender is a symlink, which following symlinks would admit.
+    symlinks: bool,
+}
 
 impl Refusals {
     pub(crate) fn push(&mut self, path: &Path, why: &str) {
-        self.0.push(format!("{} ({why})", path.display()));
+        self.offenders.push(format!("{} ({why})", path.display()));
     }
 
-    pub(crate) fn into_result(self, hint: &str) -> Result<()> {
-        if self.0.is_empty() {
+    pub(crate) fn into_result(self, follow_symlinks: bool) -> Result<()> {
+        if self.offenders.is_empty() {
             return Ok(());
         }
-        Err(Error::Invalid { what: "deposit".into(), problem: format!("cannot bag {}{hint}", self.0.join(", ")) })
+        Err(Error::Unbaggable { offenders: self.offenders, symlinks: self.symlinks && !follow_symlinks })
     }
 }
 
@@ -118,6 +122,7 @@ pub(crate) fn add_source(
         } else if ft.is_file() {
             plan.files.push(PlannedFile { source: entry.path().to_path_buf(), path, expected: BTreeMap::new() });
         } else {
+            refusals.symlinks |= ft.is_symlink();
             refusals.push(entry.path(), crate::fsx::file_kind_name(&ft));
         }
     }
@@ -156,6 +161,6 @@ pub fn plan_paths(paths: &[PathBuf], follow_symlinks: bool) -> Result<SourcePlan
         };
         add_source(&mut plan, path, &prefix, follow_symlinks, &mut refusals)?;
     }
-    refusals.into_result("; symlinks can be copied with --follow-symlinks")?;
+    refusals.into_result(follow_symlinks)?;
     Ok(plan)
 }

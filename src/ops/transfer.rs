@@ -19,7 +19,7 @@ use crate::bag;
 use crate::collection::{alias, ibip_in, Collection, Intent, Item, StagingDir};
 use crate::digest::{Algorithm, Digests};
 use crate::error::{Error, IoContext, Result};
-use crate::fsx::{self, copy_hashing, fsync_dir, rename_exchange, rename_noreplace, CopyMode};
+use crate::fsx::{self, copy_hashing, fsync_dir, rename_exchange, rename_noreplace, CopyError, CopyMode};
 use crate::id::{Ibip, RepositoryName};
 use crate::ops::report::Reporter;
 use crate::ops::verify::check_identifiers;
@@ -119,7 +119,7 @@ fn copy_files(
     reporter: &dyn Reporter,
 ) -> Result<(CopiedDigests, Corrupt)> {
     let also = algorithms_named(files);
-    let results: Vec<(String, Result<Digests>)> = files
+    let results: Vec<(String, std::result::Result<Digests, CopyError>)> = files
         .par_iter()
         .map(|rel| {
             let progress = |n: u64| reporter.bytes(n);
@@ -135,10 +135,14 @@ fn copy_files(
             Ok(done) => {
                 digests.insert(rel, done);
             }
-            Err(Error::Io { action: "open" | "read", source, .. }) => {
-                problems.push(Problem::new(label, Some(&rel), ProblemKind::Unreadable, source.to_string()))
+            Err(CopyError::Source(e)) => {
+                let why = match e {
+                    Error::Io { source, .. } => source.to_string(),
+                    other => other.to_string(),
+                };
+                problems.push(Problem::new(label, Some(&rel), ProblemKind::Unreadable, why))
             }
-            Err(e) => return Err(e),
+            Err(CopyError::Destination(e)) => return Err(e),
         }
     }
     Ok((digests, problems))
