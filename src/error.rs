@@ -8,8 +8,6 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use crate::id::Timestamp;
-
 /// Invalid text: what was being read, the whole input, a 1-based column (in characters)
 /// and the problem, e.g. `invalid month "13" at column 28 in repository name "…"`.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -59,7 +57,7 @@ pub enum Error {
     #[error(
         "clock {clock} is behind the minter state {state}: the next name needs a wait of {wait_seconds} s, more than max_wait {max_wait_seconds} s"
     )]
-    ClockBehind { clock: Timestamp, state: Timestamp, wait_seconds: String, max_wait_seconds: String },
+    ClockBehind { clock: String, state: String, wait_seconds: String, max_wait_seconds: String },
 
     #[error("cannot encode {what}: {problem}")]
     NotEncodable { what: String, problem: String },

@@ -416,6 +416,20 @@ impl Drop for FileLock {
     }
 }
 
+/// Watches the tree under `root` for changes: each event sends `()` on the receiver.
+/// Dropping the watcher stops it.
+pub fn watch_tree(root: &Path) -> Result<(notify::RecommendedWatcher, std::sync::mpsc::Receiver<()>)> {
+    use notify::Watcher;
+    let failed = |e: notify::Error| Error::Watch { path: root.to_path_buf(), problem: e.to_string() };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut watcher = notify::recommended_watcher(move |_| {
+        let _ = tx.send(());
+    })
+    .map_err(failed)?;
+    watcher.watch(root, notify::RecursiveMode::Recursive).map_err(failed)?;
+    Ok((watcher, rx))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,6 +12,7 @@ pub mod fsx;
 pub mod id;
 pub mod ops;
 pub mod problem;
+pub mod store;
 
 pub use error::{Error, ErrorClass, ParseError, Result};
 pub use id::{Granularity, Handle, Ibip, Identifier, Minted, PilinSuffix, RepositoryName, Subsystem, Timestamp};

@@ -5,10 +5,11 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use ibi::id::minter::{Clock, Minter, ReplayClock, StateStore, SystemClock};
+use ibi::id::minter::{Clock, Minter, ReplayClock, SystemClock};
 use ibi::id::name::PortSeparator;
 use ibi::id::pilin::PilinMinter;
 use ibi::ops::NoticedClock;
+use ibi::store::local::StateFile;
 use ibi::{Ibip, Identifier, PilinSuffix, RepositoryName, Subsystem};
 use serde_json::{json, Map, Value};
 
@@ -49,7 +50,8 @@ pub fn mint(global: GlobalArgs, args: &MintArgs) -> Result<Outcome> {
     let clock = clock_for(args.at);
     let printer = Printer::new(global);
     let noticed = NoticedClock { clock: clock.as_ref(), reporter: &printer };
-    let mut minter = Minter::new(StateStore::beside(state), subsystem.granularity, &noticed);
+    let state = StateFile::beside(state);
+    let mut minter = Minter::new(&state, subsystem.granularity, &noticed);
     minter.max_wait = args.max_wait.0;
     print_minted(global, &subsystem, &minter.mint(args.count)?)?;
     Ok(Outcome::Success)
@@ -204,11 +206,8 @@ fn pilin_mint(args: &PilinMintArgs) -> Result<Outcome> {
         None => default_pilin_state()?,
     };
     let clock = clock_for(args.at);
-    let minter = PilinMinter {
-        store: StateStore::beside(&state),
-        max_wait: ibi::id::minter::DEFAULT_MAX_WAIT,
-        clock: clock.as_ref(),
-    };
+    let state = StateFile::beside(&state);
+    let minter = PilinMinter { state: &state, max_wait: ibi::id::minter::DEFAULT_MAX_WAIT, clock: clock.as_ref() };
     let suffixes = minter.mint(args.count)?;
     let out: String = suffixes.iter().map(|s| format!("{s}\n")).collect();
     super::write_stdout(&out)?;

@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 use crate::bag::{self, BagInfo};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, atomic_write, create_dir_all_durable, fsync_dir, FileLock};
-use crate::id::minter::{Clock, Minter, StateStore};
+use crate::id::minter::{Clock, Minter};
 use crate::id::{Ibip, Identifier, Minted, RepositoryName, Subsystem};
+use crate::store::local::StateFile;
 pub use config::CollectionConfig;
 pub use layout::Layout;
 pub use walk::{Entry, ItemWalker};
@@ -228,11 +229,19 @@ impl Collection {
         }
     }
 
+    /// Takes the write lock and completes what an interrupted writer left: how every
+    /// writer starts.
+    pub fn lock_and_recover(&self, wait: LockWait) -> Result<FileLock> {
+        let lock = self.lock_writes(wait)?;
+        self.recover()?;
+        Ok(lock)
+    }
+
     /// Mints `count` identifiers from the collection's own minter state. A date that
     /// cannot be encoded (an IBIp before 1995) fails the call and leaves the state as it was.
     pub fn mint(&self, count: usize, clock: &dyn Clock) -> Result<Vec<Minted>> {
-        let store = StateStore::new(self.layout.minter_state(), self.layout.minter_lock());
-        let minter = Minter::new(store, self.subsystem.granularity, clock);
+        let state = StateFile::new(self.layout.minter_state(), self.layout.minter_lock());
+        let minter = Minter::new(&state, self.subsystem.granularity, clock);
         let dates = minter.mint_checked(count, &|date| self.subsystem.identify(date).map(drop))?;
         dates.into_iter().map(|date| self.subsystem.identify(date)).collect()
     }
@@ -291,6 +300,19 @@ impl Collection {
     /// Every item and stray entry, sorted by name, streaming.
     pub fn walk(&self) -> ItemWalker {
         ItemWalker::new(self.layout.root.clone())
+    }
+
+    /// The items named (by repository name or IBIp; each once, in the order given),
+    /// or every item in name order when none is named.
+    pub fn selected<'a>(&'a self, names: &'a [String]) -> Box<dyn Iterator<Item = Result<Item>> + Send + 'a> {
+        if names.is_empty() {
+            return Box::new(self.walk().items());
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        Box::new(names.iter().map(|n| self.resolve(n)).filter(move |r| match r {
+            Ok(item) => seen.insert(item.name.clone()),
+            Err(_) => true,
+        }))
     }
 
     /// Finds an item by repository name or IBIp, in any letter case.

@@ -32,6 +32,18 @@ pub struct ItemWalker {
 const DEPTH: usize = 4;
 
 impl ItemWalker {
+    /// The items only, in name order: for callers that do not report strays
+    /// (`verify` does, walking `Entry`s itself).
+    pub fn items(self) -> impl Iterator<Item = Result<Item>> + Send {
+        self.filter_map(|entry| match entry {
+            Ok(Entry::Item(item)) => Some(Ok(item)),
+            Ok(Entry::Stray { .. }) => None,
+            Err(e) => Some(Err(e)),
+        })
+    }
+}
+
+impl ItemWalker {
     pub fn new(root: PathBuf) -> Self {
         ItemWalker { root, stack: Vec::new(), started: false, pending: Vec::new() }
     }

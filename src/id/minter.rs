@@ -1,17 +1,14 @@
-//! The `Minter`: Algorithm 4's distributor plus its durable state, a lock and
-//! a clock. Minting holds an exclusive lock across read, compute and save, so
-//! processes that share a state file never hand out the same date. The state
-//! is one exact decimal line, rewritten atomically; a missing state means the
-//! first use, while an unreadable or corrupt one is an error, never a reset.
-//! The `Clock` is injectable so replays (`--at`) and tests never sleep.
+//! The `Minter`: Algorithm 4's distributor plus its durable state and a clock.
+//! Minting runs read, compute and save as one exclusive `MinterState::update`,
+//! so processes that share a state never hand out the same date. How the state
+//! is stored and locked belongs to a backend (`store::local::StateFile`); this
+//! module does no I/O. The `Clock` is injectable so replays (`--at`) and tests
+//! never sleep.
 
 use std::cell::Cell;
-use std::io;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::fsx::{atomic_write, FileLock};
 use crate::id::distributor::{Distributor, Granularity};
 use crate::id::time::Timestamp;
 
@@ -66,59 +63,32 @@ impl Clock for ReplayClock {
     }
 }
 
-/// The longest minter state read: one decimal date with nine fraction digits fits
-/// many times over; a larger file is corrupt and is never echoed into a message.
-const MAX_STATE_BYTES: u64 = 256;
-
-/// A durable "last date used" with its lock: the state file and the lock file beside it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StateStore {
-    pub state: PathBuf,
-    pub lock: PathBuf,
+/// Durable storage of the last date a minter used, shared by every process that
+/// mints from it. Backends own the storage (`store::local::StateFile`, a file with
+/// a lock beside it; an object store would compare and swap).
+pub trait MinterState {
+    /// Runs `step` on the stored date while no other minter of this state can, and
+    /// stores the date it returns; nothing is stored if `step` fails.
+    fn update(&self, step: &mut dyn FnMut(Option<Timestamp>) -> Result<Timestamp>) -> Result<()>;
 }
 
-impl StateStore {
-    pub fn new(state: impl Into<PathBuf>, lock: impl Into<PathBuf>) -> Self {
-        StateStore { state: state.into(), lock: lock.into() }
-    }
-
-    /// A state file with its lock at `FILE.lock`.
-    pub fn beside(state: &Path) -> Self {
-        let mut lock = state.as_os_str().to_owned();
-        lock.push(".lock");
-        StateStore::new(state, PathBuf::from(lock))
-    }
-
-    /// Reads the last date; `None` when the file does not exist yet.
-    pub fn read(&self) -> Result<Option<Timestamp>> {
-        let corrupt = |problem: String| Error::CorruptState { path: self.state.clone(), problem };
-        let text = match crate::fsx::read_capped(&self.state, MAX_STATE_BYTES) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) if e.kind() == io::ErrorKind::InvalidData => return Err(corrupt(format!("it {e}"))),
-            Err(e) => return Err(Error::io("read minter state", &self.state, e)),
-        };
-        let text = String::from_utf8(text).map_err(|_| corrupt("it is not UTF-8 text".into()))?;
-        let line = text.strip_suffix('\n').unwrap_or(&text);
-        Timestamp::parse_decimal(line).map(Some).map_err(|e| corrupt(format!("expected one decimal date; {}", e)))
-    }
-
-    /// Writes the last date atomically and durably.
-    pub fn write(&self, last: Timestamp) -> Result<()> {
-        atomic_write(&self.state, format!("{}\n", last.to_decimal()).as_bytes())
-    }
-
-    /// Runs `step` on the stored date under the exclusive lock, and saves what it returns
-    /// (nothing is saved if `step` fails, so the state is left unchanged).
-    pub fn update<T>(&self, step: impl FnOnce(Option<Timestamp>) -> Result<(T, Timestamp)>) -> Result<T> {
-        let _lock = FileLock::acquire(&self.lock)?;
-        let last = self.read()?;
-        let (out, next) = step(last)?;
-        if Some(next) != last {
-            self.write(next)?;
-        }
-        Ok(out)
-    }
+/// Runs `step` through `state.update`, returning what `step` made besides the date.
+pub fn update_with<T>(
+    state: &dyn MinterState,
+    step: impl FnOnce(Option<Timestamp>) -> Result<(T, Timestamp)>,
+) -> Result<T> {
+    let mut step = Some(step);
+    let mut out = None;
+    state.update(&mut |last| {
+        let step = step.take().ok_or_else(|| Error::Invalid {
+            what: "minter state".into(),
+            problem: "a backend ran the update step twice".into(),
+        })?;
+        let (made, next) = step(last)?;
+        out = Some(made);
+        Ok(next)
+    })?;
+    out.ok_or_else(|| Error::Invalid { what: "minter state".into(), problem: "a backend skipped the update".into() })
 }
 
 /// The most names one call may mint: more is refused, never a panic or an abort.
@@ -144,8 +114,8 @@ pub fn wait_for(clock: &dyn Clock, now: Timestamp, creation: Timestamp, allowed:
     let wait = creation.nanos() - now.nanos();
     if wait > allowed {
         return Err(Error::ClockBehind {
-            clock: now,
-            state,
+            clock: now.to_rfc3339(),
+            state: state.to_rfc3339(),
             wait_seconds: Timestamp::from_nanos(wait).to_decimal(),
             max_wait_seconds: Timestamp::from_nanos(allowed).to_decimal(),
         });
@@ -156,17 +126,17 @@ pub fn wait_for(clock: &dyn Clock, now: Timestamp, creation: Timestamp, allowed:
     Ok(())
 }
 
-/// The distributor with its durable state, lock and clock.
+/// The distributor with its durable state and clock.
 pub struct Minter<'c> {
-    pub store: StateStore,
+    pub state: &'c dyn MinterState,
     pub granularity: Granularity,
     pub max_wait: Duration,
     pub clock: &'c dyn Clock,
 }
 
 impl<'c> Minter<'c> {
-    pub fn new(store: StateStore, granularity: Granularity, clock: &'c dyn Clock) -> Self {
-        Minter { store, granularity, max_wait: DEFAULT_MAX_WAIT, clock }
+    pub fn new(state: &'c dyn MinterState, granularity: Granularity, clock: &'c dyn Clock) -> Self {
+        Minter { state, granularity, max_wait: DEFAULT_MAX_WAIT, clock }
     }
 
     /// Mints `count` dates under one lock hold and saves the state once, before returning.
@@ -179,7 +149,7 @@ impl<'c> Minter<'c> {
     pub fn mint_checked(&self, count: usize, accept: &dyn Fn(Timestamp) -> Result<()>) -> Result<Vec<Timestamp>> {
         check_count(count)?;
         let allowed = (self.max_wait.as_nanos() as i128).max(self.granularity.nanos());
-        self.store.update(|last| {
+        update_with(self.state, |last| {
             let mut distributor = Distributor::new(self.granularity, last);
             let mut dates = Vec::with_capacity(count);
             for _ in 0..count {
@@ -196,60 +166,57 @@ impl<'c> Minter<'c> {
     }
 }
 
+/// A state in memory, for tests of the minters' own logic.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct CellState(pub Cell<Option<Timestamp>>);
+
+#[cfg(test)]
+impl MinterState for CellState {
+    fn update(&self, step: &mut dyn FnMut(Option<Timestamp>) -> Result<Timestamp>) -> Result<()> {
+        self.0.set(Some(step(self.0.get())?));
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::fs;
+    use std::cell::Cell;
 
     fn t(s: &str) -> Timestamp {
         Timestamp::parse_decimal(s).unwrap()
     }
 
-    fn store(dir: &Path) -> StateStore {
-        StateStore::beside(&dir.join("minter.state"))
-    }
+    use crate::id::minter::CellState;
 
     #[test]
-    fn replayed_table_6_2_through_the_state_file() {
-        let dir = tempfile::tempdir().unwrap();
+    fn replayed_table_6_2() {
+        let state = CellState::default();
         for row in crate::id::vectors::table_6_2() {
             let clock = ReplayClock::new(row.request);
-            let minter = Minter::new(store(dir.path()), Granularity::SECOND, &clock);
+            let minter = Minter::new(&state, Granularity::SECOND, &clock);
             assert_eq!(minter.mint(1).unwrap(), vec![row.date]);
         }
-        assert_eq!(fs::read_to_string(dir.path().join("minter.state")).unwrap(), "1287588480\n");
+        assert_eq!(state.0.get(), Some(t("1287588480")));
     }
 
     #[test]
     fn clock_behind_state_is_an_error_naming_both_dates_and_state_is_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        store(dir.path()).write(t("2000000000")).unwrap();
+        let state = CellState(Cell::new(Some(t("2000000000"))));
         let clock = ReplayClock::new(t("1999999000"));
-        let err = Minter::new(store(dir.path()), Granularity::SECOND, &clock).mint(1).unwrap_err();
+        let err = Minter::new(&state, Granularity::SECOND, &clock).mint(1).unwrap_err();
         let text = err.to_string();
         assert!(text.contains("2033-05-18T03:33:20Z") && text.contains("2033-05-18T03:16:40Z"), "{text}");
-        assert_eq!(fs::read_to_string(dir.path().join("minter.state")).unwrap(), "2000000000\n");
+        assert_eq!(state.0.get(), Some(t("2000000000")));
     }
 
     #[test]
     fn a_wait_within_max_wait_is_slept_on_the_clock() {
-        let dir = tempfile::tempdir().unwrap();
-        store(dir.path()).write(t("1000.5")).unwrap();
+        let state = CellState(Cell::new(Some(t("1000.5"))));
         let clock = ReplayClock::new(t("995"));
-        let dates = Minter::new(store(dir.path()), Granularity::SECOND, &clock).mint(2).unwrap();
+        let dates = Minter::new(&state, Granularity::SECOND, &clock).mint(2).unwrap();
         assert_eq!(dates, vec![t("1001"), t("1002")]);
         assert_eq!(clock.now(), t("1002"));
-    }
-
-    #[test]
-    fn corrupt_state_is_an_error_not_a_reset() {
-        let dir = tempfile::tempdir().unwrap();
-        for bad in ["", "12.3.4\n", "garbage", "\u{0}"] {
-            fs::write(dir.path().join("minter.state"), bad).unwrap();
-            let clock = ReplayClock::new(t("1000"));
-            let err = Minter::new(store(dir.path()), Granularity::SECOND, &clock).mint(1).unwrap_err();
-            assert!(matches!(err, Error::CorruptState { .. }), "{bad:?}: {err}");
-            assert_eq!(fs::read_to_string(dir.path().join("minter.state")).unwrap(), bad);
-        }
     }
 }

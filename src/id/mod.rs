@@ -17,7 +17,7 @@ pub mod vectors;
 pub use distributor::{Distributor, Granularity};
 pub use handle::Handle;
 pub use ibip::Ibip;
-pub use minter::{Clock, Minter, ReplayClock, StateStore, SystemClock};
+pub use minter::{Clock, Minter, MinterState, ReplayClock, SystemClock};
 pub use name::{Prefix, RepositoryName, Suffix};
 pub use pilin::PilinSuffix;
 pub use subsystem::{Minted, Subsystem};

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::error::{ParseError, Result};
 use crate::id::base::{to_u128, PILIN};
-use crate::id::minter::{wait_for, Clock, StateStore};
+use crate::id::minter::{update_with, wait_for, Clock, MinterState};
 use crate::id::time::Timestamp;
 
 const KIND: &str = "PILIN suffix";
@@ -77,7 +77,7 @@ impl FromStr for PilinSuffix {
 /// Mints PILIN suffixes from a state of their own: each is the current millisecond,
 /// or the one after the last used, whichever is later.
 pub struct PilinMinter<'c> {
-    pub store: StateStore,
+    pub state: &'c dyn MinterState,
     pub max_wait: Duration,
     pub clock: &'c dyn Clock,
 }
@@ -86,7 +86,7 @@ impl PilinMinter<'_> {
     pub fn mint(&self, count: usize) -> Result<Vec<PilinSuffix>> {
         crate::id::minter::check_count(count)?;
         let allowed = self.max_wait.as_nanos() as i128;
-        self.store.update(|last| {
+        update_with(self.state, |last| {
             let mut last = last;
             let mut out = Vec::with_capacity(count);
             for _ in 0..count {
@@ -128,13 +128,9 @@ mod tests {
 
     #[test]
     fn minting_never_reuses_a_millisecond() {
-        let dir = tempfile::tempdir().unwrap();
         let clock = ReplayClock::new(PilinSuffix::parse("Y35XYS0QH").unwrap().date());
-        let minter = PilinMinter {
-            store: StateStore::beside(&dir.path().join("pilin.state")),
-            max_wait: Duration::from_secs(10),
-            clock: &clock,
-        };
+        let state = crate::id::minter::CellState::default();
+        let minter = PilinMinter { state: &state, max_wait: Duration::from_secs(10), clock: &clock };
         let first = minter.mint(3).unwrap();
         let second = minter.mint(2).unwrap();
         assert_eq!(first[0].to_string(), "Y35XYS0QH");

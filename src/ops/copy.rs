@@ -13,9 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rayon::prelude::*;
 
-use crate::collection::{guard, Collection, Entry, Item, LockWait, Slot};
+use crate::collection::{guard, Collection, Item, LockWait, Slot};
 use crate::error::{Error, Result};
-use crate::fsx::FileLock;
 use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::transfer::{
@@ -96,13 +95,6 @@ impl Tally {
 /// copying a collection onto itself or into itself can only lose data.
 pub fn check_distinct(src: &Collection, dst: &Collection) -> Result<()> {
     guard::check_apart(src.root(), dst.root())
-}
-
-/// Takes a collection's write lock and completes what an interrupted writer left.
-pub fn lock_and_recover(collection: &Collection, wait: LockWait) -> Result<FileLock> {
-    let lock = collection.lock_writes(wait)?;
-    collection.recover()?;
-    Ok(lock)
 }
 
 /// What to do with one item, decided in parallel for a chunk.
@@ -366,26 +358,6 @@ pub fn next_chunk<T>(iter: &mut impl Iterator<Item = Result<T>>) -> Result<Vec<T
     iter.by_ref().take(BATCH).collect()
 }
 
-/// The SRC items to work on: the named ones, or all.
-pub(crate) fn selected<'a>(
-    src: &'a Collection,
-    names: &'a [String],
-) -> Box<dyn Iterator<Item = Result<Item>> + Send + 'a> {
-    if names.is_empty() {
-        Box::new(src.walk().filter_map(|entry| match entry {
-            Ok(Entry::Item(item)) => Some(Ok(item)),
-            Ok(Entry::Stray { .. }) => None,
-            Err(e) => Some(Err(e)),
-        }))
-    } else {
-        let mut seen = std::collections::BTreeSet::new();
-        Box::new(names.iter().map(|n| src.resolve(n)).filter(move |r| match r {
-            Ok(item) => seen.insert(item.name.clone()),
-            Err(_) => true,
-        }))
-    }
-}
-
 /// Copies or migrates the named SRC items (all when `names` is empty) into DST.
 pub fn transfer(
     kind: TransferKind,
@@ -397,14 +369,14 @@ pub fn transfer(
 ) -> Result<TransferSummary> {
     let migrate = kind == TransferKind::Migrate;
     check_distinct(src, dst)?;
-    let _dst_lock = if options.dry_run { None } else { Some(lock_and_recover(dst, options.wait)?) };
-    let _src_lock = if options.dry_run || !migrate { None } else { Some(lock_and_recover(src, options.wait)?) };
+    let _dst_lock = if options.dry_run { None } else { Some(dst.lock_and_recover(options.wait)?) };
+    let _src_lock = if options.dry_run || !migrate { None } else { Some(src.lock_and_recover(options.wait)?) };
     let tally = Tally::default();
     let driver = Driver { dst, dry_run: options.dry_run, tally: &tally, reporter };
     let by_rename = migrate && !options.dry_run && same_filesystem(src, dst)?;
     reporter.begin(if migrate { Task::Migrate } else { Task::Copy });
     while_surveying(reporter, Survey::Items(src, names), || -> Result<()> {
-        let mut items = selected(src, names);
+        let mut items = src.selected(names);
         let mut next_plans = || -> Result<Option<Vec<Plan>>> {
             let chunk = next_chunk(&mut items)?;
             if chunk.is_empty() {

@@ -88,8 +88,7 @@ pub fn deposit(
     for path in paths {
         guard::check_source("deposit source", path, collection.root())?;
     }
-    let _lock = collection.lock_writes(LockWait::Forever)?;
-    collection.recover()?;
+    let _lock = collection.lock_and_recover(LockWait::Forever)?;
     let groups: Vec<Vec<PathBuf>> = if options.each || options.bag {
         paths.iter().map(|p| vec![p.clone()]).collect()
     } else {

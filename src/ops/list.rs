@@ -1,7 +1,7 @@
 //! List: the items of a collection as (name, IBIp), sorted by name and
 //! streamed, optionally limited to names whose date lies in `[since, until]`.
 
-use crate::collection::{Collection, Entry};
+use crate::collection::Collection;
 use crate::error::Result;
 use crate::id::{Ibip, RepositoryName, Timestamp};
 
@@ -23,11 +23,10 @@ pub fn list(
     collection: &Collection,
     range: DateRange,
 ) -> impl Iterator<Item = Result<(RepositoryName, Option<Ibip>)>> + '_ {
-    collection.walk().filter_map(move |entry| match entry {
+    collection.walk().items().filter_map(move |item| match item {
         Err(e) => Some(Err(e)),
-        Ok(Entry::Stray { .. }) => None,
-        Ok(Entry::Item(item)) if !range.contains(item.name.date()) => None,
-        Ok(Entry::Item(item)) => {
+        Ok(item) if !range.contains(item.name.date()) => None,
+        Ok(item) => {
             // A damaged bag-info still lists by name; verify reports the damage.
             let ibip = item.ibip().ok().flatten();
             Some(Ok((item.name, ibip)))

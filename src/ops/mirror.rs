@@ -9,17 +9,13 @@
 use std::cmp::Ordering as Order;
 use std::iter::Peekable;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc;
 use std::time::Duration;
 
-use notify::{RecursiveMode, Watcher};
 use rayon::prelude::*;
 
-use crate::collection::{Collection, Entry, Item, ItemWalker, LockWait, Slot};
+use crate::collection::{Collection, Entry, Item, LockWait, Slot};
 use crate::error::{Error, Result};
-use crate::ops::copy::{
-    check_distinct, lock_and_recover, next_chunk, pipeline, plan_copy, Driver, Plan, Tally, TransferSummary,
-};
+use crate::ops::copy::{check_distinct, next_chunk, pipeline, plan_copy, Driver, Plan, Tally, TransferSummary};
 use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::verify::verify_item;
@@ -32,15 +28,6 @@ pub struct MirrorOptions {
     pub delete: bool,
     pub max_delete: Option<u64>,
     pub checksum: bool,
-}
-
-/// The items of a walk, in name order (stray entries are skipped).
-fn items(walker: ItemWalker) -> impl Iterator<Item = Result<Item>> + Send {
-    walker.filter_map(|entry| match entry {
-        Ok(Entry::Item(item)) => Some(Ok(item)),
-        Ok(Entry::Stray { .. }) => None,
-        Err(e) => Some(Err(e)),
-    })
 }
 
 /// One step of the merge: an item in SRC only, in both, or in DST only. A DST-only
@@ -115,8 +102,8 @@ impl<A: Iterator<Item = Result<Entry>>, B: Iterator<Item = Result<Item>>> Iterat
 /// Refuses `--delete` when SRC holds no items while DST holds some (an unmounted
 /// or emptied SRC must never empty DST).
 fn guard_delete(src: &Collection, dst: &Collection) -> Result<()> {
-    let src_has = items(src.walk()).next().transpose()?.is_some();
-    let dst_has = items(dst.walk()).next().transpose()?.is_some();
+    let src_has = src.walk().items().next().transpose()?.is_some();
+    let dst_has = dst.walk().items().next().transpose()?.is_some();
     if !src_has && dst_has {
         return Err(Error::Invalid {
             what: "deletion".into(),
@@ -234,7 +221,7 @@ fn sync(
     while_surveying(reporter, Survey::Items(src, &[]), || -> Result<()> {
         let mut merge = Merge {
             src: src.walk().peekable(),
-            dst: items(dst.walk()).peekable(),
+            dst: dst.walk().items().peekable(),
             src_root: src.root().to_path_buf(),
             shadows: Vec::new(),
             tally: &tally,
@@ -262,7 +249,7 @@ pub fn mirror(
     reporter: &dyn Reporter,
 ) -> Result<TransferSummary> {
     check_distinct(src, dst)?;
-    let _lock = if options.dry_run { None } else { Some(lock_and_recover(dst, options.wait)?) };
+    let _lock = if options.dry_run { None } else { Some(dst.lock_and_recover(options.wait)?) };
     sync(src, dst, options, reporter)
 }
 
@@ -278,15 +265,8 @@ pub fn mirror_watch(
     on_pass: &mut dyn FnMut(&TransferSummary),
 ) -> Result<()> {
     check_distinct(src, dst)?;
-    let _lock = if options.dry_run { None } else { Some(lock_and_recover(dst, options.wait)?) };
-    let (tx, rx) = mpsc::channel();
-    let mut watcher = notify::recommended_watcher(move |_| {
-        let _ = tx.send(());
-    })
-    .map_err(|e| Error::Watch { path: src.root().to_path_buf(), problem: e.to_string() })?;
-    watcher
-        .watch(src.root(), RecursiveMode::Recursive)
-        .map_err(|e| Error::Watch { path: src.root().to_path_buf(), problem: e.to_string() })?;
+    let _lock = if options.dry_run { None } else { Some(dst.lock_and_recover(options.wait)?) };
+    let (_watcher, rx) = crate::fsx::watch_tree(src.root())?;
     on_pass(&sync(src, dst, options, reporter)?);
     while !stop.load(Ordering::SeqCst) {
         if rx.recv_timeout(Duration::from_millis(200)).is_err() {

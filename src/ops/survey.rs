@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use walkdir::WalkDir;
 
 use crate::collection::Collection;
-use crate::ops::copy::selected;
 use crate::ops::report::Reporter;
 
 /// What to survey.
@@ -38,7 +37,7 @@ pub fn while_surveying<T>(reporter: &dyn Reporter, survey: Survey, work: impl Fn
 fn run(survey: &Survey, reporter: &dyn Reporter, stop: &AtomicBool) {
     match survey {
         Survey::Items(collection, names) => {
-            for item in selected(collection, names).flatten() {
+            for item in collection.selected(names).flatten() {
                 if stop.load(Ordering::Relaxed) {
                     return;
                 }

@@ -16,7 +16,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use notify::{RecursiveMode, Watcher};
 use walkdir::WalkDir;
 
 use crate::collection::{guard, Collection, LockWait};
@@ -154,8 +153,7 @@ impl HotFolder<'_> {
     }
 
     fn deposit_entry(&self, entry: &str) -> Result<Minted> {
-        let _lock = self.collection.lock_writes(LockWait::Forever)?;
-        self.collection.recover()?;
+        let _lock = self.collection.lock_and_recover(LockWait::Forever)?;
         let plan = plan_paths(&[self.inbox.join(entry)], self.options.deposit.follow_symlinks)?;
         let mut deposit = self.options.deposit.clone();
         deposit.move_sources = false;
@@ -211,16 +209,13 @@ pub fn watch(
     }
     let hot = HotFolder { collection, inbox: inbox.to_path_buf(), deposited, options, clock, reporter };
     hot.recover()?;
-    let (tx, rx) = mpsc::channel();
-    let mut watcher = notify::recommended_watcher(move |_| {
-        let _ = tx.send(());
-    })
-    .ok();
-    if let Some(w) = watcher.as_mut() {
-        if w.watch(inbox, RecursiveMode::Recursive).is_err() {
-            reporter.warning("cannot watch the inbox for events; scanning it periodically instead");
+    let (_watcher, rx) = match fsx::watch_tree(inbox) {
+        Ok((watcher, rx)) => (Some(watcher), rx),
+        Err(e) => {
+            reporter.warning(&format!("{e}; scanning the inbox periodically instead"));
+            (None, mpsc::channel().1)
         }
-    }
+    };
     let mut seen: HashMap<String, (Signature, Instant)> = HashMap::new();
     // Entries that cannot be bagged, by the signature they had: retried once they change.
     let mut refused: HashMap<String, Signature> = HashMap::new();
