@@ -3,6 +3,7 @@
 //! payload manifest and a tagmanifest for each of its algorithms (always sha256);
 //! every tagmanifest covers every tag file. Verification is in `verify`.
 
+pub mod files;
 pub mod info;
 pub mod manifest;
 pub mod verify;
@@ -13,9 +14,10 @@ use std::path::Path;
 use crate::digest::{self, Algorithm, Digests};
 use crate::error::Result;
 use crate::fsx::{hash_file, write_new};
+pub use files::{BagFiles, DirBag};
 pub use info::{BagInfo, Oxum};
 pub use manifest::ManifestEntry;
-pub use verify::{hash_now, verify_bag, verify_bag_using, BagCheck, DigestSource};
+pub use verify::{verify_bag, verify_bag_using, BagCheck, DigestSource};
 
 pub const BAGIT_TXT: &str = "bagit.txt";
 pub const BAG_INFO_TXT: &str = "bag-info.txt";

@@ -6,16 +6,13 @@
 //! whatever a manifest names.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
 use std::io;
-use std::path::Path;
 
 use rayon::prelude::*;
-use walkdir::WalkDir;
 
+use super::files::{BagFiles, FileKind, TreeEntry};
 use super::{manifest, tagmanifest_name, BagInfo, Oxum, TopLevel, BAGIT_TXT, BAG_INFO_TXT, DATA, FETCH_TXT};
 use crate::digest::{Algorithm, Digests};
-use crate::fsx::{file_kind_name, hash_file_with, read_capped, MAX_TAG_FILE};
 use crate::problem::{Problem, ProblemKind};
 
 /// What verifying one bag found.
@@ -33,15 +30,18 @@ impl BagCheck {
     }
 }
 
-/// Where digests come from: hashing the file now, or digests already taken (by a
-/// copy that hashed while reading). Gets the bag folder, a path relative to it,
-/// and the algorithms wanted besides sha256.
-pub type DigestSource<'a> = &'a (dyn Fn(&Path, &str, &[Algorithm]) -> io::Result<Digests> + Sync);
+/// Where digests come from: hashing the file now, where its bytes are, or digests
+/// already taken (by a copy that hashed while reading). Gets a path relative to the
+/// bag and the algorithms wanted besides sha256.
+pub type DigestSource<'a> = &'a (dyn Fn(&str, &[Algorithm]) -> io::Result<Digests> + Sync);
 
-/// Hashes `dir/rel` now.
-pub fn hash_now(dir: &Path, rel: &str, also: &[Algorithm]) -> io::Result<Digests> {
-    hash_file_with(&dir.join(rel), also)
+/// The bag's entries as listed once: kinds by path, for every check that follows.
+struct Listing {
+    kinds: BTreeMap<String, FileKind>,
 }
+
+/// Regular payload files by NFC path → (the path as found, size).
+type Payload = BTreeMap<String, (String, u64)>;
 
 /// Files of a bag by NFC path → the path as found, with their expected digests.
 type Expected = BTreeMap<String, Vec<(Algorithm, String, String)>>;
@@ -56,20 +56,20 @@ struct TagTree {
 }
 
 /// Reads a tag file, or records why it cannot be used.
-fn read_tag(dir: &Path, name: &str, item: &str, check: &mut BagCheck) -> Option<String> {
+fn read_tag(files: &dyn BagFiles, listing: &Listing, name: &str, item: &str, check: &mut BagCheck) -> Option<String> {
     let bad = |detail: String| Problem::new(item, Some(name), ProblemKind::BadTagFile, detail);
-    match fs::symlink_metadata(dir.join(name)) {
-        Ok(m) if !m.is_file() => {
+    match listing.kinds.get(name) {
+        Some(FileKind::File { .. }) => {}
+        Some(_) => {
             check.problems.push(bad("not a regular file".into()));
             return None;
         }
-        Err(e) => {
-            check.problems.push(bad(format!("cannot read: {e}")));
+        None => {
+            check.problems.push(bad("cannot read: it is missing".into()));
             return None;
         }
-        Ok(_) => {}
     }
-    match read_capped(&dir.join(name), MAX_TAG_FILE).map(String::from_utf8) {
+    match files.read(name).map(String::from_utf8) {
         Ok(Ok(text)) => Some(text),
         Ok(Err(_)) => {
             check.problems.push(bad("not UTF-8".into()));
@@ -82,8 +82,8 @@ fn read_tag(dir: &Path, name: &str, item: &str, check: &mut BagCheck) -> Option<
     }
 }
 
-fn check_bagit_txt(dir: &Path, item: &str, check: &mut BagCheck) {
-    let Some(text) = read_tag(dir, BAGIT_TXT, item, check) else { return };
+fn check_bagit_txt(files: &dyn BagFiles, listing: &Listing, item: &str, check: &mut BagCheck) {
+    let Some(text) = read_tag(files, listing, BAGIT_TXT, item, check) else { return };
     let Ok(info) = BagInfo::parse(&text) else {
         check.push(item, Some(BAGIT_TXT), ProblemKind::BadTagFile, "malformed");
         return;
@@ -107,13 +107,13 @@ fn push_line_problems(item: &str, name: &str, problems: Vec<manifest::LineProble
 
 /// Reads and parses the manifest `name` of `algorithm`, recording its line problems.
 fn read_manifest(
-    dir: &Path,
+    (files, listing): (&dyn BagFiles, &Listing),
     name: &str,
     algorithm: Algorithm,
     item: &str,
     check: &mut BagCheck,
 ) -> Option<Vec<manifest::ManifestEntry>> {
-    let text = read_tag(dir, name, item, check)?;
+    let text = read_tag(files, listing, name, item, check)?;
     let (entries, problems) = manifest::parse(&text, algorithm.hex_len());
     push_line_problems(item, name, problems, check);
     Some(entries)
@@ -139,49 +139,65 @@ fn classify_top_level(name: &str, item: &str, tree: &mut TagTree, check: &mut Ba
     }
 }
 
-/// Walks the bag outside `data/` without following links.
-fn scan_tags(dir: &Path, item: &str, check: &mut BagCheck) -> TagTree {
-    let mut tree = TagTree::default();
-    let walk = WalkDir::new(dir).follow_links(false).follow_root_links(false).min_depth(1).sort_by_file_name();
-    let not_payload = |e: &walkdir::DirEntry| !(e.depth() == 1 && e.file_name() == DATA);
-    for entry in walk.into_iter().filter_entry(not_payload) {
-        let entry = match entry {
-            Ok(e) => e,
+/// Lists the bag once: the tag files outside `data/` (classified) and the regular
+/// payload files by NFC path → (path, size); everything else is a problem.
+fn scan(files: &dyn BagFiles, item: &str, check: &mut BagCheck) -> (Listing, TagTree, Payload) {
+    let (mut listing, mut tree, mut payload) = (Listing { kinds: BTreeMap::new() }, TagTree::default(), Payload::new());
+    for entry in files.entries() {
+        let TreeEntry { rel, kind } = match entry {
+            Ok(entry) => entry,
             Err(e) => {
-                let rel = e.path().and_then(|p| p.strip_prefix(dir).ok()).map(|p| p.display().to_string());
-                check.push(item, rel.as_deref(), ProblemKind::Unreadable, e.to_string());
+                check.push(item, Some(e.rel.as_deref().unwrap_or(DATA)), ProblemKind::Unreadable, e.why);
                 continue;
             }
         };
-        let rel = entry.path().strip_prefix(dir).unwrap_or(entry.path());
-        let Some(rel) = rel.to_str() else {
-            check.push(item, Some(&rel.to_string_lossy()), ProblemKind::Extra, "file name is not UTF-8");
-            continue;
+        let rel = match rel {
+            Ok(rel) => rel,
+            Err(lossy) => {
+                check.push(item, Some(&lossy), ProblemKind::Extra, "file name is not UTF-8");
+                continue;
+            }
         };
-        let file_type = entry.file_type();
-        if file_type.is_dir() {
-            continue;
+        listing.kinds.insert(rel.clone(), kind);
+        let in_payload = rel.starts_with("data/");
+        match kind {
+            FileKind::Dir => {}
+            FileKind::Other(what) if rel == DATA => {
+                check.push(item, Some(DATA), ProblemKind::SpecialFile, format!("{what} (never followed)"));
+            }
+            FileKind::Other(what) => {
+                check.push(item, Some(&rel), ProblemKind::SpecialFile, format!("{what} (never followed)"))
+            }
+            FileKind::File { size } if in_payload => {
+                payload.insert(manifest::nfc(&rel), (rel, size));
+            }
+            FileKind::File { .. } => {
+                if !rel.contains('/') {
+                    classify_top_level(&rel, item, &mut tree, check);
+                }
+                tree.files.insert(manifest::nfc(&rel), rel);
+            }
         }
-        if !file_type.is_file() {
-            let what = format!("{} (never followed)", file_kind_name(&file_type));
-            check.push(item, Some(rel), ProblemKind::SpecialFile, what);
-            continue;
-        }
-        if entry.depth() == 1 {
-            classify_top_level(rel, item, &mut tree, check);
-        }
-        tree.files.insert(manifest::nfc(rel), rel.to_string());
     }
-    tree
+    if !listing.kinds.contains_key(DATA) {
+        check.push(item, Some(DATA), ProblemKind::Missing, "the bag has no data/ folder");
+    }
+    (listing, tree, payload)
 }
 
 /// Checks every tagmanifest (tagmanifest-sha256.txt is required): each covers every
 /// tag file but the tagmanifests, and each listed digest matches.
-fn check_tagmanifests(dir: &Path, item: &str, tree: &TagTree, digests: DigestSource, check: &mut BagCheck) {
+fn check_tagmanifests(
+    bag: (&dyn BagFiles, &Listing),
+    item: &str,
+    tree: &TagTree,
+    digests: DigestSource,
+    check: &mut BagCheck,
+) {
     let mut expected = Expected::new();
     for algorithm in tree.tagmanifests.iter().copied().chain([Algorithm::Sha256]).collect::<BTreeSet<_>>() {
         let name = tagmanifest_name(algorithm);
-        let Some(entries) = read_manifest(dir, &name, algorithm, item, check) else { continue };
+        let Some(entries) = read_manifest(bag, &name, algorithm, item, check) else { continue };
         let listed: BTreeSet<String> = entries.iter().map(|e| manifest::nfc(&e.path)).collect();
         for (key, actual) in &tree.files {
             let is_tagmanifest = matches!(TopLevel::of(actual), TopLevel::TagManifest(_));
@@ -200,12 +216,11 @@ fn check_tagmanifests(dir: &Path, item: &str, tree: &TagTree, digests: DigestSou
             }
         }
     }
-    compare_digests(dir, item, &expected, digests, ProblemKind::BadTagFile, check);
+    compare_digests(item, &expected, digests, ProblemKind::BadTagFile, check);
 }
 
 /// Hashes each expected file once, in parallel, and compares every digest.
 fn compare_digests(
-    dir: &Path,
     item: &str,
     expected: &Expected,
     digests: DigestSource,
@@ -216,7 +231,7 @@ fn compare_digests(
         .par_iter()
         .map(|(path, wanted)| {
             let also: Vec<Algorithm> = wanted.iter().map(|(a, _, _)| *a).collect();
-            (path, wanted, digests(dir, path, &also))
+            (path, wanted, digests(path, &also))
         })
         .collect();
     let mut bytes = 0;
@@ -249,56 +264,13 @@ fn compare_digests(
     bytes
 }
 
-/// Walks `data/` without following links: regular files by NFC path → (path, size).
-fn scan_payload(dir: &Path, item: &str, check: &mut BagCheck) -> BTreeMap<String, (String, u64)> {
-    let mut files = BTreeMap::new();
-    match fs::symlink_metadata(dir.join(DATA)) {
-        Ok(m) if m.is_dir() => {}
-        Ok(m) => {
-            let what = format!("{} (never followed)", file_kind_name(&m.file_type()));
-            check.push(item, Some(DATA), ProblemKind::SpecialFile, what);
-            return files;
-        }
-        Err(e) => {
-            check.push(item, Some(DATA), ProblemKind::Missing, e.to_string());
-            return files;
-        }
-    }
-    for entry in WalkDir::new(dir.join(DATA)).follow_links(false).follow_root_links(false).min_depth(1) {
-        let entry = match entry {
-            Ok(e) => e,
-            Err(e) => {
-                check.push(item, Some(DATA), ProblemKind::Unreadable, e.to_string());
-                continue;
-            }
-        };
-        let rel = entry.path().strip_prefix(dir).unwrap_or(entry.path());
-        let Some(rel) = rel.to_str() else {
-            check.push(item, Some(&rel.to_string_lossy()), ProblemKind::Extra, "file name is not UTF-8");
-            continue;
-        };
-        let file_type = entry.file_type();
-        if file_type.is_dir() {
-            continue;
-        }
-        if !file_type.is_file() {
-            let what = if file_type.is_symlink() { "symlink (never followed)" } else { "not a regular file" };
-            check.push(item, Some(rel), ProblemKind::SpecialFile, what);
-            continue;
-        }
-        let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
-        files.insert(manifest::nfc(rel), (rel.to_string(), size));
-    }
-    files
-}
-
 /// Checks every payload manifest (manifest-sha256.txt is required) against the
 /// payload: each lists every payload file, and every digest matches.
 fn check_payload(
-    dir: &Path,
+    bag: (&dyn BagFiles, &Listing),
     item: &str,
     tree: &TagTree,
-    on_disk: &BTreeMap<String, (String, u64)>,
+    on_disk: &Payload,
     digests: DigestSource,
     check: &mut BagCheck,
 ) {
@@ -307,7 +279,7 @@ fn check_payload(
     let mut unlisted: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for algorithm in tree.manifests.iter().copied().chain([Algorithm::Sha256]).collect::<BTreeSet<_>>() {
         let name = super::manifest_name(algorithm);
-        let Some(entries) = read_manifest(dir, &name, algorithm, item, check) else { continue };
+        let Some(entries) = read_manifest(bag, &name, algorithm, item, check) else { continue };
         let mut listed = BTreeSet::new();
         for entry in entries {
             if !entry.path.starts_with("data/") {
@@ -338,10 +310,10 @@ fn check_payload(
         let detail = format!("in the payload, not in {}", names.join(" or "));
         check.push(item, Some(&path), ProblemKind::Extra, detail);
     }
-    check.bytes += compare_digests(dir, item, &expected, digests, ProblemKind::DigestMismatch, check);
+    check.bytes += compare_digests(item, &expected, digests, ProblemKind::DigestMismatch, check);
 }
 
-fn check_oxum(item: &str, info: &BagInfo, on_disk: &BTreeMap<String, (String, u64)>, check: &mut BagCheck) {
+fn check_oxum(item: &str, info: &BagInfo, on_disk: &Payload, check: &mut BagCheck) {
     let actual = Oxum { octets: on_disk.values().map(|(_, size)| size).sum(), files: on_disk.len() as u64 };
     match info.oxum() {
         Some(declared) if declared == actual => {}
@@ -354,26 +326,35 @@ fn check_oxum(item: &str, info: &BagInfo, on_disk: &BTreeMap<String, (String, u6
 }
 
 /// Verifies a bag: structure, tag files, every payload digest, missing and extra files,
-/// and Payload-Oxum. `on_bytes` is told of every hashed file's size, for progress.
-pub fn verify_bag(dir: &Path, item: &str, on_bytes: &(dyn Fn(u64) + Sync)) -> BagCheck {
-    let hash = |dir: &Path, rel: &str, also: &[Algorithm]| {
-        let result = hash_now(dir, rel, also);
+/// and Payload-Oxum, hashing where the bytes are. `on_bytes` is told of every hashed
+/// file's size, for progress.
+pub fn verify_bag(files: &dyn BagFiles, item: &str, on_bytes: &(dyn Fn(u64) + Sync)) -> BagCheck {
+    let hash = |rel: &str, also: &[Algorithm]| {
+        let result = files.digests(rel, also);
         if let Ok(d) = &result {
             on_bytes(d.size);
         }
         result
     };
-    verify_bag_using(dir, item, &hash)
+    verify_bag_using(files, item, &hash)
 }
 
 /// `verify_bag` with digests taken from `digests`.
-pub fn verify_bag_using(dir: &Path, item: &str, digests: DigestSource) -> BagCheck {
+pub fn verify_bag_using(files: &dyn BagFiles, item: &str, digests: DigestSource) -> BagCheck {
     let mut check = BagCheck::default();
-    match fs::symlink_metadata(dir) {
-        Ok(m) if m.is_dir() => {}
-        Ok(m) => {
-            let what = format!("the item is a {}, not a folder (never followed)", file_kind_name(&m.file_type()));
-            check.push(item, None, ProblemKind::SpecialFile, what);
+    match files.root_kind() {
+        Ok(FileKind::Dir) => {}
+        Ok(other) => {
+            let what = match other {
+                FileKind::Other(what) => what,
+                _ => "regular file",
+            };
+            check.push(
+                item,
+                None,
+                ProblemKind::SpecialFile,
+                format!("the item is a {what}, not a folder (never followed)"),
+            );
             return check;
         }
         Err(e) => {
@@ -381,10 +362,10 @@ pub fn verify_bag_using(dir: &Path, item: &str, digests: DigestSource) -> BagChe
             return check;
         }
     }
-    check_bagit_txt(dir, item, &mut check);
-    let tree = scan_tags(dir, item, &mut check);
-    check_tagmanifests(dir, item, &tree, digests, &mut check);
-    if let Some(text) = read_tag(dir, BAG_INFO_TXT, item, &mut check) {
+    let (listing, tree, payload) = scan(files, item, &mut check);
+    check_bagit_txt(files, &listing, item, &mut check);
+    check_tagmanifests((files, &listing), item, &tree, digests, &mut check);
+    if let Some(text) = read_tag(files, &listing, BAG_INFO_TXT, item, &mut check) {
         match BagInfo::parse(&text) {
             Ok(info) => check.info = Some(info),
             Err(line) => {
@@ -392,11 +373,10 @@ pub fn verify_bag_using(dir: &Path, item: &str, digests: DigestSource) -> BagChe
             }
         }
     }
-    let on_disk = scan_payload(dir, item, &mut check);
-    check.files = on_disk.len() as u64;
-    check_payload(dir, item, &tree, &on_disk, digests, &mut check);
+    check.files = payload.len() as u64;
+    check_payload((files, &listing), item, &tree, &payload, digests, &mut check);
     if let Some(info) = check.info.clone() {
-        check_oxum(item, &info, &on_disk, &mut check);
+        check_oxum(item, &info, &payload, &mut check);
     }
     check
 }

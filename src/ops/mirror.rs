@@ -199,7 +199,7 @@ impl Planner<'_> {
 
 /// A SRC item's own bag problems (its aliases are SRC's business).
 fn verify_item_quietly(item: &Item) -> (crate::bag::BagCheck, Vec<Problem>) {
-    let check = crate::bag::verify_bag(&item.path, &item.name.to_string(), &|_| {});
+    let check = crate::bag::verify_bag(&crate::bag::DirBag::new(&item.path), &item.name.to_string(), &|_| {});
     let problems = check.problems.clone();
     (check, problems)
 }

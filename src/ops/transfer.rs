@@ -170,10 +170,10 @@ pub fn stage_copy(
     }
     let (digests, unreadable) = copy_files(item, &staging.path, &files, &label, reporter)?;
     problems.extend(unreadable);
-    let lookup = |_: &Path, rel: &str, _: &[Algorithm]| {
+    let lookup = |rel: &str, _: &[Algorithm]| {
         digests.get(rel).cloned().ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "not copied"))
     };
-    let check = bag::verify_bag_using(&staging.path, &label, &lookup);
+    let check = bag::verify_bag_using(&bag::DirBag::new(&staging.path), &label, &lookup);
     problems.extend(check.problems);
     if let Some(info) = &check.info {
         let as_placed = Item { name: item.name.clone(), path: staging.path.clone() };

@@ -72,7 +72,7 @@ pub fn check_identifiers(collection: &Collection, item: &Item, info: &bag::BagIn
 
 /// Verifies one item fully; returns its problems.
 pub fn verify_item(collection: &Collection, item: &Item, reporter: &dyn Reporter) -> (bag::BagCheck, Vec<Problem>) {
-    let check = bag::verify_bag(&item.path, &item.name.to_string(), &|n| reporter.bytes(n));
+    let check = bag::verify_bag(&bag::DirBag::new(&item.path), &item.name.to_string(), &|n| reporter.bytes(n));
     let mut problems = check.problems.clone();
     if let Some(info) = &check.info {
         problems.extend(check_identifiers(collection, item, info));

@@ -1,0 +1,105 @@
+//! A bag's files as verification sees them (`BagFiles`): the bag root's kind,
+//! every entry under it found without following a link, a capped read of a
+//! regular file, and digests computed where the bytes are. `DirBag` is a bag in
+//! a local folder; other backends (in memory, on a far server) provide their own,
+//! so one verification serves them all.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use walkdir::WalkDir;
+
+use crate::digest::{Algorithm, Digests};
+use crate::fsx::{file_kind_name, hash_file_with, read_capped, MAX_TAG_FILE};
+
+/// What an entry is, found without following links.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    Dir,
+    File {
+        size: u64,
+    },
+    /// A symlink, FIFO, socket or device: named, never followed or read.
+    Other(&'static str),
+}
+
+/// One entry under the bag: its path relative to the bag (or, for a name that is
+/// not UTF-8, `Err` with its lossy form) and its kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeEntry {
+    pub rel: std::result::Result<String, String>,
+    pub kind: FileKind,
+}
+
+/// A part of the bag that could not be listed: where (when known) and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeError {
+    pub rel: Option<String>,
+    pub why: String,
+}
+
+/// A bag's files, wherever they are.
+pub trait BagFiles: Sync {
+    /// The bag itself: a folder, or what else stands there; `Err` when nothing does.
+    fn root_kind(&self) -> io::Result<FileKind>;
+    /// Every entry under the bag (folders included), sorted by path, never through a link.
+    fn entries(&self) -> Vec<std::result::Result<TreeEntry, TreeError>>;
+    /// A regular file's bytes, at most `MAX_TAG_FILE`, never through a link.
+    fn read(&self, rel: &str) -> io::Result<Vec<u8>>;
+    /// Digests of a regular file (sha256 and `also`), never through a link.
+    fn digests(&self, rel: &str, also: &[Algorithm]) -> io::Result<Digests>;
+}
+
+/// A bag in a local folder.
+pub struct DirBag {
+    pub path: PathBuf,
+}
+
+impl DirBag {
+    pub fn new(path: &Path) -> DirBag {
+        DirBag { path: path.to_path_buf() }
+    }
+}
+
+fn kind_of(file_type: &fs::FileType, meta: Option<fs::Metadata>) -> FileKind {
+    if file_type.is_dir() {
+        FileKind::Dir
+    } else if file_type.is_file() {
+        FileKind::File { size: meta.map_or(0, |m| m.len()) }
+    } else {
+        FileKind::Other(file_kind_name(file_type))
+    }
+}
+
+impl BagFiles for DirBag {
+    fn root_kind(&self) -> io::Result<FileKind> {
+        fs::symlink_metadata(&self.path).map(|m| kind_of(&m.file_type(), Some(m)))
+    }
+
+    fn entries(&self) -> Vec<std::result::Result<TreeEntry, TreeError>> {
+        let walk = WalkDir::new(&self.path).follow_links(false).follow_root_links(false).min_depth(1);
+        walk.sort_by_file_name()
+            .into_iter()
+            .map(|entry| {
+                let entry = entry.map_err(|e| TreeError {
+                    rel: e.path().and_then(|p| p.strip_prefix(&self.path).ok()).map(|p| p.display().to_string()),
+                    why: e.to_string(),
+                })?;
+                let rel = entry.path().strip_prefix(&self.path).unwrap_or(entry.path());
+                let rel = rel.to_str().map(str::to_string).ok_or_else(|| rel.to_string_lossy().into_owned());
+                let file_type = entry.file_type();
+                let meta = if file_type.is_file() { entry.metadata().ok() } else { None };
+                Ok(TreeEntry { rel, kind: kind_of(&file_type, meta) })
+            })
+            .collect()
+    }
+
+    fn read(&self, rel: &str) -> io::Result<Vec<u8>> {
+        read_capped(&self.path.join(rel), MAX_TAG_FILE)
+    }
+
+    fn digests(&self, rel: &str, also: &[Algorithm]) -> io::Result<Digests> {
+        hash_file_with(&self.path.join(rel), also)
+    }
+}
