@@ -88,6 +88,14 @@ fn entries(files: &[(String, Digests)], algorithm: Algorithm) -> Vec<ManifestEnt
 /// per algorithm covering every other tag file, into `dir` (a staging folder: the
 /// caller makes it durable before placing it); returns the bag's identity digest.
 pub fn write_tag_files(dir: &Path, contents: &BagContents) -> Result<String> {
+    write_tag_files_with(contents, &mut |name, bytes| write_new(&dir.join(name), bytes))
+}
+
+/// `write_tag_files` through `write(name, bytes)`, for a bag staged in any backend.
+pub fn write_tag_files_with(
+    contents: &BagContents,
+    write: &mut dyn FnMut(&str, &[u8]) -> Result<()>,
+) -> Result<String> {
     let mut algorithms = contents.algorithms.to_vec();
     algorithms.push(Algorithm::Sha256);
     algorithms.sort();
@@ -99,13 +107,13 @@ pub fn write_tag_files(dir: &Path, contents: &BagContents) -> Result<String> {
     }
     let mut tags = contents.tag_files.to_vec();
     for (name, text) in &written {
-        write_new(&dir.join(name), text.as_bytes())?;
+        write(name, text.as_bytes())?;
         tags.push((name.clone(), digest::of_bytes(text.as_bytes(), &algorithms)));
     }
     let mut identity = String::new();
     for &algorithm in &algorithms {
         let text = manifest::format(&entries(&tags, algorithm));
-        write_new(&dir.join(tagmanifest_name(algorithm)), text.as_bytes())?;
+        write(&tagmanifest_name(algorithm), text.as_bytes())?;
         if algorithm == Algorithm::Sha256 {
             identity = digest::of_bytes(text.as_bytes(), &[]).sha256().to_string();
         }

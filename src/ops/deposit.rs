@@ -25,7 +25,8 @@ use crate::ops::foreign_bag::plan_bag;
 use crate::ops::report::{NoticedClock, Outcome, Reporter, Task};
 use crate::ops::source::{plan_paths, PlannedFile, SourcePlan};
 use crate::ops::survey::{while_surveying, Survey};
-use crate::ops::transfer::{place_all, Staged, BATCH};
+use crate::ops::transfer::BATCH;
+use crate::store::local::{place_all, Staged};
 
 #[derive(Debug, Clone, Default)]
 pub struct DepositOptions {

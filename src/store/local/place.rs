@@ -1,0 +1,206 @@
+//! Placing and removing items in a local collection: the storage protocol.
+//! A batch of staged copies is made durable with one `syncfs` before anything
+//! is renamed; one journal record covers the batch's aliases; each copy is
+//! renamed into place (never over anything) or swapped with the item it
+//! replaces (`RENAME_EXCHANGE`, so the name is never absent; through the trash
+//! where the filesystem cannot exchange); each touched directory is fsynced
+//! once after. Removal goes through the trash, journalled. Within one
+//! filesystem, `move_all` moves verified items by rename. Every step that
+//! leaves an alias to fix is journalled first, so an interrupted run's
+//! successor completes it (`Collection::recover`). Symlinks are never followed.
+
+use std::collections::BTreeSet;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::collection::{alias, Collection, Intent, Item, StagingDir};
+use crate::error::{Error, IoContext, Result};
+use crate::fsx::{self, fsync_dir, rename_exchange, rename_noreplace};
+use crate::id::{Ibip, RepositoryName};
+
+/// A verified copy waiting in the destination's staging.
+pub struct Staged {
+    dir: StagingDir,
+    pub name: RepositoryName,
+    pub ibip: Option<Ibip>,
+    pub bytes: u64,
+    /// Swap it with whatever holds the name in DST.
+    pub replace: bool,
+}
+
+impl Staged {
+    /// A complete bag built in `dir`, to be placed as `name`.
+    pub fn new(dir: StagingDir, name: RepositoryName, ibip: Option<Ibip>, bytes: u64) -> Self {
+        Staged { dir, name, ibip, bytes, replace: false }
+    }
+}
+
+/// Renames one staged copy to its place; `Err` says why the place was refused.
+fn rename_into_place(dst: &Collection, staged: &mut Staged) -> Result<std::result::Result<PathBuf, String>> {
+    let parent = match dst.make_parents(&staged.name) {
+        Ok(parent) => parent,
+        Err(Error::Data { problem, .. }) => return Ok(Err(problem)),
+        Err(e) => return Err(e),
+    };
+    let dest = dst.layout.item(&staged.name);
+    let result = if staged.replace && std::fs::symlink_metadata(&dest).is_ok() {
+        // The old item (or a planted symlink) ends up in staging and is removed with it.
+        match rename_exchange(&staged.dir.path, &dest) {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)) => {
+                replace_through_trash(dst, staged, &dest)
+            }
+            other => other,
+        }
+    } else {
+        rename_noreplace(&staged.dir.path, &dest).map(|()| staged.dir.placed = true)
+    };
+    match result {
+        Ok(()) => Ok(Ok(parent)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists || e.raw_os_error() == Some(libc::ENOTEMPTY) => {
+            Ok(Err(format!("{} already exists; refusing to overwrite it", dest.display())))
+        }
+        Err(e) => Err(Error::io("rename staged item to", &dest, e)),
+    }
+}
+
+/// Replaces `dest` where the filesystem cannot exchange two names: the old item is
+/// renamed into the trash, then the copy into its place. The name is absent for a
+/// moment; a crash then loses only DST's old copy and the new one (the trash and
+/// staging are cleared by recovery), and the rerun copies the item from SRC again.
+fn replace_through_trash(dst: &Collection, staged: &mut Staged, dest: &Path) -> io::Result<()> {
+    let trash = dst.layout.trash();
+    let aside = tempfile::Builder::new().prefix("replaced-").tempdir_in(&trash)?.keep();
+    std::fs::rename(dest, aside.join("item"))?;
+    rename_noreplace(&staged.dir.path, dest)?;
+    staged.dir.placed = true;
+    let _ = fsx::remove_tree(&aside);
+    Ok(())
+}
+
+/// Places a batch of staged copies: one `syncfs` makes them durable, one journal
+/// record covers their aliases, then each is renamed into place (never over an
+/// item unless it is a replacement) and every touched directory is fsynced once.
+/// Returns, per copy, its name and `Err(reason)` when its place was refused.
+pub fn place_all(
+    dst: &Collection,
+    mut staged: Vec<Staged>,
+) -> Result<Vec<(RepositoryName, std::result::Result<(), String>)>> {
+    if staged.is_empty() {
+        return Ok(Vec::new());
+    }
+    fsx::syncfs(&dst.layout.staging())?;
+    let entries: Vec<(&RepositoryName, Option<&Ibip>)> = staged.iter().map(|s| (&s.name, s.ibip.as_ref())).collect();
+    let record = dst.journal_all(Intent::Place, &entries)?;
+    let mut dirs = BTreeSet::new();
+    let mut outcomes = Vec::with_capacity(staged.len());
+    {
+        // An interrupt waits for the renames, so it never removes a folder mid-rename.
+        let _renaming = crate::collection::staging_guard();
+        for copy in staged.iter_mut() {
+            let outcome = rename_into_place(dst, copy)?.map(|parent| {
+                dirs.insert(parent);
+            });
+            outcomes.push((copy.name.clone(), outcome));
+        }
+    }
+    dirs.iter().try_for_each(|dir| fsync_dir(dir))?;
+    fsync_dir(&dst.layout.staging())?;
+    let mut alias_dirs = BTreeSet::new();
+    for (copy, (_, outcome)) in staged.iter().zip(&outcomes) {
+        if let (Some(ibip), Ok(())) = (&copy.ibip, outcome) {
+            alias_dirs.extend(alias::create_unsynced(&dst.layout, ibip, &copy.name)?);
+        }
+    }
+    alias_dirs.iter().try_for_each(|dir| fsync_dir(dir))?;
+    drop(staged);
+    dst.end_journal(&record)?;
+    Ok(outcomes)
+}
+
+/// Removes items: one journal record, renames into the trash, fsyncs, aliases
+/// dropped, then the trash emptied.
+pub fn remove_all(collection: &Collection, items: &[Item]) -> Result<()> {
+    if items.is_empty() {
+        return Ok(());
+    }
+    let ibips: Vec<Option<Ibip>> = items.iter().map(|i| i.ibip().ok().flatten()).collect();
+    let entries: Vec<(&RepositoryName, Option<&Ibip>)> =
+        items.iter().zip(&ibips).map(|(i, b)| (&i.name, b.as_ref())).collect();
+    let record = collection.journal_all(Intent::Remove, &entries)?;
+    let trash = collection.layout.trash();
+    fsx::create_dir_all_durable(&trash)?;
+    let holder = tempfile::Builder::new().prefix("items-").tempdir_in(&trash).with_path("create in", &trash)?.keep();
+    let mut dirs = BTreeSet::new();
+    for (n, item) in items.iter().enumerate() {
+        std::fs::rename(&item.path, holder.join(n.to_string())).with_path("move to trash", &item.path)?;
+        dirs.insert(fsx::parent_dir(&item.path).to_path_buf());
+    }
+    dirs.insert(holder.clone());
+    for (item, ibip) in items.iter().zip(&ibips) {
+        if let Some(ibip) = ibip {
+            dirs.extend(alias::remove_unsynced(&collection.layout, ibip, &item.name)?);
+        }
+    }
+    dirs.iter().try_for_each(|dir| fsync_dir(dir))?;
+    fsx::remove_tree(&holder)?;
+    fsync_dir(&trash)?;
+    collection.end_journal(&record)
+}
+
+/// Whether two collections live on one filesystem, so items can move by rename.
+pub fn same_filesystem(a: &Collection, b: &Collection) -> Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = |c: &Collection| std::fs::metadata(c.root()).map(|m| m.dev()).with_path("inspect", c.root());
+    Ok(dev(a)? == dev(b)?)
+}
+
+/// Moves verified items from `src` to `dst` on one filesystem by renaming them:
+/// journal records on both sides first, then each rename (never over anything),
+/// then each touched directory fsynced once, then the aliases on both sides.
+/// Returns, per item, its name and `Err(reason)` when its place in DST was refused.
+pub fn move_all(
+    src: &Collection,
+    dst: &Collection,
+    items: &[Item],
+) -> Result<Vec<(RepositoryName, std::result::Result<(), String>)>> {
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ibips: Vec<Option<Ibip>> = items.iter().map(|i| i.ibip().ok().flatten()).collect();
+    let entries: Vec<(&RepositoryName, Option<&Ibip>)> =
+        items.iter().zip(&ibips).map(|(i, b)| (&i.name, b.as_ref())).collect();
+    let src_record = src.journal_all(Intent::Remove, &entries)?;
+    let dst_record = dst.journal_all(Intent::Place, &entries)?;
+    let mut dirs = BTreeSet::new();
+    let mut outcomes = Vec::with_capacity(items.len());
+    for item in items {
+        let outcome = match dst.make_parents(&item.name) {
+            Err(Error::Data { problem, .. }) => Err(problem),
+            Err(e) => return Err(e),
+            Ok(parent) => match rename_noreplace(&item.path, &dst.layout.item(&item.name)) {
+                Ok(()) => {
+                    dirs.insert(parent);
+                    dirs.insert(fsx::parent_dir(&item.path).to_path_buf());
+                    Ok(())
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists || e.raw_os_error() == Some(libc::ENOTEMPTY) => {
+                    Err("DST already holds this name; refusing to overwrite it".to_string())
+                }
+                Err(e) => return Err(Error::io("rename item to", dst.layout.item(&item.name), e)),
+            },
+        };
+        outcomes.push((item.name.clone(), outcome));
+    }
+    dirs.iter().try_for_each(|dir| fsync_dir(dir))?;
+    let mut alias_dirs = BTreeSet::new();
+    for ((name, outcome), ibip) in outcomes.iter().zip(&ibips) {
+        if let (Ok(()), Some(ibip)) = (outcome, ibip) {
+            alias_dirs.extend(alias::create_unsynced(&dst.layout, ibip, name)?);
+            alias_dirs.extend(alias::remove_unsynced(&src.layout, ibip, name)?);
+        }
+    }
+    alias_dirs.iter().try_for_each(|dir| fsync_dir(dir))?;
+    dst.end_journal(&dst_record)?;
+    src.end_journal(&src_record)?;
+    Ok(outcomes)
+}
