@@ -5,7 +5,6 @@
 //! (`error`); it never sees clap or indicatif, which stay in the binary.
 
 pub mod bag;
-pub mod collection;
 pub mod digest;
 pub mod error;
 pub mod fsx;

@@ -7,12 +7,12 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 
 use anyhow::Result;
-use ibi::collection::Collection;
 use ibi::id::minter::SystemClock;
 use ibi::ops::deposit::{deposit as deposit_items, DepositOptions, Deposited};
 use ibi::ops::list::{list as list_items, DateRange};
 use ibi::ops::verify::verify as verify_items;
 use ibi::ops::watch::{watch as watch_inbox, WatchOptions};
+use ibi::store::local::Collection;
 use ibi::Minted;
 use serde_json::json;
 

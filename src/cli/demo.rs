@@ -7,7 +7,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use ibi::collection::{Collection, LockWait};
 use ibi::id::minter::SystemClock;
 use ibi::ops::copy::{transfer, TransferKind, TransferOptions};
 use ibi::ops::deposit::{deposit, DepositOptions};
@@ -15,6 +14,7 @@ use ibi::ops::list::{list, DateRange};
 use ibi::ops::mirror::{mirror, MirrorOptions};
 use ibi::ops::verify::verify;
 use ibi::ops::Silent;
+use ibi::store::local::{Collection, LockWait};
 use ibi::{Granularity, Subsystem};
 
 use super::args::GlobalArgs;
@@ -67,7 +67,7 @@ fn print_list(printer: &Printer, collection: &Collection) -> Result<()> {
 }
 
 /// init, deposit --each, list and resolve by IBIp; returns the collection and the resolved item.
-fn deposit_steps(printer: &Printer, dir: &Path, sources: &Path) -> Result<(Collection, ibi::collection::Item)> {
+fn deposit_steps(printer: &Printer, dir: &Path, sources: &Path) -> Result<(Collection, ibi::store::local::Item)> {
     let root = dir.join("collection-a");
     say(printer, &format!("ibi init {} --host demo-a.ibi.example.org --ip 192.0.2.10", root.display()));
     let subsystem =
@@ -104,7 +104,7 @@ fn verify_steps(printer: &Printer, collection: &Collection) -> Result<u64> {
 
 /// Flips one bit of an item in the mirror, shows verify catching it, and repairs it
 /// from the source with `mirror --checksum`.
-fn repair_steps(printer: &Printer, a: &Collection, b: &Collection, item: &ibi::collection::Item) -> Result<u64> {
+fn repair_steps(printer: &Printer, a: &Collection, b: &Collection, item: &ibi::store::local::Item) -> Result<u64> {
     let victim = b.item(&item.name).path.join("data/measurements.csv");
     let mut damaged = fs::read(&victim)?;
     damaged[10] ^= 0x01;
@@ -125,7 +125,7 @@ fn repair_steps(printer: &Printer, a: &Collection, b: &Collection, item: &ibi::c
 }
 
 /// mirror A to B twice (the second run is a no-op), then migrate B to C.
-fn transfer_steps(printer: &Printer, dir: &Path, a: &Collection, item: &ibi::collection::Item) -> Result<u64> {
+fn transfer_steps(printer: &Printer, dir: &Path, a: &Collection, item: &ibi::store::local::Item) -> Result<u64> {
     let mirror_root = dir.join("collection-b");
     say(
         printer,

@@ -146,7 +146,7 @@ pub fn on_interrupt() -> bool {
         return false;
     }
     // Held until the process ends, so no new staging folder appears meanwhile.
-    std::mem::forget(ibi::collection::remove_live_staging());
+    std::mem::forget(ibi::store::local::remove_live_staging());
     stderr_line("ibi: interrupted; nothing half-done was left in staging");
     true
 }

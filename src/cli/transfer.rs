@@ -7,9 +7,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Result;
-use ibi::collection::{Collection, LockWait};
 use ibi::ops::copy::{transfer, TransferKind, TransferOptions, TransferSummary};
 use ibi::ops::mirror::{mirror as mirror_once, mirror_watch, MirrorOptions};
+use ibi::store::local::{Collection, LockWait};
 use serde_json::json;
 
 use super::args::{CopyArgs, GlobalArgs, MirrorArgs, TransferFlags};

@@ -13,13 +13,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rayon::prelude::*;
 
-use crate::collection::{guard, Collection, Item, LockWait, Slot};
 use crate::error::{Error, Result};
 use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::transfer::{same_identity, stage_copy, BATCH};
 use crate::ops::verify::verify_item;
 use crate::problem::{Problem, ProblemKind};
+use crate::store::local::{guard, Collection, Item, LockWait, Slot};
 use crate::store::local::{move_all, place_all, remove_all, same_filesystem, Staged};
 
 #[derive(Debug, Clone, Copy)]

@@ -15,7 +15,6 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 
 use crate::bag::{self, manifest, BagContents, BagInfo, ManifestEntry, Oxum};
-use crate::collection::{guard, Collection, LockWait, Slot, StagingDir};
 use crate::digest::Digests;
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, copy_hashing, CopyMode, Stamp};
@@ -26,6 +25,7 @@ use crate::ops::report::{NoticedClock, Outcome, Reporter, Task};
 use crate::ops::source::{plan_paths, PlannedFile, SourcePlan};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::transfer::BATCH;
+use crate::store::local::{guard, Collection, LockWait, Slot, StagingDir};
 use crate::store::local::{place_all, Staged};
 
 #[derive(Debug, Clone, Default)]

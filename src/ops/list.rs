@@ -1,9 +1,9 @@
 //! List: the items of a collection as (name, IBIp), sorted by name and
 //! streamed, optionally limited to names whose date lies in `[since, until]`.
 
-use crate::collection::Collection;
 use crate::error::Result;
 use crate::id::{Ibip, RepositoryName, Timestamp};
+use crate::store::local::Collection;
 
 /// A filter on the date of the name.
 #[derive(Debug, Clone, Copy, Default)]

@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use rayon::prelude::*;
 
-use crate::collection::{Collection, Entry, Item, LockWait, Slot};
 use crate::error::{Error, Result};
 use crate::ops::copy::{check_distinct, next_chunk, pipeline, plan_copy, Driver, Plan, Tally, TransferSummary};
 use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::verify::verify_item;
 use crate::problem::{Problem, ProblemKind};
+use crate::store::local::{Collection, Entry, Item, LockWait, Slot};
 
 #[derive(Debug, Clone, Copy)]
 pub struct MirrorOptions {

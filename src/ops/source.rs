@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use walkdir::WalkDir;
 
 use crate::bag::{manifest, BagInfo, DATA};
-use crate::collection::guard;
 use crate::digest::Algorithm;
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::Stamp;
+use crate::store::local::guard;
 
 /// One file to copy: from `source` to `path` in the new bag (`data/…` for payload);
 /// `expected` holds the digests a source bag's manifests promise.

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use walkdir::WalkDir;
 
-use crate::collection::Collection;
 use crate::ops::report::Reporter;
+use crate::store::local::Collection;
 
 /// What to survey.
 pub enum Survey<'a> {

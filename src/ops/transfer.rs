@@ -12,7 +12,6 @@ use rayon::prelude::*;
 use walkdir::WalkDir;
 
 use crate::bag;
-use crate::collection::{ibip_in, Collection, Item, StagingDir};
 use crate::digest::{Algorithm, Digests};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{copy_hashing, CopyError, CopyMode};
@@ -20,6 +19,7 @@ use crate::ops::report::Reporter;
 use crate::ops::verify::check_identifiers;
 use crate::problem::{Problem, ProblemKind};
 use crate::store::local::Staged;
+use crate::store::local::{ibip_in, Collection, Item, StagingDir};
 
 /// How many items are staged, then made durable and placed, together.
 pub const BATCH: usize = 64;

@@ -9,12 +9,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rayon::iter::{ParallelBridge, ParallelIterator};
 
 use crate::bag;
-use crate::collection::{alias, ibip_in, Collection, Entry, Item, LockWait};
 use crate::error::Result;
 use crate::id::RepositoryName;
 use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::problem::{Problem, ProblemKind};
+use crate::store::local::{alias, ibip_in, Collection, Entry, Item, LockWait};
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct VerifySummary {

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use walkdir::WalkDir;
 
-use crate::collection::{guard, Collection, LockWait};
 use crate::error::{ErrorClass, IoContext, Result};
 use crate::fsx::{self, atomic_write, create_dir_all_durable, fsync_dir, rename_noreplace};
 use crate::id::minter::Clock;
@@ -26,6 +25,7 @@ use crate::id::{Minted, RepositoryName};
 use crate::ops::deposit::{check_meta, deposit_batch, remove_moved, DepositOptions};
 use crate::ops::report::Reporter;
 use crate::ops::source::plan_paths;
+use crate::store::local::{guard, Collection, LockWait};
 
 pub const DEPOSITED_DIR: &str = ".deposited";
 const RECEIPTS_DIR: &str = ".receipts";

@@ -1,5 +1,208 @@
-//! Storage backends. Each backend is one module; what every backend must
-//! guarantee is written in ARCHITECTURE.md ("Storage"). `local` keeps
-//! collections on a POSIX filesystem.
+//! The storage seam: `Store` is the only way operations touch a collection.
+//! Each backend is one module (`local`: a POSIX filesystem; `memory`: a map, for
+//! tests and to prove the seam) and passes the shared conformance suite. The
+//! contract every backend keeps is written in ARCHITECTURE.md ("The Store
+//! contract"); in short:
+//!
+//! - the walk yields items in `RepositoryName` order, strays included, and one
+//!   bad entry never stops it;
+//! - placement never overwrites: of two placements of one name, exactly one wins,
+//!   and a replacement is atomic where the backend can make it so;
+//! - a placed batch is durable before `place` returns, and so are its aliases;
+//! - a killed writer's staging is never seen as an item, and `recover` under the
+//!   lease completes or clears whatever it left;
+//! - the lease excludes every other writer of the collection, and is released
+//!   when its holder ends, however it ends;
+//! - the minter state is updated under exclusion, so no date is handed out twice.
+//!
+//! The calls are coarse, for backends where every call is a round trip (a far
+//! server) or has no rename (object storage): staging is addressed by a token,
+//! placement takes a batch, and digests are computed where the bytes are.
 
 pub mod local;
+// pub mod memory;
+
+use std::any::Any;
+use std::io::Read;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use crate::bag::{BagFiles, BagInfo, TAGMANIFEST};
+use crate::digest::{Algorithm, Digests};
+use crate::error::{Error, Result};
+use crate::fsx::CopyError;
+use crate::id::minter::MinterState;
+use crate::id::{Ibip, RepositoryName, Subsystem};
+use crate::problem::Problem;
+
+/// What a walk finds: an item's name, or an entry that is not an item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listed {
+    Item(RepositoryName),
+    /// `place` is relative to the collection (`sid.inpe.br/mtc-m18`).
+    Stray {
+        place: String,
+        why: String,
+    },
+}
+
+/// What stands at an item's place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Slot {
+    Empty,
+    Item,
+    /// Something that is not an item (a symlink, a file): never followed, never written through.
+    Foreign(String),
+}
+
+/// How to wait for the write lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockWait {
+    /// Fail at once with `Error::Locked` (exit 75).
+    No,
+    /// Wait as long as it takes.
+    Forever,
+    /// Try for up to this long, then fail with `Error::Locked`.
+    For(Duration),
+}
+
+/// The write lease: held while it lives.
+pub struct Lease(pub Box<dyn Any + Send>);
+
+/// A staged item under construction, by token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StageId(pub u64);
+
+/// One staged item to place as `name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub stage: StageId,
+    pub name: RepositoryName,
+    pub ibip: Option<Ibip>,
+    /// Swap it with whatever holds the name (a damaged or older copy).
+    pub replace: bool,
+}
+
+/// Why one placement of a batch was refused (the others go ahead).
+pub type Refusal = String;
+
+/// What a backend can do, for callers that choose a strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// A replacement never leaves the name absent.
+    pub atomic_replace: bool,
+}
+
+/// A file to stage: its bytes, the source's modification time, the algorithms to
+/// hash with besides sha256, and a progress callback told of every chunk.
+pub struct FileSource<'a> {
+    pub reader: &'a mut (dyn Read + Send),
+    pub mtime: Option<SystemTime>,
+    pub also: &'a [Algorithm],
+    pub progress: &'a (dyn Fn(u64) + Sync),
+}
+
+/// A collection's storage.
+pub trait Store: Send + Sync {
+    /// Where the collection is, for messages (a path, later a URL).
+    fn location(&self) -> String;
+    /// The root folder when the collection is on this machine's filesystem.
+    fn local_root(&self) -> Option<&Path>;
+    fn subsystem(&self) -> &Subsystem;
+    /// Source-Organization for new items.
+    fn organisation(&self) -> Option<&str>;
+    fn capabilities(&self) -> Capabilities;
+    /// For backend-specific fast paths (rename within one filesystem).
+    fn as_any(&self) -> &dyn Any;
+
+    // Reading.
+    /// Every item and stray, in `RepositoryName` order, streaming.
+    fn walk(&self) -> Box<dyn Iterator<Item = Result<Listed>> + Send + '_>;
+    fn slot(&self, name: &RepositoryName) -> Result<Slot>;
+    /// The item an IBIp alias names, if the alias exists.
+    fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>>;
+    /// Why the alias of `name` is broken, if it is.
+    fn alias_problem(&self, ibip: &Ibip, name: &RepositoryName) -> Option<String>;
+    /// The item's files, for reading and verifying where they are.
+    fn item_files<'a>(&'a self, name: &RepositoryName) -> Box<dyn BagFiles + 'a>;
+    /// Opens a regular file of an item for reading (never through a link), with its mtime.
+    fn open(
+        &self,
+        name: &RepositoryName,
+        rel: &str,
+    ) -> std::io::Result<(Box<dyn Read + Send + '_>, Option<SystemTime>)>;
+    /// Staging and trash left by an interrupted writer, as problems.
+    fn leftovers(&self) -> Vec<Problem>;
+
+    // Writing: the caller holds the lease.
+    fn lease(&self, wait: LockWait) -> Result<Lease>;
+    /// Completes or clears what an interrupted writer left.
+    fn recover(&self) -> Result<()>;
+    fn minter_state(&self) -> Box<dyn MinterState + '_>;
+    /// The name content `key` was deposited as, if recorded.
+    fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>>;
+    /// Records names by content key; durable with the next placed batch.
+    fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()>;
+    fn stage(&self) -> Result<StageId>;
+    fn stage_dir(&self, stage: StageId, rel: &str) -> Result<()>;
+    /// Writes a new file into the staged item, hashing as it writes.
+    fn stage_file(&self, stage: StageId, rel: &str, from: FileSource) -> std::result::Result<Digests, CopyError>;
+    /// The staged item's files, to verify before placing.
+    fn staged_files<'a>(&'a self, stage: StageId) -> Box<dyn BagFiles + 'a>;
+    /// Drops a staged item that will not be placed (nothing if it was placed).
+    fn discard(&self, stage: StageId);
+    /// Places a batch durably, never over an item unless `replace`; returns each
+    /// name with `Err(why)` when its place was refused.
+    fn place(&self, batch: &[Placement]) -> Result<Vec<(RepositoryName, std::result::Result<(), Refusal>)>>;
+    /// Removes items (and their aliases) durably.
+    fn remove(&self, names: &[RepositoryName]) -> Result<()>;
+}
+
+/// Reads an item's bag-info.
+pub fn item_info(store: &dyn Store, name: &RepositoryName) -> Result<BagInfo> {
+    let what = || format!("{name}/{}", crate::bag::BAG_INFO_TXT);
+    let bytes = store
+        .item_files(name)
+        .read(crate::bag::BAG_INFO_TXT)
+        .map_err(|e| Error::Data { what: what(), problem: e.to_string() })?;
+    let text = String::from_utf8(bytes).map_err(|_| Error::Data { what: what(), problem: "it is not UTF-8".into() })?;
+    BagInfo::parse(&text).map_err(|line| Error::Data { what: what(), problem: format!("malformed line {line}") })
+}
+
+/// The IBIp an item's bag-info records.
+pub fn item_ibip(store: &dyn Store, name: &RepositoryName) -> Result<Option<Ibip>> {
+    Ok(ibip_in(&item_info(store, name)?))
+}
+
+/// The IBIp among bag-info's External-Identifier values, if any.
+pub fn ibip_in(info: &BagInfo) -> Option<Ibip> {
+    info.values("External-Identifier").find_map(|v| Ibip::parse(v).ok())
+}
+
+/// An item's identity digest: the sha256 of its tagmanifest-sha256.txt, computed
+/// where the bytes are.
+pub fn identity_digest(store: &dyn Store, name: &RepositoryName) -> Result<String> {
+    let digests = store
+        .item_files(name)
+        .digests(TAGMANIFEST, &[])
+        .map_err(|e| Error::Data { what: format!("{name}/{TAGMANIFEST}"), problem: e.to_string() })?;
+    Ok(digests.sha256().to_string())
+}
+
+/// A staged item that is discarded when dropped, unless it was placed.
+pub struct Staging<'a> {
+    pub store: &'a dyn Store,
+    pub id: StageId,
+}
+
+impl<'a> Staging<'a> {
+    pub fn new(store: &'a dyn Store) -> Result<Staging<'a>> {
+        Ok(Staging { store, id: store.stage()? })
+    }
+}
+
+impl Drop for Staging<'_> {
+    fn drop(&mut self) {
+        self.store.discard(self.id);
+    }
+}

@@ -1,10 +1,20 @@
-//! The local backend: collections on a POSIX filesystem. Today it holds the
-//! minter's state file; the collection's layout, walk, aliases, lock, staging,
-//! placement, trash, journal and recovery move here from `collection` as the
-//! `Store` seam grows (ARCHITECTURE.md, "Storage").
+//! The local backend: a collection in a folder of a POSIX filesystem
+//! (ARCHITECTURE.md, "On-disk layout"). It owns the layout, the walk, the
+//! aliases, the write lock, staging, placement, the trash, the journal,
+//! recovery and the minter's state file, and implements `Store` with them.
 
+pub mod alias;
+pub mod collection;
+pub mod config;
+pub mod guard;
+pub mod layout;
 pub mod place;
 pub mod state_file;
+pub mod walk;
 
+pub use collection::{
+    ibip_in, remove_live_staging, staging_guard, Collection, CollectionConfig, Entry, Intent, Item, ItemWalker, Layout,
+    LockWait, Slot, StagingDir,
+};
 pub use place::{move_all, place_all, remove_all, same_filesystem, Staged};
 pub use state_file::StateFile;

@@ -13,10 +13,10 @@ use std::collections::BTreeSet;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::collection::{alias, Collection, Intent, Item, StagingDir};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, fsync_dir, rename_exchange, rename_noreplace};
 use crate::id::{Ibip, RepositoryName};
+use crate::store::local::{alias, Collection, Intent, Item, StagingDir};
 
 /// A verified copy waiting in the destination's staging.
 pub struct Staged {
@@ -95,7 +95,7 @@ pub fn place_all(
     let mut outcomes = Vec::with_capacity(staged.len());
     {
         // An interrupt waits for the renames, so it never removes a folder mid-rename.
-        let _renaming = crate::collection::staging_guard();
+        let _renaming = crate::store::local::staging_guard();
         for copy in staged.iter_mut() {
             let outcome = rename_into_place(dst, copy)?.map(|parent| {
                 dirs.insert(parent);

@@ -4,27 +4,23 @@
 //! owns opening and creating collections, locking writers out, minting,
 //! resolving names and IBIps, and recovering after an interrupted writer.
 
-pub mod alias;
-pub mod config;
-pub mod guard;
-pub mod layout;
-pub mod walk;
-
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+pub use super::config::CollectionConfig;
+pub use super::layout::Layout;
+pub use super::walk::{Entry, ItemWalker};
+use super::StateFile;
+use super::{alias, guard};
 use crate::bag::{self, BagInfo};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, atomic_write, create_dir_all_durable, fsync_dir, FileLock};
 use crate::id::minter::{Clock, Minter};
 use crate::id::{Ibip, Identifier, Minted, RepositoryName, Subsystem};
-use crate::store::local::StateFile;
-pub use config::CollectionConfig;
-pub use layout::Layout;
-pub use walk::{Entry, ItemWalker};
+pub use crate::store::LockWait;
 
 #[derive(Debug, Clone)]
 pub struct Collection {
@@ -132,17 +128,6 @@ pub enum Slot {
     Item(Item),
     /// A symlink or a file: never followed, never written through.
     Foreign(PathBuf),
-}
-
-/// How to wait for the write lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LockWait {
-    /// Fail at once with `Error::Locked` (exit 75).
-    No,
-    /// Wait as long as it takes.
-    Forever,
-    /// Poll for up to this long, then fail with `Error::Locked`.
-    For(Duration),
 }
 
 /// What a journal record announces.

@@ -8,9 +8,9 @@
 use std::fs;
 use std::path::PathBuf;
 
-use crate::collection::Item;
 use crate::error::{IoContext, Result};
 use crate::id::RepositoryName;
+use crate::store::local::Item;
 
 /// What the walk finds: an item, or an entry that is not one.
 #[derive(Debug, Clone, PartialEq, Eq)]

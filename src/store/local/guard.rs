@@ -9,8 +9,8 @@ use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::collection::layout::{Layout, CONTROL_DIR};
 use crate::error::{Error, IoContext, Result};
+use crate::store::local::layout::{Layout, CONTROL_DIR};
 
 /// Device and inode: what makes two paths the same place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

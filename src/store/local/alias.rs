@@ -8,10 +8,10 @@ use std::io;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
-use crate::collection::layout::Layout;
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{create_dir_all_durable, fsync_dir, parent_dir, TEMP_PREFIX};
 use crate::id::{Ibip, RepositoryName};
+use crate::store::local::layout::Layout;
 
 /// Creates or repairs the alias of `name`, durably.
 pub fn create(layout: &Layout, ibip: &Ibip, name: &RepositoryName) -> Result<()> {
