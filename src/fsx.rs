@@ -147,7 +147,7 @@ pub fn read_capped(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
 
 /// Digests of `reader` (sha256 and the algorithms in `also`); `sink` sees every chunk.
 fn hash_stream(
-    reader: &mut impl Read,
+    reader: &mut (impl Read + ?Sized),
     also: &[Algorithm],
     mut sink: impl FnMut(&[u8]) -> io::Result<()>,
 ) -> io::Result<Digests> {
@@ -211,12 +211,26 @@ pub struct Copied {
 /// gives the copy the source's mtime (provenance, and cheap file-level backups), then
 /// (in `mode.sync`) fsyncs `dst`. `dst` must not exist.
 pub fn copy_hashing(src: &Path, dst: &Path, mode: CopyMode) -> std::result::Result<Copied, CopyError> {
+    let RegularFile { mut file, meta } =
+        open_regular(src, mode.follow).map_err(|e| CopyError::Source(Error::io("open", src, e)))?;
+    let digests = write_hashing(&mut file, src, dst, meta.modified().ok(), mode)?;
+    Ok(Copied { digests, stamp: Stamp::of(&meta) })
+}
+
+/// Writes everything `reader` (which reads `src`, named in errors) gives into a new
+/// file `dst` in one pass that also hashes, and gives the file `mtime`.
+pub fn write_hashing(
+    reader: &mut dyn Read,
+    src: &Path,
+    dst: &Path,
+    mtime: Option<std::time::SystemTime>,
+    mode: CopyMode,
+) -> std::result::Result<Digests, CopyError> {
     let source = |action, e| CopyError::Source(Error::io(action, src, e));
     let destination = |action, e| CopyError::Destination(Error::io(action, dst, e));
-    let RegularFile { mut file, meta } = open_regular(src, mode.follow).map_err(|e| source("open", e))?;
     let mut output = OpenOptions::new().write(true).create_new(true).open(dst).map_err(|e| destination("create", e))?;
     let mut write_error = None;
-    let result = hash_stream(&mut file, mode.also, |chunk| {
+    let result = hash_stream(reader, mode.also, |chunk| {
         (mode.progress)(chunk.len() as u64);
         output.write_all(chunk).inspect_err(|e| write_error = Some(io::Error::new(e.kind(), e.to_string())))
     });
@@ -225,13 +239,13 @@ pub fn copy_hashing(src: &Path, dst: &Path, mode: CopyMode) -> std::result::Resu
         (Err(e), Some(_)) => return Err(destination("write", e)),
         (Err(e), None) => return Err(source("read", e)),
     };
-    if let Ok(mtime) = meta.modified() {
+    if let Some(mtime) = mtime {
         output.set_modified(mtime).map_err(|e| destination("set the modification time of", e))?;
     }
     if mode.sync {
         output.sync_all().map_err(|e| destination("fsync", e))?;
     }
-    Ok(Copied { digests, stamp: Stamp::of(&meta) })
+    Ok(digests)
 }
 
 /// Which end of a copy failed: a source that cannot be read is a problem of what is

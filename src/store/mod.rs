@@ -20,7 +20,10 @@
 //! placement takes a batch, and digests are computed where the bytes are.
 
 pub mod local;
-// pub mod memory;
+pub mod memory;
+
+#[cfg(test)]
+mod conformance;
 
 use std::any::Any;
 use std::io::Read;
@@ -97,6 +100,8 @@ pub struct Capabilities {
 /// hash with besides sha256, and a progress callback told of every chunk.
 pub struct FileSource<'a> {
     pub reader: &'a mut (dyn Read + Send),
+    /// Where the bytes come from, for messages.
+    pub origin: &'a Path,
     pub mtime: Option<SystemTime>,
     pub also: &'a [Algorithm],
     pub progress: &'a (dyn Fn(u64) + Sync),

@@ -27,6 +27,8 @@ pub struct Collection {
     pub layout: Layout,
     pub config: CollectionConfig,
     pub subsystem: Subsystem,
+    /// Items staged through the `Store` seam, by token.
+    pub(crate) stages: std::sync::Arc<Mutex<super::store_impl::StageTable>>,
 }
 
 /// One item: its name and its directory.
@@ -169,7 +171,7 @@ impl Collection {
         }
         let config = CollectionConfig::new(&subsystem, organisation);
         atomic_write(&layout.config(), config.to_toml().as_bytes())?;
-        Ok(Collection { layout, config, subsystem })
+        Ok(Collection { layout, config, subsystem, stages: Default::default() })
     }
 
     /// Opens an existing collection; a root without `.ibi/collection.toml` is invalid input.
@@ -186,7 +188,7 @@ impl Collection {
             refuse_symlink(&own)?;
         }
         let (config, subsystem) = CollectionConfig::read(&layout.config())?;
-        Ok(Collection { layout, config, subsystem })
+        Ok(Collection { layout, config, subsystem, stages: Default::default() })
     }
 
     pub fn root(&self) -> &Path {
@@ -340,8 +342,11 @@ impl Collection {
             .iter()
             .map(|(name, ibip)| format!("{name}\t{}\n", ibip.map(|i| i.to_string()).unwrap_or_default()))
             .collect();
+        // Unique per writer and record, so two writers of one batch never share a record.
+        static RECORDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = RECORDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let key = &fsx::hash_bytes(text.as_bytes())[..16];
-        let path = self.layout.journal().join(format!("{}{key}", intent.prefix()));
+        let path = self.layout.journal().join(format!("{}{key}-{}-{n}", intent.prefix(), std::process::id()));
         create_dir_all_durable(&self.layout.journal())?;
         atomic_write(&path, text.as_bytes())?;
         Ok(path)

@@ -10,6 +10,7 @@ pub mod guard;
 pub mod layout;
 pub mod place;
 pub mod state_file;
+mod store_impl;
 pub mod walk;
 
 pub use collection::{

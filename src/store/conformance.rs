@@ -1,0 +1,253 @@
+//! The shared conformance suite: the same checks of the `Store` contract run
+//! against every backend (local folder, memory). A new backend adds one line
+//! to `backends!` and must pass them all.
+
+use std::io::Cursor;
+use std::path::Path;
+use std::sync::Barrier;
+
+use crate::bag::{self, verify_bag, BagContents, BagInfo};
+use crate::digest::Digests;
+use crate::error::Error;
+use crate::id::minter::{Minter, ReplayClock};
+use crate::id::{Granularity, Minted, RepositoryName, Subsystem, Timestamp};
+use crate::store::local::Collection;
+use crate::store::memory::MemoryStore;
+use crate::store::{identity_digest, FileSource, Listed, LockWait, Placement, Slot, StageId, Store};
+
+fn subsystem() -> Subsystem {
+    Subsystem::new("conformance.example.org", 80, Some("192.0.2.7".parse().unwrap()), 800, Granularity::MILLISECOND)
+        .unwrap()
+}
+
+/// A name and IBIp at `seconds` past 2026-01-01.
+fn minted(seconds: i128) -> Minted {
+    let base = Timestamp::parse_user("2026-01-01T00:00:00Z").unwrap();
+    subsystem().identify(base.checked_add_nanos(seconds * 1_000_000_000)).unwrap()
+}
+
+fn stage_bytes(store: &dyn Store, stage: StageId, rel: &str, bytes: &[u8]) -> Digests {
+    let mut reader = Cursor::new(bytes.to_vec());
+    let source = FileSource { reader: &mut reader, origin: Path::new(rel), mtime: None, also: &[], progress: &|_| {} };
+    store.stage_file(stage, rel, source).map_err(Error::from).unwrap()
+}
+
+/// Stages a complete bag for `m` holding `data/a.txt` = `content`.
+fn stage_bag(store: &dyn Store, m: &Minted, content: &[u8]) -> StageId {
+    let stage = store.stage().unwrap();
+    store.stage_dir(stage, "data").unwrap();
+    let payload = vec![("data/a.txt".to_string(), stage_bytes(store, stage, "data/a.txt", content))];
+    let mut info = BagInfo::default();
+    info.push("External-Identifier", m.name.to_string());
+    info.push("External-Identifier", m.ibip.as_ref().unwrap().to_string());
+    info.push("Payload-Oxum", format!("{}.1", content.len()));
+    let contents = BagContents { info: &info, algorithms: &[], payload: &payload, tag_files: &[] };
+    bag::write_tag_files_with(&contents, &mut |name, bytes| {
+        stage_bytes(store, stage, name, bytes);
+        Ok(())
+    })
+    .unwrap();
+    stage
+}
+
+fn place(store: &dyn Store, m: &Minted, stage: StageId, replace: bool) -> Result<(), String> {
+    let batch = [Placement { stage, name: m.name.clone(), ibip: m.ibip, replace }];
+    let mut outcomes = store.place(&batch).unwrap();
+    assert_eq!(outcomes.len(), 1);
+    outcomes.remove(0).1
+}
+
+fn read_a(store: &dyn Store, name: &RepositoryName) -> Vec<u8> {
+    store.item_files(name).read("data/a.txt").unwrap()
+}
+
+fn names(store: &dyn Store) -> Vec<RepositoryName> {
+    store
+        .walk()
+        .filter_map(|l| match l.unwrap() {
+            Listed::Item(name) => Some(name),
+            Listed::Stray { .. } => None,
+        })
+        .collect()
+}
+
+pub fn placement_never_overwrites(store: &dyn Store) {
+    let m = minted(1);
+    let first = stage_bag(store, &m, b"first");
+    assert!(verify_bag(store.staged_files(first).as_ref(), "staged", &|_| {}).problems.is_empty());
+    place(store, &m, first, false).unwrap();
+    let second = stage_bag(store, &m, b"second");
+    assert!(place(store, &m, second, false).is_err(), "a second placement of one name is refused");
+    assert_eq!(read_a(store, &m.name), b"first");
+    let third = stage_bag(store, &m, b"third");
+    place(store, &m, third, true).unwrap();
+    assert_eq!(read_a(store, &m.name), b"third", "a replacement replaces");
+    assert!(verify_bag(store.item_files(&m.name).as_ref(), "placed", &|_| {}).problems.is_empty());
+}
+
+pub fn walk_is_in_name_order(store: &dyn Store) {
+    let all: Vec<Minted> = [5, 1, 4, 2, 3, 600, 3_000_000].iter().map(|s| minted(*s)).collect();
+    for m in &all {
+        let stage = stage_bag(store, m, m.name.to_string().as_bytes());
+        place(store, m, stage, false).unwrap();
+    }
+    let mut expected: Vec<RepositoryName> = all.iter().map(|m| m.name.clone()).collect();
+    expected.sort();
+    assert_eq!(names(store), expected);
+}
+
+pub fn aliases_follow_placement_and_removal(store: &dyn Store) {
+    let m = minted(7);
+    let ibip = m.ibip.unwrap();
+    assert_eq!(store.alias(&ibip).unwrap(), None);
+    let stage = stage_bag(store, &m, b"x");
+    place(store, &m, stage, false).unwrap();
+    assert_eq!(store.alias(&ibip).unwrap(), Some(m.name.clone()));
+    assert_eq!(store.alias_problem(&ibip, &m.name), None);
+    assert_eq!(store.slot(&m.name).unwrap(), Slot::Item);
+    let before = identity_digest(store, &m.name).unwrap();
+    assert_eq!(before.len(), 64);
+    store.remove(std::slice::from_ref(&m.name)).unwrap();
+    assert_eq!(store.alias(&ibip).unwrap(), None);
+    assert_eq!(store.slot(&m.name).unwrap(), Slot::Empty);
+    assert!(names(store).is_empty());
+}
+
+pub fn lease_is_exclusive(store: &dyn Store, other: &dyn Store) {
+    let held = store.lease(LockWait::No).unwrap();
+    assert!(matches!(other.lease(LockWait::No), Err(Error::Locked { .. })), "a second writer is refused");
+    let waited = other.lease(LockWait::For(std::time::Duration::from_millis(200)));
+    assert!(matches!(waited, Err(Error::Locked { .. })), "and refused after waiting");
+    drop(held);
+    other.lease(LockWait::No).expect("free once released");
+}
+
+pub fn one_of_two_concurrent_placements_wins(store: &dyn Store, other: &dyn Store) {
+    for round in 0..20 {
+        let m = minted(100 + round);
+        let a = stage_bag(store, &m, b"from a");
+        let b = stage_bag(other, &m, b"from b");
+        let barrier = Barrier::new(2);
+        let (ra, rb) = std::thread::scope(|s| {
+            let ta = s.spawn(|| {
+                barrier.wait();
+                place(store, &m, a, false)
+            });
+            let tb = s.spawn(|| {
+                barrier.wait();
+                place(other, &m, b, false)
+            });
+            (ta.join().unwrap(), tb.join().unwrap())
+        });
+        assert!(ra.is_ok() != rb.is_ok(), "round {round}: exactly one wins: {ra:?} {rb:?}");
+        let winner: &[u8] = if ra.is_ok() { b"from a" } else { b"from b" };
+        assert_eq!(read_a(store, &m.name), winner);
+    }
+}
+
+/// A writer killed with an item staged: the next one's `recover` clears it, and it
+/// was never an item.
+pub fn recovery_clears_an_interrupted_batch(killed: Box<dyn Store>, next: &dyn Store) {
+    let m = minted(9);
+    let stage = stage_bag(killed.as_ref(), &m, b"never placed");
+    assert!(names(next).is_empty(), "staging is never an item");
+    std::mem::forget(killed);
+    assert!(!next.leftovers().is_empty(), "the killed writer's staging is seen as left over");
+    let _lease = next.lease(LockWait::No).unwrap();
+    next.recover().unwrap();
+    assert!(next.leftovers().is_empty(), "nothing is left over");
+    assert!(names(next).is_empty());
+    assert!(next.staged_files(stage).root_kind().is_err(), "the staged item is gone");
+}
+
+pub fn minter_state_never_repeats(store: &dyn Store, other: &dyn Store) {
+    let start = Timestamp::parse_user("2026-01-01T00:00:00Z").unwrap();
+    let dates: Vec<Vec<Timestamp>> = std::thread::scope(|s| {
+        [store, other]
+            .map(|st| {
+                s.spawn(move || {
+                    let clock = ReplayClock::new(start);
+                    let state = st.minter_state();
+                    let minter = Minter::new(state.as_ref(), Granularity::MILLISECOND, &clock);
+                    (0..100).flat_map(|_| minter.mint(1).unwrap()).collect()
+                })
+            })
+            .map(|t| t.join().unwrap())
+            .into_iter()
+            .collect()
+    });
+    let mut all: Vec<Timestamp> = dates.concat();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 200, "no date handed out twice");
+}
+
+/// Runs every check against a backend: `$fresh` makes a new, empty collection and
+/// returns (a handle, a function that opens another handle on it).
+macro_rules! backends {
+    ($($backend:ident => $fresh:expr;)*) => {$(
+        mod $backend {
+            use super::*;
+
+            #[test]
+            fn placement_never_overwrites() {
+                let (store, _reopen, _dir) = $fresh;
+                super::placement_never_overwrites(&store);
+            }
+
+            #[test]
+            fn walk_is_in_name_order() {
+                let (store, _reopen, _dir) = $fresh;
+                super::walk_is_in_name_order(&store);
+            }
+
+            #[test]
+            fn aliases_follow_placement_and_removal() {
+                let (store, _reopen, _dir) = $fresh;
+                super::aliases_follow_placement_and_removal(&store);
+            }
+
+            #[test]
+            fn lease_is_exclusive() {
+                let (store, reopen, _dir) = $fresh;
+                super::lease_is_exclusive(&store, &reopen());
+            }
+
+            #[test]
+            fn one_of_two_concurrent_placements_wins() {
+                let (store, reopen, _dir) = $fresh;
+                super::one_of_two_concurrent_placements_wins(&store, &reopen());
+            }
+
+            #[test]
+            fn recovery_clears_an_interrupted_batch() {
+                let (store, reopen, _dir) = $fresh;
+                super::recovery_clears_an_interrupted_batch(Box::new(reopen()), &store);
+            }
+
+            #[test]
+            fn minter_state_never_repeats() {
+                let (store, reopen, _dir) = $fresh;
+                super::minter_state_never_repeats(&store, &reopen());
+            }
+        }
+    )*};
+}
+
+fn local() -> (Collection, impl Fn() -> Collection, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("c");
+    let store = Collection::init(&root, subsystem(), None).unwrap();
+    (store, move || Collection::open(&root).unwrap(), dir)
+}
+
+fn memory() -> (MemoryStore, impl Fn() -> MemoryStore, ()) {
+    let store = MemoryStore::new(subsystem());
+    let other = store.handle();
+    (store, move || other.handle(), ())
+}
+
+backends! {
+    local_folder => local();
+    in_memory => memory();
+}

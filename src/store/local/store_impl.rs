@@ -1,0 +1,210 @@
+//! `Store` for a local `Collection`: the seam's calls mapped onto the folder
+//! layout. Staged items are `.ibi/staging/` folders held by token until they
+//! are placed (`place_all`) or discarded; reads never follow a link.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::fs;
+use std::io::Read;
+use std::path::Path;
+use std::time::SystemTime;
+
+use super::{alias, place_all, remove_all, Collection, Entry, Item, Staged, StagingDir, StateFile};
+use crate::bag::manifest::check_path;
+use crate::bag::{BagFiles, DirBag};
+use crate::digest::Digests;
+use crate::error::{Error, IoContext, Result};
+use crate::fsx::{self, open_regular, CopyError, CopyMode};
+use crate::id::minter::MinterState;
+use crate::id::{Ibip, RepositoryName, Subsystem};
+use crate::problem::{Problem, ProblemKind};
+use crate::store::{Capabilities, FileSource, Lease, Listed, LockWait, Placement, Refusal, Slot, StageId, Store};
+
+/// The staging folders a collection handle holds, by token.
+#[derive(Debug, Default)]
+pub struct StageTable {
+    next: u64,
+    dirs: HashMap<u64, StagingDir>,
+}
+
+impl Collection {
+    fn staged_path(&self, stage: StageId, rel: &str) -> Result<std::path::PathBuf> {
+        check_path(rel)
+            .map_err(|why| Error::Invalid { what: "staged path".into(), problem: format!("{rel}: {why}") })?;
+        let table = self.stages.lock().unwrap_or_else(|p| p.into_inner());
+        let dir = table.dirs.get(&stage.0).ok_or_else(|| unknown_stage(stage))?;
+        Ok(dir.path.join(rel))
+    }
+
+    /// Staging and trash that an interrupted writer left, with their size. Looked for
+    /// only when no writer is at work (the write lock is free), so live staging never counts.
+    fn leftover_problems(&self) -> Vec<Problem> {
+        let Ok(_lock) = self.lock_writes(LockWait::No) else { return Vec::new() };
+        let mut problems = Vec::new();
+        for dir in [self.layout.staging(), self.layout.trash()] {
+            let (mut entries, mut bytes) = (0u64, 0u64);
+            let top = fs::read_dir(&dir).map(|d| d.filter_map(|e| e.ok()).count()).unwrap_or(0);
+            if top == 0 {
+                continue;
+            }
+            for entry in walkdir::WalkDir::new(&dir).follow_links(false).min_depth(1).into_iter().flatten() {
+                entries += 1;
+                bytes += entry.metadata().map(|m| if m.is_file() { m.len() } else { 0 }).unwrap_or(0);
+            }
+            let rel = self.layout.relative(&dir).display().to_string();
+            let detail = format!(
+                "{top} leftover folder(s), {entries} entries, {bytes} bytes; the next writing command clears them"
+            );
+            problems.push(Problem::new(&rel, None, ProblemKind::Leftover, detail));
+        }
+        problems
+    }
+}
+
+fn unknown_stage(stage: StageId) -> Error {
+    Error::Invalid { what: "staging".into(), problem: format!("no staged item {}", stage.0) }
+}
+
+impl Store for Collection {
+    fn location(&self) -> String {
+        self.root().display().to_string()
+    }
+
+    fn local_root(&self) -> Option<&Path> {
+        Some(self.root())
+    }
+
+    fn subsystem(&self) -> &Subsystem {
+        &self.subsystem
+    }
+
+    fn organisation(&self) -> Option<&str> {
+        self.config.organisation.as_deref()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { atomic_replace: true }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn walk(&self) -> Box<dyn Iterator<Item = Result<Listed>> + Send + '_> {
+        Box::new(Collection::walk(self).map(|entry| {
+            entry.map(|entry| match entry {
+                Entry::Item(item) => Listed::Item(item.name),
+                Entry::Stray { path, why } => {
+                    Listed::Stray { place: self.layout.relative(&path).display().to_string(), why }
+                }
+            })
+        }))
+    }
+
+    fn slot(&self, name: &RepositoryName) -> Result<Slot> {
+        Ok(match Collection::slot(self, name)? {
+            super::Slot::Empty => Slot::Empty,
+            super::Slot::Item(_) => Slot::Item,
+            super::Slot::Foreign(path) => Slot::Foreign(self.layout.relative(&path).display().to_string()),
+        })
+    }
+
+    fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
+        let Ok(target) = fs::read_link(self.layout.alias(ibip)) else { return Ok(None) };
+        let Ok(rel) = target.strip_prefix("../..") else { return Ok(None) };
+        Ok(RepositoryName::parse(&rel.to_string_lossy()).ok())
+    }
+
+    fn alias_problem(&self, ibip: &Ibip, name: &RepositoryName) -> Option<String> {
+        alias::check(&self.layout, ibip, name)
+    }
+
+    fn item_files<'a>(&'a self, name: &RepositoryName) -> Box<dyn BagFiles + 'a> {
+        Box::new(DirBag::new(&self.layout.item(name)))
+    }
+
+    fn open(
+        &self,
+        name: &RepositoryName,
+        rel: &str,
+    ) -> std::io::Result<(Box<dyn Read + Send + '_>, Option<SystemTime>)> {
+        check_path(rel).map_err(|why| std::io::Error::new(std::io::ErrorKind::InvalidInput, why))?;
+        let opened = open_regular(&self.layout.item(name).join(rel), false)?;
+        Ok((Box::new(opened.file), opened.meta.modified().ok()))
+    }
+
+    fn leftovers(&self) -> Vec<Problem> {
+        self.leftover_problems()
+    }
+
+    fn lease(&self, wait: LockWait) -> Result<Lease> {
+        Ok(Lease(Box::new(self.lock_writes(wait)?)))
+    }
+
+    fn recover(&self) -> Result<()> {
+        Collection::recover(self)
+    }
+
+    fn minter_state(&self) -> Box<dyn MinterState + '_> {
+        Box::new(StateFile::new(self.layout.minter_state(), self.layout.minter_lock()))
+    }
+
+    fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
+        Collection::deposit_record(self, key)
+    }
+
+    fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()> {
+        Collection::write_deposit_records(self, records)
+    }
+
+    fn stage(&self) -> Result<StageId> {
+        let dir = StagingDir::new(self)?;
+        let mut table = self.stages.lock().unwrap_or_else(|p| p.into_inner());
+        table.next += 1;
+        let id = table.next;
+        table.dirs.insert(id, dir);
+        Ok(StageId(id))
+    }
+
+    fn stage_dir(&self, stage: StageId, rel: &str) -> Result<()> {
+        let path = self.staged_path(stage, rel)?;
+        fs::create_dir(&path).with_path("create", &path)
+    }
+
+    fn stage_file(&self, stage: StageId, rel: &str, from: FileSource) -> std::result::Result<Digests, CopyError> {
+        let path = self.staged_path(stage, rel).map_err(CopyError::Destination)?;
+        let mode = CopyMode { follow: false, sync: false, progress: from.progress, also: from.also };
+        fsx::write_hashing(from.reader, from.origin, &path, from.mtime, mode)
+    }
+
+    fn staged_files<'a>(&'a self, stage: StageId) -> Box<dyn BagFiles + 'a> {
+        let table = self.stages.lock().unwrap_or_else(|p| p.into_inner());
+        // An unknown token names a folder that cannot exist, never the current one.
+        let path = table.dirs.get(&stage.0).map_or_else(|| self.layout.staging().join(".unknown"), |d| d.path.clone());
+        Box::new(DirBag { path })
+    }
+
+    fn discard(&self, stage: StageId) {
+        let removed = self.stages.lock().unwrap_or_else(|p| p.into_inner()).dirs.remove(&stage.0);
+        drop(removed);
+    }
+
+    fn place(&self, batch: &[Placement]) -> Result<Vec<(RepositoryName, std::result::Result<(), Refusal>)>> {
+        let mut staged = Vec::with_capacity(batch.len());
+        {
+            let mut table = self.stages.lock().unwrap_or_else(|p| p.into_inner());
+            for p in batch {
+                let dir = table.dirs.remove(&p.stage.0).ok_or_else(|| unknown_stage(p.stage))?;
+                let mut copy = Staged::new(dir, p.name.clone(), p.ibip, 0);
+                copy.replace = p.replace;
+                staged.push(copy);
+            }
+        }
+        place_all(self, staged)
+    }
+
+    fn remove(&self, names: &[RepositoryName]) -> Result<()> {
+        let items: Vec<Item> = names.iter().map(|n| self.item(n)).collect();
+        remove_all(self, &items)
+    }
+}

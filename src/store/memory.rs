@@ -1,0 +1,324 @@
+//! The in-memory backend: a collection held in maps, shared by every handle made
+//! with `handle()` (as processes share a folder). It keeps the whole `Store`
+//! contract with locks instead of renames and fsyncs, which proves the seam and
+//! gives tests a fast collection. Nothing survives the process.
+
+use std::any::Any;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{self, Read};
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Instant, SystemTime};
+
+use crate::bag::files::{FileKind, TreeEntry, TreeError};
+use crate::bag::manifest::check_path;
+use crate::bag::BagFiles;
+use crate::digest::{self, Algorithm, Digests, Hasher};
+use crate::error::{Error, Result};
+use crate::fsx::CopyError;
+use crate::id::minter::MinterState;
+use crate::id::{Ibip, RepositoryName, Subsystem, Timestamp};
+use crate::problem::{Problem, ProblemKind};
+use crate::store::{
+    item_ibip, Capabilities, FileSource, Lease, Listed, LockWait, Placement, Refusal, Slot, StageId, Store,
+};
+
+/// One bag's folders and files.
+#[derive(Debug, Clone, Default)]
+struct Bag {
+    dirs: BTreeSet<String>,
+    files: BTreeMap<String, (Vec<u8>, Option<SystemTime>)>,
+}
+
+#[derive(Default)]
+struct Shared {
+    items: Mutex<BTreeMap<RepositoryName, Bag>>,
+    aliases: Mutex<BTreeMap<String, RepositoryName>>,
+    stages: Mutex<(u64, HashMap<u64, Bag>)>,
+    leased: Mutex<bool>,
+    lease_freed: Condvar,
+    minter: Mutex<Option<Timestamp>>,
+    records: Mutex<HashMap<String, RepositoryName>>,
+}
+
+/// A collection in memory.
+#[derive(Clone)]
+pub struct MemoryStore {
+    shared: Arc<Shared>,
+    subsystem: Subsystem,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl MemoryStore {
+    pub fn new(subsystem: Subsystem) -> MemoryStore {
+        MemoryStore { shared: Arc::default(), subsystem }
+    }
+
+    /// Another handle on the same collection, as a second process would open it.
+    pub fn handle(&self) -> MemoryStore {
+        self.clone()
+    }
+
+    fn with_stage<T>(&self, stage: StageId, f: impl FnOnce(&mut Bag) -> T) -> Result<T> {
+        let mut stages = lock(&self.shared.stages);
+        let bag = stages
+            .1
+            .get_mut(&stage.0)
+            .ok_or_else(|| Error::Invalid { what: "staging".into(), problem: format!("no staged item {}", stage.0) })?;
+        Ok(f(bag))
+    }
+}
+
+/// A bag's files as `BagFiles`, from a snapshot.
+struct MemoryBag(Option<Bag>);
+
+impl BagFiles for MemoryBag {
+    fn root_kind(&self) -> io::Result<FileKind> {
+        match &self.0 {
+            Some(_) => Ok(FileKind::Dir),
+            None => Err(io::Error::new(io::ErrorKind::NotFound, "no such item")),
+        }
+    }
+
+    fn entries(&self) -> Vec<std::result::Result<TreeEntry, TreeError>> {
+        let Some(bag) = &self.0 else { return Vec::new() };
+        let mut entries: Vec<TreeEntry> = bag
+            .dirs
+            .iter()
+            .map(|d| TreeEntry { rel: Ok(d.clone()), kind: FileKind::Dir })
+            .chain(bag.files.iter().map(|(f, (bytes, _))| TreeEntry {
+                rel: Ok(f.clone()),
+                kind: FileKind::File { size: bytes.len() as u64 },
+            }))
+            .collect();
+        entries.sort_by(|a, b| a.rel.cmp(&b.rel));
+        entries.into_iter().map(Ok).collect()
+    }
+
+    fn read(&self, rel: &str) -> io::Result<Vec<u8>> {
+        let bag = self.0.as_ref().ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        bag.files.get(rel).map(|(bytes, _)| bytes.clone()).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+    }
+
+    fn digests(&self, rel: &str, also: &[Algorithm]) -> io::Result<Digests> {
+        self.read(rel).map(|bytes| digest::of_bytes(&bytes, also))
+    }
+}
+
+/// The minter state in memory, updated under its mutex.
+struct MemoryMinter<'a>(&'a Mutex<Option<Timestamp>>);
+
+impl MinterState for MemoryMinter<'_> {
+    fn update(&self, step: &mut dyn FnMut(Option<Timestamp>) -> Result<Timestamp>) -> Result<()> {
+        let mut last = lock(self.0);
+        *last = Some(step(*last)?);
+        Ok(())
+    }
+}
+
+/// Holds the lease until dropped.
+struct MemoryLease(Arc<Shared>);
+
+impl Drop for MemoryLease {
+    fn drop(&mut self) {
+        *lock(&self.0.leased) = false;
+        self.0.lease_freed.notify_all();
+    }
+}
+
+impl MemoryStore {
+    fn take_lease(&self, wait: LockWait) -> Result<Lease> {
+        let busy = || Error::Locked { path: "memory collection".into() };
+        let start = Instant::now();
+        let mut leased = lock(&self.shared.leased);
+        while *leased {
+            leased = match wait {
+                LockWait::No => return Err(busy()),
+                LockWait::Forever => self.shared.lease_freed.wait(leased).unwrap_or_else(|p| p.into_inner()),
+                LockWait::For(limit) => {
+                    let left = limit.checked_sub(start.elapsed()).ok_or_else(busy)?;
+                    self.shared.lease_freed.wait_timeout(leased, left).unwrap_or_else(|p| p.into_inner()).0
+                }
+            };
+        }
+        *leased = true;
+        Ok(Lease(Box::new(MemoryLease(self.shared.clone()))))
+    }
+
+    fn place_one(
+        &self,
+        items: &mut BTreeMap<RepositoryName, Bag>,
+        p: &Placement,
+    ) -> Result<std::result::Result<(), Refusal>> {
+        let bag = lock(&self.shared.stages).1.remove(&p.stage.0).ok_or_else(|| Error::Invalid {
+            what: "staging".into(),
+            problem: format!("no staged item {}", p.stage.0),
+        })?;
+        if items.contains_key(&p.name) && !p.replace {
+            return Ok(Err(format!("{} already exists; refusing to overwrite it", p.name)));
+        }
+        items.insert(p.name.clone(), bag);
+        if let Some(ibip) = &p.ibip {
+            lock(&self.shared.aliases).insert(ibip.to_string(), p.name.clone());
+        }
+        Ok(Ok(()))
+    }
+}
+
+impl Store for MemoryStore {
+    fn location(&self) -> String {
+        "memory".into()
+    }
+
+    fn local_root(&self) -> Option<&Path> {
+        None
+    }
+
+    fn subsystem(&self) -> &Subsystem {
+        &self.subsystem
+    }
+
+    fn organisation(&self) -> Option<&str> {
+        None
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { atomic_replace: true }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn walk(&self) -> Box<dyn Iterator<Item = Result<Listed>> + Send + '_> {
+        let names: Vec<RepositoryName> = lock(&self.shared.items).keys().cloned().collect();
+        Box::new(names.into_iter().map(|n| Ok(Listed::Item(n))))
+    }
+
+    fn slot(&self, name: &RepositoryName) -> Result<Slot> {
+        Ok(if lock(&self.shared.items).contains_key(name) { Slot::Item } else { Slot::Empty })
+    }
+
+    fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
+        Ok(lock(&self.shared.aliases).get(&ibip.to_string()).cloned())
+    }
+
+    fn alias_problem(&self, ibip: &Ibip, name: &RepositoryName) -> Option<String> {
+        match lock(&self.shared.aliases).get(&ibip.to_string()) {
+            Some(target) if target == name => None,
+            Some(target) => Some(format!("alias {ibip} names {target}, expected {name}")),
+            None => Some(format!("alias {ibip} is missing")),
+        }
+    }
+
+    fn item_files<'a>(&'a self, name: &RepositoryName) -> Box<dyn BagFiles + 'a> {
+        Box::new(MemoryBag(lock(&self.shared.items).get(name).cloned()))
+    }
+
+    fn open(&self, name: &RepositoryName, rel: &str) -> io::Result<(Box<dyn Read + Send + '_>, Option<SystemTime>)> {
+        let items = lock(&self.shared.items);
+        let (bytes, mtime) = items
+            .get(name)
+            .and_then(|bag| bag.files.get(rel))
+            .cloned()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        Ok((Box::new(io::Cursor::new(bytes)), mtime))
+    }
+
+    fn leftovers(&self) -> Vec<Problem> {
+        // Under a free lease no writer is at work, so any staged item is left over.
+        let Ok(_lease) = self.take_lease(LockWait::No) else { return Vec::new() };
+        let staged = lock(&self.shared.stages).1.len();
+        if staged == 0 {
+            return Vec::new();
+        }
+        let detail =
+            format!("{staged} staged item(s) left by an interrupted writer; the next writing command clears them");
+        vec![Problem::new("staging", None, ProblemKind::Leftover, detail)]
+    }
+
+    fn lease(&self, wait: LockWait) -> Result<Lease> {
+        self.take_lease(wait)
+    }
+
+    fn recover(&self) -> Result<()> {
+        lock(&self.shared.stages).1.clear();
+        Ok(())
+    }
+
+    fn minter_state(&self) -> Box<dyn MinterState + '_> {
+        Box::new(MemoryMinter(&self.shared.minter))
+    }
+
+    fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
+        Ok(lock(&self.shared.records).get(key).cloned())
+    }
+
+    fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()> {
+        lock(&self.shared.records).extend(records.iter().cloned());
+        Ok(())
+    }
+
+    fn stage(&self) -> Result<StageId> {
+        let mut stages = lock(&self.shared.stages);
+        stages.0 += 1;
+        let id = stages.0;
+        stages.1.insert(id, Bag::default());
+        Ok(StageId(id))
+    }
+
+    fn stage_dir(&self, stage: StageId, rel: &str) -> Result<()> {
+        check_path(rel).map_err(|why| Error::Invalid { what: "staged path".into(), problem: why })?;
+        self.with_stage(stage, |bag| {
+            bag.dirs.insert(rel.to_string());
+        })
+    }
+
+    fn stage_file(&self, stage: StageId, rel: &str, from: FileSource) -> std::result::Result<Digests, CopyError> {
+        let invalid = |why: String| CopyError::Destination(Error::Invalid { what: "staged path".into(), problem: why });
+        check_path(rel).map_err(invalid)?;
+        let mut bytes = Vec::new();
+        from.reader.read_to_end(&mut bytes).map_err(|e| CopyError::Source(Error::io("read", from.origin, e)))?;
+        (from.progress)(bytes.len() as u64);
+        let mut hasher = Hasher::new(from.also);
+        hasher.update(&bytes);
+        let taken = self
+            .with_stage(stage, |bag| bag.files.insert(rel.to_string(), (bytes, from.mtime)).is_some())
+            .map_err(CopyError::Destination)?;
+        if taken {
+            return Err(invalid(format!("{rel} is already staged")));
+        }
+        Ok(hasher.finish())
+    }
+
+    fn staged_files<'a>(&'a self, stage: StageId) -> Box<dyn BagFiles + 'a> {
+        Box::new(MemoryBag(lock(&self.shared.stages).1.get(&stage.0).cloned()))
+    }
+
+    fn discard(&self, stage: StageId) {
+        lock(&self.shared.stages).1.remove(&stage.0);
+    }
+
+    fn place(&self, batch: &[Placement]) -> Result<Vec<(RepositoryName, std::result::Result<(), Refusal>)>> {
+        let mut items = lock(&self.shared.items);
+        batch.iter().map(|p| Ok((p.name.clone(), self.place_one(&mut items, p)?))).collect()
+    }
+
+    fn remove(&self, names: &[RepositoryName]) -> Result<()> {
+        let ibips: Vec<Option<Ibip>> = names.iter().map(|n| item_ibip(self, n).ok().flatten()).collect();
+        let mut items = lock(&self.shared.items);
+        let mut aliases = lock(&self.shared.aliases);
+        for (name, ibip) in names.iter().zip(ibips) {
+            items.remove(name);
+            if let Some(ibip) = ibip {
+                if aliases.get(&ibip.to_string()) == Some(name) {
+                    aliases.remove(&ibip.to_string());
+                }
+            }
+        }
+        Ok(())
+    }
+}
