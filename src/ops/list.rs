@@ -3,7 +3,7 @@
 
 use crate::error::Result;
 use crate::id::{Ibip, RepositoryName, Timestamp};
-use crate::store::local::Collection;
+use crate::store::{item_ibip, items, Store};
 
 /// A filter on the date of the name.
 #[derive(Debug, Clone, Copy, Default)]
@@ -19,17 +19,14 @@ impl DateRange {
 }
 
 /// Streams the items in range; stray entries are skipped (verify reports them).
-pub fn list(
-    collection: &Collection,
-    range: DateRange,
-) -> impl Iterator<Item = Result<(RepositoryName, Option<Ibip>)>> + '_ {
-    collection.walk().items().filter_map(move |item| match item {
+pub fn list(store: &dyn Store, range: DateRange) -> impl Iterator<Item = Result<(RepositoryName, Option<Ibip>)>> + '_ {
+    items(store).filter_map(move |item| match item {
         Err(e) => Some(Err(e)),
-        Ok(item) if !range.contains(item.name.date()) => None,
-        Ok(item) => {
+        Ok(name) if !range.contains(name.date()) => None,
+        Ok(name) => {
             // A damaged bag-info still lists by name; verify reports the damage.
-            let ibip = item.ibip().ok().flatten();
-            Some(Ok((item.name, ibip)))
+            let ibip = item_ibip(store, &name).ok().flatten();
+            Some(Ok((name, ibip)))
         }
     })
 }

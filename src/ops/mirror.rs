@@ -14,12 +14,13 @@ use std::time::Duration;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::ops::copy::{check_distinct, next_chunk, pipeline, plan_copy, Driver, Plan, Tally, TransferSummary};
+use crate::id::RepositoryName;
+use crate::ops::driver::{check_distinct, next_chunk, pipeline, plan_copy, Driver, Plan, Tally, TransferSummary};
 use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::verify::verify_item;
 use crate::problem::{Problem, ProblemKind};
-use crate::store::local::{Collection, Entry, Item, LockWait, Slot};
+use crate::store::{identity_digest, items, lease_and_recover, Listed, LockWait, Slot, Store};
 
 #[derive(Debug, Clone, Copy)]
 pub struct MirrorOptions {
@@ -34,44 +35,42 @@ pub struct MirrorOptions {
 /// item is `shadowed` when it lies under a SRC entry that could not be read: SRC may
 /// hold it, so it must never be deleted.
 enum Pair {
-    Src(Item),
-    Both(Item, Item),
-    Dst { item: Item, shadowed: bool },
+    Src(RepositoryName),
+    Both(RepositoryName),
+    Dst { name: RepositoryName, shadowed: bool },
 }
 
 /// Merges the SRC walk (items and strays) with the DST items, both sorted by name.
-struct Merge<'r, A: Iterator<Item = Result<Entry>>, B: Iterator<Item = Result<Item>>> {
+struct Merge<'r, A: Iterator<Item = Result<Listed>>, B: Iterator<Item = Result<RepositoryName>>> {
     src: Peekable<A>,
     dst: Peekable<B>,
-    src_root: std::path::PathBuf,
     /// Name prefixes (`a/b/`) of SRC entries that could not be read.
     shadows: Vec<String>,
     tally: &'r Tally,
     reporter: &'r dyn Reporter,
 }
 
-impl<A: Iterator<Item = Result<Entry>>, B: Iterator<Item = Result<Item>>> Merge<'_, A, B> {
+impl<A: Iterator<Item = Result<Listed>>, B: Iterator<Item = Result<RepositoryName>>> Merge<'_, A, B> {
     /// Reports a SRC stray and remembers its place, so DST items under it are kept.
-    fn shadow(&mut self, path: std::path::PathBuf, why: String) {
-        let rel = path.strip_prefix(&self.src_root).unwrap_or(&path).to_string_lossy().into_owned();
+    fn shadow(&mut self, rel: String, why: String) {
         let detail = format!("in SRC: {why}; DST items under it are kept");
         self.tally.report(self.reporter, &Problem::new(&rel, None, ProblemKind::StrayEntry, detail));
         self.shadows.push(format!("{rel}/"));
     }
 
-    fn shadowed(&self, item: &Item) -> bool {
-        let name = format!("{}/", item.name);
+    fn shadowed(&self, name: &RepositoryName) -> bool {
+        let name = format!("{name}/");
         self.shadows.iter().any(|prefix| name.starts_with(prefix.as_str()))
     }
 }
 
-impl<A: Iterator<Item = Result<Entry>>, B: Iterator<Item = Result<Item>>> Iterator for Merge<'_, A, B> {
+impl<A: Iterator<Item = Result<Listed>>, B: Iterator<Item = Result<RepositoryName>>> Iterator for Merge<'_, A, B> {
     type Item = Result<Pair>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        while let Some(Ok(Entry::Stray { .. })) = self.src.peek() {
-            if let Some(Ok(Entry::Stray { path, why })) = self.src.next() {
-                self.shadow(path, why);
+        while let Some(Ok(Listed::Stray { .. })) = self.src.peek() {
+            if let Some(Ok(Listed::Stray { place, why })) = self.src.next() {
+                self.shadow(place, why);
             }
         }
         let order = match (self.src.peek(), self.dst.peek()) {
@@ -80,34 +79,37 @@ impl<A: Iterator<Item = Result<Entry>>, B: Iterator<Item = Result<Item>>> Iterat
             (_, Some(Err(_))) => return self.dst.next().and_then(|r| r.err()).map(Err),
             (Some(Ok(_)), None) => Order::Less,
             (None, Some(Ok(_))) => Order::Greater,
-            (Some(Ok(Entry::Item(s))), Some(Ok(d))) => s.name.cmp(&d.name),
-            (Some(Ok(Entry::Stray { .. })), _) => unreachable!("strays were taken above"),
+            (Some(Ok(Listed::Item(s))), Some(Ok(d))) => s.cmp(d),
+            (Some(Ok(Listed::Stray { .. })), _) => unreachable!("strays were taken above"),
         };
         let take_src = |merge: &mut Self| match merge.src.next() {
-            Some(Ok(Entry::Item(item))) => Some(item),
+            Some(Ok(Listed::Item(name))) => Some(name),
             _ => None,
         };
         Some(Ok(match order {
             Order::Less => Pair::Src(take_src(self)?),
             Order::Greater => {
-                let item = self.dst.next()?.ok()?;
-                let shadowed = self.shadowed(&item);
-                Pair::Dst { item, shadowed }
+                let name = self.dst.next()?.ok()?;
+                let shadowed = self.shadowed(&name);
+                Pair::Dst { name, shadowed }
             }
-            Order::Equal => Pair::Both(take_src(self)?, self.dst.next()?.ok()?),
+            Order::Equal => {
+                self.dst.next()?.ok()?;
+                Pair::Both(take_src(self)?)
+            }
         }))
     }
 }
 
 /// Refuses `--delete` when SRC holds no items while DST holds some (an unmounted
 /// or emptied SRC must never empty DST).
-fn guard_delete(src: &Collection, dst: &Collection) -> Result<()> {
-    let src_has = src.walk().items().next().transpose()?.is_some();
-    let dst_has = dst.walk().items().next().transpose()?.is_some();
+fn guard_delete(src: &dyn Store, dst: &dyn Store) -> Result<()> {
+    let src_has = items(src).next().transpose()?.is_some();
+    let dst_has = items(dst).next().transpose()?.is_some();
     if !src_has && dst_has {
         return Err(Error::Invalid {
             what: "deletion".into(),
-            problem: format!("SRC {} holds no items while DST holds some; refusing to delete", src.root().display()),
+            problem: format!("SRC {} holds no items while DST holds some; refusing to delete", src.location()),
         });
     }
     Ok(())
@@ -115,7 +117,8 @@ fn guard_delete(src: &Collection, dst: &Collection) -> Result<()> {
 
 /// Decides, for one pair of the merge, what the mirror must do.
 struct Planner<'a> {
-    dst: &'a Collection,
+    src: &'a dyn Store,
+    dst: &'a dyn Store,
     options: &'a MirrorOptions,
     tally: &'a Tally,
     deletions: AtomicU64,
@@ -123,106 +126,98 @@ struct Planner<'a> {
 }
 
 impl Planner<'_> {
-    fn both(&self, src_item: Item, dst_item: &Item) -> Result<Plan> {
-        let src_digest = match src_item.identity_digest() {
+    fn both(&self, name: RepositoryName) -> Result<Plan> {
+        let src_digest = match identity_digest(self.src, &name) {
             Ok(digest) => digest,
             Err(e) => {
                 let detail = format!("in SRC: {e}; DST's copy is kept");
-                self.tally.report(
-                    self.reporter,
-                    &Problem::new(&src_item.name.to_string(), None, ProblemKind::Unreadable, detail),
-                );
-                return Ok(Plan::Settled(src_item, false));
+                self.tally
+                    .report(self.reporter, &Problem::new(&name.to_string(), None, ProblemKind::Unreadable, detail));
+                return Ok(Plan::Settled(name, false));
             }
         };
-        if dst_item.identity_digest().ok().as_ref() != Some(&src_digest) {
-            return Ok(Plan::Replace(src_item, "identity digest differs"));
+        if identity_digest(self.dst, &name).ok().as_ref() != Some(&src_digest) {
+            return Ok(Plan::Replace(name, "identity digest differs"));
         }
         if self.options.checksum {
-            return Ok(self.checksum(src_item, dst_item));
+            return Ok(self.checksum(name));
         }
         Tally::add(&self.tally.skipped, 1);
-        self.reporter.item(&src_item.name.to_string(), Outcome::Unchanged);
-        Ok(Plan::Settled(src_item, true))
+        self.reporter.item(&name.to_string(), Outcome::Unchanged);
+        Ok(Plan::Settled(name, true))
     }
 
     /// `--checksum` on an item both hold with one identity: a rotten SRC copy is
     /// reported and DST's kept; a damaged DST copy is reported with its reason and
     /// repaired from SRC.
-    fn checksum(&self, src_item: Item, dst_item: &Item) -> Plan {
-        let label = src_item.name.to_string();
-        let (_, src_problems) = verify_item_quietly(&src_item);
+    fn checksum(&self, name: RepositoryName) -> Plan {
+        let label = name.to_string();
+        let (_, src_problems) = verify_item_quietly(self.src, &name);
         if !src_problems.is_empty() {
             for p in &src_problems {
                 let detail = format!("in SRC: {}; DST's copy is kept", p.detail);
                 self.tally.report(self.reporter, &Problem::new(&label, p.file.as_deref(), p.kind, detail));
             }
-            return Plan::Settled(src_item, false);
+            return Plan::Settled(name, false);
         }
-        let (_, dst_problems) = verify_item(self.dst, dst_item, self.reporter);
+        let (_, dst_problems) = verify_item(self.dst, &name, self.reporter);
         if dst_problems.is_empty() {
             Tally::add(&self.tally.skipped, 1);
             self.reporter.item(&label, Outcome::Unchanged);
-            return Plan::Settled(src_item, true);
+            return Plan::Settled(name, true);
         }
         let why: Vec<String> =
             dst_problems.iter().map(|p| format!("{} {}", p.kind.as_str(), p.file.as_deref().unwrap_or(""))).collect();
         let detail = format!("DST copy was damaged ({}); repaired from SRC", why.join(", ").trim());
         self.tally.report(self.reporter, &Problem::new(&label, None, ProblemKind::Repaired, detail));
-        Plan::Replace(src_item, "DST copy is damaged")
+        Plan::Replace(name, "DST copy is damaged")
     }
 
-    fn delete(&self, dst_item: Item, shadowed: bool) -> Plan {
+    fn delete(&self, name: RepositoryName, shadowed: bool) -> Plan {
         if !self.options.delete || shadowed {
-            return Plan::Settled(dst_item, false);
+            return Plan::Settled(name, false);
         }
         let n = self.deletions.fetch_add(1, Ordering::SeqCst) + 1;
         if self.options.max_delete.is_some_and(|max| n > max) {
             self.tally.delete_capped.store(true, Ordering::Relaxed);
-            return Plan::Settled(dst_item, false);
+            return Plan::Settled(name, false);
         }
-        Plan::Delete(dst_item)
+        Plan::Delete(name)
     }
 
     fn plan(&self, pair: Pair) -> Result<Plan> {
         match pair {
-            Pair::Src(src_item) => match self.dst.slot(&src_item.name)? {
+            Pair::Src(name) => match self.dst.slot(&name)? {
                 // A symlink or file planted at the item's place: swapped out, never followed.
-                Slot::Foreign(_) => Ok(Plan::Replace(src_item, "not an item directory in DST")),
-                _ => plan_copy(src_item, self.dst, self.tally, self.reporter),
+                Slot::Foreign(_) => Ok(Plan::Replace(name, "not an item directory in DST")),
+                _ => plan_copy((self.src, name), self.dst, self.tally, self.reporter),
             },
-            Pair::Both(src_item, dst_item) => self.both(src_item, &dst_item),
-            Pair::Dst { item, shadowed } => Ok(self.delete(item, shadowed)),
+            Pair::Both(name) => self.both(name),
+            Pair::Dst { name, shadowed } => Ok(self.delete(name, shadowed)),
         }
     }
 }
 
 /// A SRC item's own bag problems (its aliases are SRC's business).
-fn verify_item_quietly(item: &Item) -> (crate::bag::BagCheck, Vec<Problem>) {
-    let check = crate::bag::verify_bag(&crate::bag::DirBag::new(&item.path), &item.name.to_string(), &|_| {});
+fn verify_item_quietly(src: &dyn Store, name: &RepositoryName) -> (crate::bag::BagCheck, Vec<Problem>) {
+    let check = crate::bag::verify_bag(src.item_files(name).as_ref(), &name.to_string(), &|_| {});
     let problems = check.problems.clone();
     (check, problems)
 }
 
 /// One sync pass; the caller holds DST's write lock (unless dry-running).
-fn sync(
-    src: &Collection,
-    dst: &Collection,
-    options: &MirrorOptions,
-    reporter: &dyn Reporter,
-) -> Result<TransferSummary> {
+fn sync(src: &dyn Store, dst: &dyn Store, options: &MirrorOptions, reporter: &dyn Reporter) -> Result<TransferSummary> {
     if options.delete {
         guard_delete(src, dst)?;
     }
     let tally = Tally::default();
-    let planner = Planner { dst, options, tally: &tally, deletions: AtomicU64::new(0), reporter };
-    let driver = Driver { dst, dry_run: options.dry_run, tally: &tally, reporter };
+    let planner = Planner { src, dst, options, tally: &tally, deletions: AtomicU64::new(0), reporter };
+    let driver = Driver { src, dst, dry_run: options.dry_run, tally: &tally, reporter };
     reporter.begin(Task::Mirror);
     while_surveying(reporter, Survey::Items(src, &[]), || -> Result<()> {
         let mut merge = Merge {
             src: src.walk().peekable(),
-            dst: dst.walk().items().peekable(),
-            src_root: src.root().to_path_buf(),
+            dst: items(dst).peekable(),
             shadows: Vec::new(),
             tally: &tally,
             reporter,
@@ -243,21 +238,21 @@ fn sync(
 
 /// Mirrors SRC into DST once.
 pub fn mirror(
-    src: &Collection,
-    dst: &Collection,
+    src: &dyn Store,
+    dst: &dyn Store,
     options: &MirrorOptions,
     reporter: &dyn Reporter,
 ) -> Result<TransferSummary> {
     check_distinct(src, dst)?;
-    let _lock = if options.dry_run { None } else { Some(dst.lock_and_recover(options.wait)?) };
+    let _lease = if options.dry_run { None } else { Some(lease_and_recover(dst, options.wait)?) };
     sync(src, dst, options, reporter)
 }
 
 /// Mirrors once, then again after each burst of changes in SRC (quiet for
 /// `debounce`), until `stop` is set. Calls `on_pass` after every pass.
 pub fn mirror_watch(
-    src: &Collection,
-    dst: &Collection,
+    src: &dyn Store,
+    dst: &dyn Store,
     options: &MirrorOptions,
     reporter: &dyn Reporter,
     stop: &AtomicBool,
@@ -265,8 +260,12 @@ pub fn mirror_watch(
     on_pass: &mut dyn FnMut(&TransferSummary),
 ) -> Result<()> {
     check_distinct(src, dst)?;
-    let _lock = if options.dry_run { None } else { Some(dst.lock_and_recover(options.wait)?) };
-    let (_watcher, rx) = crate::fsx::watch_tree(src.root())?;
+    let _lease = if options.dry_run { None } else { Some(lease_and_recover(dst, options.wait)?) };
+    let root = src.local_root().ok_or_else(|| Error::Invalid {
+        what: "mirror".into(),
+        problem: format!("watching {} for changes needs a local collection", src.location()),
+    })?;
+    let (_watcher, rx) = crate::fsx::watch_tree(root)?;
     on_pass(&sync(src, dst, options, reporter)?);
     while !stop.load(Ordering::SeqCst) {
         if rx.recv_timeout(Duration::from_millis(200)).is_err() {

@@ -4,6 +4,7 @@
 
 pub mod copy;
 pub mod deposit;
+pub mod driver;
 pub mod foreign_bag;
 pub mod list;
 pub mod mirror;

@@ -10,12 +10,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use walkdir::WalkDir;
 
 use crate::ops::report::Reporter;
-use crate::store::local::Collection;
+use crate::store::{item_info, selected, Store};
 
 /// What to survey.
 pub enum Survey<'a> {
     /// Items of a collection: the named ones, or all when none is named.
-    Items(&'a Collection, &'a [String]),
+    Items(&'a dyn Store, &'a [String]),
     /// Files and folders to deposit: one item per path with `each`, else one for all.
     Paths { paths: &'a [PathBuf], follow: bool, each: bool },
 }
@@ -36,12 +36,12 @@ pub fn while_surveying<T>(reporter: &dyn Reporter, survey: Survey, work: impl Fn
 
 fn run(survey: &Survey, reporter: &dyn Reporter, stop: &AtomicBool) {
     match survey {
-        Survey::Items(collection, names) => {
-            for item in collection.selected(names).flatten() {
+        Survey::Items(store, names) => {
+            for name in selected(*store, names).flatten() {
                 if stop.load(Ordering::Relaxed) {
                     return;
                 }
-                let bytes = item.info().ok().and_then(|info| info.oxum()).map_or(0, |oxum| oxum.octets);
+                let bytes = item_info(*store, &name).ok().and_then(|info| info.oxum()).map_or(0, |oxum| oxum.octets);
                 reporter.found(1, bytes);
             }
         }

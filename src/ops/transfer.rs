@@ -1,25 +1,25 @@
 //! Copying one item between collections, the step under copy, migrate and
-//! mirror: stage a copy in the destination's staging, hashing while reading,
+//! mirror: stage a copy in the destination store, hashing while it is written,
 //! and check it against the source's manifests with the digests taken on
-//! arrival, so the check runs end to end. Placing and removing belong to the
-//! store (`store::local::place`). Symlinks are never followed.
+//! arrival, so the check runs end to end. Both ends are reached only through
+//! the `Store` seam; placing and removing belong to the stores. Links are never
+//! followed.
 
 use std::collections::HashMap;
 use std::io;
-use std::path::Path;
+use std::path::PathBuf;
 
 use rayon::prelude::*;
-use walkdir::WalkDir;
 
-use crate::bag;
+use crate::bag::{self, files::FileKind, files::TreeEntry};
 use crate::digest::{Algorithm, Digests};
-use crate::error::{Error, IoContext, Result};
-use crate::fsx::{copy_hashing, CopyError, CopyMode};
+use crate::error::{Error, Result};
+use crate::fsx::CopyError;
+use crate::id::RepositoryName;
 use crate::ops::report::Reporter;
 use crate::ops::verify::check_identifiers;
 use crate::problem::{Problem, ProblemKind};
-use crate::store::local::Staged;
-use crate::store::local::{ibip_in, Collection, Item, StagingDir};
+use crate::store::{ibip_in, identity_digest, FileSource, Placement, Staging, Store};
 
 /// How many items are staged, then made durable and placed, together.
 pub const BATCH: usize = 64;
@@ -30,44 +30,56 @@ pub type Corrupt = Vec<Problem>;
 /// Digests of each copied file, by path relative to the item.
 type CopiedDigests = HashMap<String, Digests>;
 
+/// A verified copy waiting in a store's staging, with what placing it needs; it
+/// is discarded when dropped unless it was placed.
+pub struct StagedItem<'a> {
+    pub staging: Staging<'a>,
+    pub placement: Placement,
+    pub bytes: u64,
+}
+
+impl StagedItem<'_> {
+    pub fn name(&self) -> &RepositoryName {
+        &self.placement.name
+    }
+}
+
+/// Places staged items in one batch; returns each name with `Err(why)` when its
+/// place was refused. The staged items are dropped after: placed ones are gone
+/// from staging, refused ones are discarded.
+pub fn place_staged(
+    store: &dyn Store,
+    staged: Vec<StagedItem>,
+) -> Result<Vec<(RepositoryName, std::result::Result<(), String>)>> {
+    if staged.is_empty() {
+        return Ok(Vec::new());
+    }
+    let batch: Vec<Placement> = staged.iter().map(|s| s.placement.clone()).collect();
+    store.place(&batch)
+}
+
 /// Lists an item's folders and regular files (relative paths); anything else, and
-/// anything that cannot be walked, is a problem of the item, never an error of the run.
-fn list_tree(item: &Item, label: &str) -> (Vec<String>, Vec<String>, Vec<Problem>) {
+/// anything that cannot be listed, is a problem of the item, never an error of the run.
+fn list_tree(src: &dyn Store, name: &RepositoryName, label: &str) -> (Vec<String>, Vec<String>, Vec<Problem>) {
     let (mut dirs, mut files, mut problems) = (Vec::new(), Vec::new(), Vec::new());
-    if !std::fs::symlink_metadata(&item.path).is_ok_and(|m| m.is_dir()) {
+    let bag = src.item_files(name);
+    if !matches!(bag.root_kind(), Ok(FileKind::Dir)) {
         let detail = "the item is not a folder (a symlink is never followed)";
         problems.push(Problem::new(label, None, ProblemKind::SpecialFile, detail));
         return (dirs, files, problems);
     }
-    for entry in WalkDir::new(&item.path).follow_links(false).follow_root_links(false).min_depth(1).sort_by_file_name()
-    {
-        let entry = match entry {
-            Ok(entry) => entry,
-            Err(e) => {
-                let rel = e.path().and_then(|p| p.strip_prefix(&item.path).ok()).map(|p| p.display().to_string());
-                problems.push(Problem::new(label, rel.as_deref(), ProblemKind::Unreadable, e.to_string()));
-                continue;
+    for entry in bag.entries() {
+        match entry {
+            Err(e) => problems.push(Problem::new(label, e.rel.as_deref(), ProblemKind::Unreadable, e.why)),
+            Ok(TreeEntry { rel: Err(lossy), .. }) => {
+                problems.push(Problem::new(label, Some(&lossy), ProblemKind::Extra, "file name is not UTF-8"))
             }
-        };
-        let rel = entry.path().strip_prefix(&item.path).unwrap_or(entry.path());
-        let Some(rel) = rel.to_str().map(str::to_string) else {
-            problems.push(Problem::new(
-                label,
-                Some(&rel.to_string_lossy()),
-                ProblemKind::Extra,
-                "file name is not UTF-8",
-            ));
-            continue;
-        };
-        match entry.file_type() {
-            t if t.is_dir() => dirs.push(rel),
-            t if t.is_file() => files.push(rel),
-            _ => problems.push(Problem::new(
-                label,
-                Some(&rel),
-                ProblemKind::SpecialFile,
-                "symlink or special file (never followed)",
-            )),
+            Ok(TreeEntry { rel: Ok(rel), kind: FileKind::Dir }) => dirs.push(rel),
+            Ok(TreeEntry { rel: Ok(rel), kind: FileKind::File { .. } }) => files.push(rel),
+            Ok(TreeEntry { rel: Ok(rel), kind: FileKind::Other(what) }) => {
+                let detail = format!("{what} (never followed)");
+                problems.push(Problem::new(label, Some(&rel), ProblemKind::SpecialFile, detail))
+            }
         }
     }
     (dirs, files, problems)
@@ -88,38 +100,45 @@ fn algorithms_named(files: &[String]) -> Vec<Algorithm> {
     algorithms
 }
 
-/// Copies every file in parallel, hashing as it reads. A source that cannot be read
+/// Copies one file from `src`'s item into the staged item, hashing as it goes.
+fn copy_one(
+    (src, name): (&dyn Store, &RepositoryName),
+    staging: &Staging,
+    rel: &str,
+    also: &[Algorithm],
+    reporter: &dyn Reporter,
+) -> std::result::Result<Digests, CopyError> {
+    let origin = PathBuf::from(format!("{}/{name}/{rel}", src.location()));
+    let (mut reader, mtime) = src.open(name, rel).map_err(|e| CopyError::Source(Error::io("open", &origin, e)))?;
+    let progress = |n: u64| reporter.bytes(n);
+    let source = FileSource { reader: &mut reader, origin: &origin, mtime, also, progress: &progress };
+    staging.store.stage_file(staging.id, rel, source)
+}
+
+/// Copies every file in parallel, hashing as it writes. A source that cannot be read
 /// is a problem of the item; a destination that cannot be written is an error.
 fn copy_files(
-    item: &Item,
-    to: &Path,
+    from: (&dyn Store, &RepositoryName),
+    staging: &Staging,
     files: &[String],
-    label: &str,
     reporter: &dyn Reporter,
 ) -> Result<(CopiedDigests, Corrupt)> {
     let also = algorithms_named(files);
-    let results: Vec<(String, std::result::Result<Digests, CopyError>)> = files
-        .par_iter()
-        .map(|rel| {
-            let progress = |n: u64| reporter.bytes(n);
-            let mode = CopyMode { follow: false, sync: false, progress: &progress, also: &also };
-            let result = copy_hashing(&item.path.join(rel), &to.join(rel), mode).map(|c| c.digests);
-            (rel.clone(), result)
-        })
-        .collect();
+    let results: Vec<(&String, std::result::Result<Digests, CopyError>)> =
+        files.par_iter().map(|rel| (rel, copy_one(from, staging, rel, &also, reporter))).collect();
     let mut digests = HashMap::new();
     let mut problems = Vec::new();
     for (rel, result) in results {
         match result {
             Ok(done) => {
-                digests.insert(rel, done);
+                digests.insert(rel.clone(), done);
             }
             Err(CopyError::Source(e)) => {
                 let why = match e {
                     Error::Io { source, .. } => source.to_string(),
                     other => other.to_string(),
                 };
-                problems.push(Problem::new(label, Some(&rel), ProblemKind::Unreadable, why))
+                problems.push(Problem::new(&from.1.to_string(), Some(rel), ProblemKind::Unreadable, why))
             }
             Err(CopyError::Destination(e)) => return Err(e),
         }
@@ -127,36 +146,34 @@ fn copy_files(
     Ok((digests, problems))
 }
 
-/// Copies `item` into `dst`'s staging and checks the copy against the source's
-/// manifests, using the digests taken while copying. Nothing is fsynced yet:
-/// `place_all` makes the batch durable. `Ok(Err(problems))` means the source is
+/// Copies `src`'s item `name` into `dst`'s staging and checks the copy against the
+/// source's manifests, using the digests taken while copying. Nothing is durable
+/// yet: placing the batch makes it so. `Ok(Err(problems))` means the source is
 /// damaged: nothing is placed.
-pub fn stage_copy(
-    item: &Item,
-    dst: &Collection,
+pub fn stage_copy<'d>(
+    (src, name): (&dyn Store, &RepositoryName),
+    dst: &'d dyn Store,
     replace: bool,
     reporter: &dyn Reporter,
-) -> Result<Result<Staged, Corrupt>> {
-    let label = item.name.to_string();
-    let staging = StagingDir::new(dst)?;
-    let (dirs, files, mut problems) = list_tree(item, &label);
+) -> Result<Result<StagedItem<'d>, Corrupt>> {
+    let label = name.to_string();
+    let (dirs, files, mut problems) = list_tree(src, name, &label);
     if !problems.is_empty() {
         return Ok(Err(problems));
     }
+    let staging = Staging::new(dst)?;
     for dir in &dirs {
-        let path = staging.path.join(dir);
-        std::fs::create_dir(&path).with_path("create", &path)?;
+        dst.stage_dir(staging.id, dir)?;
     }
-    let (digests, unreadable) = copy_files(item, &staging.path, &files, &label, reporter)?;
+    let (digests, unreadable) = copy_files((src, name), &staging, &files, reporter)?;
     problems.extend(unreadable);
     let lookup = |rel: &str, _: &[Algorithm]| {
         digests.get(rel).cloned().ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "not copied"))
     };
-    let check = bag::verify_bag_using(&bag::DirBag::new(&staging.path), &label, &lookup);
+    let check = bag::verify_bag_using(dst.staged_files(staging.id).as_ref(), &label, &lookup);
     problems.extend(check.problems);
     if let Some(info) = &check.info {
-        let as_placed = Item { name: item.name.clone(), path: staging.path.clone() };
-        let identity = check_identifiers(dst, &as_placed, info);
+        let identity = check_identifiers(dst, name, info);
         problems.extend(identity.into_iter().filter(|p| p.kind != ProblemKind::BrokenAlias));
     }
     if !problems.is_empty() {
@@ -164,12 +181,11 @@ pub fn stage_copy(
     }
     let ibip = check.info.as_ref().and_then(ibip_in);
     let bytes = digests.values().map(|d| d.size).sum();
-    let mut staged = Staged::new(staging, item.name.clone(), ibip, bytes);
-    staged.replace = replace;
-    Ok(Ok(staged))
+    let placement = Placement { stage: staging.id, name: name.clone(), ibip, replace };
+    Ok(Ok(StagedItem { staging, placement, bytes }))
 }
 
 /// Whether two copies of an item are equal: their identity digests (tagmanifest sha256).
-pub fn same_identity(a: &Item, b: &Item) -> Result<bool> {
-    Ok(a.identity_digest()? == b.identity_digest()?)
+pub fn same_identity(a: (&dyn Store, &RepositoryName), b: (&dyn Store, &RepositoryName)) -> Result<bool> {
+    Ok(identity_digest(a.0, a.1)? == identity_digest(b.0, b.1)?)
 }

@@ -34,8 +34,8 @@ use crate::bag::{BagFiles, BagInfo, TAGMANIFEST};
 use crate::digest::{Algorithm, Digests};
 use crate::error::{Error, Result};
 use crate::fsx::CopyError;
-use crate::id::minter::MinterState;
-use crate::id::{Ibip, RepositoryName, Subsystem};
+use crate::id::minter::{Clock, Minter, MinterState};
+use crate::id::{Ibip, Identifier, Minted, RepositoryName, Subsystem};
 use crate::problem::Problem;
 
 /// What a walk finds: an item's name, or an entry that is not an item.
@@ -192,6 +192,74 @@ pub fn identity_digest(store: &dyn Store, name: &RepositoryName) -> Result<Strin
         .digests(TAGMANIFEST, &[])
         .map_err(|e| Error::Data { what: format!("{name}/{TAGMANIFEST}"), problem: e.to_string() })?;
     Ok(digests.sha256().to_string())
+}
+
+/// Finds an item by repository name or IBIp, in any letter case.
+pub fn resolve(store: &dyn Store, text: &str) -> Result<RepositoryName> {
+    let not_found = || Error::NotFound { what: "item", name: text.to_string(), place: store.location().into() };
+    if !text.contains('/') {
+        let problem = format!("\"{text}\" is not a repository name or an IBIp (both hold a \"/\")");
+        return Err(Error::Invalid { what: "item".into(), problem });
+    }
+    let name = match Identifier::parse(text)? {
+        Identifier::Name(name) => name,
+        Identifier::Ibip(ibip) => store.alias(&ibip)?.ok_or_else(not_found)?,
+        other => {
+            let problem = format!("{text} is a {}, not a repository name or IBIp", other.kind());
+            return Err(Error::Invalid { what: "item".into(), problem });
+        }
+    };
+    match store.slot(&name)? {
+        Slot::Item => Ok(name),
+        Slot::Empty => Err(not_found()),
+        Slot::Foreign(place) => Err(Error::Data {
+            what: format!("item {name}"),
+            problem: format!("{place} is a symlink or a file, not an item folder; refusing to use it"),
+        }),
+    }
+}
+
+/// The items named (by repository name or IBIp; each once, in the order given), or
+/// every item in name order when none is named. Strays are skipped (verify walks
+/// itself to report them).
+pub fn selected<'a>(
+    store: &'a dyn Store,
+    names: &'a [String],
+) -> Box<dyn Iterator<Item = Result<RepositoryName>> + Send + 'a> {
+    if names.is_empty() {
+        return Box::new(items(store));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    Box::new(names.iter().map(|n| resolve(store, n)).filter(move |r| match r {
+        Ok(name) => seen.insert(name.clone()),
+        Err(_) => true,
+    }))
+}
+
+/// The items of the walk, in name order, strays skipped.
+pub fn items(store: &dyn Store) -> impl Iterator<Item = Result<RepositoryName>> + Send + '_ {
+    store.walk().filter_map(|listed| match listed {
+        Ok(Listed::Item(name)) => Some(Ok(name)),
+        Ok(Listed::Stray { .. }) => None,
+        Err(e) => Some(Err(e)),
+    })
+}
+
+/// Takes the lease and completes what an interrupted writer left: how every writer starts.
+pub fn lease_and_recover(store: &dyn Store, wait: LockWait) -> Result<Lease> {
+    let lease = store.lease(wait)?;
+    store.recover()?;
+    Ok(lease)
+}
+
+/// Mints `count` identifiers from the collection's own minter state. A date that
+/// cannot be encoded (an IBIp before 1995) fails the call and leaves the state as it was.
+pub fn mint(store: &dyn Store, count: usize, clock: &dyn Clock) -> Result<Vec<Minted>> {
+    let state = store.minter_state();
+    let subsystem = store.subsystem();
+    let minter = Minter::new(state.as_ref(), subsystem.granularity, clock);
+    let dates = minter.mint_checked(count, &|date| subsystem.identify(date).map(drop))?;
+    dates.into_iter().map(|date| subsystem.identify(date)).collect()
 }
 
 /// A staged item that is discarded when dropped, unless it was placed.

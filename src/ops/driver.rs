@@ -1,0 +1,291 @@
+//! The transfer driver shared by copy, migrate and mirror: the counters of a
+//! run (`Tally`), what to do with each item (`Plan`), and the `Driver` that
+//! stages a chunk's copies in parallel and commits them (places the batch,
+//! carries out deletions) on its own thread while the next chunk is planned
+//! (`pipeline`). Both collections are reached only through the `Store` seam.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::id::RepositoryName;
+use crate::ops::report::{Outcome, Reporter};
+use crate::ops::transfer::{place_staged, same_identity, stage_copy, StagedItem, BATCH};
+use crate::ops::verify::vanished;
+use crate::problem::{Problem, ProblemKind};
+use crate::store::local::guard;
+use crate::store::{LockWait, Slot, Store};
+
+#[derive(Debug, Clone, Copy)]
+pub struct TransferOptions {
+    /// Say what would happen; change nothing.
+    pub dry_run: bool,
+    pub wait: LockWait,
+}
+
+/// What a copy, migrate or mirror run did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TransferSummary {
+    pub copied: u64,
+    /// Items removed from SRC after their copy in DST was re-verified.
+    pub migrated: u64,
+    pub replaced: u64,
+    pub deleted: u64,
+    pub skipped: u64,
+    pub conflicts: u64,
+    /// Damaged source items, never placed.
+    pub corrupt: u64,
+    pub bytes: u64,
+    /// Problems reported (conflicts, corrupt items, failed re-verification, …).
+    pub problems: u64,
+    /// `--max-delete` stopped deletions.
+    pub delete_capped: bool,
+}
+
+/// Thread-safe counters behind a `TransferSummary`.
+#[derive(Default)]
+pub struct Tally {
+    pub copied: AtomicU64,
+    pub migrated: AtomicU64,
+    pub replaced: AtomicU64,
+    pub deleted: AtomicU64,
+    pub skipped: AtomicU64,
+    pub conflicts: AtomicU64,
+    pub corrupt: AtomicU64,
+    pub bytes: AtomicU64,
+    pub problems: AtomicU64,
+    pub delete_capped: AtomicBool,
+}
+
+impl Tally {
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn report(&self, reporter: &dyn Reporter, problem: &Problem) {
+        Tally::add(&self.problems, 1);
+        reporter.problem(problem);
+    }
+
+    pub fn summary(&self) -> TransferSummary {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        TransferSummary {
+            copied: get(&self.copied),
+            migrated: get(&self.migrated),
+            replaced: get(&self.replaced),
+            deleted: get(&self.deleted),
+            skipped: get(&self.skipped),
+            conflicts: get(&self.conflicts),
+            corrupt: get(&self.corrupt),
+            bytes: get(&self.bytes),
+            problems: get(&self.problems),
+            delete_capped: self.delete_capped.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Refuses SRC = DST (through any symlink or bind mount) and nested collections:
+/// copying a collection onto itself or into itself can only lose data.
+pub fn check_distinct(src: &dyn Store, dst: &dyn Store) -> Result<()> {
+    match (src.local_root(), dst.local_root()) {
+        (Some(a), Some(b)) => guard::check_apart(a, b),
+        _ => Ok(()),
+    }
+}
+
+/// What to do with one item, decided in parallel for a chunk.
+pub enum Plan {
+    /// Nothing to write: already identical (`true`), or reported as a problem.
+    Settled(RepositoryName, bool),
+    Copy(RepositoryName),
+    Replace(RepositoryName, &'static str),
+    Delete(RepositoryName),
+}
+
+/// The plan for a SRC item under copy (and migrate): copy it unless DST holds it.
+pub fn plan_copy(
+    (src, name): (&dyn Store, RepositoryName),
+    dst: &dyn Store,
+    tally: &Tally,
+    reporter: &dyn Reporter,
+) -> Result<Plan> {
+    let label = name.to_string();
+    let conflict = |detail: String| {
+        Tally::add(&tally.conflicts, 1);
+        tally.report(reporter, &Problem::new(&label, None, ProblemKind::Conflict, detail));
+    };
+    match dst.slot(&name)? {
+        Slot::Item => match same_identity((src, &name), (dst, &name)) {
+            Ok(true) => {
+                Tally::add(&tally.skipped, 1);
+                reporter.item(&label, Outcome::Skipped);
+                return Ok(Plan::Settled(name, true));
+            }
+            Ok(false) => {
+                conflict("DST holds a different item under this name (identity digests differ); left untouched".into())
+            }
+            Err(e) => {
+                let detail = format!("cannot compare with DST's copy: {e}; left untouched");
+                tally.report(reporter, &Problem::new(&label, None, ProblemKind::Unreadable, detail));
+            }
+        },
+        Slot::Empty if vanished(src, &name) => {
+            reporter.item(&label, Outcome::Vanished);
+        }
+        Slot::Empty => return Ok(Plan::Copy(name)),
+        Slot::Foreign(place) => conflict(format!("{place} is not an item directory; left untouched")),
+    }
+    Ok(Plan::Settled(name, false))
+}
+/// Carries out the plans of a chunk against DST.
+pub struct Driver<'a> {
+    pub src: &'a dyn Store,
+    pub dst: &'a dyn Store,
+    pub dry_run: bool,
+    pub tally: &'a Tally,
+    pub reporter: &'a dyn Reporter,
+}
+
+impl<'a> Driver<'a> {
+    fn dry(&self, plans: Vec<Plan>) -> Vec<RepositoryName> {
+        for plan in &plans {
+            let (counter, what, name) = match plan {
+                Plan::Settled(..) => continue,
+                Plan::Copy(name) => (&self.tally.copied, Outcome::WouldCopy, name),
+                Plan::Replace(name, why) => (&self.tally.replaced, Outcome::WouldReplace { why }, name),
+                Plan::Delete(name) => (&self.tally.deleted, Outcome::WouldDelete, name),
+            };
+            Tally::add(counter, 1);
+            self.reporter.item(&name.to_string(), what);
+        }
+        Vec::new()
+    }
+
+    /// Stages every copy in parallel; damaged sources are reported, not staged. When
+    /// staging fails (disk full), the copies that were staged are still returned, with
+    /// the first error, so that what fits is placed before the run stops.
+    pub fn stage(&self, plans: &[Plan]) -> (Vec<StagedItem<'a>>, Option<Error>) {
+        if self.dry_run {
+            return (Vec::new(), None);
+        }
+        let results: Vec<Result<Option<StagedItem>>> = plans.par_iter().map(|plan| self.stage_one(plan)).collect();
+        let mut staged = Vec::with_capacity(results.len());
+        let mut first_error = None;
+        for result in results {
+            match result {
+                Ok(Some(copy)) => staged.push(copy),
+                Ok(None) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        (staged, first_error)
+    }
+
+    fn stage_one(&self, plan: &Plan) -> Result<Option<StagedItem<'a>>> {
+        let (name, replace) = match plan {
+            Plan::Copy(name) => (name, false),
+            Plan::Replace(name, _) => (name, true),
+            _ => return Ok(None),
+        };
+        match stage_copy((self.src, name), self.dst, replace, self.reporter)? {
+            Ok(staged) => Ok(Some(staged)),
+            Err(_) if vanished(self.src, name) => {
+                self.reporter.item(&name.to_string(), Outcome::Vanished);
+                Ok(None)
+            }
+            Err(problems) => {
+                Tally::add(&self.tally.corrupt, 1);
+                problems.iter().for_each(|p| self.tally.report(self.reporter, p));
+                Ok(None)
+            }
+        }
+    }
+
+    /// Places staged copies and counts them; returns the names placed.
+    fn place(&self, staged: Vec<StagedItem>) -> Result<HashSet<String>> {
+        let sizes: HashMap<String, (u64, bool)> =
+            staged.iter().map(|s| (s.name().to_string(), (s.bytes, s.placement.replace))).collect();
+        let mut placed = HashSet::new();
+        for (name, outcome) in place_staged(self.dst, staged)? {
+            let label = name.to_string();
+            let (bytes, replace) = sizes[&label];
+            match outcome {
+                Ok(()) => {
+                    Tally::add(&self.tally.bytes, bytes);
+                    Tally::add(if replace { &self.tally.replaced } else { &self.tally.copied }, 1);
+                    self.reporter.item(&label, if replace { Outcome::Replaced } else { Outcome::Copied });
+                    placed.insert(label);
+                }
+                Err(why) => {
+                    Tally::add(&self.tally.conflicts, 1);
+                    self.tally.report(self.reporter, &Problem::new(&label, None, ProblemKind::Conflict, why));
+                }
+            }
+        }
+        Ok(placed)
+    }
+
+    /// Places a chunk's staged copies and carries out its deletions; returns the SRC
+    /// items DST now holds identical copies of.
+    pub fn commit(&self, plans: Vec<Plan>, staged: Vec<StagedItem>) -> Result<Vec<RepositoryName>> {
+        if self.dry_run {
+            return Ok(self.dry(plans));
+        }
+        let placed = self.place(staged)?;
+        let deletes: Vec<RepositoryName> =
+            plans.iter().filter_map(|p| if let Plan::Delete(n) = p { Some(n.clone()) } else { None }).collect();
+        if !deletes.is_empty() {
+            self.dst.remove(&deletes)?;
+        }
+        for name in &deletes {
+            Tally::add(&self.tally.deleted, 1);
+            self.reporter.item(&name.to_string(), Outcome::Deleted);
+        }
+        Ok(plans
+            .into_iter()
+            .filter_map(|plan| match plan {
+                Plan::Settled(name, true) => Some(name),
+                Plan::Copy(name) | Plan::Replace(name, _) if placed.contains(&name.to_string()) => Some(name),
+                _ => None,
+            })
+            .collect())
+    }
+}
+
+/// Runs chunks through the driver, committing chunk N on its own thread while
+/// chunk N+1 is planned and staged (commit mostly waits on the disk: `syncfs`
+/// and directory fsyncs). `after` sees each chunk's result, in order.
+pub fn pipeline(
+    driver: &Driver,
+    mut next_plans: impl FnMut() -> Result<Option<Vec<Plan>>>,
+    mut after: impl FnMut(Vec<RepositoryName>) -> Result<()>,
+) -> Result<()> {
+    std::thread::scope(|scope| {
+        let mut pending: Option<std::thread::ScopedJoinHandle<'_, Result<Vec<RepositoryName>>>> = None;
+        while let Some(plans) = next_plans()? {
+            let (staged, failed) = driver.stage(&plans);
+            if let Some(handle) = pending.take() {
+                after(handle.join().expect("the commit thread does not panic")?)?;
+            }
+            if let Some(error) = failed {
+                // Place what was staged, then stop with the error (disk full: copy what fits).
+                after(driver.commit(plans, staged)?)?;
+                return Err(error);
+            }
+            pending = Some(scope.spawn(move || driver.commit(plans, staged)));
+        }
+        match pending {
+            Some(handle) => after(handle.join().expect("the commit thread does not panic")?),
+            None => Ok(()),
+        }
+    })
+}
+
+/// Takes up to `BATCH` results from an iterator, stopping at the first error.
+pub fn next_chunk<T>(iter: &mut impl Iterator<Item = Result<T>>) -> Result<Vec<T>> {
+    iter.by_ref().take(BATCH).collect()
+}
