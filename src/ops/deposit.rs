@@ -17,7 +17,7 @@ use rayon::prelude::*;
 use crate::bag::{self, manifest, BagContents, BagInfo, ManifestEntry, Oxum};
 use crate::digest::Digests;
 use crate::error::{Error, IoContext, Result};
-use crate::fsx::{self, copy_hashing, CopyMode, Stamp};
+use crate::fsx::{self, open_regular, CopyMode, Stamp};
 use crate::id::minter::Clock;
 use crate::id::Minted;
 use crate::ops::foreign_bag::plan_bag;
@@ -25,8 +25,9 @@ use crate::ops::report::{NoticedClock, Outcome, Reporter, Task};
 use crate::ops::source::{plan_paths, PlannedFile, SourcePlan};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::transfer::BATCH;
-use crate::store::local::{guard, Collection, LockWait, Slot, StagingDir};
-use crate::store::local::{place_all, Staged};
+use crate::ops::transfer::{place_staged, StagedItem};
+use crate::store::local::guard;
+use crate::store::{item_ibip, lease_and_recover, mint, FileSource, LockWait, Placement, Slot, Staging, Store};
 
 #[derive(Debug, Clone, Default)]
 pub struct DepositOptions {
@@ -78,7 +79,7 @@ pub struct DepositOutcome {
 /// write lock. Items go in batches of `BATCH`; `on_durable` sees each item as soon as
 /// it is durable, before any original is removed. Returns how many items it saw.
 pub fn deposit(
-    collection: &Collection,
+    collection: &dyn Store,
     paths: &[PathBuf],
     options: &DepositOptions,
     clock: &dyn Clock,
@@ -87,9 +88,11 @@ pub fn deposit(
 ) -> Result<u64> {
     check_meta(&options.meta)?;
     for path in paths {
-        guard::check_source("deposit source", path, collection.root())?;
+        if let Some(root) = collection.local_root() {
+            guard::check_source("deposit source", path, root)?;
+        }
     }
-    let _lock = collection.lock_and_recover(LockWait::Forever)?;
+    let _lease = lease_and_recover(collection, LockWait::Forever)?;
     let groups: Vec<Vec<PathBuf>> = if options.each || options.bag {
         paths.iter().map(|p| vec![p.clone()]).collect()
     } else {
@@ -112,7 +115,7 @@ pub fn deposit(
 /// Plans and deposits one batch of groups, reporting each item as soon as it is
 /// durable, then removes the moved originals. Returns how many items it saw.
 fn deposit_groups(
-    collection: &Collection,
+    collection: &dyn Store,
     batch: &[Vec<PathBuf>],
     options: &DepositOptions,
     clock: &dyn Clock,
@@ -151,8 +154,8 @@ type HashedFile = (String, Digests);
 type SourceStamp = (PathBuf, Stamp);
 
 /// What one staged payload holds.
-struct Payload {
-    staging: StagingDir,
+struct Payload<'a> {
+    staging: Staging<'a>,
     files: Vec<(String, Digests)>,
     tag_files: Vec<(String, Digests)>,
     oxum: Oxum,
@@ -174,10 +177,20 @@ fn warn_about_names(plan: &SourcePlan, reporter: &dyn Reporter) {
 
 /// Copies one planned file to `staging/<path>`, hashing it in every algorithm, and
 /// checks the digests a source bag promised.
-fn copy_planned(file: &PlannedFile, staging: &Path, mode: CopyMode) -> Result<(HashedFile, SourceStamp)> {
-    let done = copy_hashing(&file.source, &staging.join(&file.path), mode)?;
+fn copy_planned(file: &PlannedFile, staging: &Staging, mode: CopyMode) -> Result<(HashedFile, SourceStamp)> {
+    let opened = open_regular(&file.source, mode.follow).with_path("open", &file.source)?;
+    let stamp = Stamp::of(&opened.meta);
+    let mut reader = opened.file;
+    let source = FileSource {
+        reader: &mut reader,
+        origin: &file.source,
+        mtime: opened.meta.modified().ok(),
+        also: mode.also,
+        progress: mode.progress,
+    };
+    let digests = staging.store.stage_file(staging.id, &file.path, source)?;
     for (algorithm, expected) in &file.expected {
-        let found = done.digests.get(*algorithm).unwrap_or_default();
+        let found = digests.get(*algorithm).unwrap_or_default();
         if found != expected {
             return Err(Error::Data {
                 what: format!("source bag file {}", file.source.display()),
@@ -185,22 +198,21 @@ fn copy_planned(file: &PlannedFile, staging: &Path, mode: CopyMode) -> Result<(H
             });
         }
     }
-    Ok(((file.path.clone(), done.digests), (file.source.clone(), done.stamp)))
+    Ok(((file.path.clone(), digests), (file.source.clone(), stamp)))
 }
 
 /// Copies the payload and kept tag files into a new staging folder, hashing as it
 /// reads, in parallel.
-fn stage_payload(collection: &Collection, plan: &SourcePlan, reporter: &dyn Reporter) -> Result<Payload> {
-    let staging = StagingDir::new(collection)?;
+fn stage_payload<'a>(collection: &'a dyn Store, plan: &SourcePlan, reporter: &dyn Reporter) -> Result<Payload<'a>> {
+    let staging = Staging::new(collection)?;
     for dir in std::iter::once(bag::DATA).chain(plan.dirs.iter().map(String::as_str)) {
-        let path = staging.path.join(dir);
-        fs::create_dir(&path).with_path("create", &path)?;
+        collection.stage_dir(staging.id, dir)?;
     }
     warn_about_names(plan, reporter);
     let progress = |n: u64| reporter.bytes(n);
     let mode = CopyMode { follow: plan.follow_symlinks, sync: false, progress: &progress, also: &plan.algorithms };
     let copy_all = |files: &[PlannedFile]| -> Result<(Vec<HashedFile>, Vec<SourceStamp>)> {
-        let copied: Vec<_> = files.par_iter().map(|f| copy_planned(f, &staging.path, mode)).collect::<Result<_>>()?;
+        let copied: Vec<_> = files.par_iter().map(|f| copy_planned(f, &staging, mode)).collect::<Result<_>>()?;
         Ok(copied.into_iter().unzip())
     };
     let (files, mut stamps) = copy_all(&plan.files)?;
@@ -213,7 +225,7 @@ fn stage_payload(collection: &Collection, plan: &SourcePlan, reporter: &dyn Repo
 
 /// The bag-info of a new item: its two identifiers first, then what it carries over.
 fn bag_info(
-    collection: &Collection,
+    collection: &dyn Store,
     minted: &Minted,
     payload: &Payload,
     plan: &SourcePlan,
@@ -228,8 +240,8 @@ fn bag_info(
     let today = clock.now().to_rfc3339();
     info.push("Bagging-Date", today.get(..10).unwrap_or(&today));
     info.push("Payload-Oxum", payload.oxum.to_string());
-    if let Some(org) = &collection.config.organisation {
-        info.push("Source-Organization", org.clone());
+    if let Some(org) = collection.organisation() {
+        info.push("Source-Organization", org);
     }
     if let Some(source) = &plan.info {
         for (label, value) in &source.fields {
@@ -238,7 +250,7 @@ fn bag_info(
                 continue;
             }
             let ours = ["Payload-Oxum", "Bagging-Date", "Bag-Size"].iter().any(|c| c.eq_ignore_ascii_case(label))
-                || (label.eq_ignore_ascii_case("Source-Organization") && collection.config.organisation.is_some());
+                || (label.eq_ignore_ascii_case("Source-Organization") && collection.organisation().is_some());
             if !ours {
                 info.push(label, value.clone());
             }
@@ -268,10 +280,10 @@ fn content_key(payload: &Payload, plan: &SourcePlan, options: &DepositOptions) -
 }
 
 /// The item this content was deposited as, if the collection still holds it.
-fn deposited_as(collection: &Collection, key: &str) -> Result<Option<Minted>> {
+fn deposited_as(collection: &dyn Store, key: &str) -> Result<Option<Minted>> {
     let Some(name) = collection.deposit_record(key)? else { return Ok(None) };
     match collection.slot(&name)? {
-        Slot::Item(item) => Ok(Some(Minted { ibip: item.ibip().ok().flatten(), name })),
+        Slot::Item => Ok(Some(Minted { ibip: item_ibip(collection, &name).ok().flatten(), name })),
         _ => Ok(None),
     }
 }
@@ -284,7 +296,7 @@ pub type BeforePlace<'a> = &'a dyn Fn(&Minted) -> Result<()>;
 /// deposited is reported as such; the rest is minted in one lock hold, its tag files
 /// and content records written, and `place_all` makes the batch durable and places it.
 pub fn deposit_batch(
-    collection: &Collection,
+    collection: &dyn Store,
     plans: &[SourcePlan],
     options: &DepositOptions,
     clock: &dyn Clock,
@@ -299,7 +311,7 @@ pub fn deposit_batch(
         known.push(if options.duplicate { None } else { deposited_as(collection, key)? });
     }
     let fresh = known.iter().filter(|k| k.is_none()).count();
-    let mut minted = collection.mint(fresh, &NoticedClock { clock, reporter })?.into_iter();
+    let mut minted = mint(collection, fresh, &NoticedClock { clock, reporter })?.into_iter();
     let mut outcomes = Vec::with_capacity(plans.len());
     let mut staged = Vec::with_capacity(fresh);
     let mut records = Vec::with_capacity(fresh);
@@ -315,9 +327,17 @@ pub fn deposit_batch(
                     payload: &payload.files,
                     tag_files: &payload.tag_files,
                 };
-                bag::write_tag_files(&payload.staging.path, &contents)?;
+                let staging = &payload.staging;
+                bag::write_tag_files_with(&contents, &mut |name, bytes| {
+                    let mut reader = std::io::Cursor::new(bytes);
+                    let origin = Path::new(name);
+                    let source = FileSource { reader: &mut reader, origin, mtime: None, also: &[], progress: &|_| {} };
+                    collection.stage_file(staging.id, name, source).map(drop).map_err(Error::from)
+                })?;
                 records.push((key, m.name.clone()));
-                staged.push(Staged::new(payload.staging, m.name.clone(), m.ibip, payload.oxum.octets));
+                let placement =
+                    Placement { stage: payload.staging.id, name: m.name.clone(), ibip: m.ibip, replace: false };
+                staged.push(StagedItem { staging: payload.staging, placement, bytes: payload.oxum.octets });
                 (m, false)
             }
         };
@@ -327,7 +347,7 @@ pub fn deposit_batch(
     if let Some(hook) = before_place {
         outcomes.iter().filter(|o| !o.deposited.already).try_for_each(|o| hook(&o.deposited.minted))?;
     }
-    for (name, outcome) in place_all(collection, staged)? {
+    for (name, outcome) in place_staged(collection, staged)? {
         outcome.map_err(|problem| Error::Data { what: format!("item {name}"), problem })?;
     }
     Ok(outcomes)

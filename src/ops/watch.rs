@@ -25,7 +25,8 @@ use crate::id::{Minted, RepositoryName};
 use crate::ops::deposit::{check_meta, deposit_batch, remove_moved, DepositOptions};
 use crate::ops::report::Reporter;
 use crate::ops::source::plan_paths;
-use crate::store::local::{guard, Collection, LockWait};
+use crate::store::local::guard;
+use crate::store::{lease_and_recover, LockWait, Slot, Store};
 
 pub const DEPOSITED_DIR: &str = ".deposited";
 const RECEIPTS_DIR: &str = ".receipts";
@@ -86,7 +87,7 @@ fn first_free(dir: &Path, base: &str, mut place: impl FnMut(&Path) -> io::Result
 }
 
 struct HotFolder<'a> {
-    collection: &'a Collection,
+    collection: &'a dyn Store,
     inbox: PathBuf,
     deposited: PathBuf,
     options: &'a WatchOptions,
@@ -143,7 +144,7 @@ impl HotFolder<'_> {
                 String::from_utf8(fsx::read_capped(&pending, 4096).with_path("read", &pending)?).unwrap_or_default();
             let line = text.trim_end();
             let name = line.split('\t').next().unwrap_or("");
-            if RepositoryName::parse(name).is_ok_and(|n| self.collection.contains(&n)) {
+            if RepositoryName::parse(name).is_ok_and(|n| matches!(self.collection.slot(&n), Ok(Slot::Item))) {
                 self.hand_off(entry, line, false)?;
             } else {
                 fs::remove_file(&pending).with_path("remove", &pending)?;
@@ -153,7 +154,7 @@ impl HotFolder<'_> {
     }
 
     fn deposit_entry(&self, entry: &str) -> Result<Minted> {
-        let _lock = self.collection.lock_and_recover(LockWait::Forever)?;
+        let _lease = lease_and_recover(self.collection, LockWait::Forever)?;
         let plan = plan_paths(&[self.inbox.join(entry)], self.options.deposit.follow_symlinks)?;
         let mut deposit = self.options.deposit.clone();
         deposit.move_sources = false;
@@ -193,7 +194,7 @@ impl Warned {
 /// Watches `inbox` until `stop` is set, depositing settled entries into `collection`.
 /// Calls `on_deposit` for each item. Returns how many items were deposited.
 pub fn watch(
-    collection: &Collection,
+    collection: &dyn Store,
     inbox: &Path,
     options: &WatchOptions,
     clock: &dyn Clock,
@@ -202,7 +203,9 @@ pub fn watch(
     on_deposit: &mut dyn FnMut(&str, &Minted),
 ) -> Result<u64> {
     check_meta(&options.deposit.meta)?;
-    guard::check_source("inbox", inbox, collection.root())?;
+    if let Some(root) = collection.local_root() {
+        guard::check_source("inbox", inbox, root)?;
+    }
     let deposited = inbox.join(DEPOSITED_DIR);
     for dir in [deposited.join(RECEIPTS_DIR), deposited.join(PENDING_DIR)] {
         create_dir_all_durable(&dir)?;
