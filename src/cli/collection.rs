@@ -51,7 +51,8 @@ fn print_minted(printer: &Printer, minted: &Minted) {
 }
 
 pub fn deposit(global: GlobalArgs, args: &DepositArgs) -> Result<Outcome> {
-    let collection = Collection::open(&args.root)?;
+    let collection = ibi::store::open(&args.root)?;
+    let collection = collection.as_ref();
     let printer = Printer::new(global);
     let options = DepositOptions {
         each: args.each,
@@ -66,7 +67,7 @@ pub fn deposit(global: GlobalArgs, args: &DepositArgs) -> Result<Outcome> {
         print_minted(&printer, &d.minted);
         done.push(d.clone());
     };
-    let result = deposit_items(&collection, &args.paths, &options, &SystemClock, &printer, &mut on_durable);
+    let result = deposit_items(collection, &args.paths, &options, &SystemClock, &printer, &mut on_durable);
     if super::stdout_failure().is_some() || (result.is_err() && !done.is_empty()) {
         // The names must not be lost with stdout, nor hidden by a later failure.
         for d in &done {
@@ -84,9 +85,10 @@ pub fn deposit(global: GlobalArgs, args: &DepositArgs) -> Result<Outcome> {
 }
 
 pub fn verify(global: GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
-    let collection = Collection::open(&args.root)?;
+    let collection = ibi::store::open(&args.root)?;
+    let collection = collection.as_ref();
     let printer = Printer::new(global);
-    let s = verify_items(&collection, &args.names, &printer)?;
+    let s = verify_items(collection, &args.names, &printer)?;
     let seconds = printer.seconds();
     printer.summary(
         &format!(
@@ -102,9 +104,10 @@ pub fn verify(global: GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
 }
 
 pub fn list(global: GlobalArgs, args: &ListArgs) -> Result<Outcome> {
-    let collection = Collection::open(&args.root)?;
+    let collection = ibi::store::open(&args.root)?;
+    let collection = collection.as_ref();
     let printer = Printer::new(global);
-    for entry in list_items(&collection, DateRange { since: args.since, until: args.until }) {
+    for entry in list_items(collection, DateRange { since: args.since, until: args.until }) {
         if super::stdout_gone() {
             break;
         }
@@ -119,20 +122,26 @@ pub fn list(global: GlobalArgs, args: &ListArgs) -> Result<Outcome> {
 }
 
 pub fn resolve(global: GlobalArgs, root: &Path, name: &str) -> Result<Outcome> {
-    let collection = Collection::open(root)?;
-    let item = collection.resolve(name)?;
+    let collection = ibi::store::open(root)?;
+    let collection = collection.as_ref();
+    let name = ibi::store::resolve(collection, name)?;
+    let place = match collection.local_root() {
+        Some(root) => root.join(name.to_string()).display().to_string(),
+        None => format!("{}/{name}", collection.location()),
+    };
     if global.json {
-        let ibip = item.ibip().ok().flatten().map(|i| i.to_string());
-        let line = json!({"name": item.name.to_string(), "ibip": ibip, "path": item.path}).to_string();
+        let ibip = ibi::store::item_ibip(collection, &name).ok().flatten().map(|i| i.to_string());
+        let line = json!({"name": name.to_string(), "ibip": ibip, "path": place}).to_string();
         super::write_stdout(&format!("{line}\n"))?;
     } else {
-        super::write_stdout(&format!("{}\n", item.path.display()))?;
+        super::write_stdout(&format!("{place}\n"))?;
     }
     Ok(Outcome::Success)
 }
 
 pub fn watch(global: GlobalArgs, args: &WatchArgs) -> Result<Outcome> {
-    let collection = Collection::open(&args.root)?;
+    let collection = ibi::store::open(&args.root)?;
+    let collection = collection.as_ref();
     if !args.inbox.is_dir() {
         anyhow::bail!(ibi::Error::Invalid {
             what: "inbox".into(),
@@ -161,7 +170,7 @@ pub fn watch(global: GlobalArgs, args: &WatchArgs) -> Result<Outcome> {
             printer.line(&format!("{}\t{entry}", minted_line(minted)));
         }
     };
-    let count = watch_inbox(&collection, &args.inbox, &options, &SystemClock, &printer, stop, &mut on_deposit)?;
+    let count = watch_inbox(collection, &args.inbox, &options, &SystemClock, &printer, stop, &mut on_deposit)?;
     printer.summary(&format!("stopped; deposited {count} item(s)"), json!({"deposited": count}));
     Ok(Outcome::Success)
 }

@@ -14,7 +14,9 @@ use ibi::ops::list::{list, DateRange};
 use ibi::ops::mirror::{mirror, MirrorOptions};
 use ibi::ops::verify::verify;
 use ibi::ops::Silent;
-use ibi::store::local::{Collection, LockWait};
+use ibi::store::local::Collection;
+use ibi::store::LockWait;
+use ibi::RepositoryName;
 use ibi::{Granularity, Subsystem};
 
 use super::args::GlobalArgs;
@@ -67,7 +69,7 @@ fn print_list(printer: &Printer, collection: &Collection) -> Result<()> {
 }
 
 /// init, deposit --each, list and resolve by IBIp; returns the collection and the resolved item.
-fn deposit_steps(printer: &Printer, dir: &Path, sources: &Path) -> Result<(Collection, ibi::store::local::Item)> {
+fn deposit_steps(printer: &Printer, dir: &Path, sources: &Path) -> Result<(Collection, RepositoryName)> {
     let root = dir.join("collection-a");
     say(printer, &format!("ibi init {} --host demo-a.ibi.example.org --ip 192.0.2.10", root.display()));
     let subsystem =
@@ -89,9 +91,9 @@ fn deposit_steps(printer: &Printer, dir: &Path, sources: &Path) -> Result<(Colle
 
     let ibip = minted[0].ibip.context("the demo collection has an IP")?.to_string().to_lowercase();
     say(printer, &format!("ibi resolve {} {ibip}   (an IBIp, in lower case)", root.display()));
-    let item = collection.resolve(&ibip)?;
-    printer.line(&item.path.display().to_string());
-    Ok((collection, item))
+    let name = ibi::store::resolve(&collection, &ibip)?;
+    printer.line(&collection.layout.item(&name).display().to_string());
+    Ok((collection, name))
 }
 
 /// verify the new collection.
@@ -104,8 +106,8 @@ fn verify_steps(printer: &Printer, collection: &Collection) -> Result<u64> {
 
 /// Flips one bit of an item in the mirror, shows verify catching it, and repairs it
 /// from the source with `mirror --checksum`.
-fn repair_steps(printer: &Printer, a: &Collection, b: &Collection, item: &ibi::store::local::Item) -> Result<u64> {
-    let victim = b.item(&item.name).path.join("data/measurements.csv");
+fn repair_steps(printer: &Printer, a: &Collection, b: &Collection, item: &RepositoryName) -> Result<u64> {
+    let victim = b.layout.item(item).join("data/measurements.csv");
     let mut damaged = fs::read(&victim)?;
     damaged[10] ^= 0x01;
     fs::write(&victim, &damaged)?;
@@ -125,7 +127,7 @@ fn repair_steps(printer: &Printer, a: &Collection, b: &Collection, item: &ibi::s
 }
 
 /// mirror A to B twice (the second run is a no-op), then migrate B to C.
-fn transfer_steps(printer: &Printer, dir: &Path, a: &Collection, item: &ibi::store::local::Item) -> Result<u64> {
+fn transfer_steps(printer: &Printer, dir: &Path, a: &Collection, item: &RepositoryName) -> Result<u64> {
     let mirror_root = dir.join("collection-b");
     say(
         printer,

@@ -37,12 +37,13 @@ pub fn clock_for(at: Option<ibi::Timestamp>) -> Box<dyn Clock> {
 
 pub fn mint(global: GlobalArgs, args: &MintArgs) -> Result<Outcome> {
     if let Some(root) = &args.collection {
-        let collection = ibi::store::local::Collection::open(root)?;
+        let collection = ibi::store::open(root)?;
         let clock = clock_for(args.at);
         let printer = Printer::new(global);
-        let minted = collection.mint(args.count, &NoticedClock { clock: clock.as_ref(), reporter: &printer })?;
+        let noticed = NoticedClock { clock: clock.as_ref(), reporter: &printer };
+        let minted = ibi::store::mint(collection.as_ref(), args.count, &noticed)?;
         let dates: Vec<ibi::Timestamp> = minted.iter().map(|m| m.name.date()).collect();
-        print_minted(global, &collection.subsystem, &dates)?;
+        print_minted(global, collection.subsystem(), &dates)?;
         return Ok(Outcome::Success);
     }
     let subsystem = subsystem_from_args(&args.subsystem)?;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Result;
 use ibi::ops::copy::{transfer, TransferKind, TransferOptions, TransferSummary};
 use ibi::ops::mirror::{mirror as mirror_once, mirror_watch, MirrorOptions};
-use ibi::store::local::{Collection, LockWait};
+use ibi::store::LockWait;
 use serde_json::json;
 
 use super::args::{CopyArgs, GlobalArgs, MirrorArgs, TransferFlags};
@@ -56,18 +56,18 @@ fn finish(printer: &Printer, verb: &str, s: &TransferSummary, dry_run: bool) -> 
 }
 
 pub fn copy(global: GlobalArgs, args: &CopyArgs, migrate: bool) -> Result<Outcome> {
-    let src = Collection::open(&args.src)?;
-    let dst = Collection::open(&args.dst)?;
+    let (src, dst) = (ibi::store::open(&args.src)?, ibi::store::open(&args.dst)?);
+    let (src, dst) = (src.as_ref(), dst.as_ref());
     let printer = Printer::new(global);
     let options = TransferOptions { dry_run: args.flags.dry_run, wait: lock_wait(&args.flags) };
     let kind = if migrate { TransferKind::Migrate } else { TransferKind::Copy };
-    let summary = transfer(kind, &src, &dst, &args.names, options, &printer)?;
+    let summary = transfer(kind, src, dst, &args.names, options, &printer)?;
     Ok(finish(&printer, if migrate { "migrate" } else { "copy" }, &summary, options.dry_run))
 }
 
 pub fn mirror(global: GlobalArgs, args: &MirrorArgs) -> Result<Outcome> {
-    let src = Collection::open(&args.src)?;
-    let dst = Collection::open(&args.dst)?;
+    let (src, dst) = (ibi::store::open(&args.src)?, ibi::store::open(&args.dst)?);
+    let (src, dst) = (src.as_ref(), dst.as_ref());
     let printer = Printer::new(global);
     let options = MirrorOptions {
         dry_run: args.flags.dry_run,
@@ -77,7 +77,7 @@ pub fn mirror(global: GlobalArgs, args: &MirrorArgs) -> Result<Outcome> {
         checksum: args.checksum,
     };
     if !args.watch {
-        let summary = mirror_once(&src, &dst, &options, &printer)?;
+        let summary = mirror_once(src, dst, &options, &printer)?;
         return Ok(finish(&printer, "mirror", &summary, options.dry_run));
     }
     super::GRACEFUL.store(true, Ordering::SeqCst);
@@ -90,6 +90,6 @@ pub fn mirror(global: GlobalArgs, args: &MirrorArgs) -> Result<Outcome> {
             worst = Outcome::Problems;
         }
     };
-    mirror_watch(&src, &dst, &options, &printer, stop, Duration::from_secs(1), &mut on_pass)?;
+    mirror_watch(src, dst, &options, &printer, stop, Duration::from_secs(1), &mut on_pass)?;
     Ok(worst)
 }

@@ -163,6 +163,12 @@ pub trait Store: Send + Sync {
     fn remove(&self, names: &[RepositoryName]) -> Result<()>;
 }
 
+/// Opens the collection at `location`. Today every location is a local folder;
+/// far (`HOST:PATH`) and object-store (`s3://`) locations will open their backends here.
+pub fn open(location: &Path) -> Result<Box<dyn Store>> {
+    Ok(Box::new(local::Collection::open(location)?))
+}
+
 /// Reads an item's bag-info.
 pub fn item_info(store: &dyn Store, name: &RepositoryName) -> Result<BagInfo> {
     let what = || format!("{name}/{}", crate::bag::BAG_INFO_TXT);

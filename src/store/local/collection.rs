@@ -13,13 +13,11 @@ use std::time::{Duration, Instant};
 pub use super::config::CollectionConfig;
 pub use super::layout::Layout;
 pub use super::walk::{Entry, ItemWalker};
-use super::StateFile;
 use super::{alias, guard};
 use crate::bag::{self, BagInfo};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, atomic_write, create_dir_all_durable, fsync_dir, FileLock};
-use crate::id::minter::{Clock, Minter};
-use crate::id::{Ibip, Identifier, Minted, RepositoryName, Subsystem};
+use crate::id::{Ibip, RepositoryName, Subsystem};
 pub use crate::store::LockWait;
 
 #[derive(Debug, Clone)]
@@ -52,23 +50,8 @@ impl Item {
 
     /// The IBIp recorded in bag-info (an External-Identifier that parses as one).
     pub fn ibip(&self) -> Result<Option<Ibip>> {
-        Ok(ibip_in(&self.info()?))
+        Ok(crate::store::ibip_in(&self.info()?))
     }
-
-    /// Whether the item is gone from its place (moved away by a concurrent migrate):
-    /// what reading it found is then no sign of damage.
-    pub fn vanished(&self) -> bool {
-        fs::symlink_metadata(&self.path).is_err()
-    }
-
-    pub fn identity_digest(&self) -> Result<String> {
-        bag::identity_digest(&self.path).with_path("read", self.path.join(bag::TAGMANIFEST))
-    }
-}
-
-/// The IBIp among bag-info's External-Identifier values, if any.
-pub fn ibip_in(info: &BagInfo) -> Option<Ibip> {
-    info.values("External-Identifier").find_map(|v| Ibip::parse(v).ok())
 }
 
 /// A folder in `.ibi/staging/` that removes itself unless `placed` is set. While it
@@ -216,23 +199,6 @@ impl Collection {
         }
     }
 
-    /// Takes the write lock and completes what an interrupted writer left: how every
-    /// writer starts.
-    pub fn lock_and_recover(&self, wait: LockWait) -> Result<FileLock> {
-        let lock = self.lock_writes(wait)?;
-        self.recover()?;
-        Ok(lock)
-    }
-
-    /// Mints `count` identifiers from the collection's own minter state. A date that
-    /// cannot be encoded (an IBIp before 1995) fails the call and leaves the state as it was.
-    pub fn mint(&self, count: usize, clock: &dyn Clock) -> Result<Vec<Minted>> {
-        let state = StateFile::new(self.layout.minter_state(), self.layout.minter_lock());
-        let minter = Minter::new(&state, self.subsystem.granularity, clock);
-        let dates = minter.mint_checked(count, &|date| self.subsystem.identify(date).map(drop))?;
-        dates.into_iter().map(|date| self.subsystem.identify(date)).collect()
-    }
-
     pub fn item(&self, name: &RepositoryName) -> Item {
         Item { name: name.clone(), path: self.layout.item(name) }
     }
@@ -287,51 +253,6 @@ impl Collection {
     /// Every item and stray entry, sorted by name, streaming.
     pub fn walk(&self) -> ItemWalker {
         ItemWalker::new(self.layout.root.clone())
-    }
-
-    /// The items named (by repository name or IBIp; each once, in the order given),
-    /// or every item in name order when none is named.
-    pub fn selected<'a>(&'a self, names: &'a [String]) -> Box<dyn Iterator<Item = Result<Item>> + Send + 'a> {
-        if names.is_empty() {
-            return Box::new(self.walk().items());
-        }
-        let mut seen = std::collections::BTreeSet::new();
-        Box::new(names.iter().map(|n| self.resolve(n)).filter(move |r| match r {
-            Ok(item) => seen.insert(item.name.clone()),
-            Err(_) => true,
-        }))
-    }
-
-    /// Finds an item by repository name or IBIp, in any letter case.
-    pub fn resolve(&self, text: &str) -> Result<Item> {
-        let not_found = || Error::NotFound { what: "item", name: text.to_string(), place: self.root().to_path_buf() };
-        if !text.contains('/') {
-            let problem = format!("\"{text}\" is not a repository name or an IBIp (both hold a \"/\")");
-            return Err(Error::Invalid { what: "item".into(), problem });
-        }
-        let name = match Identifier::parse(text)? {
-            Identifier::Name(name) => name,
-            Identifier::Ibip(ibip) => {
-                let link = self.layout.alias(&ibip);
-                let target = fs::read_link(&link).map_err(|_| not_found())?;
-                let rel = target.strip_prefix("../..").map_err(|_| not_found())?;
-                RepositoryName::parse(&rel.to_string_lossy()).map_err(|_| not_found())?
-            }
-            other => {
-                return Err(Error::Invalid {
-                    what: "item".into(),
-                    problem: format!("{text} is a {}, not a repository name or IBIp", other.kind()),
-                })
-            }
-        };
-        match self.slot(&name)? {
-            Slot::Item(item) => Ok(item),
-            Slot::Empty => Err(not_found()),
-            Slot::Foreign(path) => Err(Error::Data {
-                what: format!("item {name}"),
-                problem: format!("{} is a symlink or a file, not an item folder; refusing to use it", path.display()),
-            }),
-        }
     }
 
     /// Records, before acting, that items are about to be placed or removed, so that
