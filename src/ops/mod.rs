@@ -8,6 +8,7 @@ pub mod driver;
 pub mod foreign_bag;
 pub mod list;
 pub mod mirror;
+mod over_any_store;
 pub mod report;
 pub mod source;
 pub mod survey;

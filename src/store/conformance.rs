@@ -15,7 +15,7 @@ use crate::store::local::Collection;
 use crate::store::memory::MemoryStore;
 use crate::store::{identity_digest, FileSource, Listed, LockWait, Placement, Slot, StageId, Store};
 
-fn subsystem() -> Subsystem {
+pub(crate) fn subsystem() -> Subsystem {
     Subsystem::new("conformance.example.org", 80, Some("192.0.2.7".parse().unwrap()), 800, Granularity::MILLISECOND)
         .unwrap()
 }
@@ -61,7 +61,7 @@ fn read_a(store: &dyn Store, name: &RepositoryName) -> Vec<u8> {
     store.item_files(name).read("data/a.txt").unwrap()
 }
 
-fn names(store: &dyn Store) -> Vec<RepositoryName> {
+pub(crate) fn names(store: &dyn Store) -> Vec<RepositoryName> {
     store
         .walk()
         .filter_map(|l| match l.unwrap() {
@@ -234,7 +234,7 @@ macro_rules! backends {
     )*};
 }
 
-fn local() -> (Collection, impl Fn() -> Collection, tempfile::TempDir) {
+pub(crate) fn local() -> (Collection, impl Fn() -> Collection, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("c");
     let store = Collection::init(&root, subsystem(), None).unwrap();
@@ -250,63 +250,4 @@ fn memory() -> (MemoryStore, impl Fn() -> MemoryStore, ()) {
 backends! {
     local_folder => local();
     in_memory => memory();
-}
-
-/// The operations themselves run on any backend: deposit into memory, copy to
-/// another memory collection, mirror into a local folder, verify all three, and
-/// a damaged copy is found and repaired.
-mod operations_over_the_seam {
-    use super::*;
-    use crate::id::minter::SystemClock;
-    use crate::ops::copy::{transfer, TransferKind, TransferOptions};
-    use crate::ops::deposit::{deposit, DepositOptions};
-    use crate::ops::mirror::{mirror, MirrorOptions};
-    use crate::ops::verify::verify;
-    use crate::ops::Silent;
-
-    #[test]
-    fn deposit_copy_mirror_and_verify_across_backends() {
-        let sources = tempfile::tempdir().unwrap();
-        let mut paths = Vec::new();
-        for i in 0..5 {
-            let path = sources.path().join(format!("s{i}"));
-            std::fs::create_dir_all(path.join("sub")).unwrap();
-            std::fs::write(path.join("sub/f.txt"), format!("file {i}")).unwrap();
-            paths.push(path);
-        }
-        let a = MemoryStore::new(subsystem());
-        let options = DepositOptions { each: true, ..DepositOptions::default() };
-        let count = deposit(&a, &paths, &options, &SystemClock, &Silent, &mut |_| {}).unwrap();
-        assert_eq!(count, 5);
-        assert_eq!(names(&a).len(), 5);
-        assert_eq!(verify(&a, &[], &Silent).unwrap().problems, 0);
-
-        let b = MemoryStore::new(subsystem());
-        let copy = TransferOptions { dry_run: false, wait: LockWait::No };
-        let summary = transfer(TransferKind::Copy, &a, &b, &[], copy, &Silent).unwrap();
-        assert_eq!((summary.copied, summary.problems), (5, 0));
-        assert_eq!(names(&b), names(&a));
-
-        let (c, _reopen, _dir) = local();
-        let options =
-            MirrorOptions { dry_run: false, wait: LockWait::No, delete: true, max_delete: None, checksum: true };
-        assert_eq!(mirror(&b, &c, &options, &Silent).unwrap().copied, 5);
-        assert_eq!(verify(&c, &[], &Silent).unwrap().problems, 0);
-        for name in names(&a) {
-            assert_eq!(identity_digest(&a, &name).unwrap(), identity_digest(&c, &name).unwrap());
-        }
-
-        // A damaged copy in C is found by verify and repaired by mirror --checksum.
-        let victim = names(&c)[0].clone();
-        std::fs::write(c.layout.item(&victim).join("data/sub/f.txt"), b"rotten").unwrap();
-        assert_eq!(verify(&c, &[], &Silent).unwrap().problems, 1);
-        let repaired = mirror(&b, &c, &options, &Silent).unwrap();
-        assert_eq!(repaired.replaced, 1);
-        assert_eq!(verify(&c, &[], &Silent).unwrap().problems, 0);
-
-        // Migrate: B already holds identical copies, so A's items are re-verified in B and removed from A.
-        let summary = transfer(TransferKind::Migrate, &a, &b, &[], copy, &Silent).unwrap();
-        assert_eq!((summary.skipped, summary.migrated), (5, 5));
-        assert!(names(&a).is_empty(), "migrate removed what B verifiably holds");
-    }
 }

@@ -23,7 +23,7 @@ pub mod local;
 pub mod memory;
 
 #[cfg(test)]
-mod conformance;
+pub(crate) mod conformance;
 
 use std::any::Any;
 use std::io::Read;
