@@ -191,6 +191,61 @@ impl Warned {
     }
 }
 
+/// What the hot folder remembers between scans.
+#[derive(Default)]
+struct Settling {
+    /// Each entry's last signature and since when it has had it.
+    seen: HashMap<String, (Signature, Instant)>,
+    /// Entries that cannot be bagged, by the signature they had: retried once they change.
+    refused: HashMap<String, Signature>,
+    warned: Warned,
+}
+
+impl Settling {
+    /// One pass over the inbox: deposits every entry that has kept its signature
+    /// for the settle time; returns how many were deposited.
+    fn scan(&mut self, hot: &HotFolder, stop: &AtomicBool, on_deposit: &mut dyn FnMut(&str, &Minted)) -> Result<u64> {
+        let (inbox, reporter) = (&hot.inbox, hot.reporter);
+        let (entries, odd) = inbox_entries(inbox)?;
+        odd.iter().for_each(|path| self.warned.once(reporter, path, "its name is not UTF-8"));
+        let mut count = 0;
+        for entry in entries {
+            let sig = match signature(&inbox.join(&entry)) {
+                Ok(sig) => sig,
+                Err(e) => {
+                    self.warned.once(reporter, &inbox.join(&entry), &format!("it cannot be read: {e}"));
+                    continue;
+                }
+            };
+            if self.refused.get(&entry) == Some(&sig) {
+                continue;
+            }
+            let now = Instant::now();
+            let (last_sig, since) = self.seen.entry(entry.clone()).or_insert((sig, now));
+            if *last_sig != sig {
+                *last_sig = sig;
+                *since = now;
+            } else if now.duration_since(*since) >= hot.options.settle && !stop.load(Ordering::SeqCst) {
+                self.seen.remove(&entry);
+                match hot.deposit_entry(&entry) {
+                    Ok(minted) => {
+                        on_deposit(&entry, &minted);
+                        self.refused.remove(&entry);
+                        count += 1;
+                    }
+                    Err(e) if e.class() != ErrorClass::Operational => {
+                        reporter.warning(&format!("{entry} was not deposited: {e}"));
+                        self.refused.insert(entry, sig);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        self.seen.retain(|name, _| inbox.join(name).exists());
+        Ok(count)
+    }
+}
+
 /// Watches `inbox` until `stop` is set, depositing settled entries into `collection`.
 /// Calls `on_deposit` for each item. Returns how many items were deposited.
 pub fn watch(
@@ -219,47 +274,10 @@ pub fn watch(
             (None, mpsc::channel().1)
         }
     };
-    let mut seen: HashMap<String, (Signature, Instant)> = HashMap::new();
-    // Entries that cannot be bagged, by the signature they had: retried once they change.
-    let mut refused: HashMap<String, Signature> = HashMap::new();
-    let mut warned = Warned::default();
+    let mut settling = Settling::default();
     let mut count = 0;
     while !stop.load(Ordering::SeqCst) {
-        let (entries, odd) = inbox_entries(inbox)?;
-        odd.iter().for_each(|path| warned.once(reporter, path, "its name is not UTF-8"));
-        for entry in entries {
-            let sig = match signature(&inbox.join(&entry)) {
-                Ok(sig) => sig,
-                Err(e) => {
-                    warned.once(reporter, &inbox.join(&entry), &format!("it cannot be read: {e}"));
-                    continue;
-                }
-            };
-            if refused.get(&entry) == Some(&sig) {
-                continue;
-            }
-            let now = Instant::now();
-            let (last_sig, since) = seen.entry(entry.clone()).or_insert((sig, now));
-            if *last_sig != sig {
-                *last_sig = sig;
-                *since = now;
-            } else if now.duration_since(*since) >= options.settle && !stop.load(Ordering::SeqCst) {
-                seen.remove(&entry);
-                match hot.deposit_entry(&entry) {
-                    Ok(minted) => {
-                        on_deposit(&entry, &minted);
-                        refused.remove(&entry);
-                        count += 1;
-                    }
-                    Err(e) if e.class() != ErrorClass::Operational => {
-                        reporter.warning(&format!("{entry} was not deposited: {e}"));
-                        refused.insert(entry, sig);
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-        }
-        seen.retain(|name, _| inbox.join(name).exists());
+        count += settling.scan(&hot, stop, on_deposit)?;
         let _ = rx.recv_timeout(options.poll);
         while rx.try_recv().is_ok() {}
     }
