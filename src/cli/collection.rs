@@ -33,20 +33,12 @@ pub fn init(global: GlobalArgs, args: &InitArgs) -> Result<Outcome> {
     Ok(Outcome::Success)
 }
 
-/// `name<TAB>ibip`, or the name alone when the collection has no IP.
-pub fn minted_line(minted: &Minted) -> String {
-    match &minted.ibip {
-        Some(ibip) => format!("{}\t{ibip}", minted.name),
-        None => minted.name.to_string(),
-    }
-}
-
 fn print_minted(printer: &Printer, minted: &Minted) {
     if printer.json() {
         let ibip = minted.ibip.map(|i| i.to_string());
         printer.event("deposited", json!({"name": minted.name.to_string(), "ibip": ibip}));
     } else {
-        printer.line(&minted_line(minted));
+        printer.line(&minted.to_string());
     }
 }
 
@@ -71,7 +63,7 @@ pub fn deposit(global: GlobalArgs, args: &DepositArgs) -> Result<Outcome> {
     if super::stdout_failure().is_some() || (result.is_err() && !done.is_empty()) {
         // The names must not be lost with stdout, nor hidden by a later failure.
         for d in &done {
-            super::stderr_line(&format!("ibi: deposited {}", minted_line(&d.minted)));
+            super::stderr_line(&format!("ibi: deposited {}", d.minted));
         }
     }
     result?;
@@ -115,7 +107,7 @@ pub fn list(global: GlobalArgs, args: &ListArgs) -> Result<Outcome> {
         if printer.json() {
             printer.line(&json!({"name": name.to_string(), "ibip": ibip.map(|i| i.to_string())}).to_string());
         } else {
-            printer.line(&minted_line(&Minted { name, ibip }));
+            printer.line(&Minted { name, ibip }.to_string());
         }
     }
     Ok(Outcome::Success)
@@ -167,7 +159,7 @@ pub fn watch(global: GlobalArgs, args: &WatchArgs) -> Result<Outcome> {
             let ibip = minted.ibip.map(|i| i.to_string());
             printer.event("deposited", json!({"entry": entry, "name": minted.name.to_string(), "ibip": ibip}));
         } else {
-            printer.line(&format!("{}\t{entry}", minted_line(minted)));
+            printer.line(&format!("{minted}\t{entry}"));
         }
     };
     let count = watch_inbox(collection, &args.inbox, &options, &SystemClock, &printer, stop, &mut on_deposit)?;

@@ -20,7 +20,6 @@ use ibi::RepositoryName;
 use ibi::{Granularity, Subsystem};
 
 use super::args::GlobalArgs;
-use super::collection::minted_line;
 use super::printer::Printer;
 use super::Outcome;
 
@@ -63,7 +62,7 @@ fn write_samples(dir: &Path) -> Result<PathBuf> {
 fn print_list(printer: &Printer, collection: &Collection) -> Result<()> {
     for entry in list(collection, DateRange::default()) {
         let (name, ibip) = entry?;
-        printer.line(&minted_line(&ibi::Minted { name, ibip }));
+        printer.line(&ibi::Minted { name, ibip }.to_string());
     }
     Ok(())
 }
@@ -82,7 +81,7 @@ fn deposit_steps(printer: &Printer, dir: &Path, sources: &Path) -> Result<(Colle
     let options = DepositOptions { each: true, ..DepositOptions::default() };
     let mut minted = Vec::new();
     deposit(&collection, &paths, &options, &SystemClock, &Silent, &mut |d| {
-        printer.line(&minted_line(&d.minted));
+        printer.line(&d.minted.to_string());
         minted.push(d.minted.clone());
     })?;
 

@@ -64,8 +64,7 @@ pub fn print_minted(global: GlobalArgs, subsystem: &Subsystem, dates: &[ibi::Tim
         let minted = subsystem.identify(*date)?;
         let line = match (&minted.ibip, global.json) {
             (_, true) => json!({"name": minted.name.to_string(), "ibip": minted.ibip.map(|i| i.to_string()), "date": date.to_rfc3339()}).to_string(),
-            (Some(ibip), false) => format!("{}\t{}", minted.name, ibip),
-            (None, false) => minted.name.to_string(),
+            (_, false) => minted.to_string(),
         };
         out.push_str(&line);
         out.push('\n');

@@ -27,6 +27,32 @@ pub struct Minted {
     pub ibip: Option<Ibip>,
 }
 
+impl Minted {
+    /// `name<TAB>ibip`, the IBIp field empty when there is none: how journals and
+    /// hot-folder records store an item's identifiers.
+    pub fn record(&self) -> String {
+        format!("{}\t{}", self.name, self.ibip.map(|i| i.to_string()).unwrap_or_default())
+    }
+
+    /// Reads a `record` (or a bare name); fields after the IBIp are ignored.
+    pub fn parse_record(line: &str) -> Option<Minted> {
+        let mut fields = line.split('\t');
+        let name = RepositoryName::parse(fields.next()?).ok()?;
+        let ibip = fields.next().filter(|f| !f.is_empty()).and_then(|f| Ibip::parse(f).ok());
+        Some(Minted { name, ibip })
+    }
+}
+
+/// For people: `name<TAB>ibip`, or the name alone when there is no IBIp.
+impl std::fmt::Display for Minted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.ibip {
+            Some(ibip) => write!(f, "{}\t{ibip}", self.name),
+            None => write!(f, "{}", self.name),
+        }
+    }
+}
+
 impl Subsystem {
     /// Checks that the host gives a prefix (Algorithm 1) and that the IP can be encoded.
     pub fn new(host: &str, port: u16, ip: Option<IpAddr>, ibip_port: u16, granularity: Granularity) -> Result<Self> {
@@ -51,5 +77,25 @@ impl Subsystem {
     /// The IBIp of an existing name minted by this subsystem.
     pub fn ibip_of(&self, name: &RepositoryName) -> Result<Option<Ibip>> {
         self.ip.map(|ip| Ibip::new(ip, self.ibip_port, name.date())).transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_with_and_without_an_ibip() {
+        let with = Minted {
+            name: RepositoryName::parse("sid.inpe.br/mtc-m18/2009/02.16.17.46").unwrap(),
+            ibip: Some(Ibip::parse("8JMKD3MGP8W/34PGRBS").unwrap()),
+        };
+        let without = Minted { name: with.name.clone(), ibip: None };
+        for m in [&with, &without] {
+            assert_eq!(Minted::parse_record(&m.record()).as_ref(), Some(m));
+            assert_eq!(Minted::parse_record(&format!("{}\tentry name", m.record())).as_ref(), Some(m));
+        }
+        assert_eq!(without.to_string(), "sid.inpe.br/mtc-m18/2009/02.16.17.46");
+        assert_eq!(Minted::parse_record("not a name"), None);
     }
 }

@@ -21,7 +21,7 @@ use walkdir::WalkDir;
 use crate::error::{ErrorClass, IoContext, Result};
 use crate::fsx::{self, atomic_write, create_dir_all_durable, fsync_dir, rename_noreplace};
 use crate::id::minter::Clock;
-use crate::id::{Minted, RepositoryName};
+use crate::id::Minted;
 use crate::ops::deposit::{check_meta, deposit_batch, remove_moved, DepositOptions};
 use crate::ops::report::Reporter;
 use crate::ops::source::plan_paths;
@@ -143,8 +143,9 @@ impl HotFolder<'_> {
             let text =
                 String::from_utf8(fsx::read_capped(&pending, 4096).with_path("read", &pending)?).unwrap_or_default();
             let line = text.trim_end();
-            let name = line.split('\t').next().unwrap_or("");
-            if RepositoryName::parse(name).is_ok_and(|n| matches!(self.collection.slot(&n), Ok(Slot::Item))) {
+            let held =
+                Minted::parse_record(line).is_some_and(|m| matches!(self.collection.slot(&m.name), Ok(Slot::Item)));
+            if held {
                 self.hand_off(entry, line, false)?;
             } else {
                 fs::remove_file(&pending).with_path("remove", &pending)?;
@@ -158,15 +159,12 @@ impl HotFolder<'_> {
         let plan = plan_paths(&[self.inbox.join(entry)], self.options.deposit.follow_symlinks)?;
         let mut deposit = self.options.deposit.clone();
         deposit.move_sources = false;
-        let record = |m: &Minted| {
-            let ibip = m.ibip.map(|i| i.to_string()).unwrap_or_default();
-            atomic_write(&self.pending_path(entry), format!("{}\t{ibip}\n", m.name).as_bytes())
-        };
+        let record = |m: &Minted| atomic_write(&self.pending_path(entry), format!("{}\n", m.record()).as_bytes());
         let plans = std::slice::from_ref(&plan);
         let outcome =
             deposit_batch(self.collection, plans, &deposit, self.clock, self.reporter, Some(&record))?.remove(0);
         let minted = outcome.deposited.minted;
-        let line = format!("{}\t{}", minted.name, minted.ibip.map(|i| i.to_string()).unwrap_or_default());
+        let line = minted.record();
         if outcome.deposited.already {
             atomic_write(&self.pending_path(entry), format!("{line}\n").as_bytes())?;
             self.reporter.warning(&format!("{entry} was already deposited as {}", minted.name));

@@ -17,7 +17,7 @@ use super::{alias, guard};
 use crate::bag::{self, BagInfo};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, atomic_write, create_dir_all_durable, fsync_dir, FileLock};
-use crate::id::{Ibip, RepositoryName, Subsystem};
+use crate::id::{Ibip, Minted, RepositoryName, Subsystem};
 pub use crate::store::LockWait;
 
 #[derive(Debug, Clone)]
@@ -261,7 +261,7 @@ impl Collection {
     pub fn journal_all(&self, intent: Intent, items: &[(&RepositoryName, Option<&Ibip>)]) -> Result<PathBuf> {
         let text: String = items
             .iter()
-            .map(|(name, ibip)| format!("{name}\t{}\n", ibip.map(|i| i.to_string()).unwrap_or_default()))
+            .map(|(name, ibip)| format!("{}\n", Minted { name: (*name).clone(), ibip: ibip.copied() }.record()))
             .collect();
         // Unique per writer and record, so two writers of one batch never share a record.
         static RECORDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -340,8 +340,7 @@ impl Collection {
     fn finish(&self, intent: Intent, record: &Path) -> Result<()> {
         let text = fs::read_to_string(record).with_path("read", record)?;
         for line in text.lines() {
-            let (name, ibip) = line.split_once('\t').unwrap_or((line, ""));
-            if let (Ok(name), Ok(ibip)) = (RepositoryName::parse(name), Ibip::parse(ibip)) {
+            if let Some(Minted { name, ibip: Some(ibip) }) = Minted::parse_record(line) {
                 match (intent, self.contains(&name)) {
                     (Intent::Place, true) => alias::create(&self.layout, &ibip, &name)?,
                     (Intent::Remove, false) => alias::remove(&self.layout, &ibip, &name)?,
