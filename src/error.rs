@@ -76,10 +76,6 @@ pub enum Error {
     #[error("{} already exists; refusing to overwrite it", path.display())]
     AlreadyExists { path: PathBuf },
 
-    /// Two different things claim one name (items whose identity digests differ).
-    #[error("{name}: {detail}")]
-    Conflict { name: String, detail: String },
-
     /// Files or folders a bag cannot hold faithfully, each with why; `symlinks`
     /// says whether following symlinks would admit some of them.
     #[error("cannot bag {}", offenders.join(", "))]
@@ -110,7 +106,7 @@ impl Error {
             Error::Io { .. } | Error::CorruptState { .. } | Error::ClockBehind { .. } | Error::Watch { .. } => {
                 ErrorClass::Operational
             }
-            Error::AlreadyExists { .. } | Error::Conflict { .. } | Error::Data { .. } => ErrorClass::Data,
+            Error::AlreadyExists { .. } | Error::Data { .. } => ErrorClass::Data,
             Error::Locked { .. } => ErrorClass::Busy,
         }
     }

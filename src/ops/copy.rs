@@ -100,7 +100,7 @@ fn move_chunk(
             }
             Err(why) => {
                 Tally::add(&tally.conflicts, 1);
-                tally.report(reporter, &Problem::new(&name.to_string(), None, ProblemKind::Conflict, why));
+                tally.report(reporter, &Problem::new(&name.to_string(), None, ProblemKind::Conflict, why.to_string()));
             }
         }
     }

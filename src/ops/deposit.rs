@@ -347,8 +347,8 @@ pub fn deposit_batch(
     if let Some(hook) = before_place {
         outcomes.iter().filter(|o| !o.deposited.already).try_for_each(|o| hook(&o.deposited.minted))?;
     }
-    for (name, outcome) in place_staged(collection, staged)? {
-        outcome.map_err(|problem| Error::Data { what: format!("item {name}"), problem })?;
+    for (_, outcome) in place_staged(collection, staged)? {
+        outcome?;
     }
     Ok(outcomes)
 }

@@ -222,7 +222,8 @@ impl<'a> Driver<'a> {
                 }
                 Err(why) => {
                     Tally::add(&self.tally.conflicts, 1);
-                    self.tally.report(self.reporter, &Problem::new(&label, None, ProblemKind::Conflict, why));
+                    self.tally
+                        .report(self.reporter, &Problem::new(&label, None, ProblemKind::Conflict, why.to_string()));
                 }
             }
         }

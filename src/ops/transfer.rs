@@ -50,7 +50,7 @@ impl StagedItem<'_> {
 pub fn place_staged(
     store: &dyn Store,
     staged: Vec<StagedItem>,
-) -> Result<Vec<(RepositoryName, std::result::Result<(), String>)>> {
+) -> Result<Vec<(RepositoryName, std::result::Result<(), Error>)>> {
     if staged.is_empty() {
         return Ok(Vec::new());
     }

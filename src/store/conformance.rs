@@ -50,7 +50,7 @@ fn stage_bag(store: &dyn Store, m: &Minted, content: &[u8]) -> StageId {
     stage
 }
 
-fn place(store: &dyn Store, m: &Minted, stage: StageId, replace: bool) -> Result<(), String> {
+fn place(store: &dyn Store, m: &Minted, stage: StageId, replace: bool) -> Result<(), Error> {
     let batch = [Placement { stage, name: m.name.clone(), ibip: m.ibip, replace }];
     let mut outcomes = store.place(&batch).unwrap();
     assert_eq!(outcomes.len(), 1);
@@ -77,7 +77,8 @@ pub fn placement_never_overwrites(store: &dyn Store) {
     assert!(verify_bag(store.staged_files(first).as_ref(), "staged", &|_| {}).problems.is_empty());
     place(store, &m, first, false).unwrap();
     let second = stage_bag(store, &m, b"second");
-    assert!(place(store, &m, second, false).is_err(), "a second placement of one name is refused");
+    let refused = place(store, &m, second, false);
+    assert!(matches!(refused, Err(Error::AlreadyExists { .. })), "a second placement is refused: {refused:?}");
     assert_eq!(read_a(store, &m.name), b"first");
     let third = stage_bag(store, &m, b"third");
     place(store, &m, third, true).unwrap();
@@ -140,6 +141,7 @@ pub fn one_of_two_concurrent_placements_wins(store: &dyn Store, other: &dyn Stor
             (ta.join().unwrap(), tb.join().unwrap())
         });
         assert!(ra.is_ok() != rb.is_ok(), "round {round}: exactly one wins: {ra:?} {rb:?}");
+        assert!(matches!((&ra, &rb), (Err(Error::AlreadyExists { .. }), _) | (_, Err(Error::AlreadyExists { .. }))));
         let winner: &[u8] = if ra.is_ok() { b"from a" } else { b"from b" };
         assert_eq!(read_a(store, &m.name), winner);
     }

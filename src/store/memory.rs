@@ -158,7 +158,7 @@ impl MemoryStore {
             problem: format!("no staged item {}", p.stage.0),
         })?;
         if items.contains_key(&p.name) && !p.replace {
-            return Ok(Err(format!("{} already exists; refusing to overwrite it", p.name)));
+            return Ok(Err(Error::AlreadyExists { path: format!("memory:{}", p.name).into() }));
         }
         items.insert(p.name.clone(), bag);
         if let Some(ibip) = &p.ibip {

@@ -86,8 +86,9 @@ pub struct Placement {
     pub replace: bool,
 }
 
-/// Why one placement of a batch was refused (the others go ahead).
-pub type Refusal = String;
+/// Why one placement of a batch was refused (the others go ahead): the name is
+/// taken (`Error::AlreadyExists`) or its place cannot hold an item (`Error::Data`).
+pub type Refusal = Error;
 
 /// What a backend can do, for callers that choose a strategy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -36,10 +36,10 @@ impl Staged {
 }
 
 /// Renames one staged copy to its place; `Err` says why the place was refused.
-fn rename_into_place(dst: &Collection, staged: &mut Staged) -> Result<std::result::Result<PathBuf, String>> {
+fn rename_into_place(dst: &Collection, staged: &mut Staged) -> Result<std::result::Result<PathBuf, Error>> {
     let parent = match dst.make_parents(&staged.name) {
         Ok(parent) => parent,
-        Err(Error::Data { problem, .. }) => return Ok(Err(problem)),
+        Err(e @ Error::Data { .. }) => return Ok(Err(e)),
         Err(e) => return Err(e),
     };
     let dest = dst.layout.item(&staged.name);
@@ -57,7 +57,7 @@ fn rename_into_place(dst: &Collection, staged: &mut Staged) -> Result<std::resul
     match result {
         Ok(()) => Ok(Ok(parent)),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists || e.raw_os_error() == Some(libc::ENOTEMPTY) => {
-            Ok(Err(format!("{} already exists; refusing to overwrite it", dest.display())))
+            Ok(Err(Error::AlreadyExists { path: dest }))
         }
         Err(e) => Err(Error::io("rename staged item to", &dest, e)),
     }
@@ -84,7 +84,7 @@ fn replace_through_trash(dst: &Collection, staged: &mut Staged, dest: &Path) -> 
 pub fn place_all(
     dst: &Collection,
     mut staged: Vec<Staged>,
-) -> Result<Vec<(RepositoryName, std::result::Result<(), String>)>> {
+) -> Result<Vec<(RepositoryName, std::result::Result<(), Error>)>> {
     if staged.is_empty() {
         return Ok(Vec::new());
     }
@@ -162,7 +162,7 @@ pub fn move_all(
     src: &Collection,
     dst: &Collection,
     items: &[Item],
-) -> Result<Vec<(RepositoryName, std::result::Result<(), String>)>> {
+) -> Result<Vec<(RepositoryName, std::result::Result<(), Error>)>> {
     if items.is_empty() {
         return Ok(Vec::new());
     }
@@ -175,7 +175,7 @@ pub fn move_all(
     let mut outcomes = Vec::with_capacity(items.len());
     for item in items {
         let outcome = match dst.make_parents(&item.name) {
-            Err(Error::Data { problem, .. }) => Err(problem),
+            Err(e @ Error::Data { .. }) => Err(e),
             Err(e) => return Err(e),
             Ok(parent) => match rename_noreplace(&item.path, &dst.layout.item(&item.name)) {
                 Ok(()) => {
@@ -184,7 +184,7 @@ pub fn move_all(
                     Ok(())
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists || e.raw_os_error() == Some(libc::ENOTEMPTY) => {
-                    Err("DST already holds this name; refusing to overwrite it".to_string())
+                    Err(Error::AlreadyExists { path: dst.layout.item(&item.name) })
                 }
                 Err(e) => return Err(Error::io("rename item to", dst.layout.item(&item.name), e)),
             },
