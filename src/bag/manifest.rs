@@ -20,6 +20,8 @@ pub struct ManifestEntry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LineProblem {
     pub line: usize,
+    /// The line names a path that would leave the bag (otherwise it is malformed).
+    pub unsafe_path: bool,
     pub path: Option<String>,
     pub problem: String,
 }
@@ -111,7 +113,8 @@ pub fn parse(text: &str, digest_len: usize) -> (Vec<ManifestEntry>, Vec<LineProb
         if line.trim().is_empty() {
             continue;
         }
-        let problem = |path: Option<String>, problem: String| LineProblem { line: i + 1, path, problem };
+        let problem =
+            |path: Option<String>, problem: String| LineProblem { line: i + 1, unsafe_path: false, path, problem };
         let Some((digest, rest)) = line.split_once([' ', '\t']) else {
             problems.push(problem(None, "expected \"<digest> <path>\"".into()));
             continue;
@@ -123,7 +126,9 @@ pub fn parse(text: &str, digest_len: usize) -> (Vec<ManifestEntry>, Vec<LineProb
         }
         match check_path(&path) {
             Ok(()) => entries.push(ManifestEntry { digest: digest.to_ascii_lowercase(), path }),
-            Err(why) => problems.push(problem(Some(path), format!("unsafe path: {why}"))),
+            Err(why) => {
+                problems.push(LineProblem { unsafe_path: true, ..problem(Some(path), format!("unsafe path: {why}")) })
+            }
         }
     }
     (entries, problems)
@@ -152,7 +157,7 @@ mod tests {
         assert_eq!(entries.len(), 1);
         assert_eq!(entries[0].path, "data/ok");
         assert_eq!(problems.len(), 6);
-        assert!(problems.iter().all(|p| p.problem.starts_with("unsafe path")));
+        assert!(problems.iter().all(|p| p.unsafe_path && p.problem.starts_with("unsafe path")));
     }
 
     #[test]

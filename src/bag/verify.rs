@@ -99,7 +99,7 @@ fn check_bagit_txt(files: &dyn BagFiles, listing: &Listing, item: &str, check: &
 /// Records manifest line problems (unsafe paths, malformed lines) of tag file `name`.
 fn push_line_problems(item: &str, name: &str, problems: Vec<manifest::LineProblem>, check: &mut BagCheck) {
     for p in problems {
-        let kind = if p.problem.starts_with("unsafe path") { ProblemKind::UnsafePath } else { ProblemKind::BadTagFile };
+        let kind = if p.unsafe_path { ProblemKind::UnsafePath } else { ProblemKind::BadTagFile };
         let file = p.path.unwrap_or_else(|| name.to_string());
         check.push(item, Some(&file), kind, format!("{name} line {}: {}", p.line, p.problem));
     }
