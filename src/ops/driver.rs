@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::id::RepositoryName;
-use crate::ops::report::{Outcome, Reporter};
+use crate::ops::report::{Outcome, ProblemCount, Reporter};
 use crate::ops::transfer::{place_staged, same_identity, stage_copy, StagedItem, BATCH};
 use crate::ops::verify::vanished;
 use crate::problem::{Problem, ProblemKind};
@@ -55,7 +55,7 @@ pub struct Tally {
     pub conflicts: AtomicU64,
     pub corrupt: AtomicU64,
     pub bytes: AtomicU64,
-    pub problems: AtomicU64,
+    pub problems: ProblemCount,
     pub delete_capped: AtomicBool,
 }
 
@@ -65,8 +65,7 @@ impl Tally {
     }
 
     pub fn report(&self, reporter: &dyn Reporter, problem: &Problem) {
-        Tally::add(&self.problems, 1);
-        reporter.problem(problem);
+        self.problems.report(reporter, problem);
     }
 
     pub fn summary(&self) -> TransferSummary {
@@ -80,7 +79,7 @@ impl Tally {
             conflicts: get(&self.conflicts),
             corrupt: get(&self.corrupt),
             bytes: get(&self.bytes),
-            problems: get(&self.problems),
+            problems: self.problems.get(),
             delete_capped: self.delete_capped.load(Ordering::Relaxed),
         }
     }

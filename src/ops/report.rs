@@ -156,6 +156,22 @@ impl Clock for NoticedClock<'_> {
     }
 }
 
+/// Counts the problems an operation reports (any makes the run exit 1).
+#[derive(Debug, Default)]
+pub struct ProblemCount(std::sync::atomic::AtomicU64);
+
+impl ProblemCount {
+    /// Counts `problem` and hands it to the reporter.
+    pub fn report(&self, reporter: &dyn Reporter, problem: &Problem) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        reporter.problem(problem);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// A reporter that reports nothing.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Silent;

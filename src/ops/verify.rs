@@ -11,7 +11,7 @@ use rayon::iter::{ParallelBridge, ParallelIterator};
 use crate::bag;
 use crate::error::Result;
 use crate::id::RepositoryName;
-use crate::ops::report::{Outcome, Reporter, Task};
+use crate::ops::report::{Outcome, ProblemCount, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::problem::{Problem, ProblemKind};
 use crate::store::{ibip_in, resolve, Listed, Slot, Store};
@@ -29,7 +29,7 @@ struct Counters {
     items: AtomicU64,
     files: AtomicU64,
     bytes: AtomicU64,
-    problems: AtomicU64,
+    problems: ProblemCount,
 }
 
 impl Counters {
@@ -38,13 +38,12 @@ impl Counters {
             items: self.items.load(Ordering::Relaxed),
             files: self.files.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
-            problems: self.problems.load(Ordering::Relaxed),
+            problems: self.problems.get(),
         }
     }
 
     fn report(&self, reporter: &dyn Reporter, problem: &Problem) {
-        self.problems.fetch_add(1, Ordering::Relaxed);
-        reporter.problem(problem);
+        self.problems.report(reporter, problem);
     }
 }
 
