@@ -126,8 +126,8 @@ struct Planner<'a> {
 }
 
 impl Planner<'_> {
-    fn both(&self, name: RepositoryName) -> Result<Plan> {
-        let src_digest = match identity_digest(self.src, &name) {
+    fn both(&self, name: RepositoryName, (src_identity, dst_identity): Identities) -> Result<Plan> {
+        let src_digest = match src_identity {
             Ok(digest) => digest,
             Err(e) => {
                 let detail = format!("in SRC: {e}; DST's copy is kept");
@@ -136,7 +136,7 @@ impl Planner<'_> {
                 return Ok(Plan::Settled(name, false));
             }
         };
-        if identity_digest(self.dst, &name).ok().as_ref() != Some(&src_digest) {
+        if dst_identity.ok().as_ref() != Some(&src_digest) {
             return Ok(Plan::Replace(name, "identity digest differs"));
         }
         if self.options.checksum {
@@ -185,16 +185,45 @@ impl Planner<'_> {
         Plan::Delete(name)
     }
 
-    fn plan(&self, pair: Pair) -> Result<Plan> {
+    fn plan(&self, pair: Pair, identities: Option<Identities>) -> Result<Plan> {
         match pair {
             Pair::Src(name) => match self.dst.slot(&name)? {
                 // A symlink or file planted at the item's place: swapped out, never followed.
                 Slot::Foreign(_) => Ok(Plan::Replace(name, "not an item directory in DST")),
                 _ => plan_copy((self.src, name), self.dst, self.tally, self.reporter),
             },
-            Pair::Both(name) => self.both(name),
+            Pair::Both(name) => {
+                let identities =
+                    identities.unwrap_or_else(|| (identity_digest(self.src, &name), identity_digest(self.dst, &name)));
+                self.both(name, identities)
+            }
             Pair::Dst { name, shadowed } => Ok(self.delete(name, shadowed)),
         }
+    }
+}
+
+/// The identity digests of one item in SRC and in DST.
+type Identities = (Result<String>, Result<String>);
+
+impl Planner<'_> {
+    /// Plans a chunk of the merge; the identity digests of the items both sides hold
+    /// are asked for in one batch per side (one round trip for a far store).
+    fn plan_chunk(&self, chunk: Vec<Pair>) -> Result<Vec<Plan>> {
+        let both: Vec<RepositoryName> =
+            chunk.iter().filter_map(|p| if let Pair::Both(n) = p { Some(n.clone()) } else { None }).collect();
+        let mut src_ids = self.src.identities(&both).into_iter();
+        let mut dst_ids = self.dst.identities(&both).into_iter();
+        let paired: Vec<(Pair, Option<Identities>)> = chunk
+            .into_iter()
+            .map(|pair| {
+                let ids = match pair {
+                    Pair::Both(_) => src_ids.next().zip(dst_ids.next()),
+                    _ => None,
+                };
+                (pair, ids)
+            })
+            .collect();
+        paired.into_par_iter().map(|(pair, ids)| self.plan(pair, ids)).collect()
     }
 }
 
@@ -227,7 +256,7 @@ fn sync(src: &dyn Store, dst: &dyn Store, options: &MirrorOptions, reporter: &dy
             if chunk.is_empty() {
                 return Ok(None);
             }
-            Ok(Some(chunk.into_par_iter().map(|pair| planner.plan(pair)).collect::<Result<_>>()?))
+            Ok(Some(planner.plan_chunk(chunk)?))
         };
         pipeline(&driver, next_plans, |_| Ok(()))?;
         Ok(())

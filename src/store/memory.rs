@@ -193,6 +193,10 @@ impl Store for MemoryStore {
         self
     }
 
+    fn as_dyn(&self) -> &dyn Store {
+        self
+    }
+
     fn walk(&self) -> Box<dyn Iterator<Item = Result<Listed>> + Send + '_> {
         let names: Vec<RepositoryName> = lock(&self.shared.items).keys().cloned().collect();
         Box::new(names.into_iter().map(|n| Ok(Listed::Item(n))))

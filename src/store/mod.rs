@@ -137,6 +137,15 @@ pub trait Store: Send + Sync {
         name: &RepositoryName,
         rel: &str,
     ) -> std::io::Result<(Box<dyn Read + Send + '_>, Option<SystemTime>)>;
+    /// The identity digests of many items at once, in the order asked: one round
+    /// trip for a far backend, which overrides this; here, each computed where the
+    /// bytes are, in parallel.
+    fn identities(&self, names: &[RepositoryName]) -> Vec<Result<String>> {
+        use rayon::prelude::*;
+        names.par_iter().map(|name| identity_digest(self.as_dyn(), name)).collect()
+    }
+    /// This store as a trait object (for provided methods).
+    fn as_dyn(&self) -> &dyn Store;
     /// Staging and trash left by an interrupted writer, as problems.
     fn leftovers(&self) -> Vec<Problem>;
 

@@ -90,6 +90,10 @@ impl Store for Collection {
         self
     }
 
+    fn as_dyn(&self) -> &dyn Store {
+        self
+    }
+
     fn walk(&self) -> Box<dyn Iterator<Item = Result<Listed>> + Send + '_> {
         Box::new(Collection::walk(self).map(|entry| {
             entry.map(|entry| match entry {
