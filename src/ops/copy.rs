@@ -19,7 +19,7 @@ use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::verify::verify_item;
 use crate::problem::{Problem, ProblemKind};
 use crate::store::local::{move_all, same_filesystem, Collection};
-use crate::store::{lease_and_recover, selected, Store};
+use crate::store::{lease_and_recover, raise_minter, selected, Store};
 
 /// Migrate's last step for a chunk: re-verify each copy in DST, then remove from SRC
 /// the items whose copies are sound.
@@ -92,7 +92,10 @@ fn move_chunk(
         })
         .map(|name| src.item(&name))
         .collect();
-    for (name, outcome) in move_all(src, dst, &sound)? {
+    let moved = move_all(src, dst, &sound)?;
+    let arrived: Vec<RepositoryName> = moved.iter().filter(|(_, o)| o.is_ok()).map(|(n, _)| n.clone()).collect();
+    raise_minter(dst, &arrived)?;
+    for (name, outcome) in moved {
         match outcome {
             Ok(()) => {
                 Tally::add(&tally.migrated, 1);

@@ -16,7 +16,7 @@ use crate::ops::transfer::{place_staged, same_identity, stage_copy, StagedItem, 
 use crate::ops::verify::vanished;
 use crate::problem::{Problem, ProblemKind};
 use crate::store::local::guard;
-use crate::store::{LockWait, Slot, Store};
+use crate::store::{raise_minter, LockWait, Slot, Store};
 
 #[derive(Debug, Clone, Copy)]
 pub struct TransferOptions {
@@ -209,6 +209,7 @@ impl<'a> Driver<'a> {
         let sizes: HashMap<String, (u64, bool)> =
             staged.iter().map(|s| (s.name().to_string(), (s.bytes, s.placement.replace))).collect();
         let mut placed = HashSet::new();
+        let mut arrived = Vec::new();
         for (name, outcome) in place_staged(self.dst, staged)? {
             let label = name.to_string();
             let (bytes, replace) = sizes[&label];
@@ -218,6 +219,7 @@ impl<'a> Driver<'a> {
                     Tally::add(if replace { &self.tally.replaced } else { &self.tally.copied }, 1);
                     self.reporter.item(&label, if replace { Outcome::Replaced } else { Outcome::Copied });
                     placed.insert(label);
+                    arrived.push(name);
                 }
                 Err(why) => {
                     Tally::add(&self.tally.conflicts, 1);
@@ -226,6 +228,7 @@ impl<'a> Driver<'a> {
                 }
             }
         }
+        raise_minter(self.dst, &arrived)?;
         Ok(placed)
     }
 

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use walkdir::WalkDir;
 
 use crate::error::{ErrorClass, IoContext, Result};
-use crate::fsx::{self, atomic_write, create_dir_all_durable, fsync_dir, rename_noreplace};
+use crate::fsx::{self, atomic_write, create_dir_all_durable, fsync_dir, rename_noreplace, Stamp};
 use crate::id::minter::Clock;
 use crate::id::Minted;
 use crate::ops::deposit::{check_meta, deposit_batch, remove_moved, DepositOptions};
@@ -54,6 +54,22 @@ fn signature(path: &Path) -> io::Result<Signature> {
         sig = (sig.0 + 1, sig.1 + meta.len(), sig.2.max(mtime));
     }
     Ok(sig)
+}
+
+/// Whether an entry, read at `read_at` and now at `now_at` (archived), still holds
+/// exactly the files that were read, each with the stamp it had then (a file
+/// written over, appended to or added means no).
+fn unchanged_since_read(read_at: &Path, now_at: &Path, stamps: &[(PathBuf, Stamp)]) -> bool {
+    let files = WalkDir::new(now_at).follow_links(false).into_iter().flatten().filter(|e| !e.file_type().is_dir());
+    files.count() == stamps.len()
+        && stamps.iter().all(|(path, stamp)| {
+            let now = match path.strip_prefix(read_at) {
+                Ok(rel) if rel.as_os_str().is_empty() => now_at.to_path_buf(),
+                Ok(rel) => now_at.join(rel),
+                Err(_) => path.clone(),
+            };
+            Stamp::at(&now).ok() == Some(*stamp)
+        })
 }
 
 /// Top-level inbox entries, skipping dot-names (`.deposited`, editors' temp files);
@@ -109,6 +125,29 @@ impl HotFolder<'_> {
         Ok(target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())
     }
 
+    /// Archives an entry that was deposited with `stamps`. When it changed between the
+    /// check and the archiving rename, it goes back to the inbox (never over anything)
+    /// to be deposited again; returns whether it stayed archived.
+    fn archive_unchanged(&self, entry: &str, stamps: &[(PathBuf, Stamp)]) -> Result<(String, bool)> {
+        let base = self.archive(entry)?;
+        let archived = self.deposited.join(&base);
+        if unchanged_since_read(&self.inbox.join(entry), &archived, stamps) {
+            return Ok((base, true));
+        }
+        match rename_noreplace(&archived, &self.inbox.join(entry)) {
+            Ok(()) => {
+                fsync_dir(&self.deposited)?;
+                fsync_dir(&self.inbox)?;
+                Ok((entry.to_string(), false))
+            }
+            Err(e) => {
+                let why = format!("{entry} changed while it was archived and cannot go back to the inbox ({e}); it is kept at {}, not deposited", archived.display());
+                self.reporter.warning(&why);
+                Ok((base, true))
+            }
+        }
+    }
+
     /// Writes the receipt under a name no other receipt holds, never over one.
     fn write_receipt(&self, base: &str, text: &str) -> Result<()> {
         let dir = self.deposited.join(RECEIPTS_DIR);
@@ -120,12 +159,10 @@ impl HotFolder<'_> {
         fsync_dir(&dir)
     }
 
-    /// Archives the original (or leaves it to `remove_moved`), writes the receipt,
-    /// drops the pending record.
-    fn hand_off(&self, entry: &str, line: &str, removed: bool) -> Result<()> {
-        let exists = fs::symlink_metadata(self.inbox.join(entry)).is_ok();
-        let base = if exists && !removed { self.archive(entry)? } else { entry.to_string() };
-        self.write_receipt(&base, &format!("{line}\t{entry}\n"))?;
+    /// Writes the receipt (named after `base`, where the original went) and drops
+    /// the pending record.
+    fn hand_off(&self, entry: &str, line: &str, base: &str) -> Result<()> {
+        self.write_receipt(base, &format!("{line}\t{entry}\n"))?;
         let pending = self.pending_path(entry);
         fs::remove_file(&pending).with_path("remove", &pending)?;
         fsync_dir(&self.deposited.join(PENDING_DIR))
@@ -146,7 +183,9 @@ impl HotFolder<'_> {
             let held =
                 Minted::parse_record(line).is_some_and(|m| matches!(self.collection.slot(&m.name), Ok(Slot::Item)));
             if held {
-                self.hand_off(entry, line, false)?;
+                let exists = fs::symlink_metadata(self.inbox.join(entry)).is_ok();
+                let base = if exists { self.archive(entry)? } else { entry.to_string() };
+                self.hand_off(entry, line, &base)?;
             } else {
                 fs::remove_file(&pending).with_path("remove", &pending)?;
             }
@@ -171,8 +210,22 @@ impl HotFolder<'_> {
         }
         if self.options.remove {
             remove_moved(&plan, &outcome.stamps, self.reporter);
+            self.hand_off(entry, &line, entry)?;
+            return Ok(minted);
         }
-        self.hand_off(entry, &line, self.options.remove)?;
+        let entry_path = self.inbox.join(entry);
+        let (base, archived) = if unchanged_since_read(&entry_path, &entry_path, &outcome.stamps) {
+            self.archive_unchanged(entry, &outcome.stamps)?
+        } else {
+            (entry.to_string(), false)
+        };
+        self.hand_off(entry, &line, &base)?;
+        if !archived {
+            self.reporter.warning(&format!(
+                "{entry} changed after it was copied into {}; it stays in the inbox and is deposited again once it settles",
+                minted.name
+            ));
+        }
         Ok(minted)
     }
 }

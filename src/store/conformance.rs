@@ -239,8 +239,9 @@ macro_rules! backends {
 pub(crate) fn local() -> (Collection, impl Fn() -> Collection, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("c");
-    let store = Collection::init(&root, subsystem(), None).unwrap();
-    (store, move || Collection::open(&root).unwrap(), dir)
+    let minters = dir.path().join("minters");
+    let store = Collection::init(&root, subsystem(), None).unwrap().with_minter_dir(&minters);
+    (store, move || Collection::open(&root).unwrap().with_minter_dir(&minters), dir)
 }
 
 fn memory() -> (MemoryStore, impl Fn() -> MemoryStore, ()) {

@@ -278,6 +278,15 @@ pub fn mint(store: &dyn Store, count: usize, clock: &dyn Clock) -> Result<Vec<Mi
     dates.into_iter().map(|date| subsystem.identify(date)).collect()
 }
 
+/// Raises the minter state past the newest of `names` that belong to the store's own
+/// subsystem (items arriving by copy, mirror or migrate), so that no later mint can
+/// give out one of their names, even after they leave again.
+pub fn raise_minter(store: &dyn Store, names: &[RepositoryName]) -> Result<()> {
+    let own = store.subsystem().prefix();
+    let Some(newest) = names.iter().filter(|n| n.prefix() == own).map(|n| n.date()).max() else { return Ok(()) };
+    store.minter_state().update(&mut |last| Ok(last.map_or(newest, |l| l.max(newest))))
+}
+
 /// A staged item that is discarded when dropped, unless it was placed.
 pub struct Staging<'a> {
     pub store: &'a dyn Store,

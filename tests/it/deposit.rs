@@ -211,10 +211,12 @@ fn four_processes_times_25_deposits_give_100_distinct_valid_items() {
     let workers: Vec<_> = (0..4)
         .map(|p| {
             let (root, dir) = (root.clone(), env.path(&format!("src/{p}")));
+            let minters = crate::env::minter_dir(env.root());
             std::thread::spawn(move || {
                 let mut names = Vec::new();
                 for i in 0..25 {
                     let out = Command::new(ibi_bin())
+                        .env(crate::env::MINTER_DIR_ENV, &minters)
                         .args(["deposit", &root])
                         .arg(dir.join(format!("{i}.txt")))
                         .output()

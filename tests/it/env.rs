@@ -50,6 +50,14 @@ impl From<Output> for Run {
 
 /// The binary under test: this build's, or `IBI_TEST_BIN` (run the regression tests
 /// against an older build with `IBI_TEST_BIN=/path/to/old/ibi cargo test regress_`).
+pub use ibi::store::local::minter::MINTER_DIR_ENV;
+
+/// The machine-wide minter folder of one test: every `ibi` a test runs shares it,
+/// as collections on one machine do, and no test touches the real machine's.
+pub fn minter_dir(env_root: &Path) -> PathBuf {
+    env_root.join(".ibi-minters")
+}
+
 pub fn ibi_bin() -> PathBuf {
     std::env::var_os("IBI_TEST_BIN").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ibi")))
 }
@@ -87,7 +95,10 @@ impl TestEnv {
     /// A `Command` for `ibi ARGS` running in the temp dir, with no terminal.
     pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(ibi_bin());
-        cmd.args(args).current_dir(self.dir.path()).env_remove("RUST_BACKTRACE");
+        cmd.args(args)
+            .current_dir(self.dir.path())
+            .env(MINTER_DIR_ENV, minter_dir(self.root()))
+            .env_remove("RUST_BACKTRACE");
         cmd
     }
 
@@ -247,6 +258,7 @@ pub fn sh_in(dir: &Path, script: &str) -> Run {
         .arg(script)
         .current_dir(dir)
         .env("IBI", ibi_bin())
+        .env(MINTER_DIR_ENV, minter_dir(dir))
         .env_remove("RUST_BACKTRACE")
         .output()
         .expect("sh")

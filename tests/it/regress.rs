@@ -28,6 +28,7 @@ fn regress_move_changed_source() {
     strace
         .args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat2", "-e", "inject=renameat2:delay_enter=1500000"])
         .arg(ibi_bin())
+        .env(crate::env::MINTER_DIR_ENV, crate::env::minter_dir(env.root()))
         .args(["deposit", &root, "d", "--move"])
         .current_dir(env.root())
         .stdout(Stdio::piped())
@@ -516,6 +517,7 @@ fn regress_leftovers_after_interrupt() {
     strace
         .args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat2", "-e", "inject=renameat2:delay_enter=3000000"])
         .arg(ibi_bin())
+        .env(crate::env::MINTER_DIR_ENV, crate::env::minter_dir(env.root()))
         .args(["deposit", &root, "big"])
         .current_dir(env.root())
         .stdout(Stdio::piped())
@@ -793,4 +795,120 @@ fn regress_progress_without_totals() {
     assert!(run.stderr.contains("waiting 30.0 s for the minter"), "{}", run.stderr);
     let run = env.ok(&[&["-q"][..], &args[..], &["--at", "2026-01-01T00:02:30Z"][..]].concat());
     assert_eq!(run.stderr, "", "silent under -q");
+}
+
+/// A file written over while the hot folder deposits it is not archived as if it
+/// had been deposited: it stays in the inbox and becomes an item of its own.
+#[test]
+fn regress_hotfolder_changed_during_deposit() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    fs::create_dir_all(env.path("inbox")).unwrap();
+    // Every renameat2 (placement, archiving) waits 1.5 s: the file is rewritten
+    // after its item is placed and before the original is archived.
+    let mut strace = std::process::Command::new("strace");
+    strace
+        .args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat2", "-e", "inject=renameat2:delay_enter=1500000"])
+        .arg(ibi_bin())
+        .env(crate::env::MINTER_DIR_ENV, crate::env::minter_dir(env.root()))
+        .args(["watch", "inbox", &root, "--settle", "0.3"])
+        .current_dir(env.root())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _watcher = Reaper(Some(strace.spawn().unwrap()));
+    env.write("inbox/report.txt", b"first report");
+    assert!(wait_until(30, || item_count(&env, &root) == 1), "first version deposited");
+    env.write("inbox/report.txt", b"second report, written over the first");
+    assert!(wait_until(40, || item_count(&env, &root) == 2), "the rewritten file is deposited too");
+    let contents: Vec<Vec<u8>> = env
+        .ok(&["list", &root])
+        .stdout
+        .lines()
+        .map(|l| {
+            let path = env.ok(&["resolve", &root, l.split('\t').next().unwrap()]).stdout;
+            fs::read(Path::new(path.trim()).join("data/report.txt")).unwrap()
+        })
+        .collect();
+    assert!(
+        contents.contains(&b"first report".to_vec())
+            && contents.contains(&b"second report, written over the first".to_vec())
+    );
+}
+
+/// Two collections of one subsystem on one machine share its distributor state, so
+/// they never mint one name, even at one instant and from concurrent processes.
+#[test]
+fn regress_two_collections_of_one_subsystem_share_names() {
+    let env = TestEnv::new();
+    let roots: Vec<String> = ["a", "b"].iter().map(|n| env.path(n).to_string_lossy().into_owned()).collect();
+    for root in &roots {
+        env.ok(&["-q", "init", root, "--host", "shared.example.org", "--granularity", "1"]);
+    }
+    let at = "2026-03-01T12:00:00Z";
+    let first = env.ok(&["mint", "-C", &roots[0], "--at", at]).stdout;
+    let second = env.ok(&["mint", "-C", &roots[1], "--at", at]).stdout;
+    assert_ne!(first, second, "one instant, two collections of one subsystem, two names");
+
+    for root in &roots {
+        std::fs::remove_dir_all(root).unwrap();
+        env.ok(&["-q", "init", root, "--host", "shared.example.org", "--granularity", "0.01"]);
+    }
+    let workers: Vec<_> = (0..4)
+        .map(|p| {
+            let root = roots[p % 2].clone();
+            let file = env.write(&format!("src/{p}/f.txt"), format!("worker {p}").as_bytes());
+            let mut cmd = env.command(&["-q", "deposit", "--duplicate", &root]);
+            cmd.arg(&file);
+            std::thread::spawn(move || {
+                (0..8)
+                    .map(|_| {
+                        let out = cmd.output().unwrap();
+                        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+                        String::from_utf8_lossy(&out.stdout).split('\t').next().unwrap().trim().to_string()
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut names: Vec<String> = workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+    assert_eq!(names.len(), 32);
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 32, "every name distinct across both collections");
+}
+
+/// The minter never hands out a name at or before one the collection holds, whatever
+/// its state files say: restored from a backup, or left behind by a migration.
+#[test]
+fn regress_minter_behind_held_names() {
+    let env = TestEnv::new();
+    let fresh_machine = |args: &[&str], dir: &str| {
+        let out = env.command(args).env(crate::env::MINTER_DIR_ENV, env.path(dir)).output().unwrap();
+        crate::env::Run::from(out)
+    };
+    let root = env.collection("col");
+    env.write("x", b"x");
+    let held = env.ok(&["deposit", &root, "x"]).stdout.split('\t').next().unwrap().trim().to_string();
+    let date = env.ok(&["--json", "parse", &held]).stdout;
+    let date: serde_json::Value = serde_json::from_str(date.lines().next().unwrap()).unwrap();
+    let date = date["date"].as_str().unwrap().to_string();
+    // A restored state: the collection's file is gone, and so is the machine's.
+    fs::remove_file(Path::new(&root).join(".ibi/minter.state")).unwrap();
+    let run = fresh_machine(&["mint", "-C", &root, "--at", &date], "restored-machine");
+    assert_code(&run, 0, "mint after a restore");
+    let minted = run.stdout.split('\t').next().unwrap().trim().to_string();
+    assert_ne!(minted, held, "never the name of an item the collection holds");
+    assert!(minted > held, "{minted} comes after {held}");
+
+    // A migration to a new machine: the new collection's states know nothing of the items.
+    let new = env.path("new").to_string_lossy().into_owned();
+    let run = fresh_machine(
+        &["-q", "init", &new, "--host", "test.ibi.example.org", "--ip", "192.0.2.30", "--granularity", "0.001"],
+        "new-machine",
+    );
+    assert_code(&run, 0, "init on the new machine");
+    assert_code(&fresh_machine(&["-q", "migrate", &root, &new], "new-machine"), 0, "migrate");
+    let run = fresh_machine(&["mint", "-C", &new, "--at", &date], "new-machine");
+    let minted = run.stdout.split('\t').next().unwrap().trim().to_string();
+    assert!(minted > held, "after a migration the new collection mints after {held}, not {minted}");
 }

@@ -27,6 +27,11 @@ pub struct Collection {
     pub subsystem: Subsystem,
     /// Items staged through the `Store` seam, by token.
     pub(crate) stages: std::sync::Arc<Mutex<super::store_impl::StageTable>>,
+    /// The newest name of its own subsystem the collection held when this handle
+    /// first minted: the minter never goes at or before it.
+    pub(crate) held_floor: std::sync::OnceLock<Option<crate::id::Timestamp>>,
+    /// Where the machine-wide minter states are (default: `minter::machine_dir()`).
+    pub(crate) minter_dir: Option<PathBuf>,
 }
 
 /// One item: its name and its directory.
@@ -154,7 +159,14 @@ impl Collection {
         }
         let config = CollectionConfig::new(&subsystem, organisation);
         atomic_write(&layout.config(), config.to_toml().as_bytes())?;
-        Ok(Collection { layout, config, subsystem, stages: Default::default() })
+        Ok(Collection {
+            layout,
+            config,
+            subsystem,
+            stages: Default::default(),
+            held_floor: Default::default(),
+            minter_dir: super::minter::machine_dir(),
+        })
     }
 
     /// Opens an existing collection; a root without `.ibi/collection.toml` is invalid input.
@@ -171,7 +183,21 @@ impl Collection {
             refuse_symlink(&own)?;
         }
         let (config, subsystem) = CollectionConfig::read(&layout.config())?;
-        Ok(Collection { layout, config, subsystem, stages: Default::default() })
+        Ok(Collection {
+            layout,
+            config,
+            subsystem,
+            stages: Default::default(),
+            held_floor: Default::default(),
+            minter_dir: super::minter::machine_dir(),
+        })
+    }
+
+    /// Uses `dir` for the machine-wide minter states instead of the default (tests,
+    /// and hosts that keep them elsewhere).
+    pub fn with_minter_dir(mut self, dir: &Path) -> Collection {
+        self.minter_dir = Some(dir.to_path_buf());
+        self
     }
 
     pub fn root(&self) -> &Path {

@@ -8,6 +8,7 @@ pub mod collection;
 pub mod config;
 pub mod guard;
 pub mod layout;
+pub mod minter;
 pub mod place;
 pub mod state_file;
 mod store_impl;

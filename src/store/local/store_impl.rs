@@ -9,6 +9,7 @@ use std::io::Read;
 use std::path::Path;
 use std::time::SystemTime;
 
+use super::minter::{machine_state, newest_held, CollectionMinter};
 use super::{alias, place_all, remove_all, Collection, Entry, Item, Staged, StagingDir, StateFile};
 use crate::bag::manifest::check_path;
 use crate::bag::{BagFiles, DirBag};
@@ -150,7 +151,17 @@ impl Store for Collection {
     }
 
     fn minter_state(&self) -> Box<dyn MinterState + '_> {
-        Box::new(StateFile::new(self.layout.minter_state(), self.layout.minter_lock()))
+        Box::new(CollectionMinter {
+            machine: self.minter_dir.as_ref().map(|dir| machine_state(dir, &self.subsystem)),
+            own: StateFile::new(self.layout.minter_state(), self.layout.minter_lock()),
+            floor: Box::new(|| match self.held_floor.get() {
+                Some(floor) => Ok(*floor),
+                None => {
+                    let floor = newest_held(&self.layout, &self.subsystem)?;
+                    Ok(*self.held_floor.get_or_init(|| floor))
+                }
+            }),
+        })
     }
 
     fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {

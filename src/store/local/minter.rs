@@ -1,0 +1,105 @@
+//! The minter state of a local collection (ARCHITECTURE.md, "Identifiers"): one
+//! distributor state per identification subsystem on this machine, shared by
+//! every collection of that subsystem, plus the collection's own state, plus a
+//! floor: the newest name of its own subsystem the collection holds. Minting
+//! locks both states (machine-wide first, always in that order), starts after
+//! the latest of the three, and saves both. So two collections of one
+//! subsystem never mint one name, and a state file restored from a backup or
+//! left behind by a migration never hands out a name at or before one the
+//! collection holds.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::{Layout, StateFile};
+use crate::error::{Error, IoContext, Result};
+use crate::fsx::{create_dir_all_durable, FileLock};
+use crate::id::minter::MinterState;
+use crate::id::{RepositoryName, Subsystem, Timestamp};
+
+/// The environment variable that chooses the folder of the machine-wide states.
+pub const MINTER_DIR_ENV: &str = "IBI_MINTER_DIR";
+
+/// Where machine-wide minter states live: `$IBI_MINTER_DIR`, else `/var/lib/ibi/minters`
+/// for root, else `$XDG_STATE_HOME/ibi/minters` (`~/.local/state/ibi/minters`).
+pub fn machine_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os(MINTER_DIR_ENV).filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(dir));
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        return Some(PathBuf::from("/var/lib/ibi/minters"));
+    }
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))?;
+    Some(state.join("ibi/minters"))
+}
+
+/// The machine-wide state file of a subsystem, in `dir`.
+pub fn machine_state(dir: &Path, subsystem: &Subsystem) -> StateFile {
+    StateFile::beside(&dir.join(format!("{}_{}.state", subsystem.host, subsystem.port)))
+}
+
+/// The newest date among the names of `subsystem` that the collection holds:
+/// the newest year folder that holds any, then the newest name in it.
+pub fn newest_held(layout: &Layout, subsystem: &Subsystem) -> Result<Option<Timestamp>> {
+    let base = layout.root.join(subsystem.prefix().to_string());
+    let mut years: Vec<u32> = match fs::read_dir(&base) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        other => other.with_path("list", &base)?,
+    }
+    .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+    .collect();
+    years.sort_unstable_by(|a, b| b.cmp(a));
+    let prefix = subsystem.prefix().to_string();
+    for year in years {
+        let dir = base.join(year.to_string());
+        let newest = fs::read_dir(&dir)
+            .with_path("list", &dir)?
+            .filter_map(|e| {
+                let entry = e.ok()?;
+                entry.file_type().ok()?.is_dir().then_some(())?;
+                let suffix = entry.file_name().to_str()?.to_string();
+                RepositoryName::parse(&format!("{prefix}/{year}/{suffix}")).ok().map(|n| n.date())
+            })
+            .max();
+        if newest.is_some() {
+            return Ok(newest);
+        }
+    }
+    Ok(None)
+}
+
+/// The collection's minter state as the `Store` seam sees it.
+pub struct CollectionMinter<'a> {
+    /// `None` when no machine-wide folder can be named (no HOME): minting then fails.
+    pub machine: Option<StateFile>,
+    pub own: StateFile,
+    /// The newest date held, computed under the locks (once per collection handle).
+    pub floor: Box<dyn Fn() -> Result<Option<Timestamp>> + 'a>,
+}
+
+impl MinterState for CollectionMinter<'_> {
+    fn update(&self, step: &mut dyn FnMut(Option<Timestamp>) -> Result<Timestamp>) -> Result<()> {
+        let machine = self.machine.as_ref().ok_or_else(|| Error::Invalid {
+            what: "minter".into(),
+            problem: format!("no folder for the machine-wide minter state: set {MINTER_DIR_ENV} or HOME"),
+        })?;
+        let dir = crate::fsx::parent_dir(&machine.state);
+        create_dir_all_durable(dir)?;
+        let _machine_lock = FileLock::acquire(&machine.lock)?;
+        let _own_lock = FileLock::acquire(&self.own.lock)?;
+        let (shared, own) = (machine.read()?, self.own.read()?);
+        let last = [shared, own, (self.floor)()?].into_iter().flatten().max();
+        let next = step(last)?;
+        if Some(next) != shared {
+            machine.write(next)?;
+        }
+        if Some(next) != own {
+            self.own.write(next)?;
+        }
+        Ok(())
+    }
+}
