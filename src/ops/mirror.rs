@@ -20,7 +20,7 @@ use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::verify::verify_item;
 use crate::problem::{Problem, ProblemKind};
-use crate::store::{identity_digest, items, lease_and_recover, Listed, LockWait, Slot, Store};
+use crate::store::{identity_digest, item_ibip, items, lease_and_recover, Listed, LockWait, Slot, Store};
 
 #[derive(Debug, Clone, Copy)]
 pub struct MirrorOptions {
@@ -177,12 +177,28 @@ impl Planner<'_> {
         if !self.options.delete || shadowed {
             return Plan::Settled(name, false);
         }
+        if self.src_expects(&name) {
+            let detail = "SRC's alias names this item but SRC lacks it (it vanished): DST's copy is kept";
+            self.tally.report(self.reporter, &Problem::new(&name.to_string(), None, ProblemKind::Missing, detail));
+            return Plan::Settled(name, false);
+        }
         let n = self.deletions.fetch_add(1, Ordering::SeqCst) + 1;
         if self.options.max_delete.is_some_and(|max| n > max) {
             self.tally.delete_capped.store(true, Ordering::Relaxed);
             return Plan::Settled(name, false);
         }
         Plan::Delete(name)
+    }
+
+    /// Whether SRC's alias of a DST-only item still names it: SRC held it and lost
+    /// it, which is never a reason to delete the copy (nor is an unreadable alias).
+    fn src_expects(&self, name: &RepositoryName) -> bool {
+        let Ok(Some(ibip)) = item_ibip(self.dst, name) else { return false };
+        match self.src.alias(&ibip) {
+            Ok(Some(target)) => target == *name,
+            Ok(None) => false,
+            Err(_) => true,
+        }
     }
 
     fn plan(&self, pair: Pair, identities: Option<Identities>) -> Result<Plan> {

@@ -109,6 +109,10 @@ pub fn verify(store: &dyn Store, names: &[String], reporter: &dyn Reporter) -> R
             for problem in store.leftovers() {
                 counters.report(reporter, &problem);
             }
+            for (ibip, name) in store.dangling_aliases()? {
+                let detail = format!("alias {ibip} names this item, but the collection does not hold it: it vanished");
+                counters.report(reporter, &Problem::new(&name.to_string(), None, ProblemKind::Missing, detail));
+            }
             store.walk().par_bridge().try_for_each(|listed| -> Result<()> {
                 match listed? {
                     Listed::Item(name) => verify_one(store, &name, &counters, reporter),

@@ -127,6 +127,9 @@ pub trait Store: Send + Sync {
     fn slot(&self, name: &RepositoryName) -> Result<Slot>;
     /// The item an IBIp alias names, if the alias exists.
     fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>>;
+    /// Aliases (whose IBIp and name encode one date) naming an item the collection
+    /// no longer holds: proof that it held it, and lost it.
+    fn dangling_aliases(&self) -> Result<Vec<(Ibip, RepositoryName)>>;
     /// Why the alias of `name` is broken, if it is.
     fn alias_problem(&self, ibip: &Ibip, name: &RepositoryName) -> Option<String>;
     /// The item's files, for reading and verifying where they are.

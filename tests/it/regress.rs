@@ -912,3 +912,23 @@ fn regress_minter_behind_held_names() {
     let minted = run.stdout.split('\t').next().unwrap().trim().to_string();
     assert!(minted > held, "after a migration the new collection mints after {held}, not {minted}");
 }
+
+/// An item that vanished from a collection (its folder deleted, its alias left) is
+/// reported by verify, and `mirror --delete` never takes its backup with it.
+#[test]
+fn regress_vanished_item_takes_its_backup() {
+    let env = TestEnv::new();
+    let src = env.filled("src", 3, 1);
+    let dst = env.collection("dst");
+    env.ok(&["mirror", &src, &dst]);
+    let victim = first_name(&env, &src);
+    fs::remove_dir_all(Path::new(&src).join(&victim)).unwrap();
+    let run = env.fails(&["verify", &src], 1);
+    assert!(run.stdout.contains(&victim) && run.stdout.contains("missing"), "{}", run.stdout);
+    let run = env.fails(&["mirror", &src, &dst, "--delete"], 1);
+    assert!(run.stdout.contains(&victim) && run.stdout.contains("vanished"), "{}", run.stdout);
+    assert_eq!(item_count(&env, &dst), 3, "DST keeps the vanished item's copy");
+    env.ok(&["verify", &dst]);
+    let run = env.fails(&["mirror", &src, &dst, "--delete"], 1);
+    assert_eq!(item_count(&env, &dst), 3, "and keeps it on the next run too: {}", run.stdout);
+}

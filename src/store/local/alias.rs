@@ -73,6 +73,34 @@ pub fn remove_unsynced(layout: &Layout, ibip: &Ibip, name: &RepositoryName) -> R
     Ok(None)
 }
 
+/// Every alias link whose item `holds` says is absent, with the IBIp and the name it
+/// names. Only a link whose IBIp and name encode the same date counts (an alias
+/// retargeted elsewhere is a broken alias, which verify reports at its item).
+/// Folders and links are read without following anything; what is not an alias
+/// (a stray file, an unparsable name) is skipped here.
+pub fn dangling(layout: &Layout, holds: &dyn Fn(&RepositoryName) -> bool) -> Result<Vec<(Ibip, RepositoryName)>> {
+    let root = layout.aliases();
+    let prefixes = match fs::read_dir(&root) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        other => other.with_path("list", &root)?,
+    };
+    let mut found = Vec::new();
+    for prefix in prefixes.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
+        for link in fs::read_dir(prefix.path()).with_path("list", prefix.path())?.flatten() {
+            let text = format!("{}/{}", prefix.file_name().to_string_lossy(), link.file_name().to_string_lossy());
+            let (Ok(ibip), Ok(target)) = (Ibip::parse(&text), fs::read_link(link.path())) else { continue };
+            let Ok(rel) = target.strip_prefix("../..") else { continue };
+            if let Ok(name) = RepositoryName::parse(&rel.to_string_lossy()) {
+                if ibip.date() == name.date() && !holds(&name) {
+                    found.push((ibip, name));
+                }
+            }
+        }
+    }
+    found.sort_by(|a, b| a.1.cmp(&b.1));
+    Ok(found)
+}
+
 /// An alias folder (`.ibip/<PREFIX>`) that is a symlink would take writes outside
 /// the collection: it is an error naming it.
 fn refuse_symlinked_dir(dir: &Path) -> Result<()> {

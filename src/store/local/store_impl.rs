@@ -120,6 +120,10 @@ impl Store for Collection {
         Ok(RepositoryName::parse(&rel.to_string_lossy()).ok())
     }
 
+    fn dangling_aliases(&self) -> Result<Vec<(Ibip, RepositoryName)>> {
+        alias::dangling(&self.layout, &|name| self.contains(name))
+    }
+
     fn alias_problem(&self, ibip: &Ibip, name: &RepositoryName) -> Option<String> {
         alias::check(&self.layout, ibip, name)
     }
