@@ -98,6 +98,11 @@ pub enum Command {
   ibi -q mirror /srv/library /backup/library --delete --max-delete 100   # cron
   ibi mirror /srv/library /backup/library --watch")]
     Mirror(MirrorArgs),
+    /// Restore lost and damaged items, and lost aliases, from another collection.
+    #[command(after_help = "Examples:
+  ibi repair /srv/library --from /backup/library            # everything lost or damaged
+  ibi repair /srv/library --from /backup/library 8JMKD3MGP8W/34PGRBS --dry-run")]
+    Repair(RepairArgs),
     /// Hot folder: deposit each new entry of INBOX once it stops changing.
     #[command(after_help = "Examples:
   ibi watch /srv/inbox /srv/library                    # originals go to INBOX/.deposited/
@@ -398,6 +403,19 @@ pub struct CopyArgs {
     /// The collection items go to (created with `ibi init` first).
     pub dst: PathBuf,
     /// Items to transfer (names or IBIps); all when none is given.
+    pub names: Vec<String>,
+    #[command(flatten)]
+    pub flags: TransferFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct RepairArgs {
+    /// The collection to repair.
+    pub root: PathBuf,
+    /// The collection to take sound copies from.
+    #[arg(long, value_name = "OTHER")]
+    pub from: PathBuf,
+    /// Items to repair (names or IBIps); all lost or damaged ones when none is given.
     pub names: Vec<String>,
     #[command(flatten)]
     pub flags: TransferFlags,

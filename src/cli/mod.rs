@@ -97,6 +97,7 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
         Command::Copy(args) => transfer::copy(g, args, false),
         Command::Migrate(args) => transfer::copy(g, args, true),
         Command::Mirror(args) => transfer::mirror(g, args),
+        Command::Repair(args) => transfer::repair(g, args),
         Command::Demo { dir } => demo::run(g, dir.as_deref()),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();

@@ -9,10 +9,11 @@ use std::time::Duration;
 use anyhow::Result;
 use ibi::ops::copy::{transfer, TransferKind, TransferOptions, TransferSummary};
 use ibi::ops::mirror::{mirror as mirror_once, mirror_watch, MirrorOptions};
+use ibi::ops::repair::RepairOptions;
 use ibi::store::LockWait;
 use serde_json::json;
 
-use super::args::{CopyArgs, GlobalArgs, MirrorArgs, TransferFlags};
+use super::args::{CopyArgs, GlobalArgs, MirrorArgs, RepairArgs, TransferFlags};
 use super::printer::Printer;
 use super::Outcome;
 
@@ -92,4 +93,12 @@ pub fn mirror(global: GlobalArgs, args: &MirrorArgs) -> Result<Outcome> {
     };
     mirror_watch(src, dst, &options, &printer, stop, Duration::from_secs(1), &mut on_pass)?;
     Ok(worst)
+}
+
+pub fn repair(global: GlobalArgs, args: &RepairArgs) -> Result<Outcome> {
+    let (root, from) = (ibi::store::open(&args.root)?, ibi::store::open(&args.from)?);
+    let printer = Printer::new(global);
+    let options = RepairOptions { dry_run: args.flags.dry_run, wait: lock_wait(&args.flags) };
+    let summary = ibi::ops::repair::repair(root.as_ref(), from.as_ref(), &args.names, options, &printer)?;
+    Ok(finish(&printer, "repair", &summary, args.flags.dry_run))
 }

@@ -9,6 +9,7 @@ pub mod foreign_bag;
 pub mod list;
 pub mod mirror;
 mod over_any_store;
+pub mod repair;
 pub mod report;
 pub mod source;
 pub mod survey;

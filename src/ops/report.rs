@@ -15,6 +15,7 @@ pub enum Task {
     Copy,
     Migrate,
     Mirror,
+    Repair,
 }
 
 impl Task {
@@ -25,6 +26,7 @@ impl Task {
             Task::Copy => "copy",
             Task::Migrate => "migrate",
             Task::Mirror => "mirror",
+            Task::Repair => "repair",
         }
     }
 }
@@ -51,6 +53,8 @@ pub enum Outcome<'a> {
         why: &'a str,
     },
     WouldDelete,
+    AliasRestored,
+    WouldRestoreAlias,
 }
 
 impl Outcome<'_> {
@@ -71,6 +75,8 @@ impl Outcome<'_> {
             Outcome::WouldCopy => "would copy".into(),
             Outcome::WouldReplace { why } => format!("would replace ({why})"),
             Outcome::WouldDelete => "would delete".into(),
+            Outcome::AliasRestored => "alias restored".into(),
+            Outcome::WouldRestoreAlias => "would restore the alias".into(),
         }
     }
 }

@@ -322,6 +322,11 @@ impl Store for MemoryStore {
         batch.iter().map(|p| Ok((p.name.clone(), self.place_one(&mut items, p)?))).collect()
     }
 
+    fn restore_alias(&self, ibip: &Ibip, name: &RepositoryName) -> Result<()> {
+        lock(&self.shared.aliases).insert(ibip.to_string(), name.clone());
+        Ok(())
+    }
+
     fn remove(&self, names: &[RepositoryName]) -> Result<()> {
         let ibips: Vec<Option<Ibip>> = names.iter().map(|n| item_ibip(self, n).ok().flatten()).collect();
         let mut items = lock(&self.shared.items);

@@ -172,6 +172,8 @@ pub trait Store: Send + Sync {
     /// Places a batch durably, never over an item unless `replace`; returns each
     /// name with `Err(why)` when its place was refused.
     fn place(&self, batch: &[Placement]) -> Result<Vec<(RepositoryName, std::result::Result<(), Refusal>)>>;
+    /// Creates or corrects the alias of an item the collection holds, durably.
+    fn restore_alias(&self, ibip: &Ibip, name: &RepositoryName) -> Result<()>;
     /// Removes items (and their aliases) durably.
     fn remove(&self, names: &[RepositoryName]) -> Result<()>;
 }

@@ -932,3 +932,55 @@ fn regress_vanished_item_takes_its_backup() {
     let run = env.fails(&["mirror", &src, &dst, "--delete"], 1);
     assert_eq!(item_count(&env, &dst), 3, "and keeps it on the next run too: {}", run.stdout);
 }
+
+/// `repair --from` brings back a lost item, replaces a damaged one only with a copy
+/// of the same identity, and restores a lost alias; a copy of another identity is
+/// never used.
+#[test]
+fn regress_no_way_to_repair_from_a_mirror() {
+    let env = TestEnv::new();
+    let src = env.filled("src", 4, 2);
+    let backup = env.collection("backup");
+    env.ok(&["mirror", &src, &backup]);
+    let before = env.identities(&src);
+    let names: Vec<String> = before.keys().cloned().collect();
+    // Lost: the folder is gone, the alias is left. Damaged: a flipped payload file.
+    fs::remove_dir_all(Path::new(&src).join(&names[0])).unwrap();
+    fs::write(Path::new(&src).join(&names[1]).join("data/f0.txt"), b"rotten").unwrap();
+    // A lost alias.
+    let ibip = env
+        .ok(&["list", &src])
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(&names[2]))
+        .unwrap()
+        .split('\t')
+        .nth(1)
+        .unwrap()
+        .to_string();
+    fs::remove_file(Path::new(&src).join(".ibip").join(&ibip)).unwrap();
+    env.fails(&["verify", &src], 1);
+    let dry = env.ok(&["repair", &src, "--from", &backup, "--dry-run"]);
+    assert!(dry.stderr.contains("dry run"), "{}", dry.stderr);
+    env.fails(&["verify", &src], 1);
+    let run = env.ok(&["repair", &src, "--from", &backup]);
+    assert!(run.stderr.contains("copied 1") && run.stderr.contains("replaced 1"), "{}", run.stderr);
+    env.ok(&["verify", &src]);
+    assert_eq!(env.identities(&src), before, "every item is back, unchanged");
+
+    // A damaged item whose only other copy is of another identity is left alone.
+    let other = env.collection("other");
+    env.ok(&["mirror", &src, &other]);
+    let info = Path::new(&other).join(&names[3]).join("bag-info.txt");
+    let mut text = fs::read_to_string(&info).unwrap();
+    text.push_str("Note: edited elsewhere\n");
+    fs::write(&info, text).unwrap();
+    sh(&format!(
+        "cd '{}' && sha256sum bagit.txt bag-info.txt manifest-sha256.txt > tagmanifest-sha256.txt",
+        Path::new(&other).join(&names[3]).display()
+    ));
+    fs::write(Path::new(&src).join(&names[3]).join("data/f0.txt"), b"rotten").unwrap();
+    let run = env.fails(&["repair", &src, "--from", &other, &names[3]], 1);
+    assert!(run.stdout.contains("identity digest"), "{}", run.stdout);
+    assert_eq!(fs::read(Path::new(&src).join(&names[3]).join("data/f0.txt")).unwrap(), b"rotten", "left untouched");
+}

@@ -222,6 +222,10 @@ impl Store for Collection {
         place_all(self, staged)
     }
 
+    fn restore_alias(&self, ibip: &Ibip, name: &RepositoryName) -> Result<()> {
+        alias::create(&self.layout, ibip, name)
+    }
+
     fn remove(&self, names: &[RepositoryName]) -> Result<()> {
         let items: Vec<Item> = names.iter().map(|n| self.item(n)).collect();
         remove_all(self, &items)

@@ -1,0 +1,137 @@
+//! `repair ROOT --from OTHER [NAME…]`: restores what a collection lost from
+//! another that holds it. A missing item (its alias remains, or it is named)
+//! is copied back when OTHER holds a copy whose bag-info names it; a damaged
+//! item is replaced only by a copy with the same identity digest (the
+//! tagmanifest it was deposited with), so a repair never changes an item;
+//! a missing or wrong alias is recreated. Copies go through the transfer
+//! driver, verified on arrival as mirror's are. What cannot be repaired is a
+//! problem (exit 1), and nothing else is touched.
+
+use rayon::prelude::*;
+
+use crate::error::Result;
+use crate::id::RepositoryName;
+use crate::ops::driver::{check_distinct, next_chunk, pipeline, Driver, Plan, Tally, TransferSummary};
+use crate::ops::report::{Outcome, Reporter, Task};
+use crate::ops::verify::verify_item;
+use crate::problem::{Problem, ProblemKind};
+use crate::store::{ibip_in, identity_digest, items, lease_and_recover, resolve, LockWait, Slot, Store};
+
+#[derive(Debug, Clone, Copy)]
+pub struct RepairOptions {
+    pub dry_run: bool,
+    pub wait: LockWait,
+}
+
+/// What the collection needs, by name.
+enum Need {
+    Missing(RepositoryName),
+    Damaged(RepositoryName),
+}
+
+/// The items to look at: those named, or every item plus every one an alias proves lost.
+fn candidates(root: &dyn Store, names: &[String]) -> Result<Vec<Need>> {
+    if names.is_empty() {
+        let mut needs: Vec<Need> = root.dangling_aliases()?.into_iter().map(|(_, n)| Need::Missing(n)).collect();
+        for name in items(root) {
+            needs.push(Need::Damaged(name?));
+        }
+        return Ok(needs);
+    }
+    names
+        .iter()
+        .map(|text| match resolve(root, text) {
+            Ok(name) => Ok(Need::Damaged(name)),
+            Err(crate::error::Error::NotFound { .. }) => Ok(Need::Missing(RepositoryName::parse(text)?)),
+            Err(e) => Err(e),
+        })
+        .collect()
+}
+
+struct Repairer<'a> {
+    root: &'a dyn Store,
+    from: &'a dyn Store,
+    options: RepairOptions,
+    tally: &'a Tally,
+    reporter: &'a dyn Reporter,
+}
+
+impl Repairer<'_> {
+    fn problem(&self, name: &RepositoryName, detail: String) -> Plan {
+        self.tally.report(self.reporter, &Problem::new(&name.to_string(), None, ProblemKind::Missing, detail));
+        Plan::Settled(name.clone(), false)
+    }
+
+    /// A lost item comes back from OTHER when OTHER holds an item of that name.
+    fn missing(&self, name: RepositoryName) -> Result<Plan> {
+        Ok(match self.from.slot(&name)? {
+            Slot::Item => Plan::Copy(name),
+            _ => self.problem(&name, "lost, and OTHER does not hold it either".into()),
+        })
+    }
+
+    /// A sound item keeps its bytes (its alias is restored if need be); a damaged one
+    /// is replaced by OTHER's copy only if that has the same identity digest.
+    fn held(&self, name: RepositoryName) -> Result<Plan> {
+        let (check, problems) = verify_item(self.root, &name, self.reporter);
+        let bag_damage = problems.iter().any(|p| p.kind != ProblemKind::BrokenAlias);
+        if !bag_damage {
+            if problems.is_empty() {
+                self.reporter.item(&name.to_string(), Outcome::Unchanged);
+            } else if let Some(ibip) = check.info.as_ref().and_then(ibip_in) {
+                if self.options.dry_run {
+                    self.reporter.item(&name.to_string(), Outcome::WouldRestoreAlias);
+                } else {
+                    self.root.restore_alias(&ibip, &name)?;
+                    self.reporter.item(&name.to_string(), Outcome::AliasRestored);
+                }
+            }
+            return Ok(Plan::Settled(name, !problems.is_empty()));
+        }
+        let ours = identity_digest(self.root, &name).ok();
+        let theirs = identity_digest(self.from, &name).ok();
+        if ours.is_some() && ours == theirs {
+            return Ok(Plan::Replace(name, "damaged"));
+        }
+        let why: Vec<String> =
+            problems.iter().map(|p| format!("{} {}", p.kind.as_str(), p.file.as_deref().unwrap_or(""))).collect();
+        Ok(self.problem(
+            &name,
+            format!("damaged ({}), and OTHER holds no copy with the same identity digest", why.join(", ").trim()),
+        ))
+    }
+
+    fn plan(&self, need: Need) -> Result<Plan> {
+        match need {
+            Need::Missing(name) => self.missing(name),
+            Need::Damaged(name) => self.held(name),
+        }
+    }
+}
+
+/// Repairs `root` from `from`: the named items, or everything it lost or holds damaged.
+pub fn repair(
+    root: &dyn Store,
+    from: &dyn Store,
+    names: &[String],
+    options: RepairOptions,
+    reporter: &dyn Reporter,
+) -> Result<TransferSummary> {
+    check_distinct(from, root)?;
+    let _lease = if options.dry_run { None } else { Some(lease_and_recover(root, options.wait)?) };
+    let tally = Tally::default();
+    let repairer = Repairer { root, from, options, tally: &tally, reporter };
+    let driver = Driver { src: from, dst: root, dry_run: options.dry_run, tally: &tally, reporter };
+    reporter.begin(Task::Repair);
+    let mut needs = candidates(root, names)?.into_iter().map(Ok);
+    let next_plans = || -> Result<Option<Vec<Plan>>> {
+        let chunk = next_chunk(&mut needs)?;
+        if chunk.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(chunk.into_par_iter().map(|need| repairer.plan(need)).collect::<Result<_>>()?))
+    };
+    pipeline(&driver, next_plans, |_| Ok(()))?;
+    reporter.end();
+    Ok(tally.summary())
+}
