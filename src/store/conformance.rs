@@ -109,6 +109,8 @@ pub fn aliases_follow_placement_and_removal(store: &dyn Store) {
     let before = identity_digest(store, &m.name).unwrap();
     assert_eq!(before.len(), 64);
     assert!(store.dangling_aliases().unwrap().is_empty());
+    store.restore_alias(&ibip, &m.name).unwrap();
+    assert_eq!(store.alias(&ibip).unwrap(), Some(m.name.clone()), "restoring a right alias keeps it right");
     store.remove(std::slice::from_ref(&m.name)).unwrap();
     assert_eq!(store.alias(&ibip).unwrap(), None);
     assert!(store.dangling_aliases().unwrap().is_empty(), "removal takes the alias with it");
