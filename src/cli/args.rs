@@ -103,6 +103,13 @@ pub enum Command {
   ibi repair /srv/library --from /backup/library            # everything lost or damaged
   ibi repair /srv/library --from /backup/library 8JMKD3MGP8W/34PGRBS --dry-run")]
     Repair(RepairArgs),
+    /// Retire a collection after a migration: it keeps serving its items but mints no names.
+    #[command(after_help = "Examples:
+  ibi migrate /srv/old/library /srv/new/library && ibi retire /srv/old/library")]
+    Retire {
+        /// The collection's root folder.
+        root: PathBuf,
+    },
     /// Hot folder: deposit each new entry of INBOX once it stops changing.
     #[command(after_help = "Examples:
   ibi watch /srv/inbox /srv/library                    # originals go to INBOX/.deposited/

@@ -166,3 +166,11 @@ pub fn watch(global: GlobalArgs, args: &WatchArgs) -> Result<Outcome> {
     printer.summary(&format!("stopped; deposited {count} item(s)"), json!({"deposited": count}));
     Ok(Outcome::Success)
 }
+
+pub fn retire(global: GlobalArgs, root: &Path) -> Result<Outcome> {
+    let mut collection = ibi::store::local::Collection::open(root)?;
+    let _lease = ibi::store::lease_and_recover(&collection, ibi::store::LockWait::No)?;
+    collection.retire()?;
+    Printer::new(global).note(&format!("retired {}: it mints no more names", root.display()));
+    Ok(Outcome::Success)
+}

@@ -98,6 +98,7 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
         Command::Migrate(args) => transfer::copy(g, args, true),
         Command::Mirror(args) => transfer::mirror(g, args),
         Command::Repair(args) => transfer::repair(g, args),
+        Command::Retire { root } => collection::retire(g, root),
         Command::Demo { dir } => demo::run(g, dir.as_deref()),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();

@@ -984,3 +984,23 @@ fn regress_no_way_to_repair_from_a_mirror() {
     assert!(run.stdout.contains("identity digest"), "{}", run.stdout);
     assert_eq!(fs::read(Path::new(&src).join(&names[3]).join("data/f0.txt")).unwrap(), b"rotten", "left untouched");
 }
+
+/// After a migration the old collection can be retired: it keeps serving what it
+/// holds, but mints no name its successor could also mint.
+#[test]
+fn regress_old_collection_keeps_minting() {
+    let env = TestEnv::new();
+    let old = env.filled("old", 2, 1);
+    let new = env.collection("new");
+    env.ok(&["mirror", &old, &new]);
+    env.ok(&["retire", &old]);
+    env.write("late.txt", b"late");
+    let run = env.fails(&["deposit", &old, "late.txt"], 2);
+    assert!(run.stderr.contains("retired"), "{}", run.stderr);
+    assert!(env.path("late.txt").exists(), "the source is untouched");
+    env.fails(&["mint", "-C", &old], 2);
+    env.ok(&["verify", &old]);
+    assert_eq!(env.ok(&["list", &old]).lines().len(), 2);
+    env.ok(&["mirror", &old, &new]);
+    env.ok(&["deposit", &new, "late.txt"]);
+}

@@ -193,6 +193,13 @@ impl Collection {
         })
     }
 
+    /// Retires the collection: it keeps its items and serves them, copy, mirror and
+    /// migrate read from it, but it mints no more names. Call with the write lock.
+    pub fn retire(&mut self) -> Result<()> {
+        self.config.retired = true;
+        atomic_write(&self.layout.config(), self.config.to_toml().as_bytes())
+    }
+
     /// Uses `dir` for the machine-wide minter states instead of the default (tests,
     /// and hosts that keep them elsewhere).
     pub fn with_minter_dir(mut self, dir: &Path) -> Collection {

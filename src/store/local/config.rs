@@ -1,5 +1,6 @@
 //! `.ibi/collection.toml`: the format version, the identification subsystem
-//! (host, port, ip, ibip_port, granularity) and the organisation. This module
+//! (host, port, ip, ibip_port, granularity), the organisation, and whether the
+//! collection is retired (mints no more names). This module
 //! owns reading, checking and writing it.
 
 use std::net::IpAddr;
@@ -18,6 +19,9 @@ pub struct CollectionConfig {
     pub format_version: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub organisation: Option<String>,
+    /// A retired collection mints no names (its successor does); `ibi retire` sets it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retired: bool,
     pub subsystem: SubsystemConfig,
 }
 
@@ -51,6 +55,7 @@ impl CollectionConfig {
         CollectionConfig {
             format_version: FORMAT_VERSION,
             organisation,
+            retired: false,
             subsystem: SubsystemConfig {
                 host: subsystem.host.clone(),
                 port: subsystem.port,

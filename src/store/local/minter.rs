@@ -79,10 +79,18 @@ pub struct CollectionMinter<'a> {
     pub own: StateFile,
     /// The newest date held, computed under the locks (once per collection handle).
     pub floor: Box<dyn Fn() -> Result<Option<Timestamp>> + 'a>,
+    /// Set for a retired collection: it refuses to mint, naming itself.
+    pub retired: Option<PathBuf>,
 }
 
 impl MinterState for CollectionMinter<'_> {
     fn update(&self, step: &mut dyn FnMut(Option<Timestamp>) -> Result<Timestamp>) -> Result<()> {
+        if let Some(root) = &self.retired {
+            return Err(Error::Invalid {
+                what: "collection".into(),
+                problem: format!("{} is retired and mints no names: deposit into its successor", root.display()),
+            });
+        }
         let machine = self.machine.as_ref().ok_or_else(|| Error::Invalid {
             what: "minter".into(),
             problem: format!("no folder for the machine-wide minter state: set {MINTER_DIR_ENV} or HOME"),

@@ -165,6 +165,7 @@ impl Store for Collection {
                     Ok(*self.held_floor.get_or_init(|| floor))
                 }
             }),
+            retired: self.config.retired.then(|| self.root().to_path_buf()),
         })
     }
 
