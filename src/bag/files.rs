@@ -103,3 +103,51 @@ impl BagFiles for DirBag {
         hash_file_with(&self.path.join(rel), also)
     }
 }
+
+/// A folder inside a bag seen as a bag of its own (an earlier version under
+/// `ibi-versions/<N>/`): paths are relative to the folder.
+pub struct SubBag<'a> {
+    pub outer: &'a dyn BagFiles,
+    /// The folder's path in the outer bag, without a trailing slash.
+    pub prefix: String,
+}
+
+impl SubBag<'_> {
+    fn outer_path(&self, rel: &str) -> String {
+        format!("{}/{rel}", self.prefix)
+    }
+}
+
+impl BagFiles for SubBag<'_> {
+    fn root_kind(&self) -> io::Result<FileKind> {
+        let found = self.outer.entries().into_iter().flatten().find(|e| e.rel.as_deref() == Ok(self.prefix.as_str()));
+        found
+            .map(|e| e.kind)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{} is absent", self.prefix)))
+    }
+
+    fn entries(&self) -> Vec<std::result::Result<TreeEntry, TreeError>> {
+        let under = format!("{}/", self.prefix);
+        let strip = |rel: &str| rel.strip_prefix(&under).map(str::to_string);
+        self.outer
+            .entries()
+            .into_iter()
+            .filter_map(|entry| match entry {
+                Ok(TreeEntry { rel: Ok(rel), kind }) => strip(&rel).map(|rel| Ok(TreeEntry { rel: Ok(rel), kind })),
+                Ok(TreeEntry { rel: Err(lossy), kind }) => {
+                    strip(&lossy).map(|rel| Ok(TreeEntry { rel: Err(rel), kind }))
+                }
+                Err(TreeError { rel: Some(rel), why }) => strip(&rel).map(|rel| Err(TreeError { rel: Some(rel), why })),
+                Err(TreeError { rel: None, why }) => Some(Err(TreeError { rel: None, why })),
+            })
+            .collect()
+    }
+
+    fn read(&self, rel: &str) -> io::Result<Vec<u8>> {
+        self.outer.read(&self.outer_path(rel))
+    }
+
+    fn digests(&self, rel: &str, also: &[Algorithm]) -> io::Result<Digests> {
+        self.outer.digests(&self.outer_path(rel), also)
+    }
+}

@@ -4,6 +4,7 @@
 //! every tagmanifest covers every tag file. Verification is in `verify`.
 
 pub mod files;
+pub mod history;
 pub mod info;
 pub mod manifest;
 pub mod verify;

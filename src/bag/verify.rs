@@ -10,8 +10,11 @@ use std::io;
 
 use rayon::prelude::*;
 
-use super::files::{BagFiles, FileKind, TreeEntry};
-use super::{manifest, tagmanifest_name, BagInfo, Oxum, TopLevel, BAGIT_TXT, BAG_INFO_TXT, DATA, FETCH_TXT};
+use super::files::{BagFiles, FileKind, SubBag, TreeEntry};
+use super::history::{Earlier, History, VERSIONS_DIR};
+use super::{
+    manifest, tagmanifest_name, BagInfo, Oxum, TopLevel, BAGIT_TXT, BAG_INFO_TXT, DATA, FETCH_TXT, TAGMANIFEST,
+};
 use crate::digest::{Algorithm, Digests};
 use crate::problem::{Problem, ProblemKind};
 
@@ -159,6 +162,10 @@ fn scan(files: &dyn BagFiles, item: &str, check: &mut BagCheck) -> (Listing, Tag
             }
         };
         listing.kinds.insert(rel.clone(), kind);
+        if in_versions(&rel) {
+            // Earlier versions are bags of their own, checked by `check_versions`.
+            continue;
+        }
         let in_payload = rel.starts_with("data/");
         match kind {
             FileKind::Dir => {}
@@ -325,6 +332,55 @@ fn check_oxum(item: &str, info: &BagInfo, on_disk: &Payload, check: &mut BagChec
     }
 }
 
+fn in_versions(rel: &str) -> bool {
+    rel == VERSIONS_DIR || rel.strip_prefix(VERSIONS_DIR).is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// Checks the history bag-info records: each earlier version is a sound bag of its
+/// own whose identity digest is the one recorded, and nothing else is under
+/// `ibi-versions/`. Earlier versions may all be gone only from a purged tombstone.
+fn check_versions(
+    bag: (&dyn BagFiles, &Listing),
+    item: &str,
+    info: &BagInfo,
+    digests: DigestSource,
+    check: &mut BagCheck,
+) {
+    let history = match History::of(info) {
+        Ok(history) => history,
+        Err(why) => return check.push(item, Some(BAG_INFO_TXT), ProblemKind::BadTagFile, why),
+    };
+    let kept: Vec<&Earlier> =
+        history.earlier.iter().filter(|e| bag.1.kinds.contains_key(&History::version_dir(e.number))).collect();
+    let purged = kept.is_empty() && history.withdrawn.is_some();
+    for earlier in history.earlier.iter().filter(|_| !purged) {
+        let dir = History::version_dir(earlier.number);
+        if !kept.iter().any(|e| e.number == earlier.number) {
+            check.push(item, Some(&dir), ProblemKind::Missing, format!("earlier version {} is gone", earlier.number));
+            continue;
+        }
+        let sub = SubBag { outer: bag.0, prefix: dir.clone() };
+        let inner = |rel: &str, also: &[Algorithm]| digests(&format!("{dir}/{rel}"), also);
+        let found = verify_bag_using(&sub, item, &inner);
+        check.bytes += found.bytes;
+        check.problems.extend(found.problems.into_iter().map(|mut p| {
+            p.file = Some(p.file.map_or(dir.clone(), |f| format!("{dir}/{f}")));
+            p
+        }));
+        match inner(TAGMANIFEST, &[]) {
+            Ok(d) if d.sha256() == earlier.digest => {}
+            Ok(_) => check.push(item, Some(&dir), ProblemKind::DigestMismatch, "its identity is not the one recorded"),
+            Err(e) => check.push(item, Some(&format!("{dir}/{TAGMANIFEST}")), ProblemKind::Unreadable, e.to_string()),
+        }
+    }
+    let expected: BTreeSet<String> = history.earlier.iter().map(|e| History::version_dir(e.number)).collect();
+    for rel in bag.1.kinds.keys().filter(|rel| in_versions(rel) && rel.matches('/').count() == 1) {
+        if !expected.contains(rel) {
+            check.push(item, Some(rel), ProblemKind::Extra, "bag-info records no such earlier version");
+        }
+    }
+}
+
 /// Verifies a bag: structure, tag files, every payload digest, missing and extra files,
 /// and Payload-Oxum, hashing where the bytes are. `on_bytes` is told of every hashed
 /// file's size, for progress.
@@ -374,6 +430,9 @@ pub fn verify_bag_using(files: &dyn BagFiles, item: &str, digests: DigestSource)
         }
     }
     check.files = payload.len() as u64;
+    if let Some(info) = check.info.clone() {
+        check_versions((files, &listing), item, &info, digests, &mut check);
+    }
     check_payload((files, &listing), item, &tree, &payload, digests, &mut check);
     if let Some(info) = check.info.clone() {
         check_oxum(item, &info, &payload, &mut check);

@@ -13,7 +13,9 @@ use crate::id::minter::{Minter, ReplayClock};
 use crate::id::{Granularity, Minted, RepositoryName, Subsystem, Timestamp};
 use crate::store::local::Collection;
 use crate::store::memory::MemoryStore;
-use crate::store::{identity_digest, FileSource, Listed, LockWait, Placement, Slot, StageId, Store};
+use crate::store::{
+    identity_digest, FileSource, ItemRecord, Listed, LockWait, Placement, Slot, StageId, Status, Store,
+};
 
 pub(crate) fn subsystem() -> Subsystem {
     Subsystem::new("conformance.example.org", 80, Some("192.0.2.7".parse().unwrap()), 800, Granularity::MILLISECOND)
@@ -188,6 +190,26 @@ pub fn minter_state_never_repeats(store: &dyn Store, other: &dyn Store) {
     assert_eq!(all.len(), 200, "no date handed out twice");
 }
 
+pub fn inventory_records_placement_replacement_and_removal(store: &dyn Store, other: &dyn Store) {
+    assert!(store.has_inventory() && store.collection_id().is_some_and(|id| id.starts_with("urn:uuid:")));
+    let (a, b) = (minted(1), minted(2));
+    place(store, &a, stage_bag(store, &a, b"first"), false).unwrap();
+    place(store, &b, stage_bag(store, &b, b"other"), false).unwrap();
+    let records = other.records(&[a.name.clone(), b.name.clone(), minted(3).name]).unwrap();
+    let first = records[0].as_ref().expect("a placed item is recorded, and another handle sees it");
+    assert_eq!((first.status, first.ibip, first.versions.len()), (Status::Present, a.ibip, 1));
+    assert_eq!(first.current().digest, identity_digest(store, &a.name).unwrap());
+    assert!(records[1].is_some() && records[2].is_none());
+    place(store, &a, stage_bag(store, &a, b"replaced"), true).unwrap();
+    let replaced = store.records(std::slice::from_ref(&a.name)).unwrap().remove(0).unwrap();
+    assert_eq!(replaced.current().digest, identity_digest(store, &a.name).unwrap());
+    assert_ne!(replaced.current().digest, first.current().digest);
+    store.remove(std::slice::from_ref(&b.name)).unwrap();
+    let all: Vec<ItemRecord> = other.all_records().map(Result::unwrap).collect();
+    let seen: Vec<(RepositoryName, Status)> = all.iter().map(|r| (r.name.clone(), r.status)).collect();
+    assert_eq!(seen, [(a.name, Status::Present), (b.name, Status::Removed)], "a removed item stays known");
+}
+
 /// Runs every check against a backend: `$fresh` makes a new, empty collection and
 /// returns (a handle, a function that opens another handle on it).
 macro_rules! backends {
@@ -229,6 +251,12 @@ macro_rules! backends {
             fn recovery_clears_an_interrupted_batch() {
                 let (store, reopen, _dir) = $fresh;
                 super::recovery_clears_an_interrupted_batch(Box::new(reopen()), &store);
+            }
+
+            #[test]
+            fn inventory_records_placement_replacement_and_removal() {
+                let (store, reopen, _dir) = $fresh;
+                super::inventory_records_placement_replacement_and_removal(&store, &reopen());
             }
 
             #[test]

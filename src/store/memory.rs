@@ -20,7 +20,8 @@ use crate::id::minter::MinterState;
 use crate::id::{Ibip, RepositoryName, Subsystem, Timestamp};
 use crate::problem::{Problem, ProblemKind};
 use crate::store::{
-    item_ibip, Capabilities, FileSource, Lease, Listed, LockWait, Placement, Refusal, Slot, StageId, Store,
+    item_ibip, Capabilities, FileSource, ItemRecord, Lease, Listed, LockWait, Placement, Refusal, Slot, StageId,
+    Status, Store,
 };
 
 /// One bag's folders and files.
@@ -39,6 +40,7 @@ struct Shared {
     lease_freed: Condvar,
     minter: Mutex<Option<Timestamp>>,
     records: Mutex<HashMap<String, RepositoryName>>,
+    inventory: Mutex<BTreeMap<RepositoryName, ItemRecord>>,
 }
 
 /// A collection in memory.
@@ -46,6 +48,7 @@ struct Shared {
 pub struct MemoryStore {
     shared: Arc<Shared>,
     subsystem: Subsystem,
+    id: String,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -54,7 +57,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl MemoryStore {
     pub fn new(subsystem: Subsystem) -> MemoryStore {
-        MemoryStore { shared: Arc::default(), subsystem }
+        MemoryStore { shared: Arc::default(), subsystem, id: crate::store::local::config::new_collection_id() }
     }
 
     /// Another handle on the same collection, as a second process would open it.
@@ -160,6 +163,9 @@ impl MemoryStore {
         if items.contains_key(&p.name) && !p.replace {
             return Ok(Err(Error::AlreadyExists { path: format!("memory:{}", p.name).into() }));
         }
+        if let Ok(record) = ItemRecord::from_bag(&MemoryBag(Some(bag.clone())), &p.name) {
+            lock(&self.shared.inventory).insert(p.name.clone(), record);
+        }
         items.insert(p.name.clone(), bag);
         if let Some(ibip) = &p.ibip {
             lock(&self.shared.aliases).insert(ibip.to_string(), p.name.clone());
@@ -241,6 +247,24 @@ impl Store for MemoryStore {
             .cloned()
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         Ok((Box::new(io::Cursor::new(bytes)), mtime))
+    }
+
+    fn collection_id(&self) -> Option<String> {
+        Some(self.id.clone())
+    }
+
+    fn has_inventory(&self) -> bool {
+        true
+    }
+
+    fn records(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {
+        let inventory = lock(&self.shared.inventory);
+        Ok(names.iter().map(|n| inventory.get(n).cloned()).collect())
+    }
+
+    fn all_records(&self) -> Box<dyn Iterator<Item = Result<ItemRecord>> + Send + '_> {
+        let records: Vec<ItemRecord> = lock(&self.shared.inventory).values().cloned().collect();
+        Box::new(records.into_iter().map(Ok))
     }
 
     fn leftovers(&self) -> Vec<Problem> {
@@ -331,8 +355,12 @@ impl Store for MemoryStore {
         let ibips: Vec<Option<Ibip>> = names.iter().map(|n| item_ibip(self, n).ok().flatten()).collect();
         let mut items = lock(&self.shared.items);
         let mut aliases = lock(&self.shared.aliases);
+        let mut inventory = lock(&self.shared.inventory);
         for (name, ibip) in names.iter().zip(ibips) {
             items.remove(name);
+            if let Some(record) = inventory.get_mut(name) {
+                record.status = Status::Removed;
+            }
             if let Some(ibip) = ibip {
                 if aliases.get(&ibip.to_string()) == Some(name) {
                     aliases.remove(&ibip.to_string());

@@ -19,6 +19,7 @@
 //! server) or has no rename (object storage): staging is addressed by a token,
 //! placement takes a batch, and digests are computed where the bytes are.
 
+pub mod inventory;
 pub mod local;
 pub mod memory;
 
@@ -37,6 +38,7 @@ use crate::fsx::CopyError;
 use crate::id::minter::{Clock, Minter, MinterState};
 use crate::id::{Ibip, Identifier, Minted, RepositoryName, Subsystem};
 use crate::problem::Problem;
+pub use inventory::{ItemRecord, Status, VersionRecord};
 
 /// What a walk finds: an item's name, or an entry that is not an item.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,6 +153,17 @@ pub trait Store: Send + Sync {
     fn as_dyn(&self) -> &dyn Store;
     /// Staging and trash left by an interrupted writer, as problems.
     fn leftovers(&self) -> Vec<Problem>;
+
+    // The inventory: what the collection holds and has held.
+    /// The collection's own id (a UUID URN), given at init, or on the first write
+    /// of a collection made before ids.
+    fn collection_id(&self) -> Option<String>;
+    /// Whether the collection keeps an inventory yet (an older one gets it on its first write).
+    fn has_inventory(&self) -> bool;
+    /// The records of `names`, in the order asked; `None` for a name never held.
+    fn records(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>>;
+    /// Every record, in `RepositoryName` order, streaming.
+    fn all_records(&self) -> Box<dyn Iterator<Item = Result<ItemRecord>> + Send + '_>;
 
     // Writing: the caller holds the lease.
     fn lease(&self, wait: LockWait) -> Result<Lease>;

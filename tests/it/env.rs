@@ -238,7 +238,14 @@ pub fn snapshot(dir: &Path) -> Vec<(String, u64, i128, String)> {
     for entry in walkdir::WalkDir::new(dir).follow_links(false).sort_by_file_name() {
         let entry = entry.unwrap();
         let meta = entry.metadata().unwrap();
-        let mtime = meta.modified().unwrap().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i128;
+        // The control folder's own mtime moves when SQLite opens and closes its
+        // write-ahead log; what it holds is compared file by file.
+        let control = entry.file_name() == ".ibi" && entry.file_type().is_dir();
+        let mtime = if control {
+            0
+        } else {
+            meta.modified().unwrap().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i128
+        };
         let content = if entry.file_type().is_file() {
             ibi::fsx::hash_file(entry.path()).unwrap().0
         } else if entry.file_type().is_symlink() {

@@ -32,6 +32,16 @@ pub struct Collection {
     pub(crate) held_floor: std::sync::OnceLock<Option<crate::id::Timestamp>>,
     /// Where the machine-wide minter states are (default: `minter::machine_dir()`).
     pub(crate) minter_dir: Option<PathBuf>,
+    /// The collection's id (from the config, or given by `upgrade`).
+    pub(crate) id: std::sync::OnceLock<String>,
+}
+
+fn id_of(config: &CollectionConfig) -> std::sync::OnceLock<String> {
+    let id = std::sync::OnceLock::new();
+    if let Some(known) = &config.id {
+        let _ = id.set(known.clone());
+    }
+    id
 }
 
 /// One item: its name and its directory.
@@ -158,9 +168,11 @@ impl Collection {
             create_dir_all_durable(&dir)?;
         }
         let config = CollectionConfig::new(&subsystem, organisation);
+        super::inventory::Inventory::create(&layout.inventory(), std::iter::empty())?;
         atomic_write(&layout.config(), config.to_toml().as_bytes())?;
         Ok(Collection {
             layout,
+            id: id_of(&config),
             config,
             subsystem,
             stages: Default::default(),
@@ -185,6 +197,7 @@ impl Collection {
         let (config, subsystem) = CollectionConfig::read(&layout.config())?;
         Ok(Collection {
             layout,
+            id: id_of(&config),
             config,
             subsystem,
             stages: Default::default(),
@@ -348,6 +361,12 @@ impl Collection {
     pub fn recover(&self) -> Result<()> {
         self.clear_dir(&self.layout.staging())?;
         self.clear_dir(&self.layout.trash())?;
+        self.finish_journal()?;
+        self.upgrade()
+    }
+
+    /// Finishes every journalled batch: aliases and inventory.
+    fn finish_journal(&self) -> Result<()> {
         let journal = self.layout.journal();
         let entries = match fs::read_dir(&journal) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -372,15 +391,27 @@ impl Collection {
 
     fn finish(&self, intent: Intent, record: &Path) -> Result<()> {
         let text = fs::read_to_string(record).with_path("read", record)?;
+        let (mut placed, mut removed) = (Vec::new(), Vec::new());
         for line in text.lines() {
-            if let Some(Minted { name, ibip: Some(ibip) }) = Minted::parse_record(line) {
-                match (intent, self.contains(&name)) {
-                    (Intent::Place, true) => alias::create(&self.layout, &ibip, &name)?,
-                    (Intent::Remove, false) => alias::remove(&self.layout, &ibip, &name)?,
-                    _ => {}
+            let Some(Minted { name, ibip }) = Minted::parse_record(line) else { continue };
+            match (intent, self.contains(&name)) {
+                (Intent::Place, true) => {
+                    if let Some(ibip) = ibip {
+                        alias::create(&self.layout, &ibip, &name)?;
+                    }
+                    placed.push(name);
                 }
+                (Intent::Remove, false) => {
+                    if let Some(ibip) = ibip {
+                        alias::remove(&self.layout, &ibip, &name)?;
+                    }
+                    removed.push(name);
+                }
+                _ => {}
             }
         }
+        self.record_placed(&placed)?;
+        self.record_removed(&removed)?;
         self.end_journal(record)
     }
 

@@ -17,6 +17,10 @@ pub const FORMAT_VERSION: u32 = 1;
 #[serde(deny_unknown_fields)]
 pub struct CollectionConfig {
     pub format_version: u32,
+    /// The collection's own id, a UUID URN given at init (or on the first write of a
+    /// collection made before ids): the origin recorded in the items it mints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub organisation: Option<String>,
     /// A retired collection mints no names (its successor does); `ibi retire` sets it.
@@ -50,10 +54,16 @@ fn default_granularity() -> String {
     "1".into()
 }
 
+/// A new collection id: a random (version 4) UUID as a URN.
+pub fn new_collection_id() -> String {
+    uuid::Uuid::new_v4().urn().to_string()
+}
+
 impl CollectionConfig {
     pub fn new(subsystem: &Subsystem, organisation: Option<String>) -> Self {
         CollectionConfig {
             format_version: FORMAT_VERSION,
+            id: Some(new_collection_id()),
             organisation,
             retired: false,
             subsystem: SubsystemConfig {

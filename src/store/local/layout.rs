@@ -43,6 +43,10 @@ impl Layout {
     pub fn journal(&self) -> PathBuf {
         self.control().join("journal")
     }
+    /// The inventory: every item held or ever held (SQLite).
+    pub fn inventory(&self) -> PathBuf {
+        self.control().join("inventory.sqlite")
+    }
     pub fn aliases(&self) -> PathBuf {
         self.root.join(ALIAS_DIR)
     }
@@ -64,6 +68,7 @@ impl Layout {
             self.journal(),
             self.aliases(),
             self.deposit_records(),
+            self.inventory(),
         ]
     }
 

@@ -7,6 +7,7 @@ pub mod alias;
 pub mod collection;
 pub mod config;
 pub mod guard;
+pub mod inventory;
 pub mod layout;
 pub mod minter;
 pub mod place;

@@ -113,8 +113,14 @@ pub fn place_all(
     }
     alias_dirs.iter().try_for_each(|dir| fsync_dir(dir))?;
     drop(staged);
+    dst.record_placed(&placed_names(&outcomes))?;
     dst.end_journal(&record)?;
     Ok(outcomes)
+}
+
+/// The names of a batch that were placed.
+fn placed_names(outcomes: &[(RepositoryName, std::result::Result<(), Error>)]) -> Vec<RepositoryName> {
+    outcomes.iter().filter(|(_, outcome)| outcome.is_ok()).map(|(name, _)| name.clone()).collect()
 }
 
 /// Removes items: one journal record, renames into the trash, fsyncs, aliases
@@ -144,6 +150,8 @@ pub fn remove_all(collection: &Collection, items: &[Item]) -> Result<()> {
     dirs.iter().try_for_each(|dir| fsync_dir(dir))?;
     fsx::remove_tree(&holder)?;
     fsync_dir(&trash)?;
+    let names: Vec<RepositoryName> = items.iter().map(|i| i.name.clone()).collect();
+    collection.record_removed(&names)?;
     collection.end_journal(&record)
 }
 
@@ -200,6 +208,9 @@ pub fn move_all(
         }
     }
     alias_dirs.iter().try_for_each(|dir| fsync_dir(dir))?;
+    let moved = placed_names(&outcomes);
+    dst.record_placed(&moved)?;
+    src.record_removed(&moved)?;
     dst.end_journal(&dst_record)?;
     src.end_journal(&src_record)?;
     Ok(outcomes)

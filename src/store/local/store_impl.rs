@@ -19,7 +19,9 @@ use crate::fsx::{self, open_regular, CopyError, CopyMode};
 use crate::id::minter::MinterState;
 use crate::id::{Ibip, RepositoryName, Subsystem};
 use crate::problem::{Problem, ProblemKind};
-use crate::store::{Capabilities, FileSource, Lease, Listed, LockWait, Placement, Refusal, Slot, StageId, Store};
+use crate::store::{
+    Capabilities, FileSource, ItemRecord, Lease, Listed, LockWait, Placement, Refusal, Slot, StageId, Store,
+};
 
 /// The staging folders a collection handle holds, by token.
 #[derive(Debug, Default)]
@@ -140,6 +142,25 @@ impl Store for Collection {
         check_path(rel).map_err(|why| std::io::Error::new(std::io::ErrorKind::InvalidInput, why))?;
         let opened = open_regular(&self.layout.item(name).join(rel), false)?;
         Ok((Box::new(opened.file), opened.meta.modified().ok()))
+    }
+
+    fn collection_id(&self) -> Option<String> {
+        self.id.get().cloned()
+    }
+
+    fn has_inventory(&self) -> bool {
+        self.layout.inventory().is_file()
+    }
+
+    fn records(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {
+        match self.inventory()? {
+            Some(inventory) => inventory.get(names),
+            None => Ok(vec![None; names.len()]),
+        }
+    }
+
+    fn all_records(&self) -> Box<dyn Iterator<Item = Result<ItemRecord>> + Send + '_> {
+        Box::new(super::inventory::all(&self.layout.inventory()))
     }
 
     fn leftovers(&self) -> Vec<Problem> {

@@ -1,0 +1,115 @@
+//! The inventory's records (ARCHITECTURE.md, "The inventory"): what a collection
+//! knows of every item it holds or has held, by name: its IBIp, the collection
+//! that minted it, its status, and each version with its date and identity
+//! digest. Every backend keeps one record per name, updated in the same durable
+//! step as each placement, replacement and removal. A record is derived from the
+//! item's own bag (`ItemRecord::from_bag`), so an inventory can be rebuilt from
+//! the bags; what a rebuild cannot restore is the knowledge of items that vanished.
+
+use serde::{Deserialize, Serialize};
+
+use crate::bag::history::{History, Withdrawal};
+use crate::bag::{BagFiles, BagInfo, BAG_INFO_TXT, TAGMANIFEST};
+use crate::error::{Error, Result};
+use crate::id::{Ibip, RepositoryName};
+
+/// Where an item stands in the collection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// At its place, in service.
+    Present,
+    /// At its place as a tombstone: the name is never given again.
+    Withdrawn,
+    /// Taken away on purpose (moved to another collection by migrate).
+    Removed,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Present => "present",
+            Status::Withdrawn => "withdrawn",
+            Status::Removed => "removed",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Status> {
+        [Status::Present, Status::Withdrawn, Status::Removed].into_iter().find(|s| s.as_str() == text)
+    }
+
+    /// Whether the item should be at its place.
+    pub fn expected_on_disk(self) -> bool {
+        self != Status::Removed
+    }
+}
+
+/// One version of an item.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionRecord {
+    pub number: u32,
+    /// When it became current (RFC 3339, UTC).
+    pub date: String,
+    /// Its identity digest.
+    pub digest: String,
+}
+
+/// What a collection knows of one item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemRecord {
+    pub name: RepositoryName,
+    pub ibip: Option<Ibip>,
+    /// The UUID URN of the collection that minted the name, when known.
+    pub origin: Option<String>,
+    pub status: Status,
+    /// Every version, oldest first; the last is current.
+    pub versions: Vec<VersionRecord>,
+    pub withdrawn: Option<Withdrawal>,
+}
+
+fn bad_bag(name: &RepositoryName, file: &str, problem: String) -> Error {
+    Error::Data { what: format!("{name}/{file}"), problem }
+}
+
+impl ItemRecord {
+    /// The current version.
+    pub fn current(&self) -> &VersionRecord {
+        self.versions.last().expect("a record has at least one version")
+    }
+
+    /// Whether `digest` is the identity of one of this item's versions before the current one.
+    pub fn follows(&self, digest: &str) -> bool {
+        self.versions[..self.versions.len() - 1].iter().any(|v| v.digest == digest)
+    }
+
+    /// The record an item's bag implies: bag-info's identifiers and history, and
+    /// its identity digest, computed where the bytes are.
+    pub fn from_bag(files: &dyn BagFiles, name: &RepositoryName) -> Result<ItemRecord> {
+        let bytes = files.read(BAG_INFO_TXT).map_err(|e| bad_bag(name, BAG_INFO_TXT, e.to_string()))?;
+        let text = String::from_utf8(bytes).map_err(|_| bad_bag(name, BAG_INFO_TXT, "it is not UTF-8".into()))?;
+        let info = BagInfo::parse(&text).map_err(|l| bad_bag(name, BAG_INFO_TXT, format!("malformed line {l}")))?;
+        let digest = files.digests(TAGMANIFEST, &[]).map_err(|e| bad_bag(name, TAGMANIFEST, e.to_string()))?;
+        Self::from_info(name, &info, digest.sha256())
+    }
+
+    /// The record of an item whose bag-info is `info` and identity digest `digest`.
+    pub fn from_info(name: &RepositoryName, info: &BagInfo, digest: &str) -> Result<ItemRecord> {
+        let history = History::of(info).map_err(|why| bad_bag(name, BAG_INFO_TXT, why))?;
+        let mut versions: Vec<VersionRecord> = history
+            .earlier
+            .iter()
+            .map(|e| VersionRecord { number: e.number, date: e.date.clone(), digest: e.digest.clone() })
+            .collect();
+        let date = history.date.clone().unwrap_or_else(|| name.date().to_rfc3339());
+        versions.push(VersionRecord { number: history.version, date, digest: digest.to_string() });
+        let status = if history.withdrawn.is_some() { Status::Withdrawn } else { Status::Present };
+        Ok(ItemRecord {
+            name: name.clone(),
+            ibip: crate::store::ibip_in(info),
+            origin: history.origin,
+            status,
+            versions,
+            withdrawn: history.withdrawn,
+        })
+    }
+}
