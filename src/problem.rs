@@ -31,6 +31,11 @@ pub enum ProblemKind {
     Leftover,
     /// A damaged copy was found and repaired (`mirror --checksum`).
     Repaired,
+    /// An item at its place that the collection's inventory does not know.
+    Unknown,
+    /// An item whose identity differs from the one its inventory records: changed
+    /// behind ibi's back.
+    Changed,
 }
 
 impl ProblemKind {
@@ -50,6 +55,8 @@ impl ProblemKind {
             ProblemKind::Conflict => "conflict",
             ProblemKind::Leftover => "leftover",
             ProblemKind::Repaired => "repaired",
+            ProblemKind::Unknown => "unknown item",
+            ProblemKind::Changed => "changed",
         }
     }
 }

@@ -95,7 +95,7 @@ pub enum Command {
     #[command(after_help = "Examples:
   ibi mirror /srv/library /backup/library
   ibi mirror /srv/library /backup/library --checksum   # also repair damaged DST items
-  ibi -q mirror /srv/library /backup/library --delete --max-delete 100   # cron
+  ibi -q mirror /srv/library /backup/library   # cron: never deletes, only moves forward
   ibi mirror /srv/library /backup/library --watch")]
     Mirror(MirrorArgs),
     /// Restore lost and damaged items, and lost aliases, from another collection.
@@ -434,11 +434,11 @@ pub struct MirrorArgs {
     pub src: PathBuf,
     /// The mirror (created with `ibi init` first).
     pub dst: PathBuf,
-    /// Remove DST items that SRC does not hold.
-    #[arg(long)]
+    /// Removed: mirror never deletes (accepted only to explain why, exit 2).
+    #[arg(long, hide = true)]
     pub delete: bool,
-    /// Remove at most N items (then exit 1).
-    #[arg(long, value_name = "N", requires = "delete")]
+    /// Removed with --delete.
+    #[arg(long, value_name = "N", hide = true)]
     pub max_delete: Option<u64>,
     /// Also re-verify every DST payload, repairing damaged items from SRC.
     #[arg(long)]

@@ -117,7 +117,7 @@ fn repair_steps(printer: &Printer, a: &Collection, b: &Collection, item: &Reposi
         printer,
         &format!("ibi mirror --checksum {} {}   (repairs from the source)", a.root().display(), b.root().display()),
     );
-    let options = MirrorOptions { dry_run: false, wait: LockWait::No, delete: false, max_delete: None, checksum: true };
+    let options = MirrorOptions { dry_run: false, wait: LockWait::No, checksum: true };
     let s = mirror(a, b, &options, printer)?;
     printer.line(&format!("replaced {}", s.replaced));
     let summary = verify(b, &[], &Silent)?;
@@ -141,7 +141,7 @@ fn transfer_steps(printer: &Printer, dir: &Path, a: &Collection, item: &Reposito
         Subsystem::new("demo-b.ibi.example.org", 80, None, 800, Granularity::SECOND)?,
         None,
     )?;
-    let options = MirrorOptions { dry_run: false, wait: LockWait::No, delete: true, max_delete: None, checksum: false };
+    let options = MirrorOptions { dry_run: false, wait: LockWait::No, checksum: false };
     for _ in 0..2 {
         let s = mirror(a, &b, &options, &Silent)?;
         printer.line(&format!("copied {}, skipped {}, {}", s.copied, s.skipped, printer.size(s.bytes)));

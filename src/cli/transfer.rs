@@ -30,26 +30,22 @@ fn finish(printer: &Printer, verb: &str, s: &TransferSummary, dry_run: bool) -> 
     let would = if dry_run { " (dry run: nothing changed)" } else { "" };
     printer.summary(
         &format!(
-            "{verb}: copied {}, migrated {}, replaced {}, deleted {}, skipped {}, conflicts {}, corrupt {}; {} in {seconds:.2} s{would}",
+            "{verb}: copied {}, migrated {}, replaced {}, skipped {}, conflicts {}, corrupt {}; {} in {seconds:.2} s{would}",
             s.copied,
             s.migrated,
             s.replaced,
-            s.deleted,
             s.skipped,
             s.conflicts,
             s.corrupt,
             printer.size(s.bytes)
         ),
         json!({
-            "copied": s.copied, "migrated": s.migrated, "replaced": s.replaced, "deleted": s.deleted, "skipped": s.skipped,
+            "copied": s.copied, "migrated": s.migrated, "replaced": s.replaced, "skipped": s.skipped,
             "conflicts": s.conflicts, "corrupt": s.corrupt, "bytes": s.bytes, "problems": s.problems,
-            "delete_capped": s.delete_capped, "dry_run": dry_run, "seconds": seconds
+            "dry_run": dry_run, "seconds": seconds
         }),
     );
-    if s.delete_capped {
-        super::stderr_line("ibi: --max-delete reached: further deletions were not made");
-    }
-    if s.problems > 0 || s.delete_capped {
+    if s.problems > 0 {
         Outcome::Problems
     } else {
         Outcome::Success
@@ -67,16 +63,16 @@ pub fn copy(global: GlobalArgs, args: &CopyArgs, migrate: bool) -> Result<Outcom
 }
 
 pub fn mirror(global: GlobalArgs, args: &MirrorArgs) -> Result<Outcome> {
+    if args.delete || args.max_delete.is_some() {
+        let problem = "mirror no longer deletes: an item that vanished from SRC took its backup with it. \
+                       Mirror only moves items forward; withdraw an item with `ibi withdraw` and the tombstone \
+                       reaches DST on the next mirror. Drop --delete and --max-delete from the command line.";
+        return Err(ibi::Error::Invalid { what: "--delete".into(), problem: problem.into() }.into());
+    }
     let (src, dst) = (ibi::store::open(&args.src)?, ibi::store::open(&args.dst)?);
     let (src, dst) = (src.as_ref(), dst.as_ref());
     let printer = Printer::new(global);
-    let options = MirrorOptions {
-        dry_run: args.flags.dry_run,
-        wait: lock_wait(&args.flags),
-        delete: args.delete,
-        max_delete: args.max_delete,
-        checksum: args.checksum,
-    };
+    let options = MirrorOptions { dry_run: args.flags.dry_run, wait: lock_wait(&args.flags), checksum: args.checksum };
     if !args.watch {
         let summary = mirror_once(src, dst, &options, &printer)?;
         return Ok(finish(&printer, "mirror", &summary, options.dry_run));
@@ -86,7 +82,7 @@ pub fn mirror(global: GlobalArgs, args: &MirrorArgs) -> Result<Outcome> {
     let mut worst = Outcome::Success;
     // A pass that changed nothing and found nothing says nothing (cron mails output).
     let mut on_pass = |s: &TransferSummary| {
-        let happened = s.copied + s.replaced + s.deleted + s.problems > 0 || s.delete_capped;
+        let happened = s.copied + s.replaced + s.problems > 0;
         if happened && finish(&printer, "mirror", s, options.dry_run) == Outcome::Problems {
             worst = Outcome::Problems;
         }

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
+use crate::bag::history::{HISTORY_LABELS, ORIGIN};
 use crate::bag::{self, manifest, BagContents, BagInfo, ManifestEntry, Oxum};
 use crate::digest::Digests;
 use crate::error::{Error, IoContext, Result};
@@ -51,7 +52,7 @@ pub const RESERVED_LABELS: [&str; 6] =
 /// Refuses `--meta` labels that ibi writes itself.
 pub fn check_meta(meta: &[(String, String)]) -> Result<()> {
     for (label, _) in meta {
-        if RESERVED_LABELS.iter().any(|r| r.eq_ignore_ascii_case(label)) {
+        if RESERVED_LABELS.iter().chain(&HISTORY_LABELS).any(|r| r.eq_ignore_ascii_case(label)) {
             return Err(Error::Invalid {
                 what: "metadata label".into(),
                 problem: format!("{label} is written by ibi itself and cannot be set"),
@@ -243,10 +244,18 @@ fn bag_info(
     if let Some(org) = collection.organisation() {
         info.push("Source-Organization", org);
     }
+    if let Some(id) = collection.collection_id() {
+        info.push(ORIGIN, id);
+    }
     if let Some(source) = &plan.info {
         for (label, value) in &source.fields {
             if label.eq_ignore_ascii_case("External-Identifier") {
                 info.push(bag::SOURCE_IDENTIFIER, value.clone());
+                continue;
+            }
+            if HISTORY_LABELS.iter().any(|h| h.eq_ignore_ascii_case(label)) {
+                // The source's own history (an exported ibi item) is kept as a record, not as ours.
+                info.push(&format!("Source-{label}"), value.clone());
                 continue;
             }
             let ours = ["Payload-Oxum", "Bagging-Date", "Bag-Size"].iter().any(|c| c.eq_ignore_ascii_case(label))

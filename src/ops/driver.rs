@@ -5,7 +5,7 @@
 //! (`pipeline`). Both collections are reached only through the `Store` seam.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rayon::prelude::*;
 
@@ -32,7 +32,6 @@ pub struct TransferSummary {
     /// Items removed from SRC after their copy in DST was re-verified.
     pub migrated: u64,
     pub replaced: u64,
-    pub deleted: u64,
     pub skipped: u64,
     pub conflicts: u64,
     /// Damaged source items, never placed.
@@ -40,8 +39,6 @@ pub struct TransferSummary {
     pub bytes: u64,
     /// Problems reported (conflicts, corrupt items, failed re-verification, …).
     pub problems: u64,
-    /// `--max-delete` stopped deletions.
-    pub delete_capped: bool,
 }
 
 /// Thread-safe counters behind a `TransferSummary`.
@@ -50,13 +47,11 @@ pub struct Tally {
     pub copied: AtomicU64,
     pub migrated: AtomicU64,
     pub replaced: AtomicU64,
-    pub deleted: AtomicU64,
     pub skipped: AtomicU64,
     pub conflicts: AtomicU64,
     pub corrupt: AtomicU64,
     pub bytes: AtomicU64,
     pub problems: ProblemCount,
-    pub delete_capped: AtomicBool,
 }
 
 impl Tally {
@@ -74,13 +69,11 @@ impl Tally {
             copied: get(&self.copied),
             migrated: get(&self.migrated),
             replaced: get(&self.replaced),
-            deleted: get(&self.deleted),
             skipped: get(&self.skipped),
             conflicts: get(&self.conflicts),
             corrupt: get(&self.corrupt),
             bytes: get(&self.bytes),
             problems: self.problems.get(),
-            delete_capped: self.delete_capped.load(Ordering::Relaxed),
         }
     }
 }
@@ -100,7 +93,6 @@ pub enum Plan {
     Settled(RepositoryName, bool),
     Copy(RepositoryName),
     Replace(RepositoryName, &'static str),
-    Delete(RepositoryName),
 }
 
 /// The plan for a SRC item under copy (and migrate): copy it unless DST holds it.
@@ -154,7 +146,6 @@ impl<'a> Driver<'a> {
                 Plan::Settled(..) => continue,
                 Plan::Copy(name) => (&self.tally.copied, Outcome::WouldCopy, name),
                 Plan::Replace(name, why) => (&self.tally.replaced, Outcome::WouldReplace { why }, name),
-                Plan::Delete(name) => (&self.tally.deleted, Outcome::WouldDelete, name),
             };
             Tally::add(counter, 1);
             self.reporter.item(&name.to_string(), what);
@@ -232,22 +223,12 @@ impl<'a> Driver<'a> {
         Ok(placed)
     }
 
-    /// Places a chunk's staged copies and carries out its deletions; returns the SRC
-    /// items DST now holds identical copies of.
+    /// Places a chunk's staged copies; returns the SRC items DST now holds identical copies of.
     pub fn commit(&self, plans: Vec<Plan>, staged: Vec<StagedItem>) -> Result<Vec<RepositoryName>> {
         if self.dry_run {
             return Ok(self.dry(plans));
         }
         let placed = self.place(staged)?;
-        let deletes: Vec<RepositoryName> =
-            plans.iter().filter_map(|p| if let Plan::Delete(n) = p { Some(n.clone()) } else { None }).collect();
-        if !deletes.is_empty() {
-            self.dst.remove(&deletes)?;
-        }
-        for name in &deletes {
-            Tally::add(&self.tally.deleted, 1);
-            self.reporter.item(&name.to_string(), Outcome::Deleted);
-        }
         Ok(plans
             .into_iter()
             .filter_map(|plan| match plan {

@@ -85,6 +85,9 @@ fn read_top(bag: &Path) -> Result<Top> {
         match TopLevel::of(&name) {
             _ if name == FETCH_TXT => return Err(refuse(bag, "is a holey bag (fetch.txt): fetch its files first")),
             _ if name == DATA || name == BAGIT_TXT => {}
+            _ if name == crate::bag::history::VERSIONS_DIR => {
+                return Err(refuse(bag, format!("has a tag folder {name}/, which ibi keeps for an item's versions")))
+            }
             TopLevel::UnsupportedManifest(a) => {
                 return Err(refuse(bag, format!("has {name}, in algorithm {a:?}, which ibi does not support")))
             }

@@ -1,14 +1,16 @@
-//! `mirror SRC DST` (ARCHITECTURE.md, "Operations"): a one-way sync built for cron. A merge of the
-//! two sorted item walks copies missing items, swaps in items whose identity
-//! digest differs, and with `--delete` removes items absent from SRC (capped
-//! by `--max-delete`, and refused when SRC is empty while DST is not). A
-//! no-op run reads only directory entries and tagmanifests. `--checksum`
+//! `mirror SRC DST` (ARCHITECTURE.md, "Operations"): a one-way sync built for
+//! cron that only ever moves an item forward. A merge of the two sorted item
+//! walks copies items DST lacks and replaces a DST item only with a later
+//! version of the same item (DST's identity in SRC's history); anything else
+//! under one name is a conflict, left untouched. Nothing is ever deleted: an
+//! item SRC's inventory expects but SRC lacks is a problem of SRC. A no-op run
+//! reads directory entries and the two inventories. `--checksum`
 //! re-verifies DST payloads and repairs damaged items from SRC. `--watch`
 //! re-syncs when `notify` reports changes in SRC, debounced.
 
 use std::cmp::Ordering as Order;
 use std::iter::Peekable;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rayon::prelude::*;
@@ -20,14 +22,12 @@ use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::verify::verify_item;
 use crate::problem::{Problem, ProblemKind};
-use crate::store::{identity_digest, item_ibip, items, lease_and_recover, Listed, LockWait, Slot, Store};
+use crate::store::{identity_digest, item_ibip, items, lease_and_recover, ItemRecord, Listed, LockWait, Slot, Store};
 
 #[derive(Debug, Clone, Copy)]
 pub struct MirrorOptions {
     pub dry_run: bool,
     pub wait: LockWait,
-    pub delete: bool,
-    pub max_delete: Option<u64>,
     pub checksum: bool,
 }
 
@@ -101,27 +101,12 @@ impl<A: Iterator<Item = Result<Listed>>, B: Iterator<Item = Result<RepositoryNam
     }
 }
 
-/// Refuses `--delete` when SRC holds no items while DST holds some (an unmounted
-/// or emptied SRC must never empty DST).
-fn guard_delete(src: &dyn Store, dst: &dyn Store) -> Result<()> {
-    let src_has = items(src).next().transpose()?.is_some();
-    let dst_has = items(dst).next().transpose()?.is_some();
-    if !src_has && dst_has {
-        return Err(Error::Invalid {
-            what: "deletion".into(),
-            problem: format!("SRC {} holds no items while DST holds some; refusing to delete", src.location()),
-        });
-    }
-    Ok(())
-}
-
 /// Decides, for one pair of the merge, what the mirror must do.
 struct Planner<'a> {
     src: &'a dyn Store,
     dst: &'a dyn Store,
     options: &'a MirrorOptions,
     tally: &'a Tally,
-    deletions: AtomicU64,
     reporter: &'a dyn Reporter,
 }
 
@@ -137,7 +122,7 @@ impl Planner<'_> {
             }
         };
         if dst_identity.ok().as_ref() != Some(&src_digest) {
-            return Ok(Plan::Replace(name, "identity digest differs"));
+            return Ok(self.forward(name));
         }
         if self.options.checksum {
             return Ok(self.checksum(name));
@@ -173,21 +158,63 @@ impl Planner<'_> {
         Plan::Replace(name, "DST copy is damaged")
     }
 
-    fn delete(&self, name: RepositoryName, shadowed: bool) -> Plan {
-        if !self.options.delete || shadowed {
-            return Plan::Settled(name, false);
-        }
-        if self.src_expects(&name) {
-            let detail = "SRC's alias names this item but SRC lacks it (it vanished): DST's copy is kept";
+    /// Two copies of one name with different identities: DST's copy is replaced
+    /// only by a later version of the same item, one whose history holds DST's
+    /// current identity (a tombstone is a version too). Anything else is a conflict,
+    /// reported and left untouched: DST ahead, diverged histories, unrelated items.
+    fn forward(&self, name: RepositoryName) -> Plan {
+        let label = name.to_string();
+        let record = |store: &dyn Store| ItemRecord::from_bag(store.item_files(&name).as_ref(), &name);
+        let why = match (record(self.src), record(self.dst)) {
+            (Ok(src), Ok(dst)) if src.follows(&dst.current().digest) => {
+                return Plan::Replace(name, "SRC holds a later version");
+            }
+            (Ok(src), Ok(dst)) if dst.follows(&src.current().digest) => {
+                format!("DST is ahead: version {} there, {} in SRC", dst.current().number, src.current().number)
+            }
+            (Ok(src), Ok(dst)) if src.versions.iter().any(|v| dst.versions.iter().any(|w| w.digest == v.digest)) => {
+                "the versions in SRC and DST have diverged from a common version".to_string()
+            }
+            (Ok(_), Ok(_)) => "DST holds a different item under this name (no version in common)".to_string(),
+            (Err(e), _) => format!("in SRC: {e}"),
+            (_, Err(e)) => format!("in DST: {e}"),
+        };
+        Tally::add(&self.tally.conflicts, 1);
+        let detail = format!("{why}; DST's copy is left untouched");
+        self.tally.report(self.reporter, &Problem::new(&label, None, ProblemKind::Conflict, detail));
+        Plan::Settled(name, false)
+    }
+
+    /// An item DST holds and SRC does not is never deleted. When SRC's inventory
+    /// (or alias) says SRC should hold it, SRC lost it: a problem of SRC.
+    fn dst_only(&self, name: RepositoryName, src_record: Option<&ItemRecord>) -> Plan {
+        let expected = src_record.is_some_and(|r| r.status.expected_on_disk()) || self.src_expects(&name);
+        if expected {
+            let detail = "SRC's inventory records this item but SRC lacks it (it vanished): DST's copy is kept; \
+                          `ibi repair SRC --from DST` restores it";
             self.tally.report(self.reporter, &Problem::new(&name.to_string(), None, ProblemKind::Missing, detail));
-            return Plan::Settled(name, false);
         }
-        let n = self.deletions.fetch_add(1, Ordering::SeqCst) + 1;
-        if self.options.max_delete.is_some_and(|max| n > max) {
-            self.tally.delete_capped.store(true, Ordering::Relaxed);
-            return Plan::Settled(name, false);
+        Plan::Settled(name, false)
+    }
+
+    /// A SRC item DST lacks. When DST's inventory knows the name (DST lost it, or
+    /// moved it away), it is copied only as the same item or a later version of it.
+    fn src_only(&self, name: RepositoryName, dst_record: Option<&ItemRecord>) -> Result<Plan> {
+        if let Some(known) = dst_record {
+            let src = ItemRecord::from_bag(self.src.item_files(&name).as_ref(), &name);
+            let digest = &known.current().digest;
+            if !src.as_ref().is_ok_and(|src| src.current().digest == *digest || src.follows(digest)) {
+                Tally::add(&self.tally.conflicts, 1);
+                let detail = "DST's inventory records a different item under this name; nothing copied";
+                self.tally.report(self.reporter, &Problem::new(&name.to_string(), None, ProblemKind::Conflict, detail));
+                return Ok(Plan::Settled(name, false));
+            }
         }
-        Plan::Delete(name)
+        match self.dst.slot(&name)? {
+            // A symlink or file planted at the item's place: swapped out, never followed.
+            Slot::Foreign(_) => Ok(Plan::Replace(name, "not an item directory in DST")),
+            _ => plan_copy((self.src, name), self.dst, self.tally, self.reporter),
+        }
     }
 
     /// Whether SRC's alias of a DST-only item still names it: SRC held it and lost
@@ -201,21 +228,27 @@ impl Planner<'_> {
         }
     }
 
-    fn plan(&self, pair: Pair, identities: Option<Identities>) -> Result<Plan> {
-        match pair {
-            Pair::Src(name) => match self.dst.slot(&name)? {
-                // A symlink or file planted at the item's place: swapped out, never followed.
-                Slot::Foreign(_) => Ok(Plan::Replace(name, "not an item directory in DST")),
-                _ => plan_copy((self.src, name), self.dst, self.tally, self.reporter),
-            },
-            Pair::Both(name) => {
-                let identities =
-                    identities.unwrap_or_else(|| (identity_digest(self.src, &name), identity_digest(self.dst, &name)));
-                self.both(name, identities)
+    fn plan(&self, pair: Pair, known: Known) -> Result<Plan> {
+        match (pair, known) {
+            (Pair::Src(name), Known::Record(record)) => self.src_only(name, record.as_ref()),
+            (Pair::Both(name), Known::Identities(ids)) => self.both(name, ids),
+            (Pair::Both(name), _) => {
+                let ids = (identity_digest(self.src, &name), identity_digest(self.dst, &name));
+                self.both(name, ids)
             }
-            Pair::Dst { name, shadowed } => Ok(self.delete(name, shadowed)),
+            (Pair::Dst { name, shadowed: false }, Known::Record(record)) => Ok(self.dst_only(name, record.as_ref())),
+            (Pair::Src(name), _) => self.src_only(name, None),
+            (Pair::Dst { name, .. }, _) => Ok(Plan::Settled(name, false)),
         }
     }
+}
+
+/// What one batch per side told the planner about a pair: both identity digests
+/// (an item both hold), or the other side's record (an item one side holds).
+enum Known {
+    Identities(Identities),
+    Record(Option<ItemRecord>),
+    Nothing,
 }
 
 /// The identity digests of one item in SRC and in DST.
@@ -225,21 +258,28 @@ impl Planner<'_> {
     /// Plans a chunk of the merge; the identity digests of the items both sides hold
     /// are asked for in one batch per side (one round trip for a far store).
     fn plan_chunk(&self, chunk: Vec<Pair>) -> Result<Vec<Plan>> {
-        let both: Vec<RepositoryName> =
-            chunk.iter().filter_map(|p| if let Pair::Both(n) = p { Some(n.clone()) } else { None }).collect();
+        let pick = |want: fn(&Pair) -> Option<&RepositoryName>| -> Vec<RepositoryName> {
+            chunk.iter().filter_map(want).cloned().collect()
+        };
+        let both = pick(|p| if let Pair::Both(n) = p { Some(n) } else { None });
+        let src_only = pick(|p| if let Pair::Src(n) = p { Some(n) } else { None });
+        let dst_only = pick(|p| if let Pair::Dst { name, .. } = p { Some(name) } else { None });
         let mut src_ids = self.src.identities(&both).into_iter();
         let mut dst_ids = self.dst.identities(&both).into_iter();
-        let paired: Vec<(Pair, Option<Identities>)> = chunk
+        let mut dst_records = self.dst.records(&src_only)?.into_iter();
+        let mut src_records = self.src.records(&dst_only)?.into_iter();
+        let paired: Vec<(Pair, Known)> = chunk
             .into_iter()
             .map(|pair| {
-                let ids = match pair {
-                    Pair::Both(_) => src_ids.next().zip(dst_ids.next()),
-                    _ => None,
+                let known = match pair {
+                    Pair::Both(_) => src_ids.next().zip(dst_ids.next()).map(Known::Identities),
+                    Pair::Src(_) => dst_records.next().map(Known::Record),
+                    Pair::Dst { .. } => src_records.next().map(Known::Record),
                 };
-                (pair, ids)
+                (pair, known.unwrap_or(Known::Nothing))
             })
             .collect();
-        paired.into_par_iter().map(|(pair, ids)| self.plan(pair, ids)).collect()
+        paired.into_par_iter().map(|(pair, known)| self.plan(pair, known)).collect()
     }
 }
 
@@ -252,11 +292,8 @@ fn verify_item_quietly(src: &dyn Store, name: &RepositoryName) -> (crate::bag::B
 
 /// One sync pass; the caller holds DST's write lock (unless dry-running).
 fn sync(src: &dyn Store, dst: &dyn Store, options: &MirrorOptions, reporter: &dyn Reporter) -> Result<TransferSummary> {
-    if options.delete {
-        guard_delete(src, dst)?;
-    }
     let tally = Tally::default();
-    let planner = Planner { src, dst, options, tally: &tally, deletions: AtomicU64::new(0), reporter };
+    let planner = Planner { src, dst, options, tally: &tally, reporter };
     let driver = Driver { src, dst, dry_run: options.dry_run, tally: &tally, reporter };
     reporter.begin(Task::Mirror);
     while_surveying(reporter, Survey::Items(src, &[]), || -> Result<()> {

@@ -38,8 +38,7 @@ mod tests {
         assert_eq!(names(&b), names(&a));
 
         let (c, _reopen, _dir) = local();
-        let options =
-            MirrorOptions { dry_run: false, wait: LockWait::No, delete: true, max_delete: None, checksum: true };
+        let options = MirrorOptions { dry_run: false, wait: LockWait::No, checksum: true };
         assert_eq!(mirror(&b, &c, &options, &Silent).unwrap().copied, 5);
         assert_eq!(verify(&c, &[], &Silent).unwrap().problems, 0);
         for name in names(&a) {

@@ -46,13 +46,11 @@ pub enum Outcome<'a> {
     Skipped,
     Copied,
     Replaced,
-    Deleted,
     Migrated,
     WouldCopy,
     WouldReplace {
         why: &'a str,
     },
-    WouldDelete,
     AliasRestored,
     WouldRestoreAlias,
 }
@@ -70,11 +68,9 @@ impl Outcome<'_> {
             Outcome::Skipped => "skipped".into(),
             Outcome::Copied => "copied".into(),
             Outcome::Replaced => "replaced".into(),
-            Outcome::Deleted => "deleted".into(),
             Outcome::Migrated => "migrated".into(),
             Outcome::WouldCopy => "would copy".into(),
             Outcome::WouldReplace { why } => format!("would replace ({why})"),
-            Outcome::WouldDelete => "would delete".into(),
             Outcome::AliasRestored => "alias restored".into(),
             Outcome::WouldRestoreAlias => "would restore the alias".into(),
         }

@@ -1,10 +1,14 @@
 //! Verify (ARCHITECTURE.md, "Operations"): bag structure, every manifest digest, missing and extra
-//! payload files, the tagmanifest, Payload-Oxum, the identifiers in bag-info
-//! and the alias link. Problems are data: all are reported, none stops the
+//! payload files, the tagmanifest, Payload-Oxum, earlier versions, the
+//! identifiers in bag-info and the alias link; then the collection against its
+//! inventory: items it records but lacks (`missing`), items it does not know,
+//! items changed behind ibi's back, and leftovers of killed writers. Problems are data: all are reported, none stops the
 //! run. Items and files are hashed in parallel on all cores, streaming the
 //! items, so memory stays flat.
 
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use rayon::iter::{ParallelBridge, ParallelIterator};
 
@@ -14,7 +18,7 @@ use crate::id::RepositoryName;
 use crate::ops::report::{Outcome, ProblemCount, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::problem::{Problem, ProblemKind};
-use crate::store::{ibip_in, resolve, Listed, Slot, Store};
+use crate::store::{ibip_in, identity_digest, resolve, ItemRecord, Listed, Slot, Status, Store};
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct VerifySummary {
@@ -85,8 +89,76 @@ pub fn vanished(store: &dyn Store, name: &RepositoryName) -> bool {
     matches!(store.slot(name), Ok(Slot::Empty))
 }
 
-fn verify_one(store: &dyn Store, name: &RepositoryName, counters: &Counters, reporter: &dyn Reporter) {
-    let (check, problems) = verify_item(store, name, reporter);
+/// What the inventory records of each item: its status and identity digest.
+type Known = Mutex<HashMap<RepositoryName, (Status, String)>>;
+
+/// Compares an item at its place with what the inventory records of it.
+fn against_inventory(store: &dyn Store, name: &RepositoryName, known: Option<&Known>) -> Option<Problem> {
+    let label = name.to_string();
+    let recorded = lock(known?).remove(name);
+    let Some((_, digest)) = recorded else {
+        let detail = "the collection's inventory does not know this item (placed behind ibi's back?)";
+        return Some(Problem::new(&label, None, ProblemKind::Unknown, detail));
+    };
+    match identity_digest(store, name) {
+        Ok(actual) if actual != digest => {
+            let detail = format!("its identity is {actual}, the inventory records {digest}: changed behind ibi's back");
+            Some(Problem::new(&label, Some(bag::TAGMANIFEST), ProblemKind::Changed, detail))
+        }
+        _ => None,
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The inventory's records by name, for the items of `names` (all when empty);
+/// `None` for a collection without an inventory yet.
+fn known_items(store: &dyn Store, names: &[RepositoryName]) -> Result<Option<Known>> {
+    if !store.has_inventory() {
+        return Ok(None);
+    }
+    let records: Vec<ItemRecord> = if names.is_empty() {
+        store.all_records().collect::<Result<_>>()?
+    } else {
+        store.records(names)?.into_iter().flatten().collect()
+    };
+    let map = records.into_iter().map(|r| (r.name.clone(), (r.status, r.current().digest.clone()))).collect();
+    Ok(Some(Mutex::new(map)))
+}
+
+/// Reports what the inventory expects but no walk found: items that vanished.
+fn report_vanished(
+    store: &dyn Store,
+    known: Option<Known>,
+    counters: &Counters,
+    reporter: &dyn Reporter,
+) -> Result<()> {
+    let mut reported = BTreeSet::new();
+    let left = known.map(|k| k.into_inner().unwrap_or_else(|p| p.into_inner())).unwrap_or_default();
+    for (name, (status, _)) in left.into_iter().filter(|(_, (status, _))| status.expected_on_disk()) {
+        let detail =
+            format!("the inventory records it as {}, but the collection lacks it: it vanished", status.as_str());
+        counters.report(reporter, &Problem::new(&name.to_string(), None, ProblemKind::Missing, detail));
+        reported.insert(name);
+    }
+    for (ibip, name) in store.dangling_aliases()?.into_iter().filter(|(_, name)| !reported.contains(name)) {
+        let detail = format!("alias {ibip} names this item, but the collection does not hold it: it vanished");
+        counters.report(reporter, &Problem::new(&name.to_string(), None, ProblemKind::Missing, detail));
+    }
+    Ok(())
+}
+
+fn verify_one(
+    store: &dyn Store,
+    name: &RepositoryName,
+    known: Option<&Known>,
+    counters: &Counters,
+    reporter: &dyn Reporter,
+) {
+    let (check, mut problems) = verify_item(store, name, reporter);
+    problems.extend(against_inventory(store, name, known));
     if !problems.is_empty() && vanished(store, name) {
         reporter.item(&name.to_string(), Outcome::Vanished);
         return;
@@ -109,24 +181,23 @@ pub fn verify(store: &dyn Store, names: &[String], reporter: &dyn Reporter) -> R
             for problem in store.leftovers() {
                 counters.report(reporter, &problem);
             }
-            for (ibip, name) in store.dangling_aliases()? {
-                let detail = format!("alias {ibip} names this item, but the collection does not hold it: it vanished");
-                counters.report(reporter, &Problem::new(&name.to_string(), None, ProblemKind::Missing, detail));
-            }
+            let known = known_items(store, &[])?;
             store.walk().par_bridge().try_for_each(|listed| -> Result<()> {
                 match listed? {
-                    Listed::Item(name) => verify_one(store, &name, &counters, reporter),
+                    Listed::Item(name) => verify_one(store, &name, known.as_ref(), &counters, reporter),
                     Listed::Stray { place, why } => {
                         counters.report(reporter, &Problem::new(&place, None, ProblemKind::StrayEntry, why))
                     }
                 }
                 Ok(())
             })?;
+            report_vanished(store, known, &counters, reporter)?;
         } else {
             let mut items: Vec<RepositoryName> = names.iter().map(|n| resolve(store, n)).collect::<Result<_>>()?;
             let mut seen = std::collections::BTreeSet::new();
             items.retain(|name| seen.insert(name.clone()));
-            items.iter().for_each(|name| verify_one(store, name, &counters, reporter));
+            let known = known_items(store, &items)?;
+            items.iter().for_each(|name| verify_one(store, name, known.as_ref(), &counters, reporter));
         }
         Ok(())
     })?;

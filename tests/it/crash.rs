@@ -98,29 +98,38 @@ fn migrate_by_copy_across_filesystems_killed_at_random_moments_loses_and_duplica
     migrate_under_kills(&env, &a, &b);
 }
 
+/// A mirror killed mid-way into a DST, run again, leaves DST holding exactly SRC's
+/// items, each verified, with one alias each and an inventory that agrees.
+fn check_mirror_converged(env: &TestEnv, a: &str, c: &str) {
+    env.ok(&["mirror", a, c]);
+    assert_eq!(env.identities(c), env.identities(a), "{c} holds exactly A's items");
+    env.ok(&["verify", c]);
+    let aliases = crate::env::sh(&format!("find '{c}/.ibip' -type l | wc -l"));
+    assert_eq!(aliases.trim(), "150", "one alias per item, none dangling");
+    assert!(control_empty(c, "staging") && control_empty(c, "trash"));
+}
+
 #[test]
 fn mirror_killed_at_random_moments_converges() {
     let env = TestEnv::new();
     // 150 items: three batches, so kills also land while one batch commits and the next stages.
     let a = env.filled("a", 150, 2);
-    let e = env.filled("e", 10, 2);
-    let c = env.collection("c");
-    let span = full_run_ms(&env, &["mirror", &a, &c, "--delete"]);
+    let span = full_run_ms(&env, &["mirror", &a, &env.collection("timing")]);
     let mut dice = Dice::new();
-    let (mut kills, mut round) = (0, 0);
+    let (mut kills, mut round, mut dsts) = (0, 0, 0);
+    let mut c = env.collection("c0");
     while kills < 32 && round < 200 {
-        let from = if round % 2 == 0 { &e } else { &a };
-        if run_and_kill(&env, &["mirror", from, &c, "--delete"], Duration::from_millis(dice.below(span))) {
+        if run_and_kill(&env, &["mirror", &a, &c], Duration::from_millis(dice.below(span))) {
             kills += 1;
+        } else {
+            // This run completed: check it, then start again with a fresh DST.
+            check_mirror_converged(&env, &a, &c);
+            dsts += 1;
+            c = env.collection(&format!("c{dsts}"));
         }
         round += 1;
     }
     assert!(kills >= 30, "only {kills} runs were killed mid-way");
-    env.ok(&["mirror", &a, &c, "--delete"]);
-    assert_eq!(env.identities(&c), env.identities(&a), "C holds exactly A's items");
+    check_mirror_converged(&env, &a, &c);
     env.ok(&["verify", &a]);
-    env.ok(&["verify", &c]);
-    let aliases = crate::env::sh(&format!("find '{c}/.ibip' -type l | wc -l"));
-    assert_eq!(aliases.trim(), "150", "one alias per item, none dangling");
-    assert!(control_empty(&c, "staging") && control_empty(&c, "trash"));
 }

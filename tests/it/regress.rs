@@ -418,7 +418,8 @@ fn regress_one_bad_entry_stops_the_run() {
     assert_eq!(env.ok(&["list", &dst2]).lines().len(), 2);
 }
 
-/// `mirror --delete` never deletes what SRC holds but could not see.
+/// Mirror never deletes what SRC holds but could not see (then with `--delete`;
+/// now mirror never deletes at all).
 #[test]
 fn regress_mirror_delete_trusts_unseen() {
     let env = TestEnv::new();
@@ -430,8 +431,8 @@ fn regress_mirror_delete_trusts_unseen() {
     let real = env.path("moved-item");
     fs::rename(Path::new(&src).join(&name), &real).unwrap();
     std::os::unix::fs::symlink(&real, Path::new(&src).join(&name)).unwrap();
-    let run = env.run(&["mirror", &src, &dst, "--delete"]);
-    assert_code(&run, 1, "mirror --delete over a symlinked SRC item");
+    let run = env.run(&["mirror", &src, &dst]);
+    assert_code(&run, 1, "mirror over a symlinked SRC item");
     assert!(run.stdout.contains("stray entry"), "{}", run.stdout);
     assert_eq!(env.ok(&["list", &dst]).lines().len(), 3, "DST keeps every item");
     // A whole SRC folder behind a symlink: refused or reported, never deleted.
@@ -440,7 +441,7 @@ fn regress_mirror_delete_trusts_unseen() {
     fs::rename(&real, Path::new(&src).join(&name)).unwrap();
     fs::rename(Path::new(&src).join(&subdomain), env.path("moved-subdomain")).unwrap();
     std::os::unix::fs::symlink(env.path("moved-subdomain"), Path::new(&src).join(&subdomain)).unwrap();
-    let run = env.run(&["mirror", &src, &dst, "--delete"]);
+    let run = env.run(&["mirror", &src, &dst]);
     assert!(run.code == 1 || run.code == 2, "{run:?}");
     assert_eq!(env.ok(&["list", &dst]).lines().len(), 3, "DST keeps every item");
 }
@@ -914,7 +915,7 @@ fn regress_minter_behind_held_names() {
 }
 
 /// An item that vanished from a collection (its folder deleted, its alias left) is
-/// reported by verify, and `mirror --delete` never takes its backup with it.
+/// reported by verify, and mirror never takes its backup with it.
 #[test]
 fn regress_vanished_item_takes_its_backup() {
     let env = TestEnv::new();
@@ -925,11 +926,11 @@ fn regress_vanished_item_takes_its_backup() {
     fs::remove_dir_all(Path::new(&src).join(&victim)).unwrap();
     let run = env.fails(&["verify", &src], 1);
     assert!(run.stdout.contains(&victim) && run.stdout.contains("missing"), "{}", run.stdout);
-    let run = env.fails(&["mirror", &src, &dst, "--delete"], 1);
+    let run = env.fails(&["mirror", &src, &dst], 1);
     assert!(run.stdout.contains(&victim) && run.stdout.contains("vanished"), "{}", run.stdout);
     assert_eq!(item_count(&env, &dst), 3, "DST keeps the vanished item's copy");
     env.ok(&["verify", &dst]);
-    let run = env.fails(&["mirror", &src, &dst, "--delete"], 1);
+    let run = env.fails(&["mirror", &src, &dst], 1);
     assert_eq!(item_count(&env, &dst), 3, "and keeps it on the next run too: {}", run.stdout);
 }
 

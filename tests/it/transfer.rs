@@ -1,5 +1,5 @@
 //! copy, migrate and mirror end to end: incremental no-op runs, restoring and
-//! replacing items, --delete and its guards, conflicts, corrupt sources, the
+//! replacing items, never deleting, conflicts, corrupt sources, the
 //! write lock, symlink traps, cross-filesystem migrate, a full disk, a failing
 //! fsync, and mirror --watch.
 
@@ -44,7 +44,7 @@ fn mirror_of_200_items_then_a_no_op_run_changes_nothing() {
 }
 
 #[test]
-fn mirror_restores_a_deleted_item_and_replaces_a_changed_one() {
+fn mirror_restores_a_deleted_item_and_refuses_a_change_behind_its_back() {
     let env = TestEnv::new();
     let src = env.filled("src", 3, 2);
     let dst = env.collection("dst");
@@ -53,12 +53,15 @@ fn mirror_restores_a_deleted_item_and_replaces_a_changed_one() {
     fs::remove_dir_all(Path::new(&dst).join(&name)).unwrap();
     let run = env.ok(&["mirror", &src, &dst]);
     assert!(run.stderr.contains("copied 1,"), "{}", run.stderr);
+    // A change made behind ibi's back is no new version: verify names it, and
+    // mirror leaves DST's copy alone.
+    let before = env.identities(&dst);
     change_item(&Path::new(&src).join(&name), "Contact-Name: New Curator");
-    env.ok(&["verify", &src]);
-    let run = env.ok(&["mirror", &src, &dst]);
-    assert!(run.stderr.contains("replaced 1,"), "{}", run.stderr);
-    assert_eq!(env.identities(&src), env.identities(&dst));
-    assert!(fs::read_to_string(Path::new(&dst).join(&name).join("bag-info.txt")).unwrap().contains("New Curator"));
+    let run = env.fails(&["verify", &src], 1);
+    assert!(run.stdout.contains(&name) && run.stdout.contains("changed behind ibi's back"), "{}", run.stdout);
+    // A no-op mirror trusts SRC's inventory (verify is what reads every byte).
+    env.ok(&["mirror", &src, &dst]);
+    assert_eq!(env.identities(&dst), before);
     env.ok(&["verify", &dst]);
     assert!(control_empty(&dst, "staging") && control_empty(&dst, "trash"));
 }
@@ -92,30 +95,30 @@ fn checksum_repairs_a_damaged_dst_item_from_src() {
 }
 
 #[test]
-fn delete_and_max_delete() {
+fn mirror_never_deletes_and_refuses_delete() {
     let env = TestEnv::new();
     let src = env.filled("src", 2, 1);
     let dst = env.filled("dst", 3, 1);
-    let run = env.fails(&["mirror", &src, &dst, "--delete", "--max-delete", "2"], 1);
-    assert!(run.stderr.contains("deleted 2,") && run.stderr.contains("--max-delete reached"), "{}", run.stderr);
-    assert_eq!(env.identities(&dst).len(), 3);
-    let run = env.ok(&["mirror", &src, &dst, "--delete"]);
-    assert!(run.stderr.contains("deleted 1,"), "{}", run.stderr);
-    assert_eq!(env.identities(&src), env.identities(&dst));
+    let before = snapshot(Path::new(&dst));
+    for flags in [&["--delete"][..], &["--delete", "--max-delete", "2"]] {
+        let run = env.fails(&[&["mirror", &src, &dst][..], flags].concat(), 2);
+        assert!(run.stderr.contains("no longer deletes") && run.stderr.contains("ibi withdraw"), "{}", run.stderr);
+    }
+    assert_eq!(snapshot(Path::new(&dst)), before, "a refused --delete changes nothing");
+    let run = env.ok(&["mirror", &src, &dst]);
+    assert!(run.stderr.contains("copied 2,"), "{}", run.stderr);
+    assert_eq!(env.identities(&dst).len(), 5, "DST keeps the items SRC never had");
     env.ok(&["verify", &dst]);
-    let aliases = sh(&format!("find '{dst}/.ibip' -type l | wc -l"));
-    assert_eq!(aliases.trim(), "2", "deleted items lose their aliases");
 }
 
 #[test]
-fn delete_refuses_an_empty_or_unmounted_src() {
+fn an_empty_or_unmounted_src_never_empties_dst() {
     let env = TestEnv::new();
     let empty = env.collection("empty");
     let dst = env.filled("dst", 2, 1);
-    let run = env.fails(&["mirror", &empty, &dst, "--delete"], 2);
-    assert!(run.stderr.contains("holds no items"), "{}", run.stderr);
+    env.ok(&["mirror", &empty, &dst]);
     fs::create_dir(env.path("mnt")).unwrap();
-    let run = env.fails(&["mirror", env.path("mnt").to_str().unwrap(), &dst, "--delete"], 2);
+    let run = env.fails(&["mirror", env.path("mnt").to_str().unwrap(), &dst], 2);
     assert!(run.stderr.contains("not an ibi collection"), "{}", run.stderr);
     assert_eq!(env.identities(&dst).len(), 2);
 }
@@ -216,7 +219,7 @@ fn symlink_traps_in_dst_never_reach_the_sentinel() {
     let run = env.fails(&["copy", &src, &dst], 1);
     assert!(run.stdout.contains("not an item directory"), "{}", run.stdout);
     assert_eq!(snapshot(&sentinel), before);
-    env.ok(&["mirror", &src, &dst, "--delete"]);
+    env.ok(&["mirror", &src, &dst]);
     assert_eq!(snapshot(&sentinel), before);
     assert_eq!(env.identities(&src), env.identities(&dst));
     env.ok(&["migrate", &src, &dst]);
@@ -306,7 +309,7 @@ fn dry_run_changes_nothing() {
     let dst = env.filled("dst", 1, 1);
     let before = (snapshot(Path::new(&src)), snapshot(Path::new(&dst)));
     for cmd in [
-        &["mirror", &src, &dst, "--delete", "--dry-run"][..],
+        &["mirror", &src, &dst, "--dry-run"][..],
         &["migrate", &src, &dst, "--dry-run"],
         &["copy", &src, &dst, "--dry-run"],
     ] {

@@ -144,6 +144,22 @@ impl Store for Collection {
         Ok((Box::new(opened.file), opened.meta.modified().ok()))
     }
 
+    /// Identity digests from the inventory, which records each one as its item is
+    /// placed; an item it does not record is read from its bag. A change made behind
+    /// ibi's back is found by `verify`, which compares the two.
+    fn identities(&self, names: &[RepositoryName]) -> Vec<Result<String>> {
+        use rayon::prelude::*;
+        let records = self.records(names).unwrap_or_else(|_| vec![None; names.len()]);
+        names
+            .par_iter()
+            .zip(records)
+            .map(|(name, record)| match record {
+                Some(record) if record.status != crate::store::Status::Removed => Ok(record.current().digest.clone()),
+                _ => crate::store::identity_digest(self, name),
+            })
+            .collect()
+    }
+
     fn collection_id(&self) -> Option<String> {
         self.id.get().cloned()
     }
