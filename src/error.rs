@@ -85,6 +85,10 @@ pub enum Error {
     #[error("cannot watch {}: {problem}", path.display())]
     Watch { path: PathBuf, problem: String },
 
+    /// The item was withdrawn: its name resolves to a tombstone.
+    #[error("{name} is withdrawn (on {date}): {reason}")]
+    Withdrawn { name: String, date: String, reason: String },
+
     /// Damaged data met on the way (a corrupt source bag): the run stops for this item.
     #[error("{what}: {problem}")]
     Data { what: String, problem: String },
@@ -106,7 +110,7 @@ impl Error {
             Error::Io { .. } | Error::CorruptState { .. } | Error::ClockBehind { .. } | Error::Watch { .. } => {
                 ErrorClass::Operational
             }
-            Error::AlreadyExists { .. } | Error::Data { .. } => ErrorClass::Data,
+            Error::AlreadyExists { .. } | Error::Data { .. } | Error::Withdrawn { .. } => ErrorClass::Data,
             Error::Locked { .. } => ErrorClass::Busy,
         }
     }

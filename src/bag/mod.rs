@@ -18,7 +18,7 @@ use crate::fsx::{hash_file, write_new};
 pub use files::{BagFiles, DirBag};
 pub use info::{BagInfo, Oxum};
 pub use manifest::ManifestEntry;
-pub use verify::{verify_bag, verify_bag_using, BagCheck, DigestSource};
+pub use verify::{verify_bag, verify_bag_using, verify_standalone, BagCheck, DigestSource};
 
 pub const BAGIT_TXT: &str = "bagit.txt";
 pub const BAG_INFO_TXT: &str = "bag-info.txt";

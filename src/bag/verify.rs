@@ -361,7 +361,7 @@ fn check_versions(
         }
         let sub = SubBag { outer: bag.0, prefix: dir.clone() };
         let inner = |rel: &str, also: &[Algorithm]| digests(&format!("{dir}/{rel}"), also);
-        let found = verify_bag_using(&sub, item, &inner);
+        let found = verify_with(&sub, item, &inner, false);
         check.bytes += found.bytes;
         check.problems.extend(found.problems.into_iter().map(|mut p| {
             p.file = Some(p.file.map_or(dir.clone(), |f| format!("{dir}/{f}")));
@@ -397,6 +397,17 @@ pub fn verify_bag(files: &dyn BagFiles, item: &str, on_bytes: &(dyn Fn(u64) + Sy
 
 /// `verify_bag` with digests taken from `digests`.
 pub fn verify_bag_using(files: &dyn BagFiles, item: &str, digests: DigestSource) -> BagCheck {
+    verify_with(files, item, digests, true)
+}
+
+/// Verifies a bag written out of a collection (an export): a plain bag, whose
+/// bag-info may record earlier versions it does not carry.
+pub fn verify_standalone(files: &dyn BagFiles, item: &str) -> BagCheck {
+    let hash = |rel: &str, also: &[Algorithm]| files.digests(rel, also);
+    verify_with(files, item, &hash, false)
+}
+
+fn verify_with(files: &dyn BagFiles, item: &str, digests: DigestSource, with_history: bool) -> BagCheck {
     let mut check = BagCheck::default();
     match files.root_kind() {
         Ok(FileKind::Dir) => {}
@@ -430,7 +441,7 @@ pub fn verify_bag_using(files: &dyn BagFiles, item: &str, digests: DigestSource)
         }
     }
     check.files = payload.len() as u64;
-    if let Some(info) = check.info.clone() {
+    if let Some(info) = check.info.clone().filter(|_| with_history) {
         check_versions((files, &listing), item, &info, digests, &mut check);
     }
     check_payload((files, &listing), item, &tree, &payload, digests, &mut check);

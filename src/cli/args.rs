@@ -80,6 +80,42 @@ pub enum Command {
         /// Repository name or IBIp, in any letter case.
         name: String,
     },
+    /// Show an item: identifiers, status, bag-info, version history, files and size.
+    #[command(after_help = "Examples:
+  ibi show /srv/library 8JMKD3MGP8W/34PGRBS
+  ibi --json show /srv/library sid.inpe.br/mtc-m18/2009/02.16.17.46 | jq .versions")]
+    Show {
+        /// The collection's root folder.
+        root: PathBuf,
+        /// Repository name or IBIp, in any letter case.
+        name: String,
+    },
+    /// Make a new version of an item: change bag-info, add or remove payload files.
+    #[command(after_help = "Examples:
+  ibi update /srv/library 8JMKD3MGP8W/34PGRBS --meta Title=\"Corrected title\"
+  ibi update /srv/library 8JMKD3MGP8W/34PGRBS --add errata.pdf --add v2.pdf=report.pdf
+  ibi update /srv/library 8JMKD3MGP8W/34PGRBS --remove draft.docx --unset Contact-Phone")]
+    Update(UpdateArgs),
+    /// Withdraw items: a tombstone keeps each name forever; bytes are kept out of service.
+    #[command(after_help = "Examples:
+  ibi withdraw /srv/library 8JMKD3MGP8W/34PGRBS --reason \"duplicate of 8JMKD3MGP8W/34PGRBT\"
+  ibi withdraw /srv/library sid.inpe.br/mtc-m18/2009/02.16.17.46 --reason \"court order\" --purge")]
+    Withdraw(WithdrawArgs),
+    /// Write one version of an item out as a standalone BagIt bag.
+    #[command(after_help = "Examples:
+  ibi export /srv/library 8JMKD3MGP8W/34PGRBS /tmp/item
+  ibi export /srv/library 8JMKD3MGP8W/34PGRBS /tmp/item-v1 --version 1")]
+    Export {
+        /// The collection's root folder.
+        root: PathBuf,
+        /// Repository name or IBIp, in any letter case.
+        name: String,
+        /// The bag to write (must not exist).
+        dir: PathBuf,
+        /// Which version (default: the current one).
+        #[arg(long, value_name = "N")]
+        version: Option<u32>,
+    },
     /// Copy items from SRC to DST (verified; never overwrites).
     #[command(after_help = "Examples:
   ibi copy /srv/library /mnt/usb/library               # every item DST lacks
@@ -361,9 +397,53 @@ pub struct VerifyArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct UpdateArgs {
+    /// The collection's root folder.
+    pub root: PathBuf,
+    /// Repository name or IBIp of the item.
+    pub name: String,
+    /// Set a bag-info field, replacing its earlier values.
+    #[arg(long = "meta", value_name = "K=V", value_parser = parse_meta)]
+    pub meta: Vec<(String, String)>,
+    /// Drop a bag-info field.
+    #[arg(long, value_name = "K")]
+    pub unset: Vec<String>,
+    /// Add (or replace) a payload file: PATH, stored as data/<its name>, or PATH=DATA_PATH.
+    #[arg(long, value_name = "PATH[=DATA_PATH]")]
+    pub add: Vec<String>,
+    /// Leave a payload file out of the new version (a path inside data/).
+    #[arg(long, value_name = "DATA_PATH")]
+    pub remove: Vec<String>,
+    /// Wait up to SECS for another writer to finish.
+    #[arg(long, value_name = "SECS")]
+    pub wait: Option<Seconds>,
+}
+
+#[derive(Debug, Args)]
+pub struct WithdrawArgs {
+    /// The collection's root folder.
+    pub root: PathBuf,
+    /// Repository names or IBIps of the items.
+    #[arg(required = true)]
+    pub names: Vec<String>,
+    /// Why, recorded in the tombstone and shown to whoever resolves the name.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: String,
+    /// Also destroy the bytes of every version (the tombstone and history remain).
+    #[arg(long)]
+    pub purge: bool,
+    /// Wait up to SECS for another writer to finish.
+    #[arg(long, value_name = "SECS")]
+    pub wait: Option<Seconds>,
+}
+
+#[derive(Debug, Args)]
 pub struct ListArgs {
     /// The collection's root folder.
     pub root: PathBuf,
+    /// Also list withdrawn items (their tombstones).
+    #[arg(long)]
+    pub withdrawn: bool,
     /// Only names dated at or after TIME (RFC 3339, POSIX seconds, or a day: 2026-11-22).
     #[arg(long, value_name = "TIME")]
     pub since: Option<Timestamp>,

@@ -99,13 +99,17 @@ pub fn list(global: GlobalArgs, args: &ListArgs) -> Result<Outcome> {
     let collection = ibi::store::open(&args.root)?;
     let collection = collection.as_ref();
     let printer = Printer::new(global);
-    for entry in list_items(collection, DateRange { since: args.since, until: args.until }) {
+    for entry in list_items(collection, DateRange { since: args.since, until: args.until }, args.withdrawn) {
         if super::stdout_gone() {
             break;
         }
-        let (name, ibip) = entry?;
+        let (name, ibip, status) = entry?;
         if printer.json() {
-            printer.line(&json!({"name": name.to_string(), "ibip": ibip.map(|i| i.to_string())}).to_string());
+            let line =
+                json!({"name": name.to_string(), "ibip": ibip.map(|i| i.to_string()), "status": status.as_str()});
+            printer.line(&line.to_string());
+        } else if status == ibi::store::Status::Withdrawn {
+            printer.line(&format!("{}\twithdrawn", Minted { name, ibip }));
         } else {
             printer.line(&Minted { name, ibip }.to_string());
         }
@@ -117,6 +121,7 @@ pub fn resolve(global: GlobalArgs, root: &Path, name: &str) -> Result<Outcome> {
     let collection = ibi::store::open(root)?;
     let collection = collection.as_ref();
     let name = ibi::store::resolve(collection, name)?;
+    ibi::ops::item::in_service(collection, &name)?;
     let place = match collection.local_root() {
         Some(root) => root.join(name.to_string()).display().to_string(),
         None => format!("{}/{name}", collection.location()),

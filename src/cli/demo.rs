@@ -60,8 +60,8 @@ fn write_samples(dir: &Path) -> Result<PathBuf> {
 }
 
 fn print_list(printer: &Printer, collection: &Collection) -> Result<()> {
-    for entry in list(collection, DateRange::default()) {
-        let (name, ibip) = entry?;
+    for entry in list(collection, DateRange::default(), false) {
+        let (name, ibip, _) = entry?;
         printer.line(&ibi::Minted { name, ibip }.to_string());
     }
     Ok(())

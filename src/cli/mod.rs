@@ -8,6 +8,7 @@ mod demo;
 mod ident;
 mod printer;
 mod transfer;
+mod versions;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -93,6 +94,10 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
         Command::Verify(args) => collection::verify(g, args),
         Command::List(args) => collection::list(g, args),
         Command::Resolve { root, name } => collection::resolve(g, root, name),
+        Command::Show { root, name } => versions::show(g, root, name),
+        Command::Update(args) => versions::update(g, args),
+        Command::Withdraw(args) => versions::withdraw(g, args),
+        Command::Export { root, name, dir, version } => versions::export(g, root, name, dir, *version),
         Command::Watch(args) => collection::watch(g, args),
         Command::Copy(args) => transfer::copy(g, args, false),
         Command::Migrate(args) => transfer::copy(g, args, true),

@@ -1,9 +1,11 @@
-//! List: the items of a collection as (name, IBIp), sorted by name and
+//! List: the items of a collection as (name, IBIp, status), sorted by name and
 //! streamed, optionally limited to names whose date lies in `[since, until]`.
+//! The inventory serves it (withdrawn items only when asked for, items moved
+//! away never); a collection without an inventory yet is walked instead.
 
 use crate::error::Result;
 use crate::id::{Ibip, RepositoryName, Timestamp};
-use crate::store::{item_ibip, items, Store};
+use crate::store::{item_ibip, items, Status, Store};
 
 /// A filter on the date of the name.
 #[derive(Debug, Clone, Copy, Default)]
@@ -18,15 +20,26 @@ impl DateRange {
     }
 }
 
+/// One listed item.
+pub type ListedItem = (RepositoryName, Option<Ibip>, Status);
+
 /// Streams the items in range; stray entries are skipped (verify reports them).
-pub fn list(store: &dyn Store, range: DateRange) -> impl Iterator<Item = Result<(RepositoryName, Option<Ibip>)>> + '_ {
-    items(store).filter_map(move |item| match item {
+pub fn list(store: &dyn Store, range: DateRange, withdrawn: bool) -> Box<dyn Iterator<Item = Result<ListedItem>> + '_> {
+    if store.has_inventory() {
+        let wanted = move |status: Status| status == Status::Present || (withdrawn && status == Status::Withdrawn);
+        return Box::new(store.all_records().filter_map(move |record| match record {
+            Err(e) => Some(Err(e)),
+            Ok(r) if !wanted(r.status) || !range.contains(r.name.date()) => None,
+            Ok(r) => Some(Ok((r.name, r.ibip, r.status))),
+        }));
+    }
+    Box::new(items(store).filter_map(move |item| match item {
         Err(e) => Some(Err(e)),
         Ok(name) if !range.contains(name.date()) => None,
         Ok(name) => {
             // A damaged bag-info still lists by name; verify reports the damage.
             let ibip = item_ibip(store, &name).ok().flatten();
-            Some(Ok((name, ibip)))
+            Some(Ok((name, ibip, Status::Present)))
         }
-    })
+    }))
 }

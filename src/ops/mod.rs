@@ -6,6 +6,7 @@ pub mod copy;
 pub mod deposit;
 pub mod driver;
 pub mod foreign_bag;
+pub mod item;
 pub mod list;
 pub mod mirror;
 mod over_any_store;
@@ -14,6 +15,7 @@ pub mod report;
 pub mod source;
 pub mod survey;
 pub mod transfer;
+pub mod update;
 pub mod verify;
 pub mod watch;
 

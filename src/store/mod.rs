@@ -178,6 +178,14 @@ pub trait Store: Send + Sync {
     fn stage_dir(&self, stage: StageId, rel: &str) -> Result<()>;
     /// Writes a new file into the staged item, hashing as it writes.
     fn stage_file(&self, stage: StageId, rel: &str, from: FileSource) -> std::result::Result<Digests, CopyError>;
+    /// Puts a file of item `name` into the staged item at `rel` unchanged, sharing its
+    /// bytes where the backend can (local: a hard link); by default, a copy.
+    fn stage_link(&self, stage: StageId, rel: &str, name: &RepositoryName, from: &str) -> Result<()> {
+        let origin = std::path::PathBuf::from(format!("{}/{name}/{from}", self.location()));
+        let (mut reader, mtime) = self.open(name, from).map_err(|e| Error::io("open", &origin, e))?;
+        let source = FileSource { reader: &mut reader, origin: &origin, mtime, also: &[], progress: &|_| {} };
+        self.stage_file(stage, rel, source).map(drop).map_err(Error::from)
+    }
     /// The staged item's files, to verify before placing.
     fn staged_files<'a>(&'a self, stage: StageId) -> Box<dyn BagFiles + 'a>;
     /// Drops a staged item that will not be placed (nothing if it was placed).

@@ -11,4 +11,5 @@ mod regress;
 mod transfer;
 mod uniqueness;
 mod verify;
+mod versions;
 mod watch;

@@ -234,6 +234,29 @@ impl Store for Collection {
         fsx::write_hashing(from.reader, from.origin, &path, from.mtime, mode)
     }
 
+    /// A hard link: the earlier version and the new one share the file's bytes. Only
+    /// a regular file is linked; where a link cannot be made, the file is copied.
+    fn stage_link(&self, stage: StageId, rel: &str, name: &RepositoryName, from: &str) -> Result<()> {
+        check_path(from)
+            .map_err(|why| Error::Invalid { what: "item path".into(), problem: format!("{from}: {why}") })?;
+        let source = self.layout.item(name).join(from);
+        let meta = fs::symlink_metadata(&source).with_path("inspect", &source)?;
+        if !meta.is_file() {
+            let problem = format!("{} is a {}, not a regular file", from, fsx::file_kind_name(&meta.file_type()));
+            return Err(Error::Data { what: format!("item {name}"), problem });
+        }
+        let target = self.staged_path(stage, rel)?;
+        match fs::hard_link(&source, &target) {
+            Ok(()) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EXDEV | libc::EPERM | libc::EMLINK)) => {
+                let (mut reader, mtime) = Store::open(self, name, from).with_path("open", &source)?;
+                let source = FileSource { reader: &mut reader, origin: &source, mtime, also: &[], progress: &|_| {} };
+                self.stage_file(stage, rel, source).map(drop).map_err(Error::from)
+            }
+            Err(e) => Err(Error::io("link", &target, e)),
+        }
+    }
+
     fn staged_files<'a>(&'a self, stage: StageId) -> Box<dyn BagFiles + 'a> {
         let table = self.stages.lock().unwrap_or_else(|p| p.into_inner());
         // An unknown token names a folder that cannot exist, never the current one.

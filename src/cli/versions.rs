@@ -1,0 +1,133 @@
+//! The commands on one item and its versions: `show`, `update`, `withdraw` and
+//! `export`. Each turns its arguments into one library call and prints the
+//! result as text or JSON.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use serde_json::json;
+
+use super::args::{GlobalArgs, Seconds, UpdateArgs, WithdrawArgs};
+use super::printer::Printer;
+use super::Outcome;
+use ibi::id::minter::SystemClock;
+use ibi::ops::item::{export as export_item, show as show_item, ItemView};
+use ibi::ops::update::{update as update_item, Changes, Updated, Withdraw};
+use ibi::store::LockWait;
+
+fn lock_wait(wait: Option<Seconds>) -> LockWait {
+    wait.map_or(LockWait::No, |secs| LockWait::For(secs.0))
+}
+
+fn view_json(view: &ItemView) -> serde_json::Value {
+    let r = &view.record;
+    json!({
+        "name": r.name.to_string(),
+        "ibip": r.ibip.map(|i| i.to_string()),
+        "status": r.status.as_str(),
+        "version": r.current().number,
+        "identity": r.current().digest,
+        "origin": r.origin,
+        "withdrawn": r.withdrawn.as_ref().map(|w| json!({"date": w.date, "reason": w.reason})),
+        "versions": r.versions,
+        "files": view.files,
+        "bytes": view.bytes,
+        "bag_info": view.info.fields.iter().map(|(l, v)| json!([l, v])).collect::<Vec<_>>(),
+    })
+}
+
+fn view_text(printer: &Printer, view: &ItemView) {
+    let r = &view.record;
+    printer.line(&format!("name:     {}", r.name));
+    printer.line(&format!("ibip:     {}", r.ibip.map_or("-".into(), |i| i.to_string())));
+    printer.line(&format!("status:   {}", r.status.as_str()));
+    if let Some(w) = &r.withdrawn {
+        printer.line(&format!("withdrawn: {} — {}", w.date, w.reason));
+    }
+    printer.line(&format!("version:  {} of {}", r.current().number, r.versions.len()));
+    printer.line(&format!("payload:  {} files, {}", view.files, printer.size(view.bytes)));
+    printer.line(&format!("origin:   {}", r.origin.as_deref().unwrap_or("unknown")));
+    printer.line("history:");
+    for v in &r.versions {
+        printer.line(&format!("  {}  {}  {}", v.number, v.date, v.digest));
+    }
+    printer.line("bag-info:");
+    for (label, value) in &view.info.fields {
+        printer.line(&format!("  {label}: {value}"));
+    }
+}
+
+pub fn show(global: GlobalArgs, root: &Path, name: &str) -> Result<Outcome> {
+    let store = ibi::store::open(root)?;
+    let view = show_item(store.as_ref(), name)?;
+    let printer = Printer::new(global);
+    if printer.json() {
+        printer.line(&view_json(&view).to_string());
+    } else {
+        view_text(&printer, &view);
+    }
+    Ok(Outcome::Success)
+}
+
+fn print_updated(printer: &Printer, updated: &Updated, what: &str) {
+    if printer.json() {
+        let line = json!({"name": updated.name.to_string(), "version": updated.version, "identity": updated.digest,
+            "status": what, "files": updated.files, "bytes": updated.bytes});
+        printer.line(&line.to_string());
+    } else {
+        printer.line(&format!("{}\tversion {}\t{what}", updated.name, updated.version));
+    }
+}
+
+/// `PATH` (stored under its own file name) or `PATH=DATA_PATH`.
+fn parse_add(text: &str) -> Result<(PathBuf, String)> {
+    if let Some((from, to)) = text.split_once('=') {
+        return Ok((PathBuf::from(from), to.to_string()));
+    }
+    let from = PathBuf::from(text);
+    let name = from.file_name().and_then(|n| n.to_str()).ok_or_else(|| ibi::Error::Invalid {
+        what: "--add".into(),
+        problem: format!("{text} has no file name; write PATH=DATA_PATH"),
+    })?;
+    Ok((from.clone(), name.to_string()))
+}
+
+pub fn update(global: GlobalArgs, args: &UpdateArgs) -> Result<Outcome> {
+    let store = ibi::store::open(&args.root)?;
+    let changes = Changes {
+        set: args.meta.clone(),
+        unset: args.unset.clone(),
+        add: args.add.iter().map(|a| parse_add(a)).collect::<Result<_>>()?,
+        remove: args.remove.clone(),
+        withdraw: None,
+    };
+    let updated = update_item(store.as_ref(), &args.name, &changes, &SystemClock, lock_wait(args.wait))?;
+    print_updated(&Printer::new(global), &updated, "updated");
+    Ok(Outcome::Success)
+}
+
+pub fn withdraw(global: GlobalArgs, args: &WithdrawArgs) -> Result<Outcome> {
+    let store = ibi::store::open(&args.root)?;
+    let printer = Printer::new(global);
+    let changes =
+        Changes { withdraw: Some(Withdraw { reason: args.reason.clone(), purge: args.purge }), ..Changes::default() };
+    for name in &args.names {
+        let updated = update_item(store.as_ref(), name, &changes, &SystemClock, lock_wait(args.wait))?;
+        print_updated(&printer, &updated, if args.purge { "withdrawn, purged" } else { "withdrawn" });
+    }
+    Ok(Outcome::Success)
+}
+
+pub fn export(global: GlobalArgs, root: &Path, name: &str, dir: &Path, version: Option<u32>) -> Result<Outcome> {
+    let store = ibi::store::open(root)?;
+    let exported = export_item(store.as_ref(), name, dir, version)?;
+    let printer = Printer::new(global);
+    if printer.json() {
+        let line = json!({"name": exported.name.to_string(), "version": exported.version,
+            "path": exported.path.display().to_string(), "files": exported.files});
+        printer.line(&line.to_string());
+    } else {
+        printer.line(&exported.path.display().to_string());
+    }
+    Ok(Outcome::Success)
+}

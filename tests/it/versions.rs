@@ -1,0 +1,195 @@
+//! Collections that remember: versions (`update`, `show`, `export`), withdrawal
+//! with tombstones, mirror that only moves forward, and the inventory (verify
+//! against it, rebuilt when lost).
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::env::{bagit_py, sh, TestEnv};
+
+fn first(env: &TestEnv, root: &str) -> String {
+    env.ok(&["list", root]).lines()[0].split('\t').next().unwrap().to_string()
+}
+
+fn show(env: &TestEnv, root: &str, name: &str) -> Value {
+    serde_json::from_str(env.ok(&["--json", "show", root, name]).stdout.trim()).unwrap()
+}
+
+fn bagit_valid(path: &Path) -> bool {
+    std::process::Command::new(bagit_py()).arg("--validate").arg(path).output().unwrap().status.success()
+}
+
+#[test]
+fn update_makes_a_new_version_and_keeps_every_earlier_one() {
+    let env = TestEnv::new();
+    let lib = env.collection("lib");
+    let a = env.write("src/a.txt", b"first file\n");
+    let b = env.write("src/b.txt", b"second file\n");
+    let name = env.ok(&["deposit", &lib, a.to_str().unwrap(), b.to_str().unwrap()]).pairs()[0].0.clone();
+    let v1 = show(&env, &lib, &name);
+    let added = env.write("errata.txt", b"errata\n");
+    let added = format!("{}=notes/errata.txt", added.display());
+    let run = env.ok(&["update", &lib, &name, "--meta", "Title=Corrected", "--add", &added, "--remove", "b.txt"]);
+    assert!(run.stdout.contains("version 2"), "{}", run.stdout);
+    let v2 = show(&env, &lib, &name);
+    assert_eq!(
+        (v2["version"].as_u64(), v2["status"].as_str(), v2["files"].as_u64()),
+        (Some(2), Some("present"), Some(2))
+    );
+    assert_eq!(v2["versions"][0]["digest"], v1["identity"], "version 1's identity is kept in the history");
+    let item = Path::new(&lib).join(&name);
+    assert!(fs::read_to_string(item.join("bag-info.txt")).unwrap().contains("Title: Corrected"));
+    assert!(!item.join("data/b.txt").exists() && item.join("ibi-versions/1/data/b.txt").exists());
+    assert_eq!(fs::metadata(item.join("data/a.txt")).unwrap().nlink(), 2, "unchanged files are shared, not copied");
+    env.ok(&["verify", &lib]);
+    assert!(bagit_valid(&item), "the current version is a plain bag");
+    // Export both versions; each is a standalone bag holding what that version held.
+    env.ok(&["export", &lib, &name, env.path("v1").to_str().unwrap(), "--version", "1"]);
+    env.ok(&["export", &lib, &name, env.path("v2").to_str().unwrap()]);
+    assert!(bagit_valid(&env.path("v1")) && bagit_valid(&env.path("v2")));
+    assert_eq!(fs::read(env.path("v1/data/b.txt")).unwrap(), b"second file\n");
+    assert_eq!(fs::read(env.path("v2/data/notes/errata.txt")).unwrap(), b"errata\n");
+    assert!(!env.path("v2/ibi-versions").exists());
+    let run = env.fails(&["export", &lib, &name, env.path("v1").to_str().unwrap()], 1);
+    assert!(run.stderr.contains("already exists"), "{}", run.stderr);
+    let run = env.fails(&["export", &lib, &name, env.path("v9").to_str().unwrap(), "--version", "9"], 2);
+    assert!(run.stderr.contains("versions 1 to 2"), "{}", run.stderr);
+    // Damage to an earlier version is found by verify.
+    fs::remove_file(item.join("ibi-versions/1/data/b.txt")).unwrap();
+    let run = env.fails(&["verify", &lib], 1);
+    assert!(run.stdout.contains("ibi-versions/1/data/b.txt"), "{}", run.stdout);
+}
+
+#[test]
+fn update_refuses_what_makes_no_sense() {
+    let env = TestEnv::new();
+    let lib = env.filled("lib", 1, 1);
+    let name = first(&env, &lib);
+    let before = env.identities(&lib);
+    for (args, says) in [
+        (&[][..], "nothing to change"),
+        (&["--meta", "Ibi-Version=7"], "written by ibi"),
+        (&["--meta", "External-Identifier=x"], "written by ibi"),
+        (&["--remove", "no-such.txt"], "no payload file"),
+        (&["--add", "/no/such/file"], "is not a file"),
+        (&["--add", "x.txt=../escape.txt"], ".."),
+    ] {
+        let run = env.fails(&[&["update", &lib, &name][..], args].concat(), 2);
+        assert!(run.stderr.contains(says), "{args:?}: {}", run.stderr);
+    }
+    assert_eq!(env.identities(&lib), before, "a refused update changes nothing");
+}
+
+#[test]
+fn withdrawal_is_a_tombstone_that_mirror_carries_and_minting_respects() {
+    let env = TestEnv::new();
+    let lib = env.filled("lib", 2, 1);
+    let dst = env.collection("dst");
+    env.ok(&["mirror", &lib, &dst]);
+    let name = first(&env, &lib);
+    let states = sh(&format!("cat '{lib}/.ibi/minter.state' {}/*.state", crate::env::minter_dir(env.root()).display()));
+    env.ok(&["withdraw", &lib, &name, "--reason", "duplicate of another item"]);
+    let run = env.fails(&["resolve", &lib, &name], 1);
+    assert!(run.stderr.contains("withdrawn") && run.stderr.contains("duplicate of another item"), "{}", run.stderr);
+    assert_eq!(env.ok(&["list", &lib]).lines().len(), 1, "list omits withdrawn items");
+    let all = env.ok(&["list", &lib, "--withdrawn"]).stdout;
+    assert!(all.contains(&format!("{name}\t")) && all.contains("withdrawn"), "{all}");
+    assert_eq!(show(&env, &lib, &name)["status"], "withdrawn");
+    let item = Path::new(&lib).join(&name);
+    assert!(item.join("ibi-versions/1/data").is_dir(), "the bytes are kept out of service");
+    env.ok(&["verify", &lib]);
+    // The tombstone reaches the mirror as a later version.
+    let run = env.ok(&["mirror", &lib, &dst]);
+    assert!(run.stderr.contains("replaced 1,"), "{}", run.stderr);
+    assert!(env.fails(&["resolve", &dst, &name], 1).stderr.contains("withdrawn"));
+    let run = env.fails(&["update", &lib, &name, "--meta", "Title=back"], 1);
+    assert!(run.stderr.contains("withdrawn"), "{}", run.stderr);
+    // Roll the minter states back to before the withdrawal: the name is still never given again.
+    let dir = crate::env::minter_dir(env.root());
+    let state = fs::read_dir(&dir).unwrap().next().unwrap().unwrap().path();
+    let mut lines = states.lines();
+    fs::write(format!("{lib}/.ibi/minter.state"), format!("{}\n", lines.next().unwrap())).unwrap();
+    fs::write(&state, format!("{}\n", lines.next().unwrap())).unwrap();
+    let again = env.write("again.txt", b"new\n");
+    let minted = env.ok(&["deposit", &lib, again.to_str().unwrap()]).pairs()[0].0.clone();
+    assert!(minted > name, "{minted} after the withdrawn {name}");
+    // Purge: the tombstone stays, the bytes go.
+    let other = first(&env, &dst);
+    assert_ne!(other, name, "list omits the withdrawn item in DST too");
+    env.ok(&["withdraw", &dst, &other, "--reason", "court order", "--purge"]);
+    let gone = Path::new(&dst).join(&other);
+    assert!(!gone.join("ibi-versions").exists() && fs::read_dir(gone.join("data")).unwrap().next().is_none());
+    env.ok(&["verify", &dst]);
+    assert!(bagit_valid(&gone));
+}
+
+#[test]
+fn mirror_fast_forwards_and_refuses_divergence() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 3, 1);
+    let b = env.collection("b");
+    env.ok(&["mirror", &a, &b]);
+    let name = first(&env, &a);
+    env.ok(&["update", &a, &name, "--meta", "Title=Second"]);
+    let run = env.ok(&["mirror", &a, &b]);
+    assert!(run.stderr.contains("replaced 1,") && run.stderr.contains("skipped 2,"), "{}", run.stderr);
+    assert_eq!(show(&env, &b, &name)["versions"], show(&env, &a, &name)["versions"], "history is replicated");
+    env.ok(&["verify", &b]);
+    // B ahead of A: a conflict, B untouched.
+    env.ok(&["update", &b, &name, "--meta", "Title=Third in B"]);
+    let before = env.identities(&b);
+    let run = env.fails(&["mirror", &a, &b], 1);
+    assert!(run.stdout.contains("DST is ahead"), "{}", run.stdout);
+    assert_eq!(env.identities(&b), before);
+    // Diverged: each made its own version 3.
+    env.ok(&["update", &a, &name, "--meta", "Title=Third in A"]);
+    let run = env.fails(&["mirror", &a, &b], 1);
+    assert!(run.stdout.contains("diverged"), "{}", run.stdout);
+    assert_eq!(env.identities(&b), before);
+    assert!(run.stderr.contains("conflicts 1,"), "{}", run.stderr);
+}
+
+#[test]
+fn verify_compares_the_collection_with_its_inventory() {
+    let env = TestEnv::new();
+    let lib = env.filled("lib", 2, 1);
+    let other = env.filled("other", 1, 1);
+    let stranger = first(&env, &other);
+    // An item placed behind ibi's back.
+    let from = Path::new(&other).join(&stranger);
+    let to = Path::new(&lib).join(&stranger);
+    fs::create_dir_all(to.parent().unwrap()).unwrap();
+    sh(&format!("cp -a '{}' '{}'", from.display(), to.display()));
+    let run = env.fails(&["verify", &lib], 1);
+    assert!(run.stdout.contains(&stranger) && run.stdout.contains("unknown item"), "{}", run.stdout);
+    fs::remove_dir_all(&to).unwrap();
+    // An item gone, alias and all: the inventory still knows it.
+    let name = first(&env, &lib);
+    fs::remove_dir_all(Path::new(&lib).join(&name)).unwrap();
+    sh(&format!("find '{lib}/.ibip' -type l -delete"));
+    let run = env.fails(&["verify", &lib], 1);
+    assert!(run.stdout.contains(&name) && run.stdout.contains("missing"), "{}", run.stdout);
+}
+
+#[test]
+fn a_lost_inventory_is_rebuilt_from_the_bags() {
+    let env = TestEnv::new();
+    let lib = env.filled("lib", 3, 1);
+    let name = first(&env, &lib);
+    env.ok(&["update", &lib, &name, "--meta", "Title=Second"]);
+    let expected = show(&env, &lib, &name);
+    let listed = env.ok(&["list", &lib]).stdout;
+    sh(&format!("rm -f '{lib}'/.ibi/inventory.sqlite*"));
+    // Read-only commands walk the bags meanwhile; the next write rebuilds the inventory.
+    assert_eq!(env.ok(&["list", &lib]).stdout, listed);
+    env.ok(&["verify", &lib]);
+    let extra = env.write("extra.txt", b"extra\n");
+    env.ok(&["-q", "deposit", &lib, extra.to_str().unwrap()]);
+    assert!(Path::new(&lib).join(".ibi/inventory.sqlite").is_file());
+    assert_eq!(env.ok(&["list", &lib]).lines().len(), 4);
+    assert_eq!(show(&env, &lib, &name)["versions"], expected["versions"]);
+    env.ok(&["verify", &lib]);
+}
