@@ -3,6 +3,7 @@
 //! after a final clean run every item is present exactly once, verifies on both
 //! sides, and staging and trash are empty.
 
+use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::env::{control_empty, TestEnv};
@@ -132,4 +133,59 @@ fn mirror_killed_at_random_moments_converges() {
     assert!(kills >= 30, "only {kills} runs were killed mid-way");
     check_mirror_converged(&env, &a, &c);
     env.ok(&["verify", &a]);
+}
+
+/// Version numbers of an item, from `show --json`.
+fn versions(env: &TestEnv, root: &str, name: &str) -> Vec<u64> {
+    let shown: serde_json::Value = serde_json::from_str(env.ok(&["--json", "show", root, name]).stdout.trim()).unwrap();
+    shown["versions"].as_array().unwrap().iter().map(|v| v["number"].as_u64().unwrap()).collect()
+}
+
+/// Runs a command that may have been done already by a killed run: exit 0, or 1
+/// saying why it had nothing left to do (a withdrawn item).
+fn rerun(env: &TestEnv, args: &[&str]) {
+    let run = env.run(args);
+    assert!(run.code == 0 || (run.code == 1 && run.stderr.contains("withdrawn")), "{args:?}: {run:?}");
+}
+
+#[test]
+fn update_withdraw_and_repair_killed_at_random_moments_leave_one_consistent_version() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 3, 40);
+    let backup = env.collection("backup");
+    env.ok(&["mirror", &a, &backup]);
+    let names: Vec<String> =
+        env.ok(&["list", &a]).lines().iter().map(|l| l.split('\t').next().unwrap().to_string()).collect();
+    let (updated, repaired, withdrawn) = (&names[0], &names[1], &names[2]);
+    let span = full_run_ms(&env, &["update", &a, updated, "--meta", "Round=timing"]);
+    let mut dice = Dice::new();
+    let (mut kills, mut round) = (0, 0);
+    while kills < 24 && round < 120 {
+        let label = format!("Round={round}");
+        let args: Vec<&str> = match round % 3 {
+            0 | 1 => vec!["update", &a, updated, "--meta", &label],
+            _ if round % 9 == 8 => vec!["withdraw", &a, withdrawn, "--reason", "crash test"],
+            _ => {
+                let item = Path::new(&a).join(repaired);
+                if item.exists() {
+                    std::fs::remove_dir_all(&item).unwrap();
+                }
+                vec!["repair", &a, "--from", &backup]
+            }
+        };
+        if run_and_kill(&env, &args, Duration::from_millis(dice.below(span * 2))) {
+            kills += 1;
+            // Running it again completes it: recovery first, then the command.
+            rerun(&env, &args);
+        }
+        env.ok(&["verify", &a]);
+        round += 1;
+    }
+    assert!(kills >= 20, "only {kills} runs were killed mid-way");
+    let numbers = versions(&env, &a, updated);
+    assert_eq!(numbers, (1..=numbers.len() as u64).collect::<Vec<_>>(), "one chain of versions, none lost");
+    assert!(Path::new(&a).join(repaired).is_dir(), "the repaired item is back");
+    assert!(control_empty(&a, "staging") && control_empty(&a, "trash"));
+    let aliases = crate::env::sh(&format!("find '{a}/.ibip' -type l | wc -l"));
+    assert_eq!(aliases.trim(), "3", "one alias per item");
 }
