@@ -1007,3 +1007,69 @@ fn regress_old_collection_keeps_minting() {
     env.ok(&["mirror", &old, &new]);
     env.ok(&["deposit", &new, "late.txt"]);
 }
+
+/// A wrong SRC (another collection, holding one item) given to the README's old
+/// cron line `mirror --delete --max-delete 100` deleted the mirror's items. Mirror
+/// never deletes now: `--delete` is refused with the reason, and a plain mirror
+/// from the wrong SRC only adds what it holds.
+#[test]
+fn regress_wrong_src_empties_the_mirror() {
+    let env = TestEnv::new();
+    let real = env.filled("real", 20, 1);
+    let wrong = env.filled("wrong", 1, 1);
+    let dst = env.collection("dst");
+    env.ok(&["-q", "mirror", &real, &dst]);
+    let before = env.identities(&dst);
+    let run = env.run(&["-q", "mirror", &wrong, &dst, "--delete", "--max-delete", "100"]);
+    assert_code(&run, 2, "mirror --delete from a wrong SRC");
+    assert_eq!(env.identities(&dst), before, "not one mirror item is deleted");
+    env.ok(&["-q", "mirror", &wrong, &dst]);
+    let mut expected = before;
+    expected.extend(env.identities(&wrong));
+    assert_eq!(env.identities(&dst), expected, "DST keeps every item and gains the wrong SRC's one");
+}
+
+/// Two collections that minted one name for different items (as two collections
+/// of one subsystem could, each with its own minter state): mirror replaced DST's
+/// item with SRC's and said "replaced 1". Now it is a conflict and DST's item stays.
+#[test]
+fn regress_mirror_replaces_an_unrelated_item() {
+    let env = TestEnv::new();
+    let (a, b) = (env.path("a"), env.path("b"));
+    for (root, content) in [(&a, "item of A"), (&b, "item of B")] {
+        let root = root.display();
+        let script = format!(
+            "\"$IBI\" -q init {root} --host shared.example.org --ip 192.0.2.9 && echo '{content}' > f.txt && \
+             IBI_MINTER_DIR={root}-minters faketime '2026-03-01 12:00:00' \"$IBI\" -q deposit {root} f.txt"
+        );
+        assert_code(&sh_in(env.root(), &script), 0, "deposit at one faked instant");
+    }
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    assert_eq!(first_name(&env, a), first_name(&env, b), "the same name, for different items");
+    let before = env.identities(b);
+    let run = env.run(&["mirror", a, b]);
+    assert_code(&run, 1, "mirror of an unrelated item under one name");
+    assert!(run.stdout.contains("conflict") && run.stderr.contains("replaced 0,"), "{run:?}");
+    assert_eq!(env.identities(b), before, "B's item is untouched");
+    let name = first_name(&env, b);
+    assert_eq!(fs::read_to_string(Path::new(b).join(&name).join("data/f.txt")).unwrap(), "item of B\n");
+}
+
+/// There was no way to correct an item's metadata, add a file, withdraw an item,
+/// see an item's metadata, or take one version out as a bag.
+#[test]
+fn regress_no_way_to_correct_or_withdraw_an_item() {
+    let env = TestEnv::new();
+    let lib = env.filled("lib", 2, 1);
+    let name = first_name(&env, &lib);
+    let extra = env.write("extra.txt", b"extra\n");
+    env.ok(&["update", &lib, &name, "--meta", "Title=Corrected", "--add", extra.to_str().unwrap()]);
+    let shown = env.ok(&["show", &lib, &name]).stdout;
+    assert!(shown.contains("Title: Corrected") && shown.contains("version:  2 of 2"), "{shown}");
+    env.ok(&["export", &lib, &name, env.path("out").to_str().unwrap(), "--version", "1"]);
+    assert!(env.path("out/bagit.txt").is_file() && !env.path("out/data/extra.txt").exists());
+    env.ok(&["withdraw", &lib, &name, "--reason", "superseded"]);
+    assert_code(&env.run(&["resolve", &lib, &name]), 1, "resolve of a withdrawn item");
+    assert_eq!(item_count(&env, &lib), 1);
+    env.ok(&["verify", &lib]);
+}
