@@ -279,6 +279,12 @@ impl Planner<'_> {
                 (pair, known.unwrap_or(Known::Nothing))
             })
             .collect();
+        // Pairs both sides hold with one identity settle at once (a no-op run is all
+        // of them); the rest may read or copy, in parallel.
+        let settled = |pair: &Pair, known: &Known| matches!((pair, known), (Pair::Both(_), Known::Identities((Ok(s), Ok(d)))) if s == d && !self.options.checksum);
+        if paired.iter().all(|(pair, known)| settled(pair, known)) {
+            return paired.into_iter().map(|(pair, known)| self.plan(pair, known)).collect();
+        }
         paired.into_par_iter().map(|(pair, known)| self.plan(pair, known)).collect()
     }
 }

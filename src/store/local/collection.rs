@@ -34,6 +34,8 @@ pub struct Collection {
     pub(crate) minter_dir: Option<PathBuf>,
     /// The collection's id (from the config, or given by `upgrade`).
     pub(crate) id: std::sync::OnceLock<String>,
+    /// The inventory, opened once and shared by clones.
+    pub(crate) inventory: std::sync::Arc<super::inventory::InventoryHandle>,
 }
 
 fn id_of(config: &CollectionConfig) -> std::sync::OnceLock<String> {
@@ -173,6 +175,7 @@ impl Collection {
         Ok(Collection {
             layout,
             id: id_of(&config),
+            inventory: Default::default(),
             config,
             subsystem,
             stages: Default::default(),
@@ -198,6 +201,7 @@ impl Collection {
         Ok(Collection {
             layout,
             id: id_of(&config),
+            inventory: Default::default(),
             config,
             subsystem,
             stages: Default::default(),

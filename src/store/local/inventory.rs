@@ -171,19 +171,103 @@ impl Inventory {
     }
 
     /// The records of `names`, in the order asked.
-    pub fn get(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {
-        let sql = format!("SELECT {COLUMNS} FROM items WHERE prefix = ?1 AND suffix = ?2");
-        let mut select = self.conn.prepare_cached(&sql).map_err(|e| sql_error(&self.path, e))?;
-        names
-            .iter()
-            .map(|name| {
-                let found = select
-                    .query_row(params![name.prefix().to_string(), name.suffix().to_string()], row_to_record)
-                    .optional()
-                    .map_err(|e| sql_error(&self.path, e))?;
-                found.map(|f| self.decode(f)).transpose()
+    /// The records of `names`, in the order asked, read in one transaction (one
+    /// snapshot, and the file locks taken once).
+    pub fn get(&mut self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {
+        let path = self.path.clone();
+        let tx = self.conn.transaction().map_err(|e| sql_error(&path, e))?;
+        if let Some(found) = Self::get_sorted(&tx, &path, names)? {
+            tx.finish().map_err(|e| sql_error(&path, e))?;
+            return found.into_iter().map(|f| f.map(|f| self.decode(f)).transpose()).collect();
+        }
+        let found: Vec<Option<std::result::Result<ItemRecord, String>>> = {
+            let sql = format!("SELECT {COLUMNS} FROM items WHERE prefix = ?1 AND suffix = ?2");
+            let mut select = tx.prepare_cached(&sql).map_err(|e| sql_error(&path, e))?;
+            names
+                .iter()
+                .map(|name| {
+                    select
+                        .query_row(params![name.prefix().to_string(), name.suffix().to_string()], row_to_record)
+                        .optional()
+                        .map_err(|e| sql_error(&path, e))
+                })
+                .collect::<Result<_>>()?
+        };
+        tx.finish().map_err(|e| sql_error(&path, e))?;
+        found.into_iter().map(|f| f.map(|f| self.decode(f)).transpose()).collect()
+    }
+
+    /// Names asked in name order (a chunk of a walk) are read with one range scan
+    /// instead of one lookup each; `None` when they are few or not in order.
+    #[allow(clippy::type_complexity)]
+    fn get_sorted(
+        tx: &rusqlite::Transaction,
+        path: &Path,
+        names: &[RepositoryName],
+    ) -> Result<Option<Vec<Option<std::result::Result<ItemRecord, String>>>>> {
+        let key = |n: &RepositoryName| (n.prefix().to_string(), n.suffix().to_string());
+        let keys: Vec<(String, String)> = names.iter().map(key).collect();
+        if keys.len() < 8 || !keys.windows(2).all(|w| w[0] < w[1]) {
+            return Ok(None);
+        }
+        let (first, last) = (&keys[0], &keys[keys.len() - 1]);
+        let sql = format!(
+            "SELECT {COLUMNS} FROM items WHERE (prefix, suffix) >= (?1, ?2) AND (prefix, suffix) <= (?3, ?4) \
+             ORDER BY prefix, suffix"
+        );
+        let mut select = tx.prepare_cached(&sql).map_err(|e| sql_error(path, e))?;
+        let rows = select
+            .query_map(params![first.0, first.1, last.0, last.1], |row| {
+                Ok(((row.get::<_, String>(0)?, row.get::<_, String>(1)?), row_to_record(row)?))
             })
-            .collect()
+            .map_err(|e| sql_error(path, e))?;
+        let mut found: std::collections::HashMap<(String, String), _> = std::collections::HashMap::new();
+        for row in rows {
+            let (k, record) = row.map_err(|e| sql_error(path, e))?;
+            found.insert(k, record);
+        }
+        Ok(Some(keys.iter().map(|k| found.remove(k)).collect()))
+    }
+
+    /// The current identity digest of each of `names` that the inventory records as
+    /// held (present or withdrawn), without decoding whole records: what a no-op
+    /// mirror asks of every item. Names in walk order are read with one range scan.
+    pub fn held_digests(&mut self, names: &[RepositoryName]) -> Result<Vec<Option<String>>> {
+        let path = self.path.clone();
+        let tx = self.conn.transaction().map_err(|e| sql_error(&path, e))?;
+        let keys: Vec<(String, String)> =
+            names.iter().map(|n| (n.prefix().to_string(), n.suffix().to_string())).collect();
+        let mut found: std::collections::HashMap<(String, String), String> = std::collections::HashMap::new();
+        {
+            let held = "status != 'removed'";
+            let mut add = |sql: &str, args: &[&dyn rusqlite::ToSql]| -> Result<()> {
+                let mut select = tx.prepare_cached(sql).map_err(|e| sql_error(&path, e))?;
+                let rows = select
+                    .query_map(args, |row| Ok(((row.get(0)?, row.get(1)?), row.get(2)?)))
+                    .map_err(|e| sql_error(&path, e))?;
+                for row in rows {
+                    let (key, digest) = row.map_err(|e| sql_error(&path, e))?;
+                    found.insert(key, digest);
+                }
+                Ok(())
+            };
+            if keys.len() >= 8 && keys.windows(2).all(|w| w[0] < w[1]) {
+                let (first, last) = (&keys[0], &keys[keys.len() - 1]);
+                let sql = format!(
+                    "SELECT prefix, suffix, digest FROM items WHERE (prefix, suffix) >= (?1, ?2) \
+                     AND (prefix, suffix) <= (?3, ?4) AND {held}"
+                );
+                add(&sql, &[&first.0, &first.1, &last.0, &last.1])?;
+            } else {
+                let sql =
+                    format!("SELECT prefix, suffix, digest FROM items WHERE prefix = ?1 AND suffix = ?2 AND {held}");
+                for key in &keys {
+                    add(&sql, &[&key.0, &key.1])?;
+                }
+            }
+        }
+        tx.finish().map_err(|e| sql_error(&path, e))?;
+        Ok(keys.iter().map(|k| found.remove(k)).collect())
     }
 
     /// Up to `PAGE` records after `after`, in name order (`RepositoryName: Ord`
@@ -200,63 +284,79 @@ impl Inventory {
     }
 }
 
-/// Every record of the inventory at `path`, in name order, a page at a time.
-pub fn all(path: &Path) -> impl Iterator<Item = Result<ItemRecord>> + Send {
-    let path = path.to_path_buf();
-    let mut after: Option<RepositoryName> = None;
-    let mut done = false;
-    let mut buffer = std::collections::VecDeque::new();
-    std::iter::from_fn(move || loop {
-        if let Some(record) = buffer.pop_front() {
-            return Some(Ok(record));
-        }
-        if done {
-            return None;
-        }
-        let page = Inventory::open(&path).and_then(|inv| match inv {
-            Some(inv) => inv.page(after.as_ref()),
-            None => Ok(Vec::new()),
-        });
-        match page {
-            Err(e) => {
-                done = true;
-                return Some(Err(e));
-            }
-            Ok(page) => {
-                done = page.len() < PAGE;
-                after = page.last().map(|r: &ItemRecord| r.name.clone());
-                buffer.extend(page);
-            }
-        }
-    })
+/// A collection's open inventory, shared by the clones of its handle: opened on
+/// first use and kept, so a run opens the database once.
+#[derive(Default)]
+pub struct InventoryHandle(std::sync::Mutex<Option<Inventory>>);
+
+impl std::fmt::Debug for InventoryHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InventoryHandle")
+    }
 }
 
 impl super::Collection {
-    /// The collection's inventory, `None` before its first write (an older collection).
-    pub fn inventory(&self) -> Result<Option<Inventory>> {
-        Inventory::open(&self.layout.inventory())
+    /// Runs `work` on the collection's inventory; `None` before its first write (an
+    /// older collection, or one whose inventory was lost).
+    pub fn with_inventory<T>(&self, work: impl FnOnce(&mut Inventory) -> Result<T>) -> Result<Option<T>> {
+        let mut cached = self.inventory.0.lock().unwrap_or_else(|p| p.into_inner());
+        if cached.is_none() {
+            *cached = Inventory::open(&self.layout.inventory())?;
+        }
+        cached.as_mut().map(work).transpose()
+    }
+
+    /// Forgets the open inventory (it was rebuilt into a new file).
+    fn reopen_inventory(&self) {
+        *self.inventory.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Every record, in name order, a page at a time.
+    pub fn all_records(&self) -> impl Iterator<Item = Result<ItemRecord>> + Send + '_ {
+        let mut after: Option<RepositoryName> = None;
+        let mut done = false;
+        let mut buffer = std::collections::VecDeque::new();
+        std::iter::from_fn(move || loop {
+            if let Some(record) = buffer.pop_front() {
+                return Some(Ok(record));
+            }
+            if done {
+                return None;
+            }
+            match self.with_inventory(|inv| inv.page(after.as_ref())) {
+                Err(e) => {
+                    done = true;
+                    return Some(Err(e));
+                }
+                Ok(page) => {
+                    let page = page.unwrap_or_default();
+                    done = page.len() < PAGE;
+                    after = page.last().map(|r: &ItemRecord| r.name.clone());
+                    buffer.extend(page);
+                }
+            }
+        })
     }
 
     /// Records items just placed, from their bags (read in parallel). Without an
     /// inventory this does nothing: the first write's `recover` builds it from the bags.
     pub fn record_placed(&self, names: &[RepositoryName]) -> Result<()> {
         use rayon::prelude::*;
-        let Some(mut inventory) = self.inventory()? else { return Ok(()) };
+        if !self.layout.inventory().exists() {
+            return Ok(());
+        }
         let records: Vec<ItemRecord> = names
             .par_iter()
             .filter(|name| self.contains(name))
             .map(|name| ItemRecord::from_bag(&crate::bag::DirBag::new(&self.layout.item(name)), name))
             .filter_map(|record| record.ok())
             .collect();
-        inventory.put(&records)
+        self.with_inventory(|inventory| inventory.put(&records)).map(drop)
     }
 
     /// Records items taken away on purpose.
     pub fn record_removed(&self, names: &[RepositoryName]) -> Result<()> {
-        match self.inventory()? {
-            Some(mut inventory) => inventory.mark_removed(names),
-            None => Ok(()),
-        }
+        self.with_inventory(|inventory| inventory.mark_removed(names)).map(drop)
     }
 
     /// Gives an older collection what this version keeps: an id and an inventory
@@ -269,7 +369,7 @@ impl super::Collection {
             fsx::atomic_write(&self.layout.config(), config.to_toml().as_bytes())?;
             let _ = self.id.set(id);
         }
-        if self.inventory()?.is_none() {
+        if !self.layout.inventory().exists() {
             self.rebuild_inventory()?;
         }
         Ok(())
@@ -292,6 +392,7 @@ impl super::Collection {
             .filter_map(|name| ItemRecord::from_bag(&crate::bag::DirBag::new(&self.layout.item(name)), name).ok())
             .collect();
         let count = records.len();
+        self.reopen_inventory();
         Inventory::create(&self.layout.inventory(), records.into_iter().map(Ok))?;
         Ok(count)
     }

@@ -149,14 +149,15 @@ impl Store for Collection {
     /// ibi's back is found by `verify`, which compares the two.
     fn identities(&self, names: &[RepositoryName]) -> Vec<Result<String>> {
         use rayon::prelude::*;
-        let records = self.records(names).unwrap_or_else(|_| vec![None; names.len()]);
+        let recorded = self.with_inventory(|inventory| inventory.held_digests(names)).ok().flatten();
+        let recorded = recorded.unwrap_or_else(|| vec![None; names.len()]);
+        if recorded.iter().all(Option::is_some) {
+            return recorded.into_iter().map(|digest| Ok(digest.unwrap_or_default())).collect();
+        }
         names
             .par_iter()
-            .zip(records)
-            .map(|(name, record)| match record {
-                Some(record) if record.status != crate::store::Status::Removed => Ok(record.current().digest.clone()),
-                _ => crate::store::identity_digest(self, name),
-            })
+            .zip(recorded)
+            .map(|(name, digest)| digest.map_or_else(|| crate::store::identity_digest(self, name), Ok))
             .collect()
     }
 
@@ -169,14 +170,11 @@ impl Store for Collection {
     }
 
     fn records(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {
-        match self.inventory()? {
-            Some(inventory) => inventory.get(names),
-            None => Ok(vec![None; names.len()]),
-        }
+        Ok(self.with_inventory(|inventory| inventory.get(names))?.unwrap_or_else(|| vec![None; names.len()]))
     }
 
     fn all_records(&self) -> Box<dyn Iterator<Item = Result<ItemRecord>> + Send + '_> {
-        Box::new(super::inventory::all(&self.layout.inventory()))
+        Box::new(Collection::all_records(self))
     }
 
     fn leftovers(&self) -> Vec<Problem> {

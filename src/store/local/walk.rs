@@ -21,8 +21,9 @@ pub enum Entry {
 
 pub struct ItemWalker {
     root: PathBuf,
-    /// Per open level: the components so far and the remaining sorted names.
-    stack: Vec<(Vec<String>, std::vec::IntoIter<String>)>,
+    /// Per open level: the components so far and the remaining sorted names, each
+    /// with whether it is a real directory (from the listing's file type, or `Err`).
+    stack: Vec<(Vec<String>, std::vec::IntoIter<Listed>)>,
     started: bool,
     /// Entries met in a listing that are strays before they are visited (names that
     /// are not UTF-8), returned before the walk goes on.
@@ -30,6 +31,9 @@ pub struct ItemWalker {
 }
 
 const DEPTH: usize = 4;
+
+/// One name of a listing and whether it is a real directory (never through a link).
+type Listed = (String, std::result::Result<bool, String>);
 
 impl ItemWalker {
     /// The items only, in name order: for callers that do not report strays
@@ -50,7 +54,7 @@ impl ItemWalker {
 
     /// The sorted non-dot names in a directory. Levels 1–3 sort with a trailing `/`
     /// so the walk order equals the order of whole names.
-    fn listing(&mut self, components: &[String]) -> Result<std::vec::IntoIter<String>> {
+    fn listing(&mut self, components: &[String]) -> Result<std::vec::IntoIter<Listed>> {
         let mut dir = self.root.clone();
         dir.extend(components);
         let mut names = Vec::new();
@@ -58,7 +62,8 @@ impl ItemWalker {
             let entry = entry.with_path("list", &dir)?;
             match entry.file_name().into_string() {
                 Ok(name) if name.starts_with('.') => {}
-                Ok(name) => names.push(name),
+                // The type comes with the listing (d_type); a symlink is never a directory.
+                Ok(name) => names.push((name, entry.file_type().map(|t| t.is_dir()).map_err(|e| e.to_string()))),
                 Err(raw) => {
                     let why = "its name is not UTF-8, so it cannot be part of a repository name".to_string();
                     self.pending.push(Entry::Stray { path: dir.join(raw), why });
@@ -66,21 +71,21 @@ impl ItemWalker {
             }
         }
         if components.len() + 1 < DEPTH {
-            names.sort_by_cached_key(|n| format!("{n}/"));
+            names.sort_by_cached_key(|(n, _)| format!("{n}/"));
         } else {
-            names.sort();
+            names.sort_by(|a, b| a.0.cmp(&b.0));
         }
         Ok(names.into_iter())
     }
 
-    fn visit(&mut self, components: Vec<String>) -> Option<Result<Entry>> {
+    fn visit(&mut self, components: Vec<String>, is_dir: std::result::Result<bool, String>) -> Option<Result<Entry>> {
         let mut path = self.root.clone();
         path.extend(&components);
         let stray = |why: &str| Some(Ok(Entry::Stray { path: path.clone(), why: why.to_string() }));
-        match fs::symlink_metadata(&path) {
+        match is_dir {
             Err(e) => return stray(&format!("cannot be inspected: {e}")),
-            Ok(m) if !m.is_dir() => return stray("not a directory"),
-            Ok(_) => {}
+            Ok(false) => return stray("not a directory"),
+            Ok(true) => {}
         }
         if components.len() == DEPTH {
             return match RepositoryName::parse(&components.join("/")) {
@@ -115,13 +120,13 @@ impl Iterator for ItemWalker {
                 return Some(Ok(entry));
             }
             let (components, names) = self.stack.last_mut()?;
-            let Some(name) = names.next() else {
+            let Some((name, is_dir)) = names.next() else {
                 self.stack.pop();
                 continue;
             };
             let mut child = components.clone();
             child.push(name);
-            if let Some(found) = self.visit(child) {
+            if let Some(found) = self.visit(child, is_dir) {
                 return Some(found);
             }
         }
