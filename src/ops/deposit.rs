@@ -28,7 +28,9 @@ use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::transfer::BATCH;
 use crate::ops::transfer::{place_staged, StagedItem};
 use crate::store::local::guard;
-use crate::store::{item_ibip, lease_and_recover, mint, FileSource, LockWait, Placement, Slot, Staging, Store};
+use crate::store::{
+    item_ibip, lease_and_recover, mint, FileSource, ItemRecord, LockWait, Placement, Slot, StageId, Staging, Store,
+};
 
 #[derive(Debug, Clone, Default)]
 pub struct DepositOptions {
@@ -224,6 +226,16 @@ fn stage_payload<'a>(collection: &'a dyn Store, plan: &SourcePlan, reporter: &dy
     Ok(Payload { staging, files, tag_files, oxum, stamps })
 }
 
+/// Writes a new bag's tag files into its staging; returns its identity digest.
+fn write_tags(collection: &dyn Store, stage: StageId, contents: &BagContents) -> Result<String> {
+    bag::write_tag_files_with(contents, &mut |name, bytes| {
+        let mut reader = std::io::Cursor::new(bytes);
+        let origin = Path::new(name);
+        let source = FileSource { reader: &mut reader, origin, mtime: None, also: &[], progress: &|_| {} };
+        collection.stage_file(stage, name, source).map(drop).map_err(Error::from)
+    })
+}
+
 /// The bag-info of a new item: its two identifiers first, then what it carries over.
 fn bag_info(
     collection: &dyn Store,
@@ -336,16 +348,11 @@ pub fn deposit_batch(
                     payload: &payload.files,
                     tag_files: &payload.tag_files,
                 };
-                let staging = &payload.staging;
-                bag::write_tag_files_with(&contents, &mut |name, bytes| {
-                    let mut reader = std::io::Cursor::new(bytes);
-                    let origin = Path::new(name);
-                    let source = FileSource { reader: &mut reader, origin, mtime: None, also: &[], progress: &|_| {} };
-                    collection.stage_file(staging.id, name, source).map(drop).map_err(Error::from)
-                })?;
+                let identity = write_tags(collection, payload.staging.id, &contents)?;
                 records.push((key, m.name.clone()));
+                let record = ItemRecord::from_info(&m.name, &info, &identity).ok();
                 let placement =
-                    Placement { stage: payload.staging.id, name: m.name.clone(), ibip: m.ibip, replace: false };
+                    Placement { stage: payload.staging.id, name: m.name.clone(), ibip: m.ibip, replace: false, record };
                 staged.push(StagedItem { staging: payload.staging, placement, bytes: payload.oxum.octets });
                 (m, false)
             }

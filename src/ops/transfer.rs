@@ -19,7 +19,7 @@ use crate::id::RepositoryName;
 use crate::ops::report::Reporter;
 use crate::ops::verify::check_identifiers;
 use crate::problem::{Problem, ProblemKind};
-use crate::store::{ibip_in, identity_digest, FileSource, Placement, Staging, Store};
+use crate::store::{ibip_in, identity_digest, FileSource, ItemRecord, Placement, Staging, Store};
 
 /// How many items are staged, then made durable and placed, together.
 pub const BATCH: usize = 64;
@@ -181,7 +181,11 @@ pub fn stage_copy<'d>(
     }
     let ibip = check.info.as_ref().and_then(ibip_in);
     let bytes = digests.values().map(|d| d.size).sum();
-    let placement = Placement { stage: staging.id, name: name.clone(), ibip, replace };
+    let record = match (&check.info, digests.get(bag::TAGMANIFEST)) {
+        (Some(info), Some(tags)) => ItemRecord::from_info(name, info, tags.sha256()).ok(),
+        _ => None,
+    };
+    let placement = Placement { stage: staging.id, name: name.clone(), ibip, replace, record };
     Ok(Ok(StagedItem { staging, placement, bytes }))
 }
 

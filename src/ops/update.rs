@@ -22,7 +22,7 @@ use crate::id::minter::Clock;
 use crate::id::RepositoryName;
 use crate::ops::deposit::check_meta;
 use crate::store::{
-    identity_digest, item_info, lease_and_recover, resolve, FileSource, LockWait, Placement, Staging, Store,
+    identity_digest, item_info, lease_and_recover, resolve, FileSource, ItemRecord, LockWait, Placement, Staging, Store,
 };
 
 /// What a new version changes.
@@ -316,7 +316,7 @@ pub fn update(store: &dyn Store, text: &str, changes: &Changes, clock: &dyn Cloc
     let algorithms = if changes.withdraw.is_some() { Vec::new() } else { current.algorithms.clone() };
     let contents = BagContents { info: &info, algorithms: &algorithms, payload: &payload, tag_files: &kept };
     let digest = bag::write_tag_files_with(&contents, &mut |file, bytes| stage_bytes(&staging, file, bytes))?;
-    place_version(&staging, &name)?;
+    place_version(&staging, &name, ItemRecord::from_info(&name, &info, &digest).ok())?;
     let bytes = payload.iter().map(|(_, d)| d.size).sum();
     Ok(Updated { name, version, digest, files: payload.len() as u64, bytes })
 }
@@ -329,7 +329,7 @@ fn stage_bytes(staging: &Staging, file: &str, bytes: &[u8]) -> Result<()> {
 }
 
 /// Verifies the staged version (earlier versions included) and swaps it in.
-fn place_version(staging: &Staging, name: &RepositoryName) -> Result<()> {
+fn place_version(staging: &Staging, name: &RepositoryName, record: Option<ItemRecord>) -> Result<()> {
     let store = staging.store;
     let check = bag::verify_bag(store.staged_files(staging.id).as_ref(), &name.to_string(), &|_| {});
     if let Some(problem) = check.problems.first() {
@@ -337,7 +337,7 @@ fn place_version(staging: &Staging, name: &RepositoryName) -> Result<()> {
         return Err(Error::Data { what: format!("item {name}"), problem });
     }
     let ibip = check.info.as_ref().and_then(crate::store::ibip_in);
-    let batch = [Placement { stage: staging.id, name: name.clone(), ibip, replace: true }];
+    let batch = [Placement { stage: staging.id, name: name.clone(), ibip, replace: true, record }];
     match store.place(&batch)?.into_iter().next() {
         Some((_, Ok(()))) => Ok(()),
         Some((_, Err(refusal))) => Err(refusal),

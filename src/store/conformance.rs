@@ -53,7 +53,7 @@ fn stage_bag(store: &dyn Store, m: &Minted, content: &[u8]) -> StageId {
 }
 
 fn place(store: &dyn Store, m: &Minted, stage: StageId, replace: bool) -> Result<(), Error> {
-    let batch = [Placement { stage, name: m.name.clone(), ibip: m.ibip, replace }];
+    let batch = [Placement { stage, name: m.name.clone(), ibip: m.ibip, replace, record: None }];
     let mut outcomes = store.place(&batch).unwrap();
     assert_eq!(outcomes.len(), 1);
     outcomes.remove(0).1

@@ -86,6 +86,9 @@ pub struct Placement {
     pub ibip: Option<Ibip>,
     /// Swap it with whatever holds the name (a damaged or older copy).
     pub replace: bool,
+    /// What the inventory is to record of it, when the caller built or checked the
+    /// bag and knows; otherwise the store reads it from the placed bag.
+    pub record: Option<ItemRecord>,
 }
 
 /// Why one placement of a batch was refused (the others go ahead): the name is

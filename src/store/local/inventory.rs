@@ -338,6 +338,14 @@ impl super::Collection {
         })
     }
 
+    /// Records items just placed: `known` as given, the others read from their bags.
+    pub fn record(&self, known: &[ItemRecord], unknown: &[RepositoryName]) -> Result<()> {
+        if !known.is_empty() && self.layout.inventory().exists() {
+            self.with_inventory(|inventory| inventory.put(known))?;
+        }
+        self.record_placed(unknown)
+    }
+
     /// Records items just placed, from their bags (read in parallel). Without an
     /// inventory this does nothing: the first write's `recover` builds it from the bags.
     pub fn record_placed(&self, names: &[RepositoryName]) -> Result<()> {

@@ -17,6 +17,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, fsync_dir, rename_exchange, rename_noreplace};
 use crate::id::{Ibip, RepositoryName};
 use crate::store::local::{alias, Collection, Intent, Item, StagingDir};
+use crate::store::ItemRecord;
 
 /// A verified copy waiting in the destination's staging.
 pub struct Staged {
@@ -26,12 +27,14 @@ pub struct Staged {
     pub bytes: u64,
     /// Swap it with whatever holds the name in DST.
     pub replace: bool,
+    /// What the inventory records of it, when the caller knows (else read from the bag).
+    pub record: Option<ItemRecord>,
 }
 
 impl Staged {
     /// A complete bag built in `dir`, to be placed as `name`.
     pub fn new(dir: StagingDir, name: RepositoryName, ibip: Option<Ibip>, bytes: u64) -> Self {
-        Staged { dir, name, ibip, bytes, replace: false }
+        Staged { dir, name, ibip, bytes, replace: false, record: None }
     }
 }
 
@@ -112,8 +115,12 @@ pub fn place_all(
         }
     }
     alias_dirs.iter().try_for_each(|dir| fsync_dir(dir))?;
+    let (known, unknown): (Vec<_>, Vec<_>) =
+        staged.iter_mut().zip(&outcomes).filter(|(_, (_, o))| o.is_ok()).partition(|(s, _)| s.record.is_some());
+    let known: Vec<ItemRecord> = known.into_iter().filter_map(|(s, _)| s.record.take()).collect();
+    let unknown: Vec<RepositoryName> = unknown.into_iter().map(|(s, _)| s.name.clone()).collect();
     drop(staged);
-    dst.record_placed(&placed_names(&outcomes))?;
+    dst.record(&known, &unknown)?;
     dst.end_journal(&record)?;
     Ok(outcomes)
 }

@@ -275,6 +275,7 @@ impl Store for Collection {
                 let dir = table.dirs.remove(&p.stage.0).ok_or_else(|| unknown_stage(p.stage))?;
                 let mut copy = Staged::new(dir, p.name.clone(), p.ibip, 0);
                 copy.replace = p.replace;
+                copy.record = p.record.clone();
                 staged.push(copy);
             }
         }
