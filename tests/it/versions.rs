@@ -193,3 +193,21 @@ fn a_lost_inventory_is_rebuilt_from_the_bags() {
     assert_eq!(show(&env, &lib, &name)["versions"], expected["versions"]);
     env.ok(&["verify", &lib]);
 }
+
+#[test]
+fn a_name_migrated_away_is_never_minted_again() {
+    let env = TestEnv::new();
+    let a = env.collection("a");
+    let b = env.collection("b");
+    let file = env.write("f.txt", b"f\n");
+    let name = env.ok(&["deposit", &a, file.to_str().unwrap()]).pairs()[0].0.clone();
+    env.ok(&["-q", "migrate", &a, &b]);
+    assert_eq!(env.ok(&["list", &a]).lines().len(), 0);
+    // Lose every minter state A has; its inventory still remembers the name it held.
+    sh(&format!("rm -f '{a}/.ibi/minter.state' {}/*.state", crate::env::minter_dir(env.root()).display()));
+    let shown = show(&env, &b, &name);
+    let at = shown["versions"][0]["date"].as_str().unwrap().to_string();
+    let minted = env.ok(&["mint", "-C", &a, "--at", &at]).stdout;
+    let minted = minted.split('\t').next().unwrap().trim();
+    assert!(minted > name.as_str(), "after losing its state, A mints {minted}, not again {name}");
+}

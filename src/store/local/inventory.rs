@@ -270,6 +270,25 @@ impl Inventory {
         Ok(keys.iter().map(|k| found.remove(k)).collect())
     }
 
+    /// The newest date among the names of `prefix` the inventory records (held or
+    /// ever held). Suffixes of one prefix sort by date as text (fixed-width fields);
+    /// the last few are parsed to be sure.
+    pub fn newest_of(&self, prefix: &crate::id::Prefix) -> Result<Option<crate::id::Timestamp>> {
+        let sql = "SELECT suffix FROM items WHERE prefix = ?1 ORDER BY suffix DESC LIMIT 16";
+        let mut select = self.conn.prepare_cached(sql).map_err(|e| sql_error(&self.path, e))?;
+        let prefix = prefix.to_string();
+        let rows =
+            select.query_map(params![prefix], |row| row.get::<_, String>(0)).map_err(|e| sql_error(&self.path, e))?;
+        let mut newest = None;
+        for suffix in rows {
+            let suffix = suffix.map_err(|e| sql_error(&self.path, e))?;
+            if let Ok(name) = RepositoryName::parse(&format!("{prefix}/{suffix}")) {
+                newest = newest.max(Some(name.date()));
+            }
+        }
+        Ok(newest)
+    }
+
     /// Up to `PAGE` records after `after`, in name order (`RepositoryName: Ord`
     /// compares prefix, then suffix, as the primary key does).
     pub fn page(&self, after: Option<&RepositoryName>) -> Result<Vec<ItemRecord>> {
