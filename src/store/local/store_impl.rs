@@ -196,7 +196,7 @@ impl Store for Collection {
             floor: Box::new(|| match self.held_floor.get() {
                 Some(floor) => Ok(*floor),
                 None => {
-                    let recorded = self.with_inventory(|inv| inv.newest_of(&self.subsystem.prefix()))?.flatten();
+                    let recorded = self.with_inventory(|inv| inv.newest_of(self.subsystem.prefix()))?.flatten();
                     let floor = newest_held(&self.layout, &self.subsystem)?.max(recorded);
                     Ok(*self.held_floor.get_or_init(|| floor))
                 }
