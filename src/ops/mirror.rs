@@ -17,9 +17,10 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::id::RepositoryName;
-use crate::ops::driver::{check_distinct, next_chunk, pipeline, plan_copy, Driver, Plan, Tally, TransferSummary};
+use crate::ops::driver::{check_distinct, pipeline, plan_copy, Driver, Plan, Tally, TransferSummary};
 use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
+use crate::ops::transfer::BATCH;
 use crate::ops::verify::verify_item;
 use crate::problem::{Problem, ProblemKind};
 use crate::store::{identity_digest, item_ibip, items, lease_and_recover, ItemRecord, Listed, LockWait, Slot, Store};
@@ -296,6 +297,47 @@ fn verify_item_quietly(src: &dyn Store, name: &RepositoryName) -> (crate::bag::B
     (check, problems)
 }
 
+/// Plans made ahead of the driver: the merge is planned `PLAN_AHEAD` pairs at a
+/// time (one batch of identities and records per side), and the driver gets
+/// batches of at most `BATCH` items to copy, with any number of settled ones, so a
+/// run with little to do crosses to the commit thread rarely.
+#[derive(Default)]
+struct Planned {
+    ahead: std::collections::VecDeque<Plan>,
+    exhausted: bool,
+}
+
+/// How many pairs of the merge are planned together.
+const PLAN_AHEAD: usize = 1024;
+/// The most plans handed to the driver at once.
+const MOST_PLANS: usize = 8 * PLAN_AHEAD;
+
+impl Planned {
+    fn next_batch(
+        &mut self,
+        merge: &mut impl Iterator<Item = Result<Pair>>,
+        planner: &Planner,
+    ) -> Result<Option<Vec<Plan>>> {
+        let mut batch = Vec::new();
+        let mut to_copy = 0;
+        loop {
+            while to_copy < BATCH && batch.len() < MOST_PLANS {
+                let Some(plan) = self.ahead.pop_front() else { break };
+                to_copy += usize::from(!matches!(plan, Plan::Settled(..)));
+                batch.push(plan);
+            }
+            if to_copy >= BATCH || batch.len() >= MOST_PLANS || (self.ahead.is_empty() && self.exhausted) {
+                return Ok((!batch.is_empty()).then_some(batch));
+            }
+            let pairs: Vec<Pair> = merge.by_ref().take(PLAN_AHEAD).collect::<Result<_>>()?;
+            self.exhausted = pairs.len() < PLAN_AHEAD;
+            if !pairs.is_empty() {
+                self.ahead.extend(planner.plan_chunk(pairs)?);
+            }
+        }
+    }
+}
+
 /// One sync pass; the caller holds DST's write lock (unless dry-running).
 fn sync(src: &dyn Store, dst: &dyn Store, options: &MirrorOptions, reporter: &dyn Reporter) -> Result<TransferSummary> {
     let tally = Tally::default();
@@ -310,13 +352,8 @@ fn sync(src: &dyn Store, dst: &dyn Store, options: &MirrorOptions, reporter: &dy
             tally: &tally,
             reporter,
         };
-        let next_plans = || -> Result<Option<Vec<Plan>>> {
-            let chunk = next_chunk(&mut merge)?;
-            if chunk.is_empty() {
-                return Ok(None);
-            }
-            Ok(Some(planner.plan_chunk(chunk)?))
-        };
+        let mut planned = Planned::default();
+        let next_plans = || planned.next_batch(&mut merge, &planner);
         pipeline(&driver, next_plans, |_| Ok(()))?;
         Ok(())
     })?;
