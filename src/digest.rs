@@ -9,7 +9,7 @@ use std::fmt;
 use digest::DynDigest;
 
 /// A checksum algorithm a BagIt manifest may use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Algorithm {
     Md5,
     Sha1,
@@ -62,7 +62,7 @@ impl fmt::Display for Algorithm {
 }
 
 /// Lower-case hex digests of one stream, by algorithm, and how many bytes it held.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Digests {
     pub size: u64,
     pub hex: BTreeMap<Algorithm, String>,

@@ -92,6 +92,20 @@ pub enum Error {
     /// Damaged data met on the way (a corrupt source bag): the run stops for this item.
     #[error("{what}: {problem}")]
     Data { what: String, problem: String },
+
+    /// A far server refused the request (`ibi serve --read-only`, `--append-only`,
+    /// `--restrict-to-path`): what was asked and why not.
+    #[error("{what} refused: {why}")]
+    Refused { what: String, why: String },
+
+    /// A far collection's error that did not keep its shape on the wire: where, its
+    /// class (and so the exit code) and its message.
+    #[error("{place}: {message}")]
+    Far { place: String, class: ErrorClass, message: String },
+
+    /// Talking to a far collection failed: the connection, the greeting or the protocol.
+    #[error("{place}: {problem}")]
+    Connection { place: String, problem: String },
 }
 
 impl Error {
@@ -106,7 +120,10 @@ impl Error {
             | Error::NotEncodable { .. }
             | Error::Invalid { .. }
             | Error::NotFound { .. }
-            | Error::Unbaggable { .. } => ErrorClass::Input,
+            | Error::Unbaggable { .. }
+            | Error::Refused { .. } => ErrorClass::Input,
+            Error::Far { class, .. } => *class,
+            Error::Connection { .. } => ErrorClass::Operational,
             Error::Io { .. } | Error::CorruptState { .. } | Error::ClockBehind { .. } | Error::Watch { .. } => {
                 ErrorClass::Operational
             }

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ProblemKind {
     /// A file listed in the manifest is not in the payload.
     Missing,
@@ -61,7 +61,7 @@ impl ProblemKind {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Problem {
     /// The item's repository name, or its path when it has none.
     pub item: String,

@@ -32,7 +32,7 @@ pub struct Earlier {
 }
 
 /// A withdrawal: when, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Withdrawal {
     pub date: String,
     pub reason: String,

@@ -4,7 +4,7 @@
 //! External-Identifier values (repository name and IBIp) and Payload-Oxum.
 
 /// The metadata of a bag, in file order.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BagInfo {
     pub fields: Vec<(String, String)>,
 }

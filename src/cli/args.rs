@@ -14,8 +14,21 @@ use ibi::{Granularity, Timestamp};
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
+    #[command(flatten)]
+    pub far: FarArgs,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// How far collections (`HOST:PATH`, `ssh://HOST[:PORT]/PATH`) are reached.
+#[derive(Debug, Args, Clone)]
+pub struct FarArgs {
+    /// The command that reaches a far machine (default: ssh; env IBI_RSH), split on spaces.
+    #[arg(long, global = true, value_name = "CMD")]
+    pub rsh: Option<String>,
+    /// The ibi binary on the far machine (default: ibi; env IBI_REMOTE_IBI).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub remote_ibi: Option<String>,
 }
 
 #[derive(Debug, Args, Clone, Copy)]
@@ -139,6 +152,12 @@ pub enum Command {
   ibi repair /srv/library --from /backup/library            # everything lost or damaged
   ibi repair /srv/library --from /backup/library 8JMKD3MGP8W/34PGRBS --dry-run")]
     Repair(RepairArgs),
+    /// Serve one collection to a far ibi over stdin and stdout (run by ssh).
+    #[command(after_help = "Examples:
+  ibi serve --stdio                                    # what `ibi mirror A host:/srv/lib` runs there
+  # a backup server a compromised source cannot wipe, in ~/.ssh/authorized_keys:
+  command=\"ibi serve --stdio --restrict-to-path /srv/library --append-only\",restrict ssh-ed25519 AAAA…")]
+    Serve(ServeArgs),
     /// Retire a collection after a migration: it keeps serving its items but mints no names.
     #[command(after_help = "Examples:
   ibi migrate /srv/old/library /srv/new/library && ibi retire /srv/old/library")]
@@ -528,4 +547,20 @@ pub struct MirrorArgs {
     pub watch: bool,
     #[command(flatten)]
     pub flags: TransferFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Talk the far protocol on stdin and stdout (the only way to serve for now).
+    #[arg(long, required = true)]
+    pub stdio: bool,
+    /// Admit only collections beneath DIR (after realpath; repeatable).
+    #[arg(long, value_name = "DIR")]
+    pub restrict_to_path: Vec<PathBuf>,
+    /// Refuse every write.
+    #[arg(long)]
+    pub read_only: bool,
+    /// Accept new items; refuse replacement, withdrawal and removal.
+    #[arg(long)]
+    pub append_only: bool,
 }

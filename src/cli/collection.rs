@@ -12,7 +12,6 @@ use ibi::ops::deposit::{deposit as deposit_items, DepositOptions, Deposited};
 use ibi::ops::list::{list as list_items, DateRange};
 use ibi::ops::verify::verify as verify_items;
 use ibi::ops::watch::{watch as watch_inbox, WatchOptions};
-use ibi::store::local::Collection;
 use ibi::Minted;
 use serde_json::json;
 
@@ -23,9 +22,10 @@ use super::Outcome;
 
 pub fn init(global: GlobalArgs, args: &InitArgs) -> Result<Outcome> {
     let subsystem = subsystem_from_args(&args.subsystem)?;
-    let collection = Collection::init(&args.root, subsystem, args.org.clone())?;
+    let connect = ibi::store::far::Connect::from_env();
+    let collection = ibi::store::init(&args.root, &connect, subsystem, args.org.clone())?;
     let printer = Printer::new(global);
-    let prefix = collection.subsystem.prefix().to_string();
+    let prefix = collection.subsystem().prefix().to_string();
     printer.summary(
         &format!("created collection {} (names {prefix}/…)", args.root.display()),
         json!({"root": args.root, "prefix": prefix}),
@@ -43,7 +43,7 @@ fn print_minted(printer: &Printer, minted: &Minted) {
 }
 
 pub fn deposit(global: GlobalArgs, args: &DepositArgs) -> Result<Outcome> {
-    let collection = ibi::store::open(&args.root)?;
+    let collection = super::open(&args.root)?;
     let collection = collection.as_ref();
     let printer = Printer::new(global);
     let options = DepositOptions {
@@ -77,7 +77,7 @@ pub fn deposit(global: GlobalArgs, args: &DepositArgs) -> Result<Outcome> {
 }
 
 pub fn verify(global: GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
-    let collection = ibi::store::open(&args.root)?;
+    let collection = super::open(&args.root)?;
     let collection = collection.as_ref();
     let printer = Printer::new(global);
     let s = verify_items(collection, &args.names, &printer)?;
@@ -96,7 +96,7 @@ pub fn verify(global: GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
 }
 
 pub fn list(global: GlobalArgs, args: &ListArgs) -> Result<Outcome> {
-    let collection = ibi::store::open(&args.root)?;
+    let collection = super::open(&args.root)?;
     let collection = collection.as_ref();
     let printer = Printer::new(global);
     for entry in list_items(collection, DateRange { since: args.since, until: args.until }, args.withdrawn) {
@@ -118,7 +118,7 @@ pub fn list(global: GlobalArgs, args: &ListArgs) -> Result<Outcome> {
 }
 
 pub fn resolve(global: GlobalArgs, root: &Path, name: &str) -> Result<Outcome> {
-    let collection = ibi::store::open(root)?;
+    let collection = super::open(root)?;
     let collection = collection.as_ref();
     let name = ibi::store::resolve(collection, name)?;
     ibi::ops::item::in_service(collection, &name)?;
@@ -137,7 +137,7 @@ pub fn resolve(global: GlobalArgs, root: &Path, name: &str) -> Result<Outcome> {
 }
 
 pub fn watch(global: GlobalArgs, args: &WatchArgs) -> Result<Outcome> {
-    let collection = ibi::store::open(&args.root)?;
+    let collection = super::open(&args.root)?;
     let collection = collection.as_ref();
     if !args.inbox.is_dir() {
         anyhow::bail!(ibi::Error::Invalid {

@@ -37,7 +37,7 @@ pub fn clock_for(at: Option<ibi::Timestamp>) -> Box<dyn Clock> {
 
 pub fn mint(global: GlobalArgs, args: &MintArgs) -> Result<Outcome> {
     if let Some(root) = &args.collection {
-        let collection = ibi::store::open(root)?;
+        let collection = super::open(root)?;
         let clock = clock_for(args.at);
         let printer = Printer::new(global);
         let noticed = NoticedClock { clock: clock.as_ref(), reporter: &printer };

@@ -104,6 +104,7 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
         Command::Mirror(args) => transfer::mirror(g, args),
         Command::Repair(args) => transfer::repair(g, args),
         Command::Retire { root } => collection::retire(g, root),
+        Command::Serve(args) => serve(args),
         Command::Demo { dir } => demo::run(g, dir.as_deref()),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
@@ -118,6 +119,22 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
         Command::Ibip(command) => ident::ibip(g, command),
         Command::Pilin(command) => ident::pilin(g, command),
     }
+}
+
+/// Opens a collection, local or far (`--rsh`, `--remote-ibi` or their variables say how).
+pub fn open(location: &std::path::Path) -> ibi::Result<Box<dyn ibi::store::Store>> {
+    ibi::store::open(location, &ibi::store::far::Connect::from_env())
+}
+
+/// `ibi serve --stdio`: one session on stdin and stdout, nothing else printed there.
+fn serve(args: &args::ServeArgs) -> Result<Outcome> {
+    let options = ibi::store::far::serve::ServeOptions {
+        restrict_to: args.restrict_to_path.clone(),
+        read_only: args.read_only,
+        append_only: args.append_only,
+    };
+    ibi::store::far::serve::serve_stdio(options)?;
+    Ok(Outcome::Success)
 }
 
 /// `ibi man`: the main page on stdout, or every page into `dir`.
@@ -161,6 +178,13 @@ pub fn on_interrupt() -> bool {
 /// Runs the command line and returns the exit code; `main` owns the process.
 pub fn run(install_interrupt_handler: impl FnOnce() -> std::result::Result<(), String>) -> ExitCode {
     let cli = Cli::parse();
+    // The flags win over the variables; far stores read the variables (as rsync reads RSYNC_RSH).
+    if let Some(rsh) = &cli.far.rsh {
+        std::env::set_var(ibi::store::far::conn::RSH_ENV, rsh);
+    }
+    if let Some(remote) = &cli.far.remote_ibi {
+        std::env::set_var(ibi::store::far::conn::REMOTE_IBI_ENV, remote);
+    }
     if let Err(e) = install_interrupt_handler() {
         stderr_line(&format!("ibi: warning: cannot handle interrupts: {e}"));
     }

@@ -53,7 +53,7 @@ fn finish(printer: &Printer, verb: &str, s: &TransferSummary, dry_run: bool) -> 
 }
 
 pub fn copy(global: GlobalArgs, args: &CopyArgs, migrate: bool) -> Result<Outcome> {
-    let (src, dst) = (ibi::store::open(&args.src)?, ibi::store::open(&args.dst)?);
+    let (src, dst) = (super::open(&args.src)?, super::open(&args.dst)?);
     let (src, dst) = (src.as_ref(), dst.as_ref());
     let printer = Printer::new(global);
     let options = TransferOptions { dry_run: args.flags.dry_run, wait: lock_wait(&args.flags) };
@@ -69,7 +69,7 @@ pub fn mirror(global: GlobalArgs, args: &MirrorArgs) -> Result<Outcome> {
                        reaches DST on the next mirror. Drop --delete and --max-delete from the command line.";
         return Err(ibi::Error::Invalid { what: "--delete".into(), problem: problem.into() }.into());
     }
-    let (src, dst) = (ibi::store::open(&args.src)?, ibi::store::open(&args.dst)?);
+    let (src, dst) = (super::open(&args.src)?, super::open(&args.dst)?);
     let (src, dst) = (src.as_ref(), dst.as_ref());
     let printer = Printer::new(global);
     let options = MirrorOptions { dry_run: args.flags.dry_run, wait: lock_wait(&args.flags), checksum: args.checksum };
@@ -92,7 +92,7 @@ pub fn mirror(global: GlobalArgs, args: &MirrorArgs) -> Result<Outcome> {
 }
 
 pub fn repair(global: GlobalArgs, args: &RepairArgs) -> Result<Outcome> {
-    let (root, from) = (ibi::store::open(&args.root)?, ibi::store::open(&args.from)?);
+    let (root, from) = (super::open(&args.root)?, super::open(&args.from)?);
     let printer = Printer::new(global);
     let options = RepairOptions { dry_run: args.flags.dry_run, wait: lock_wait(&args.flags) };
     let summary = ibi::ops::repair::repair(root.as_ref(), from.as_ref(), &args.names, options, &printer)?;

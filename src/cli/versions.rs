@@ -58,7 +58,7 @@ fn view_text(printer: &Printer, view: &ItemView) {
 }
 
 pub fn show(global: GlobalArgs, root: &Path, name: &str) -> Result<Outcome> {
-    let store = ibi::store::open(root)?;
+    let store = super::open(root)?;
     let view = show_item(store.as_ref(), name)?;
     let printer = Printer::new(global);
     if printer.json() {
@@ -93,7 +93,7 @@ fn parse_add(text: &str) -> Result<(PathBuf, String)> {
 }
 
 pub fn update(global: GlobalArgs, args: &UpdateArgs) -> Result<Outcome> {
-    let store = ibi::store::open(&args.root)?;
+    let store = super::open(&args.root)?;
     let changes = Changes {
         set: args.meta.clone(),
         unset: args.unset.clone(),
@@ -107,7 +107,7 @@ pub fn update(global: GlobalArgs, args: &UpdateArgs) -> Result<Outcome> {
 }
 
 pub fn withdraw(global: GlobalArgs, args: &WithdrawArgs) -> Result<Outcome> {
-    let store = ibi::store::open(&args.root)?;
+    let store = super::open(&args.root)?;
     let printer = Printer::new(global);
     let changes =
         Changes { withdraw: Some(Withdraw { reason: args.reason.clone(), purge: args.purge }), ..Changes::default() };
@@ -119,7 +119,7 @@ pub fn withdraw(global: GlobalArgs, args: &WithdrawArgs) -> Result<Outcome> {
 }
 
 pub fn export(global: GlobalArgs, root: &Path, name: &str, dir: &Path, version: Option<u32>) -> Result<Outcome> {
-    let store = ibi::store::open(root)?;
+    let store = super::open(root)?;
     let exported = export_item(store.as_ref(), name, dir, version)?;
     let printer = Printer::new(global);
     if printer.json() {

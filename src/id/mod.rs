@@ -61,3 +61,25 @@ impl Identifier {
         }
     }
 }
+
+/// Serialises an identifier as its text and reads it back with its parser, so
+/// that records and the far protocol carry names as users write them.
+macro_rules! serde_as_text {
+    ($type:ty) => {
+        impl serde::Serialize for $type {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_str(self)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $type {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let text = String::deserialize(deserializer)?;
+                <$type>::parse(&text).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+serde_as_text!(RepositoryName);
+serde_as_text!(Ibip);

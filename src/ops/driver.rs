@@ -160,6 +160,14 @@ impl<'a> Driver<'a> {
         if self.dry_run {
             return (Vec::new(), None);
         }
+        let copying: Vec<RepositoryName> = plans
+            .iter()
+            .filter_map(|plan| match plan {
+                Plan::Copy(name) | Plan::Replace(name, _) => Some(name.clone()),
+                Plan::Settled(..) => None,
+            })
+            .collect();
+        self.src.prefetch(&copying);
         let results: Vec<Result<Option<StagedItem>>> = plans.par_iter().map(|plan| self.stage_one(plan)).collect();
         let mut staged = Vec::with_capacity(results.len());
         let mut first_error = None;

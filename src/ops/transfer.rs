@@ -17,7 +17,6 @@ use crate::error::{Error, Result};
 use crate::fsx::CopyError;
 use crate::id::RepositoryName;
 use crate::ops::report::Reporter;
-use crate::ops::verify::check_identifiers;
 use crate::problem::{Problem, ProblemKind};
 use crate::store::{ibip_in, identity_digest, FileSource, ItemRecord, Placement, Staging, Store};
 
@@ -173,8 +172,7 @@ pub fn stage_copy<'d>(
     let check = bag::verify_bag_using(dst.staged_files(staging.id).as_ref(), &label, &lookup);
     problems.extend(check.problems);
     if let Some(info) = &check.info {
-        let identity = check_identifiers(dst, name, info);
-        problems.extend(identity.into_iter().filter(|p| p.kind != ProblemKind::BrokenAlias));
+        problems.extend(crate::store::bag_identifier_problems(name, info));
     }
     if !problems.is_empty() {
         return Ok(Err(problems));

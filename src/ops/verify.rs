@@ -18,7 +18,7 @@ use crate::id::RepositoryName;
 use crate::ops::report::{Outcome, ProblemCount, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::problem::{Problem, ProblemKind};
-use crate::store::{ibip_in, identity_digest, resolve, ItemRecord, Listed, Slot, Status, Store};
+use crate::store::{identity_digest, resolve, ItemRecord, Listed, Slot, Status, Store};
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct VerifySummary {
@@ -51,36 +51,11 @@ impl Counters {
     }
 }
 
-/// Problems of an item beyond its bag: identifiers in bag-info and the alias link.
-pub fn check_identifiers(store: &dyn Store, name: &RepositoryName, info: &bag::BagInfo) -> Vec<Problem> {
-    let label = name.to_string();
-    let mut problems = Vec::new();
-    let names: Vec<RepositoryName> =
-        info.values("External-Identifier").filter_map(|v| RepositoryName::parse(v).ok()).collect();
-    if !names.contains(name) {
-        let detail = "no External-Identifier in bag-info.txt names this item";
-        problems.push(Problem::new(&label, Some(bag::BAG_INFO_TXT), ProblemKind::IdentifierMismatch, detail));
-    }
-    if let Some(ibip) = ibip_in(info) {
-        if ibip.date() != name.date() {
-            let detail = format!("IBIp {ibip} has date {}, the name has {}", ibip.date(), name.date());
-            problems.push(Problem::new(&label, Some(bag::BAG_INFO_TXT), ProblemKind::IdentifierMismatch, detail));
-        }
-        if let Some(why) = store.alias_problem(&ibip, name) {
-            problems.push(Problem::new(&label, None, ProblemKind::BrokenAlias, why));
-        }
-    }
-    problems
-}
+pub use crate::store::identifier_problems as check_identifiers;
 
-/// Verifies one item fully; returns its problems.
+/// Verifies one item fully, where its bytes are; returns its problems.
 pub fn verify_item(store: &dyn Store, name: &RepositoryName, reporter: &dyn Reporter) -> (bag::BagCheck, Vec<Problem>) {
-    let check = bag::verify_bag(store.item_files(name).as_ref(), &name.to_string(), &|n| reporter.bytes(n));
-    let mut problems = check.problems.clone();
-    if let Some(info) = &check.info {
-        problems.extend(check_identifiers(store, name, info));
-    }
-    (check, problems)
+    store.check_item(name, &|n| reporter.bytes(n))
 }
 
 /// Whether an item is gone from its place (moved away by a concurrent migrate):

@@ -55,7 +55,7 @@ pub struct VersionRecord {
 }
 
 /// What a collection knows of one item.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ItemRecord {
     pub name: RepositoryName,
     pub ibip: Option<Ibip>,

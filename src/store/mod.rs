@@ -19,8 +19,10 @@
 //! server) or has no rename (object storage): staging is addressed by a token,
 //! placement takes a batch, and digests are computed where the bytes are.
 
+pub mod far;
 pub mod inventory;
 pub mod local;
+pub mod location;
 pub mod memory;
 
 #[cfg(test)]
@@ -31,13 +33,13 @@ use std::io::Read;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use crate::bag::{BagFiles, BagInfo, TAGMANIFEST};
+use crate::bag::{BagCheck, BagFiles, BagInfo, TAGMANIFEST};
 use crate::digest::{Algorithm, Digests};
 use crate::error::{Error, Result};
 use crate::fsx::CopyError;
 use crate::id::minter::{Clock, Minter, MinterState};
 use crate::id::{Ibip, Identifier, Minted, RepositoryName, Subsystem};
-use crate::problem::Problem;
+use crate::problem::{Problem, ProblemKind};
 pub use inventory::{ItemRecord, Status, VersionRecord};
 
 /// What a walk finds: an item's name, or an entry that is not an item.
@@ -139,6 +141,20 @@ pub trait Store: Send + Sync {
     fn alias_problem(&self, ibip: &Ibip, name: &RepositoryName) -> Option<String>;
     /// The item's files, for reading and verifying where they are.
     fn item_files<'a>(&'a self, name: &RepositoryName) -> Box<dyn BagFiles + 'a>;
+    /// A hint that these items are about to be read whole (copied out): a far
+    /// backend fetches them in one round trip. By default, nothing.
+    fn prefetch(&self, _names: &[RepositoryName]) {}
+    /// Verifies one item where its bytes are: its bag (`bag::verify_bag`), then its
+    /// identifiers and alias; returns the bag check and every problem. `on_bytes` is
+    /// told of the bytes hashed, for progress.
+    fn check_item(&self, name: &RepositoryName, on_bytes: &(dyn Fn(u64) + Sync)) -> (BagCheck, Vec<Problem>) {
+        let check = crate::bag::verify_bag(self.item_files(name).as_ref(), &name.to_string(), on_bytes);
+        let mut problems = check.problems.clone();
+        if let Some(info) = &check.info {
+            problems.extend(identifier_problems(self.as_dyn(), name, info));
+        }
+        (check, problems)
+    }
     /// Opens a regular file of an item for reading (never through a link), with its mtime.
     fn open(
         &self,
@@ -202,10 +218,65 @@ pub trait Store: Send + Sync {
     fn remove(&self, names: &[RepositoryName]) -> Result<()>;
 }
 
-/// Opens the collection at `location`. Today every location is a local folder;
-/// far (`HOST:PATH`) and object-store (`s3://`) locations will open their backends here.
-pub fn open(location: &Path) -> Result<Box<dyn Store>> {
-    Ok(Box::new(local::Collection::open(location)?))
+/// Opens the collection at `location`: a local folder, or a far one (`HOST:PATH`,
+/// `ssh://…`) reached as `connect` says.
+pub fn open(location: &Path, connect: &far::Connect) -> Result<Box<dyn Store>> {
+    Ok(match location::Location::parse(location)? {
+        location::Location::Local(path) => Box::new(local::Collection::open(&path)?),
+        location::Location::Far(address) => Box::new(far::FarStore::open(&address, connect)?),
+    })
+}
+
+/// Creates a collection at `location` (local or far) and opens it.
+pub fn init(
+    location: &Path,
+    connect: &far::Connect,
+    subsystem: Subsystem,
+    organisation: Option<String>,
+) -> Result<Box<dyn Store>> {
+    Ok(match location::Location::parse(location)? {
+        location::Location::Local(path) => Box::new(local::Collection::init(&path, subsystem, organisation)?),
+        location::Location::Far(address) => {
+            let config = local::config::CollectionConfig::new(&subsystem, organisation);
+            Box::new(far::FarStore::init(&address, connect, &config)?)
+        }
+    })
+}
+
+/// Problems of an item beyond its bag: the identifiers in bag-info and the alias link.
+pub fn identifier_problems(store: &dyn Store, name: &RepositoryName, info: &BagInfo) -> Vec<Problem> {
+    let mut problems = bag_identifier_problems(name, info);
+    if let Some(ibip) = ibip_in(info) {
+        if let Some(why) = store.alias_problem(&ibip, name) {
+            problems.push(Problem::new(&name.to_string(), None, ProblemKind::BrokenAlias, why));
+        }
+    }
+    problems
+}
+
+/// Problems of the identifiers bag-info records: no External-Identifier names the
+/// item, or its IBIp encodes another date.
+pub fn bag_identifier_problems(name: &RepositoryName, info: &BagInfo) -> Vec<Problem> {
+    let label = name.to_string();
+    let mut problems = Vec::new();
+    let names: Vec<RepositoryName> =
+        info.values("External-Identifier").filter_map(|v| RepositoryName::parse(v).ok()).collect();
+    if !names.contains(name) {
+        let detail = "no External-Identifier in bag-info.txt names this item";
+        problems.push(Problem::new(&label, Some(crate::bag::BAG_INFO_TXT), ProblemKind::IdentifierMismatch, detail));
+    }
+    if let Some(ibip) = ibip_in(info) {
+        if ibip.date() != name.date() {
+            let detail = format!("IBIp {ibip} has date {}, the name has {}", ibip.date(), name.date());
+            problems.push(Problem::new(
+                &label,
+                Some(crate::bag::BAG_INFO_TXT),
+                ProblemKind::IdentifierMismatch,
+                detail,
+            ));
+        }
+    }
+    problems
 }
 
 /// Reads an item's bag-info.

@@ -79,9 +79,13 @@ impl CollectionConfig {
     /// Reads and checks the file; every problem names the path.
     pub fn read(path: &Path) -> Result<(CollectionConfig, Subsystem)> {
         let text = std::fs::read_to_string(path).with_path("read", path)?;
-        let invalid =
-            |problem: String| Error::Invalid { what: format!("collection config {}", path.display()), problem };
-        let config: CollectionConfig = toml::from_str(&text).map_err(|e| invalid(e.message().to_string()))?;
+        Self::parse(&text, &format!("collection config {}", path.display()))
+    }
+
+    /// Reads and checks a config's text; every problem names `what`.
+    pub fn parse(text: &str, what: &str) -> Result<(CollectionConfig, Subsystem)> {
+        let invalid = |problem: String| Error::Invalid { what: what.to_string(), problem };
+        let config: CollectionConfig = toml::from_str(text).map_err(|e| invalid(e.message().to_string()))?;
         if config.format_version != FORMAT_VERSION {
             return Err(invalid(format!(
                 "format_version {} is not supported (expected {FORMAT_VERSION})",

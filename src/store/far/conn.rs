@@ -1,0 +1,240 @@
+//! The client's end of a far session: runs the system `ssh` (or the command in
+//! `IBI_RSH`, split on spaces as rsync splits `-e`) with `ibi serve --stdio` on
+//! the far side, checks the greeting and the protocol version, then carries
+//! requests. Many threads may have requests in flight at once (pipelined):
+//! a reader thread hands each reply to the request with its id, and staging
+//! frames go out without waiting for any reply at all.
+
+use std::collections::HashMap;
+use std::io::{BufReader, BufWriter, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::wire::{self, Frame, Greeted, Reply, Request};
+use crate::error::{Error, Result};
+use crate::store::location::FarAddress;
+
+/// The command that reaches a far machine (default `ssh`).
+pub const RSH_ENV: &str = "IBI_RSH";
+/// The far `ibi` binary (default `ibi`).
+pub const REMOTE_IBI_ENV: &str = "IBI_REMOTE_IBI";
+
+/// How to reach far collections.
+#[derive(Debug, Clone)]
+pub struct Connect {
+    pub rsh: String,
+    pub remote_ibi: String,
+}
+
+impl Connect {
+    /// From `IBI_RSH` and `IBI_REMOTE_IBI`, defaulting to `ssh` and `ibi`.
+    pub fn from_env() -> Connect {
+        let get = |name: &str, default: &str| {
+            std::env::var(name).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_string())
+        };
+        Connect { rsh: get(RSH_ENV, "ssh"), remote_ibi: get(REMOTE_IBI_ENV, "ibi") }
+    }
+}
+
+/// A reply and its raw bytes.
+pub type Answer = (Reply, Vec<u8>);
+
+struct Waiting {
+    to: Sender<Answer>,
+    stream: bool,
+}
+
+#[derive(Default)]
+struct Routes {
+    waiting: HashMap<u64, Waiting>,
+    /// Why the session ended, once it has.
+    ended: Option<String>,
+}
+
+/// One session with a far `ibi serve --stdio`.
+pub struct Connection {
+    place: String,
+    writer: Mutex<Option<BufWriter<ChildStdin>>>,
+    routes: Arc<Mutex<Routes>>,
+    next_id: AtomicU64,
+    child: Mutex<Child>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Connection {
+    /// Starts the far side and agrees on a protocol version.
+    pub fn open(address: &FarAddress, connect: &Connect) -> Result<Connection> {
+        let place = address.to_string();
+        let fail = |problem: String| Error::Connection { place: place.clone(), problem };
+        let mut words = connect.rsh.split_whitespace();
+        let program = words.next().ok_or_else(|| fail("the ssh command (IBI_RSH or --rsh) is empty".into()))?;
+        let mut command = Command::new(program);
+        command.args(words);
+        if let Some(port) = address.port {
+            command.arg("-p").arg(port.to_string());
+        }
+        command.arg(address.destination()).args([connect.remote_ibi.as_str(), "serve", "--stdio"]);
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        let mut child = command.spawn().map_err(|e| fail(format!("cannot run {program}: {e}")))?;
+        let stdout = child.stdout.take().expect("piped");
+        let mut stdin = child.stdin.take().expect("piped");
+        let mut reader = BufReader::with_capacity(1 << 20, stdout);
+        let greeted = wire::read_greeting(&mut reader).map_err(|e| fail(format!("reading the greeting: {e}")))?;
+        let theirs = match greeted {
+            Greeted::Versions(min, max) => (min, max),
+            Greeted::Missing(said) => {
+                let status = wait_briefly(&mut child);
+                return Err(fail(no_greeting(&said, status, &connect.remote_ibi)));
+            }
+        };
+        let ours = wire::versions();
+        let Some(version) = wire::common_version(ours, theirs) else {
+            let _ = child.kill();
+            return Err(fail(format!(
+                "the far ibi speaks protocol versions {}-{}, this ibi speaks {}-{}: install the same ibi release on \
+                 both machines, or name a matching far binary with --remote-ibi or IBI_REMOTE_IBI",
+                theirs.0, theirs.1, ours.0, ours.1
+            )));
+        };
+        writeln!(stdin, "{} {version}", wire::ANSWER).and_then(|_| stdin.flush()).map_err(|e| fail(e.to_string()))?;
+        let routes = Arc::new(Mutex::new(Routes::default()));
+        let for_reader = routes.clone();
+        std::thread::spawn(move || read_replies(reader, &for_reader));
+        Ok(Connection {
+            place,
+            writer: Mutex::new(Some(BufWriter::with_capacity(1 << 20, stdin))),
+            routes,
+            next_id: AtomicU64::new(1),
+            child: Mutex::new(child),
+        })
+    }
+
+    pub fn place(&self) -> &str {
+        &self.place
+    }
+
+    fn ended(&self) -> Error {
+        let why = lock(&self.routes).ended.clone().unwrap_or_else(|| "the connection ended".into());
+        Error::Connection { place: self.place.clone(), problem: why }
+    }
+
+    fn write(&self, id: u64, request: &Request, payload: &[u8], flush: bool) -> Result<()> {
+        let mut writer = lock(&self.writer);
+        let Some(out) = writer.as_mut() else { return Err(self.ended()) };
+        let written =
+            wire::write_frame(out, id, request, payload).and_then(|_| if flush { out.flush() } else { Ok(()) });
+        written.map_err(|_| self.ended())
+    }
+
+    /// Sends a frame that gets no reply (staging); a failure shows at the next request.
+    pub fn send(&self, request: &Request, payload: &[u8]) -> Result<()> {
+        self.write(0, request, payload, false)
+    }
+
+    /// Sends a request; its replies arrive on the receiver, with its id.
+    pub fn start(&self, request: &Request, stream: bool) -> Result<(u64, Receiver<Answer>)> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (to, from) = channel();
+        {
+            let mut routes = lock(&self.routes);
+            if routes.ended.is_some() {
+                drop(routes);
+                return Err(self.ended());
+            }
+            routes.waiting.insert(id, Waiting { to, stream });
+        }
+        self.write(id, request, &[], true)?;
+        Ok((id, from))
+    }
+
+    /// The next reply on a receiver, with errors made `Error`s.
+    pub fn next(&self, replies: &Receiver<Answer>) -> Result<Answer> {
+        match replies.recv() {
+            Ok((Reply::Error(e), _)) => Err(e.into_error(&self.place)),
+            Ok(answer) => Ok(answer),
+            Err(_) => Err(self.ended()),
+        }
+    }
+
+    /// Sends a request and waits for its one reply.
+    pub fn call(&self, request: &Request) -> Result<Answer> {
+        let (_, replies) = self.start(request, false)?;
+        self.next(&replies)
+    }
+
+    /// A reply the protocol does not allow here.
+    pub fn unexpected(&self, reply: &Reply) -> Error {
+        Error::Connection { place: self.place.clone(), problem: format!("unexpected reply {reply:?}") }
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // Closing stdin ends the far session (which releases its lease); give it a moment.
+        lock(&self.writer).take();
+        let mut child = lock(&self.child);
+        if wait_briefly(&mut child).is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Waits up to five seconds for the child to end.
+fn wait_briefly(child: &mut Child) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => return None,
+        }
+    }
+}
+
+fn no_greeting(said: &str, status: Option<std::process::ExitStatus>, remote_ibi: &str) -> String {
+    let ended = match status.and_then(|s| s.code()) {
+        Some(255) => " (ssh could not connect: exit 255)".to_string(),
+        Some(code) => format!(" (exit {code})"),
+        None => String::new(),
+    };
+    let said = if said.is_empty() { "nothing".to_string() } else { format!("\"{said}\"") };
+    format!(
+        "the far side never greeted as `{remote_ibi} serve --stdio`{ended}; it printed {said}. Is ibi installed \
+         there? Name the far binary with --remote-ibi or IBI_REMOTE_IBI"
+    )
+}
+
+/// Hands each reply to the request with its id, until the session ends.
+fn read_replies(mut reader: BufReader<std::process::ChildStdout>, routes: &Mutex<Routes>) {
+    let why = loop {
+        let frame: Frame = match wire::read_frame(&mut reader) {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break "the far side closed the connection".to_string(),
+            Err(e) => break format!("the connection broke: {e}"),
+        };
+        let reply: Reply = match wire::decode(&frame) {
+            Ok(reply) => reply,
+            Err(e) => break format!("the far side sent a malformed reply: {e}"),
+        };
+        let mut routes = lock(routes);
+        let last = match routes.waiting.get(&frame.id) {
+            Some(waiting) => !waiting.stream || matches!(reply, Reply::End | Reply::Error(_)),
+            None => continue,
+        };
+        let waiting = if last { routes.waiting.remove(&frame.id) } else { None };
+        let to = waiting.as_ref().map(|w| &w.to).or_else(|| routes.waiting.get(&frame.id).map(|w| &w.to));
+        if let Some(to) = to {
+            let _ = to.send((reply, frame.payload));
+        }
+    };
+    let mut routes = lock(routes);
+    routes.ended = Some(why);
+    routes.waiting.clear();
+}

@@ -1,0 +1,636 @@
+//! The far backend: a collection on another machine, reached over SSH, where a
+//! far `ibi serve --stdio` does the far work (walks, hashes, verifies, stages and
+//! places) on its own local collection. `FarStore` is the client's `Store`;
+//! `serve` is the server; `wire` is the protocol between them and `conn` the
+//! session that carries it.
+//!
+//! Round trips are few: staging frames are sent without waiting (the client
+//! hashes what it sends, and the server checks every staged item against its
+//! manifests with the digests it took on arrival before placing it), a batch of
+//! items to copy out is fetched in one bundle (`prefetch`), and identities,
+//! records and placements go by the batch.
+
+pub mod conn;
+pub mod serve;
+pub mod wire;
+
+use std::any::Any;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use crate::bag::files::{FileKind, TreeEntry, TreeError};
+use crate::bag::{BagCheck, BagFiles};
+use crate::digest::{Algorithm, Digests, Hasher};
+use crate::error::{Error, Result};
+use crate::fsx::CopyError;
+use crate::id::minter::MinterState;
+use crate::id::{Ibip, RepositoryName, Subsystem, Timestamp};
+use crate::problem::Problem;
+use crate::store::local::config::CollectionConfig;
+use crate::store::location::FarAddress;
+use crate::store::{
+    Capabilities, FileSource, ItemRecord, Lease, Listed, LockWait, Placement, Refusal, Slot, StageId, Store,
+};
+pub use conn::Connect;
+use conn::{Answer, Connection};
+use wire::{Reply, Request, Snapshot, Target, Wait, WirePlacement};
+
+/// Per item, how many bytes of small files a bundle carries whole.
+const BUNDLE_ITEM_BUDGET: u64 = 1 << 20;
+/// Tag files up to this size are kept by the client while it sends them, so it
+/// can check a staged item without asking.
+const KEEP_TAG_FILE: u64 = 1 << 20;
+
+/// Small files sent whole, by path: bytes and modification time.
+type SmallFiles = HashMap<String, (Vec<u8>, Option<SystemTime>)>;
+/// A snapshot with its small files.
+type Listing = (Snapshot, SmallFiles);
+
+/// What the client sent into one staged item.
+#[derive(Default, Clone)]
+struct Sent {
+    dirs: BTreeSet<String>,
+    files: BTreeMap<String, (Digests, Option<Vec<u8>>)>,
+    /// Something the client cannot describe by itself went in (a link, a large tag file).
+    opaque: bool,
+}
+
+/// A far collection.
+pub struct FarStore {
+    conn: Arc<Connection>,
+    location: String,
+    config: CollectionConfig,
+    subsystem: Subsystem,
+    next_stage: AtomicU64,
+    next_file: AtomicU64,
+    sent: Mutex<HashMap<u64, Sent>>,
+    /// Snapshots and small files fetched ahead by `prefetch`, taken when used.
+    bundled: Mutex<HashMap<RepositoryName, Listing>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn wait_to_wire(wait: LockWait) -> Wait {
+    match wait {
+        LockWait::No => Wait::No,
+        LockWait::Forever => Wait::Forever,
+        LockWait::For(d) => Wait::Millis(d.as_millis() as u64),
+    }
+}
+
+impl FarStore {
+    /// Opens the far collection at `address`.
+    pub fn open(address: &FarAddress, connect: &Connect) -> Result<FarStore> {
+        let conn = Connection::open(address, connect)?;
+        let answer = conn.call(&Request::Open { path: PathBuf::from(&address.path) })?;
+        FarStore::opened(conn, answer, address)
+    }
+
+    /// Creates a collection at `address` with this config.
+    pub fn init(address: &FarAddress, connect: &Connect, config: &CollectionConfig) -> Result<FarStore> {
+        let conn = Connection::open(address, connect)?;
+        let answer = conn.call(&Request::Init { path: PathBuf::from(&address.path), config: config.to_toml() })?;
+        FarStore::opened(conn, answer, address)
+    }
+
+    fn opened(conn: Connection, answer: Answer, address: &FarAddress) -> Result<FarStore> {
+        let Reply::Opened { config, .. } = answer.0 else { return Err(conn.unexpected(&answer.0)) };
+        let location = address.to_string();
+        let (config, subsystem) = CollectionConfig::parse(&config, &format!("{}'s collection config", conn.place()))?;
+        Ok(FarStore {
+            location,
+            conn: Arc::new(conn),
+            config,
+            subsystem,
+            next_stage: AtomicU64::new(1),
+            next_file: AtomicU64::new(1),
+            sent: Mutex::default(),
+            bundled: Mutex::default(),
+        })
+    }
+
+    fn call(&self, request: &Request) -> Result<Reply> {
+        self.conn.call(request).map(|(reply, _)| reply)
+    }
+
+    fn done(&self, request: &Request) -> Result<()> {
+        match self.call(request)? {
+            Reply::Done => Ok(()),
+            other => Err(self.conn.unexpected(&other)),
+        }
+    }
+
+    fn snapshot(&self, target: Target, budget: u64) -> Result<(Snapshot, Vec<u8>)> {
+        match self.conn.call(&Request::Snapshot { target, budget })? {
+            (Reply::Snapshot(snapshot), payload) => Ok((snapshot, payload)),
+            (other, _) => Err(self.conn.unexpected(&other)),
+        }
+    }
+
+    fn io_error(e: Error) -> io::Error {
+        io::Error::other(e.to_string())
+    }
+}
+
+/// Splits a snapshot's payload into its files.
+fn contents_of(snapshot: &Snapshot, payload: &[u8]) -> SmallFiles {
+    let mut at = 0usize;
+    let mut files = HashMap::new();
+    for (rel, len, mtime) in &snapshot.contents {
+        let end = (at + *len as usize).min(payload.len());
+        files.insert(rel.clone(), (payload[at..end].to_vec(), wire::mtime_from_wire(*mtime)));
+        at = end;
+    }
+    files
+}
+
+/// A far bag as a snapshot: listing and small files from one reply, digests asked for when needed.
+struct FarBag<'a> {
+    store: &'a FarStore,
+    target: Target,
+    listed: Result<Listing, String>,
+}
+
+impl BagFiles for FarBag<'_> {
+    fn root_kind(&self) -> io::Result<FileKind> {
+        let (snapshot, _) = self.listed.as_ref().map_err(|e| io::Error::other(e.clone()))?;
+        match &snapshot.root {
+            Ok(kind) => Ok(kind.into()),
+            Err(why) => Err(io::Error::new(io::ErrorKind::NotFound, why.clone())),
+        }
+    }
+
+    fn entries(&self) -> Vec<std::result::Result<TreeEntry, TreeError>> {
+        match &self.listed {
+            Ok((snapshot, _)) => snapshot.entries.iter().map(Into::into).collect(),
+            Err(why) => vec![Err(TreeError { rel: None, why: why.clone() })],
+        }
+    }
+
+    fn read(&self, rel: &str) -> io::Result<Vec<u8>> {
+        if let Ok((_, files)) = &self.listed {
+            if let Some((bytes, _)) = files.get(rel) {
+                return Ok(bytes.clone());
+            }
+        }
+        let Target::Item(name) = &self.target else {
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("{rel} is not in the staged item")));
+        };
+        let (mut reader, _) = self.store.open(name, rel)?;
+        let mut bytes = Vec::new();
+        reader.by_ref().take(crate::fsx::MAX_TAG_FILE).read_to_end(&mut bytes)?;
+        Ok(bytes)
+    }
+
+    fn digests(&self, rel: &str, also: &[Algorithm]) -> io::Result<Digests> {
+        if let Ok((snapshot, _)) = &self.listed {
+            let known = snapshot.digests.iter().find(|(r, _)| r == rel).map(|(_, d)| d);
+            if let Some(d) = known.filter(|d| also.iter().all(|a| d.get(*a).is_some())) {
+                return Ok(d.clone());
+            }
+        }
+        let request = Request::Digests { target: self.target.clone(), rel: rel.to_string(), also: also.to_vec() };
+        match self.store.call(&request).map_err(FarStore::io_error)? {
+            Reply::Digests(d) => Ok(d),
+            other => Err(FarStore::io_error(self.store.conn.unexpected(&other))),
+        }
+    }
+}
+
+/// A staged item as the client sent it.
+struct SentBag(Sent);
+
+impl BagFiles for SentBag {
+    fn root_kind(&self) -> io::Result<FileKind> {
+        Ok(FileKind::Dir)
+    }
+
+    fn entries(&self) -> Vec<std::result::Result<TreeEntry, TreeError>> {
+        let dirs = self.0.dirs.iter().map(|d| (d.clone(), FileKind::Dir));
+        let files = self.0.files.iter().map(|(rel, (d, _))| (rel.clone(), FileKind::File { size: d.size }));
+        let mut all: Vec<(String, FileKind)> = dirs.chain(files).collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all.into_iter().map(|(rel, kind)| Ok(TreeEntry { rel: Ok(rel), kind })).collect()
+    }
+
+    fn read(&self, rel: &str) -> io::Result<Vec<u8>> {
+        match self.0.files.get(rel) {
+            Some((_, Some(bytes))) => Ok(bytes.clone()),
+            _ => Err(io::Error::new(io::ErrorKind::NotFound, format!("{rel} was not sent"))),
+        }
+    }
+
+    fn digests(&self, rel: &str, also: &[Algorithm]) -> io::Result<Digests> {
+        match self.0.files.get(rel) {
+            Some((d, _)) if also.iter().all(|a| d.get(*a).is_some()) => Ok(d.clone()),
+            _ => Err(io::Error::new(io::ErrorKind::NotFound, format!("{rel} was not sent with those digests"))),
+        }
+    }
+}
+
+/// Takes the far minter's exclusion for one update.
+struct FarMinter<'a>(&'a FarStore);
+
+impl MinterState for FarMinter<'_> {
+    fn update(&self, step: &mut dyn FnMut(Option<Timestamp>) -> Result<Timestamp>) -> Result<()> {
+        let conn = &self.0.conn;
+        let (begin, replies) = conn.start(&Request::MinterBegin, false)?;
+        let last = match conn.next(&replies)?.0 {
+            Reply::MinterDate(None) => None,
+            Reply::MinterDate(Some(text)) => Some(Timestamp::parse_decimal(&text)?),
+            other => return Err(conn.unexpected(&other)),
+        };
+        let next = step(last);
+        let date = next.as_ref().ok().map(|d| d.to_decimal());
+        match conn.call(&Request::MinterEnd { begin, date })?.0 {
+            Reply::Done => next.map(drop),
+            other => Err(conn.unexpected(&other)),
+        }
+    }
+}
+
+/// Unleases when dropped.
+struct FarLease(Arc<Connection>);
+
+impl Drop for FarLease {
+    fn drop(&mut self) {
+        let _ = self.0.send(&Request::Unlease, &[]);
+    }
+}
+
+/// Streams a far file's bytes as they arrive.
+struct FarReader<'a> {
+    conn: &'a Connection,
+    replies: std::sync::mpsc::Receiver<Answer>,
+    chunk: io::Cursor<Vec<u8>>,
+    done: bool,
+}
+
+impl Read for FarReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let n = self.chunk.read(buf)?;
+            if n > 0 || self.done || buf.is_empty() {
+                return Ok(n);
+            }
+            match self.conn.next(&self.replies).map_err(FarStore::io_error)? {
+                (Reply::Data, bytes) => self.chunk = io::Cursor::new(bytes),
+                (Reply::End, _) => self.done = true,
+                (other, _) => return Err(FarStore::io_error(self.conn.unexpected(&other))),
+            }
+        }
+    }
+}
+
+/// Streams a request's replies through `each` until `End`.
+fn streamed<'a, T: Send + 'a>(
+    store: &'a FarStore,
+    request: Request,
+    each: impl Fn(Reply) -> std::result::Result<Vec<T>, Box<Reply>> + Send + 'a,
+) -> Box<dyn Iterator<Item = Result<T>> + Send + 'a> {
+    let replies = match store.conn.start(&request, true) {
+        Ok((_, replies)) => replies,
+        Err(e) => return Box::new(std::iter::once(Err(e))),
+    };
+    let mut finished = false;
+    let pages = std::iter::from_fn(move || {
+        if finished {
+            return None;
+        }
+        let page = match store.conn.next(&replies) {
+            Ok((Reply::End, _)) => return None,
+            Ok((reply, _)) => each(reply).map_err(|other| store.conn.unexpected(&other)),
+            Err(e) => Err(e),
+        };
+        finished = page.is_err();
+        Some(page)
+    });
+    Box::new(pages.flat_map(|page| -> Vec<Result<T>> {
+        match page {
+            Ok(items) => items.into_iter().map(Ok).collect(),
+            Err(e) => vec![Err(e)],
+        }
+    }))
+}
+
+impl Store for FarStore {
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn local_root(&self) -> Option<&Path> {
+        None
+    }
+
+    fn subsystem(&self) -> &Subsystem {
+        &self.subsystem
+    }
+
+    fn organisation(&self) -> Option<&str> {
+        self.config.organisation.as_deref()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { atomic_replace: true }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn walk(&self) -> Box<dyn Iterator<Item = Result<Listed>> + Send + '_> {
+        streamed(self, Request::Walk, |reply| match reply {
+            Reply::Listed(page) => Ok(page.into_iter().map(Listed::from).collect()),
+            other => Err(Box::new(other)),
+        })
+    }
+
+    fn slot(&self, name: &RepositoryName) -> Result<Slot> {
+        match self.call(&Request::Slot(name.clone()))? {
+            Reply::Slot(slot) => Ok(slot.into()),
+            other => Err(self.conn.unexpected(&other)),
+        }
+    }
+
+    fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
+        match self.call(&Request::Alias(*ibip))? {
+            Reply::Name(name) => Ok(name),
+            other => Err(self.conn.unexpected(&other)),
+        }
+    }
+
+    fn dangling_aliases(&self) -> Result<Vec<(Ibip, RepositoryName)>> {
+        match self.call(&Request::DanglingAliases)? {
+            Reply::Aliases(pairs) => Ok(pairs),
+            other => Err(self.conn.unexpected(&other)),
+        }
+    }
+
+    fn alias_problem(&self, ibip: &Ibip, name: &RepositoryName) -> Option<String> {
+        match self.call(&Request::AliasProblem(*ibip, name.clone())) {
+            Ok(Reply::Text(text)) => text,
+            Ok(other) => Some(self.conn.unexpected(&other).to_string()),
+            Err(e) => Some(e.to_string()),
+        }
+    }
+
+    fn item_files<'a>(&'a self, name: &RepositoryName) -> Box<dyn BagFiles + 'a> {
+        let target = Target::Item(name.clone());
+        let listed = match lock(&self.bundled).remove(name) {
+            Some(bundled) => Ok(bundled),
+            None => self.snapshot(target.clone(), 0).map(|(s, payload)| {
+                let files = contents_of(&s, &payload);
+                (s, files)
+            }),
+        };
+        Box::new(FarBag { store: self, target, listed: listed.map_err(|e| e.to_string()) })
+    }
+
+    fn open(&self, name: &RepositoryName, rel: &str) -> io::Result<(Box<dyn Read + Send + '_>, Option<SystemTime>)> {
+        let cached = lock(&self.bundled).get_mut(name).and_then(|(_, files)| files.remove(rel));
+        if let Some((bytes, mtime)) = cached {
+            return Ok((Box::new(io::Cursor::new(bytes)), mtime));
+        }
+        let request = Request::Read { name: name.clone(), rel: rel.to_string() };
+        let (_, replies) = self.conn.start(&request, true).map_err(FarStore::io_error)?;
+        let mtime = match self.conn.next(&replies) {
+            Ok((Reply::FileStart(mtime), _)) => wire::mtime_from_wire(mtime),
+            Ok((other, _)) => return Err(FarStore::io_error(self.conn.unexpected(&other))),
+            Err(Error::NotFound { name, .. }) => return Err(io::Error::new(io::ErrorKind::NotFound, name)),
+            Err(e) => return Err(FarStore::io_error(e)),
+        };
+        let reader = FarReader { conn: &self.conn, replies, chunk: io::Cursor::new(Vec::new()), done: false };
+        Ok((Box::new(reader), mtime))
+    }
+
+    fn prefetch(&self, names: &[RepositoryName]) {
+        let mut bundled = lock(&self.bundled);
+        bundled.clear();
+        if names.is_empty() {
+            return;
+        }
+        let request = Request::Bundle { names: names.to_vec(), budget: BUNDLE_ITEM_BUDGET };
+        if let Ok((Reply::Bundle(snapshots), payload)) = self.conn.call(&request) {
+            let mut at = 0usize;
+            for (name, snapshot) in snapshots {
+                let size: usize = snapshot.contents.iter().map(|c| c.1 as usize).sum();
+                let end = (at + size).min(payload.len());
+                let files = contents_of(&snapshot, &payload[at..end]);
+                at = end;
+                bundled.insert(name, (snapshot, files));
+            }
+        }
+    }
+
+    fn identities(&self, names: &[RepositoryName]) -> Vec<Result<String>> {
+        match self.call(&Request::Identities(names.to_vec())) {
+            Ok(Reply::Identities(all)) => {
+                all.into_iter().map(|r| r.map_err(|e| e.into_error(self.conn.place()))).collect()
+            }
+            Ok(other) => names.iter().map(|_| Err(self.conn.unexpected(&other))).collect(),
+            Err(e) => {
+                let text = e.to_string();
+                names.iter().map(|_| Err(Error::Connection { place: self.location(), problem: text.clone() })).collect()
+            }
+        }
+    }
+
+    fn as_dyn(&self) -> &dyn Store {
+        self
+    }
+
+    fn leftovers(&self) -> Vec<Problem> {
+        match self.call(&Request::Leftovers) {
+            Ok(Reply::Problems(problems)) => problems,
+            _ => Vec::new(),
+        }
+    }
+
+    fn collection_id(&self) -> Option<String> {
+        match self.call(&Request::Inventory) {
+            Ok(Reply::Inventory { id, .. }) => id,
+            _ => self.config.id.clone(),
+        }
+    }
+
+    fn has_inventory(&self) -> bool {
+        matches!(self.call(&Request::Inventory), Ok(Reply::Inventory { present: true, .. }))
+    }
+
+    fn records(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {
+        match self.call(&Request::Records(names.to_vec()))? {
+            Reply::Records(records) => Ok(records),
+            other => Err(self.conn.unexpected(&other)),
+        }
+    }
+
+    fn all_records(&self) -> Box<dyn Iterator<Item = Result<ItemRecord>> + Send + '_> {
+        streamed(self, Request::AllRecords, |reply| match reply {
+            Reply::Records(page) => Ok(page.into_iter().flatten().collect()),
+            other => Err(Box::new(other)),
+        })
+    }
+
+    fn lease(&self, wait: LockWait) -> Result<Lease> {
+        self.done(&Request::Lease(wait_to_wire(wait)))?;
+        Ok(Lease(Box::new(FarLease(self.conn.clone()))))
+    }
+
+    fn recover(&self) -> Result<()> {
+        self.done(&Request::Recover)
+    }
+
+    fn minter_state(&self) -> Box<dyn MinterState + '_> {
+        Box::new(FarMinter(self))
+    }
+
+    fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
+        match self.call(&Request::DepositRecord(key.to_string()))? {
+            Reply::Name(name) => Ok(name),
+            other => Err(self.conn.unexpected(&other)),
+        }
+    }
+
+    fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()> {
+        self.done(&Request::WriteDepositRecords(records.to_vec()))
+    }
+
+    fn stage(&self) -> Result<StageId> {
+        let stage = self.next_stage.fetch_add(1, Ordering::Relaxed);
+        lock(&self.sent).insert(stage, Sent::default());
+        Ok(StageId(stage))
+    }
+
+    fn stage_dir(&self, stage: StageId, rel: &str) -> Result<()> {
+        if let Some(sent) = lock(&self.sent).get_mut(&stage.0) {
+            sent.dirs.insert(rel.to_string());
+        }
+        self.conn.send(&Request::StageDir { stage: stage.0, rel: rel.to_string() }, &[])
+    }
+
+    fn stage_file(&self, stage: StageId, rel: &str, from: FileSource) -> std::result::Result<Digests, CopyError> {
+        let file = self.next_file.fetch_add(1, Ordering::Relaxed);
+        let mtime = wire::mtime_to_wire(from.mtime);
+        let begin = Request::FileBegin { stage: stage.0, file, rel: rel.to_string(), mtime, also: from.also.to_vec() };
+        self.conn.send(&begin, &[]).map_err(CopyError::Destination)?;
+        let keep = !rel.starts_with("data/");
+        let mut kept: Option<Vec<u8>> = keep.then(Vec::new);
+        let mut hasher = Hasher::new(from.also);
+        let mut buffer = vec![0u8; wire::CHUNK];
+        loop {
+            let n = match from.reader.read(&mut buffer) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let _ = self.conn.send(&Request::Discard { stage: stage.0 }, &[]);
+                    return Err(CopyError::Source(Error::io("read", from.origin, e)));
+                }
+            };
+            hasher.update(&buffer[..n]);
+            (from.progress)(n as u64);
+            if let Some(bytes) = kept.as_mut() {
+                bytes.extend_from_slice(&buffer[..n]);
+                if bytes.len() as u64 > KEEP_TAG_FILE {
+                    kept = None;
+                }
+            }
+            self.conn.send(&Request::FileData { file }, &buffer[..n]).map_err(CopyError::Destination)?;
+        }
+        self.conn.send(&Request::FileEnd { file }, &[]).map_err(CopyError::Destination)?;
+        let digests = hasher.finish();
+        if let Some(sent) = lock(&self.sent).get_mut(&stage.0) {
+            sent.opaque |= keep && kept.is_none();
+            sent.files.insert(rel.to_string(), (digests.clone(), kept));
+        }
+        Ok(digests)
+    }
+
+    fn stage_link(&self, stage: StageId, rel: &str, name: &RepositoryName, from: &str) -> Result<()> {
+        if let Some(sent) = lock(&self.sent).get_mut(&stage.0) {
+            sent.opaque = true;
+        }
+        let request =
+            Request::StageLink { stage: stage.0, rel: rel.to_string(), name: name.clone(), from: from.into() };
+        self.done(&request)
+    }
+
+    fn staged_files<'a>(&'a self, stage: StageId) -> Box<dyn BagFiles + 'a> {
+        let sent = lock(&self.sent).get(&stage.0).cloned();
+        if let Some(sent) = sent.filter(|s| !s.opaque) {
+            return Box::new(SentBag(sent));
+        }
+        let target = Target::Stage(stage.0);
+        let listed = self.snapshot(target.clone(), u64::MAX).map(|(s, payload)| {
+            let files = contents_of(&s, &payload);
+            (s, files)
+        });
+        Box::new(FarBag { store: self, target, listed: listed.map_err(|e| e.to_string()) })
+    }
+
+    fn discard(&self, stage: StageId) {
+        if lock(&self.sent).remove(&stage.0).is_some() {
+            let _ = self.conn.send(&Request::Discard { stage: stage.0 }, &[]);
+        }
+    }
+
+    fn place(&self, batch: &[Placement]) -> Result<Vec<(RepositoryName, std::result::Result<(), Refusal>)>> {
+        let wire_batch = batch
+            .iter()
+            .map(|p| WirePlacement {
+                stage: p.stage.0,
+                name: p.name.clone(),
+                ibip: p.ibip,
+                replace: p.replace,
+                record: p.record.clone(),
+            })
+            .collect();
+        let placed = match self.call(&Request::Place(wire_batch))? {
+            Reply::Placed(placed) => placed,
+            other => return Err(self.conn.unexpected(&other)),
+        };
+        let mut sent = lock(&self.sent);
+        for p in batch {
+            sent.remove(&p.stage.0);
+        }
+        let place = self.conn.place();
+        Ok(placed
+            .into_iter()
+            .map(|(name, refusal)| (name, refusal.map_or(Ok(()), |e| Err(e.into_error(place)))))
+            .collect())
+    }
+
+    fn restore_alias(&self, ibip: &Ibip, name: &RepositoryName) -> Result<()> {
+        self.done(&Request::RestoreAlias(*ibip, name.clone()))
+    }
+
+    fn remove(&self, names: &[RepositoryName]) -> Result<()> {
+        self.done(&Request::Remove(names.to_vec()))
+    }
+
+    fn check_item(&self, name: &RepositoryName, on_bytes: &(dyn Fn(u64) + Sync)) -> (BagCheck, Vec<Problem>) {
+        match self.call(&Request::CheckItem(name.clone())) {
+            Ok(Reply::Checked(c)) => {
+                on_bytes(c.bytes);
+                let check = BagCheck { problems: c.problems, info: c.info, files: c.files, bytes: c.bytes };
+                let mut problems = check.problems.clone();
+                problems.extend(c.identifiers);
+                (check, problems)
+            }
+            Ok(other) => failed_check(name, self.conn.unexpected(&other)),
+            Err(e) => failed_check(name, e),
+        }
+    }
+}
+
+fn failed_check(name: &RepositoryName, e: Error) -> (BagCheck, Vec<Problem>) {
+    let problem = Problem::new(&name.to_string(), None, crate::problem::ProblemKind::Unreadable, e.to_string());
+    let check = BagCheck { problems: vec![problem.clone()], ..BagCheck::default() };
+    (check, vec![problem])
+}

@@ -1,0 +1,153 @@
+//! Where a collection is, as a user writes it: a local folder, or a far one
+//! reached over SSH, written `[USER@]HOST:PATH` (as rsync and scp write it: a
+//! colon before the first slash) or `ssh://[USER@]HOST[:PORT]/PATH`. A local
+//! path with a colon is written `./a:b`. This module owns telling them apart,
+//! so that `HOST:PATH` never becomes a local folder.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// A collection on another machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FarAddress {
+    pub user: Option<String>,
+    pub host: String,
+    pub port: Option<u16>,
+    /// The path on the far machine, as given (relative paths are relative to the far home).
+    pub path: String,
+}
+
+impl fmt::Display for FarAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let user = self.user.as_deref().map(|u| format!("{u}@")).unwrap_or_default();
+        match self.port {
+            Some(port) => write!(f, "ssh://{user}{}:{port}/{}", self.host, self.path.trim_start_matches('/')),
+            None => write!(f, "{user}{}:{}", self.host, self.path),
+        }
+    }
+}
+
+impl FarAddress {
+    /// `[USER@]HOST`, as ssh takes it.
+    pub fn destination(&self) -> String {
+        match &self.user {
+            Some(user) => format!("{user}@{}", self.host),
+            None => self.host.clone(),
+        }
+    }
+}
+
+/// Where a collection is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    Local(PathBuf),
+    Far(FarAddress),
+}
+
+fn invalid(text: &str, problem: impl Into<String>) -> Error {
+    Error::Invalid { what: format!("collection location \"{text}\""), problem: problem.into() }
+}
+
+/// Splits `[USER@]HOST`, refusing empty parts and characters ssh would read as options.
+fn user_and_host(text: &str, whole: &str) -> Result<(Option<String>, String)> {
+    let (user, host) = match text.rsplit_once('@') {
+        Some((user, host)) => (Some(user.to_string()), host),
+        None => (None, text),
+    };
+    if host.is_empty() || host.starts_with('-') || user.as_deref().is_some_and(|u| u.is_empty() || u.starts_with('-')) {
+        return Err(invalid(whole, "the host (and user, if given) must be non-empty and not start with \"-\""));
+    }
+    if host.chars().any(|c| c.is_whitespace() || c == '/') {
+        return Err(invalid(whole, "the host holds a space or a slash"));
+    }
+    Ok((user, host.to_string()))
+}
+
+fn parse_url(text: &str, rest: &str) -> Result<Location> {
+    let (authority, path) = rest.split_once('/').ok_or_else(|| invalid(text, "ssh:// needs a path after the host"))?;
+    let (authority, port) = match authority.rsplit_once(':') {
+        Some((a, p)) => {
+            (a, Some(p.parse::<u16>().map_err(|_| invalid(text, format!("port \"{p}\" is not a number")))?))
+        }
+        None => (authority, None),
+    };
+    let (user, host) = user_and_host(authority, text)?;
+    if path.is_empty() {
+        return Err(invalid(text, "ssh:// needs a path after the host"));
+    }
+    Ok(Location::Far(FarAddress { user, host, port, path: format!("/{path}") }))
+}
+
+impl Location {
+    /// Reads a location. Text that is not UTF-8 is a local path.
+    pub fn parse(given: &Path) -> Result<Location> {
+        let Some(text) = given.to_str() else { return Ok(Location::Local(given.to_path_buf())) };
+        if let Some(rest) = text.strip_prefix("ssh://") {
+            return parse_url(text, rest);
+        }
+        if text.contains("://") {
+            let scheme = text.split("://").next().unwrap_or_default();
+            return Err(invalid(text, format!("\"{scheme}://\" is not a kind of location ibi knows (ssh:// is)")));
+        }
+        let colon = text.find(':');
+        let slash = text.find('/');
+        match colon {
+            Some(c) if slash.is_none_or(|s| c < s) => {
+                let (user, host) = user_and_host(&text[..c], text)?;
+                let path = &text[c + 1..];
+                let path = if path.is_empty() { "." } else { path };
+                Ok(Location::Far(FarAddress { user, host, port: None, path: path.to_string() }))
+            }
+            _ => Ok(Location::Local(given.to_path_buf())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn far(text: &str) -> FarAddress {
+        match Location::parse(Path::new(text)).unwrap() {
+            Location::Far(far) => far,
+            Location::Local(p) => panic!("{text} read as the local path {}", p.display()),
+        }
+    }
+
+    #[test]
+    fn host_colon_path_is_far() {
+        let f = far("root@old:/srv/library");
+        assert_eq!(
+            (f.user.as_deref(), f.host.as_str(), f.port, f.path.as_str()),
+            (Some("root"), "old", None, "/srv/library")
+        );
+        assert_eq!(far("lab:").path, ".");
+        assert_eq!(far("lab:x").to_string(), "lab:x");
+    }
+
+    #[test]
+    fn ssh_url_is_far_with_port() {
+        let f = far("ssh://ana@lab:2222/srv/x");
+        assert_eq!(
+            (f.user.as_deref(), f.host.as_str(), f.port, f.path.as_str()),
+            (Some("ana"), "lab", Some(2222), "/srv/x")
+        );
+        assert_eq!(f.to_string(), "ssh://ana@lab:2222/srv/x");
+    }
+
+    #[test]
+    fn a_slash_before_the_colon_is_local() {
+        for text in ["./a:b", "/srv/a:b", "plain", "dir/sub:x"] {
+            assert_eq!(Location::parse(Path::new(text)).unwrap(), Location::Local(PathBuf::from(text)));
+        }
+    }
+
+    #[test]
+    fn bad_far_locations_are_refused() {
+        for text in [":/x", "-oProxyCommand=x:/y", "ssh://host", "ssh://h:port/x", "s3x://b/p", "@h:/x"] {
+            assert!(Location::parse(Path::new(text)).is_err(), "{text} was accepted");
+        }
+    }
+}
