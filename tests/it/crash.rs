@@ -10,10 +10,10 @@ use crate::env::{control_empty, TestEnv};
 
 /// A small xorshift generator, seeded from the clock; the seed is printed so a
 /// failing run can be replayed with IBI_CRASH_SEED.
-struct Dice(u64);
+pub struct Dice(u64);
 
 impl Dice {
-    fn new() -> Self {
+    pub fn new() -> Self {
         let seed = std::env::var("IBI_CRASH_SEED")
             .ok()
             .and_then(|s| s.parse().ok())
@@ -22,7 +22,7 @@ impl Dice {
         Dice(seed)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub fn below(&mut self, n: u64) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;

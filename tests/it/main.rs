@@ -5,6 +5,7 @@ mod crash;
 mod demo;
 mod deposit;
 mod env;
+mod far;
 mod ident;
 mod invalid;
 mod regress;
