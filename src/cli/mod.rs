@@ -132,6 +132,7 @@ fn serve(args: &args::ServeArgs) -> Result<Outcome> {
         restrict_to: args.restrict_to_path.clone(),
         read_only: args.read_only,
         append_only: args.append_only,
+        minter_dir: None,
     };
     ibi::store::far::serve::serve_stdio(options)?;
     Ok(Outcome::Success)

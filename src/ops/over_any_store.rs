@@ -1,6 +1,6 @@
 //! Operations over any store: deposit into memory, copy to another memory
-//! collection, mirror into a local folder, verify all three, and a damaged copy
-//! is found and repaired. Proof that ops need nothing but the `Store` seam.
+//! collection, mirror into a local folder and on into a far one, verify them
+//! all, and a damaged copy is found and repaired. Proof that ops need nothing but the `Store` seam.
 
 #[cfg(test)]
 mod tests {
@@ -10,7 +10,7 @@ mod tests {
     use crate::ops::mirror::{mirror, MirrorOptions};
     use crate::ops::verify::verify;
     use crate::ops::Silent;
-    use crate::store::conformance::{local, names, subsystem};
+    use crate::store::conformance::{far, local, names, subsystem};
     use crate::store::memory::MemoryStore;
     use crate::store::{identity_digest, LockWait};
 
@@ -52,6 +52,16 @@ mod tests {
         let repaired = mirror(&b, &c, &options, &Silent).unwrap();
         assert_eq!(repaired.replaced, 1);
         assert_eq!(verify(&c, &[], &Silent).unwrap().problems, 0);
+
+        // A far collection (served over pipes): mirror into it, damage it there, verify
+        // finds it, mirror --checksum repairs it.
+        let (d, _reopen, far_dir) = far();
+        assert_eq!(mirror(&c, &d, &options, &Silent).unwrap().copied, 5);
+        assert_eq!(verify(&d, &[], &Silent).unwrap().problems, 0);
+        std::fs::write(far_dir.path().join("c").join(victim.to_string()).join("data/sub/f.txt"), b"rotten").unwrap();
+        assert_eq!(verify(&d, &[], &Silent).unwrap().problems, 1);
+        assert_eq!(mirror(&c, &d, &options, &Silent).unwrap().replaced, 1);
+        assert_eq!(verify(&d, &[], &Silent).unwrap().problems, 0);
 
         // Migrate: B already holds identical copies, so A's items are re-verified in B and removed from A.
         let summary = transfer(TransferKind::Migrate, &a, &b, &[], copy, &Silent).unwrap();

@@ -276,6 +276,23 @@ pub(crate) fn local() -> (Collection, impl Fn() -> Collection, tempfile::TempDir
     (store, move || Collection::open(&root).unwrap().with_minter_dir(&minters), dir)
 }
 
+/// A far collection served by `far::serve` on a thread, over pipes: each handle is a session of its own.
+pub(crate) fn far() -> (crate::store::far::FarStore, impl Fn() -> crate::store::far::FarStore, tempfile::TempDir) {
+    use crate::store::far::{conn::Connection, serve, FarStore};
+    let (local, _, dir) = local();
+    let root = local.layout.root.clone();
+    let minters = dir.path().join("minters");
+    let session = move || {
+        let (from_client, to_server) = std::io::pipe().unwrap();
+        let (from_server, to_client) = std::io::pipe().unwrap();
+        let options = serve::ServeOptions { minter_dir: Some(minters.clone()), ..Default::default() };
+        std::thread::spawn(move || serve::serve(options, from_client, Box::new(to_client)));
+        let conn = Connection::over("lab:c".into(), from_server, to_server, "ibi").unwrap();
+        FarStore::open_on(conn, &root, "lab:c").unwrap()
+    };
+    (session(), session, dir)
+}
+
 fn memory() -> (MemoryStore, impl Fn() -> MemoryStore, ()) {
     let store = MemoryStore::new(subsystem());
     let other = store.handle();
@@ -285,4 +302,5 @@ fn memory() -> (MemoryStore, impl Fn() -> MemoryStore, ()) {
 backends! {
     local_folder => local();
     in_memory => memory();
+    far_over_pipes => far();
 }

@@ -6,8 +6,8 @@
 //! frames go out without waiting for any reply at all.
 
 use std::collections::HashMap;
-use std::io::{BufReader, BufWriter, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -57,10 +57,11 @@ struct Routes {
 /// One session with a far `ibi serve --stdio`.
 pub struct Connection {
     place: String,
-    writer: Mutex<Option<BufWriter<ChildStdin>>>,
+    writer: Mutex<Option<BufWriter<Box<dyn Write + Send>>>>,
     routes: Arc<Mutex<Routes>>,
     next_id: AtomicU64,
-    child: Mutex<Child>,
+    /// The ssh process, when the session runs through one.
+    child: Mutex<Option<Child>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -83,35 +84,52 @@ impl Connection {
         command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
         let mut child = command.spawn().map_err(|e| fail(format!("cannot run {program}: {e}")))?;
         let stdout = child.stdout.take().expect("piped");
-        let mut stdin = child.stdin.take().expect("piped");
-        let mut reader = BufReader::with_capacity(1 << 20, stdout);
+        let stdin = child.stdin.take().expect("piped");
+        let mut connection = Connection::over(place.clone(), stdout, stdin, &connect.remote_ibi);
+        if let Err(Error::Connection { problem, .. }) = &connection {
+            if problem.starts_with(NO_GREETING) {
+                let status = wait_briefly(&mut child);
+                connection = Err(fail(format!("{problem}{}", exit_note(status))));
+            }
+        }
+        let connection = connection?;
+        *lock(&connection.child) = Some(child);
+        Ok(connection)
+    }
+
+    /// A session over any pair of streams (a child's pipes, or an in-process server in tests).
+    pub fn over(
+        place: String,
+        input: impl Read + Send + 'static,
+        mut output: impl Write + Send + 'static,
+        remote_ibi: &str,
+    ) -> Result<Connection> {
+        let fail = |problem: String| Error::Connection { place: place.clone(), problem };
+        let mut reader = BufReader::with_capacity(1 << 20, input);
         let greeted = wire::read_greeting(&mut reader).map_err(|e| fail(format!("reading the greeting: {e}")))?;
         let theirs = match greeted {
             Greeted::Versions(min, max) => (min, max),
-            Greeted::Missing(said) => {
-                let status = wait_briefly(&mut child);
-                return Err(fail(no_greeting(&said, status, &connect.remote_ibi)));
-            }
+            Greeted::Missing(said) => return Err(fail(no_greeting(&said, remote_ibi))),
         };
         let ours = wire::versions();
         let Some(version) = wire::common_version(ours, theirs) else {
-            let _ = child.kill();
             return Err(fail(format!(
                 "the far ibi speaks protocol versions {}-{}, this ibi speaks {}-{}: install the same ibi release on \
                  both machines, or name a matching far binary with --remote-ibi or IBI_REMOTE_IBI",
                 theirs.0, theirs.1, ours.0, ours.1
             )));
         };
-        writeln!(stdin, "{} {version}", wire::ANSWER).and_then(|_| stdin.flush()).map_err(|e| fail(e.to_string()))?;
+        writeln!(output, "{} {version}", wire::ANSWER).and_then(|_| output.flush()).map_err(|e| fail(e.to_string()))?;
         let routes = Arc::new(Mutex::new(Routes::default()));
         let for_reader = routes.clone();
         std::thread::spawn(move || read_replies(reader, &for_reader));
+        let output: Box<dyn Write + Send> = Box::new(output);
         Ok(Connection {
             place,
-            writer: Mutex::new(Some(BufWriter::with_capacity(1 << 20, stdin))),
+            writer: Mutex::new(Some(BufWriter::with_capacity(1 << 20, output))),
             routes,
             next_id: AtomicU64::new(1),
-            child: Mutex::new(child),
+            child: Mutex::new(None),
         })
     }
 
@@ -135,6 +153,11 @@ impl Connection {
     /// Sends a frame that gets no reply (staging); a failure shows at the next request.
     pub fn send(&self, request: &Request, payload: &[u8]) -> Result<()> {
         self.write(0, request, payload, false)
+    }
+
+    /// Sends a frame that gets no reply, and flushes everything queued before it.
+    pub fn send_now(&self, request: &Request) -> Result<()> {
+        self.write(0, request, &[], true)
     }
 
     /// Sends a request; its replies arrive on the receiver, with its id.
@@ -178,10 +201,11 @@ impl Drop for Connection {
     fn drop(&mut self) {
         // Closing stdin ends the far session (which releases its lease); give it a moment.
         lock(&self.writer).take();
-        let mut child = lock(&self.child);
-        if wait_briefly(&mut child).is_none() {
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(child) = lock(&self.child).as_mut() {
+            if wait_briefly(child).is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
         }
     }
 }
@@ -198,21 +222,27 @@ fn wait_briefly(child: &mut Child) -> Option<std::process::ExitStatus> {
     }
 }
 
-fn no_greeting(said: &str, status: Option<std::process::ExitStatus>, remote_ibi: &str) -> String {
-    let ended = match status.and_then(|s| s.code()) {
-        Some(255) => " (ssh could not connect: exit 255)".to_string(),
-        Some(code) => format!(" (exit {code})"),
-        None => String::new(),
-    };
+/// How a "no greeting" problem starts, so that the exit status can be added.
+const NO_GREETING: &str = "the far side never greeted";
+
+fn no_greeting(said: &str, remote_ibi: &str) -> String {
     let said = if said.is_empty() { "nothing".to_string() } else { format!("\"{said}\"") };
     format!(
-        "the far side never greeted as `{remote_ibi} serve --stdio`{ended}; it printed {said}. Is ibi installed \
-         there? Name the far binary with --remote-ibi or IBI_REMOTE_IBI"
+        "{NO_GREETING} as `{remote_ibi} serve --stdio`; it printed {said}. Is ibi installed there? Name the far \
+         binary with --remote-ibi or IBI_REMOTE_IBI"
     )
 }
 
+fn exit_note(status: Option<std::process::ExitStatus>) -> String {
+    match status.and_then(|s| s.code()) {
+        Some(255) => " (ssh could not connect: exit 255)".to_string(),
+        Some(code) => format!(" (the far command ended with exit {code})"),
+        None => String::new(),
+    }
+}
+
 /// Hands each reply to the request with its id, until the session ends.
-fn read_replies(mut reader: BufReader<std::process::ChildStdout>, routes: &Mutex<Routes>) {
+fn read_replies(mut reader: BufReader<impl Read>, routes: &Mutex<Routes>) {
     let why = loop {
         let frame: Frame = match wire::read_frame(&mut reader) {
             Ok(Some(frame)) => frame,

@@ -92,6 +92,13 @@ impl FarStore {
         FarStore::opened(conn, answer, address)
     }
 
+    /// Opens the collection at `path` over an established session, naming it `location`.
+    pub fn open_on(conn: Connection, path: &Path, location: &str) -> Result<FarStore> {
+        let answer = conn.call(&Request::Open { path: path.to_path_buf() })?;
+        let Reply::Opened { config, .. } = answer.0 else { return Err(conn.unexpected(&answer.0)) };
+        FarStore::with_config(conn, &config, location.to_string())
+    }
+
     /// Creates a collection at `address` with this config.
     pub fn init(address: &FarAddress, connect: &Connect, config: &CollectionConfig) -> Result<FarStore> {
         let conn = Connection::open(address, connect)?;
@@ -101,8 +108,11 @@ impl FarStore {
 
     fn opened(conn: Connection, answer: Answer, address: &FarAddress) -> Result<FarStore> {
         let Reply::Opened { config, .. } = answer.0 else { return Err(conn.unexpected(&answer.0)) };
-        let location = address.to_string();
-        let (config, subsystem) = CollectionConfig::parse(&config, &format!("{}'s collection config", conn.place()))?;
+        FarStore::with_config(conn, &config, address.to_string())
+    }
+
+    fn with_config(conn: Connection, config: &str, location: String) -> Result<FarStore> {
+        let (config, subsystem) = CollectionConfig::parse(config, &format!("{}'s collection config", conn.place()))?;
         Ok(FarStore {
             location,
             conn: Arc::new(conn),
@@ -260,7 +270,8 @@ struct FarLease(Arc<Connection>);
 
 impl Drop for FarLease {
     fn drop(&mut self) {
-        let _ = self.0.send(&Request::Unlease, &[]);
+        // Waits for the answer, so that the lease is free when this returns.
+        let _ = self.0.call(&Request::Unlease);
     }
 }
 
@@ -543,7 +554,8 @@ impl Store for FarStore {
             }
             self.conn.send(&Request::FileData { file }, &buffer[..n]).map_err(CopyError::Destination)?;
         }
-        self.conn.send(&Request::FileEnd { file }, &[]).map_err(CopyError::Destination)?;
+        // Sent at once: a file the client finished is on its way, even if the client is killed next.
+        self.conn.send_now(&Request::FileEnd { file }).map_err(CopyError::Destination)?;
         let digests = hasher.finish();
         if let Some(sent) = lock(&self.sent).get_mut(&stage.0) {
             sent.opaque |= keep && kept.is_none();

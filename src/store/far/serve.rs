@@ -33,6 +33,8 @@ pub struct ServeOptions {
     pub restrict_to: Vec<PathBuf>,
     pub read_only: bool,
     pub append_only: bool,
+    /// Where the machine-wide minter states are (default: the machine's own).
+    pub minter_dir: Option<PathBuf>,
 }
 
 /// Files of at most this size go into a snapshot whole.
@@ -73,6 +75,12 @@ struct Session {
     stages: Mutex<HashMap<u64, StageState>>,
     stage_settled: Condvar,
     lease: Mutex<Option<Lease>>,
+    /// Where requests that compute in parallel (verify, identities, placing) run: a
+    /// pool of the session's own, so that they never wait behind work of the
+    /// process's global pool (a client in the same process, in tests).
+    pool: rayon::ThreadPool,
+    /// Where arriving files are written; apart from `pool`, whose requests may wait for them.
+    writes: rayon::ThreadPool,
     /// Minter updates waiting for the client's date: by `MinterBegin` id, the date and the `MinterEnd` id.
     minter: Mutex<HashMap<u64, Sender<MinterEnd>>>,
 }
@@ -108,6 +116,8 @@ pub fn serve(options: ServeOptions, input: impl Read, output: Box<dyn Write + Se
         stages: Mutex::default(),
         stage_settled: Condvar::new(),
         lease: Mutex::default(),
+        pool: pool("ibi-serve")?,
+        writes: pool("ibi-serve-write")?,
         minter: Mutex::default(),
     });
     let mut incoming = HashMap::new();
@@ -118,6 +128,13 @@ pub fn serve(options: ServeOptions, input: impl Read, output: Box<dyn Write + Se
     // The client is gone: staged items are dropped and the lease released as the process ends.
     lock(&session.lease).take();
     Ok(())
+}
+
+fn pool(name: &'static str) -> Result<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .thread_name(move |i| format!("{name}-{i}"))
+        .build()
+        .map_err(|e| Error::Connection { place: "ibi serve".into(), problem: format!("cannot start threads: {e}") })
 }
 
 /// A reader over chunks sent down a channel.
@@ -227,9 +244,6 @@ impl Session {
                     self.file_end(entry);
                 }
             }
-            Request::Unlease => {
-                lock(&self.lease).take();
-            }
             Request::MinterEnd { begin, date } => match lock(&self.minter).remove(&begin) {
                 Some(to) => {
                     let _ = to.send((date, id));
@@ -298,7 +312,7 @@ impl Session {
             return; // Dropping the sender ends the writer's stream.
         }
         let session = self.clone();
-        rayon::spawn(move || {
+        self.writes.spawn(move || {
             let mut reader = io::Cursor::new(entry.buffer);
             session.write_file(entry.stage, &entry.rel, entry.mtime, &entry.also, &mut reader);
         });
@@ -348,10 +362,15 @@ impl Session {
 
     /// Waits until every file of the stage is written; its server id, failure and arrival digests.
     fn settled(&self, stage: u64) -> Result<(StageId, HashMap<String, Digests>)> {
-        self.with_stage(stage, |_| ());
         let mut stages = lock(&self.stages);
         loop {
-            let state = stages.get(&stage).expect("created above");
+            let Some(state) = stages.get(&stage) else {
+                return Err(Error::NotFound {
+                    what: "staged item",
+                    name: stage.to_string(),
+                    place: PathBuf::from("ibi serve"),
+                });
+            };
             if state.pending == 0 {
                 if let Some(e) = &state.error {
                     return Err(e.clone().into_error("ibi serve"));
@@ -377,7 +396,7 @@ impl Session {
                 lock(&self.stages).remove(&stage);
             }
             other => {
-                let result = self.handle(other);
+                let result = self.pool.install(|| self.handle(other));
                 self.reply_result(id, result);
             }
         }
@@ -403,6 +422,10 @@ impl Session {
             Request::Inventory => Reply::Inventory { id: c()?.collection_id(), present: c()?.has_inventory() },
             Request::Records(names) => Reply::Records(c()?.records(&names)?),
             Request::Lease(wait) => return done(self.take_lease(wait)),
+            Request::Unlease => {
+                lock(&self.lease).take();
+                Reply::Done
+            }
             Request::Recover => return done(self.refuse_writes("recovery").and_then(|_| c()?.recover())),
             Request::DepositRecord(key) => Reply::Name(c()?.deposit_record(&key)?),
             Request::WriteDepositRecords(records) => {
@@ -446,14 +469,21 @@ impl Session {
 
     fn open(&self, path: &Path) -> Result<(Reply, Vec<u8>)> {
         let path = self.admit(path, false)?;
-        self.opened(Collection::open(&path)?)
+        self.opened(self.with_minters(Collection::open(&path)?))
     }
 
     fn init(&self, path: &Path, config: &str) -> Result<(Reply, Vec<u8>)> {
         self.refuse_writes("creating a collection")?;
         let path = self.admit(path, true)?;
         let (config, subsystem) = CollectionConfig::parse(config, "the client's collection config")?;
-        self.opened(Collection::init(&path, subsystem, config.organisation)?)
+        self.opened(self.with_minters(Collection::init(&path, subsystem, config.organisation)?))
+    }
+
+    fn with_minters(&self, collection: Collection) -> Collection {
+        match &self.options.minter_dir {
+            Some(dir) => collection.with_minter_dir(dir),
+            None => collection,
+        }
     }
 
     fn take_lease(&self, wait: wire::Wait) -> Result<()> {

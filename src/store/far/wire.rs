@@ -471,7 +471,10 @@ impl WireError {
             WireError::Locked { path } => Error::Locked { path },
             WireError::AlreadyExists { path } => Error::AlreadyExists { path },
             WireError::NotFound { what, name, place } => {
-                let what = ["item", "collection", "file", "alias"].into_iter().find(|w| *w == what).unwrap_or("entry");
+                let what = ["item", "collection", "file", "alias", "staged item"]
+                    .into_iter()
+                    .find(|w| *w == what)
+                    .unwrap_or("entry");
                 Error::NotFound { what, name, place }
             }
             WireError::Invalid { what, problem } => Error::Invalid { what, problem },
