@@ -14,7 +14,7 @@ impl TestEnv {
     /// Writes a shim for `IBI_RSH`: drops the host argument and runs the far
     /// command here, after `before` (shell lines); `forced` replaces the far
     /// command, as an authorized_keys forced command does.
-    fn shim(&self, name: &str, before: &str, forced: Option<&str>) -> String {
+    pub fn shim(&self, name: &str, before: &str, forced: Option<&str>) -> String {
         let run = match forced {
             Some(command) => format!("exec {command}"),
             None => "exec \"$@\"".to_string(),
@@ -26,23 +26,23 @@ impl TestEnv {
     }
 
     /// `ibi ARGS` with far collections reached through the shim at `rsh`.
-    fn far_command(&self, rsh: &str, args: &[&str]) -> Command {
+    pub fn far_command(&self, rsh: &str, args: &[&str]) -> Command {
         let mut command = self.command(args);
         command.env("IBI_RSH", rsh).env("IBI_REMOTE_IBI", ibi_bin());
         command
     }
 
-    fn far_run(&self, rsh: &str, args: &[&str]) -> crate::env::Run {
+    pub fn far_run(&self, rsh: &str, args: &[&str]) -> crate::env::Run {
         self.far_command(rsh, args).output().expect("run ibi").into()
     }
 
-    fn far_ok(&self, rsh: &str, args: &[&str]) -> crate::env::Run {
+    pub fn far_ok(&self, rsh: &str, args: &[&str]) -> crate::env::Run {
         let run = self.far_run(rsh, args);
         assert_eq!(run.code, 0, "ibi {args:?} failed: {}", run.stderr);
         run
     }
 
-    fn far_fails(&self, rsh: &str, args: &[&str], code: i32) -> crate::env::Run {
+    pub fn far_fails(&self, rsh: &str, args: &[&str], code: i32) -> crate::env::Run {
         let run = self.far_run(rsh, args);
         assert_eq!(run.code, code, "ibi {args:?}: stdout {} stderr {}", run.stdout, run.stderr);
         assert!(!run.stderr.contains("panicked"), "panic: {}", run.stderr);
@@ -334,4 +334,24 @@ fn append_only_forced_command_over_real_ssh() {
     let run = env.far_fails(&sshd.rsh(), &["withdraw", &far(&b), &name, "--reason", "wipe"], 2);
     assert!(run.stderr.contains("append-only"), "{}", run.stderr);
     assert_eq!(env.ok(&["list", &b]).lines().len(), 3);
+}
+
+#[test]
+fn mirror_watch_delivers_to_a_far_collection() {
+    let env = TestEnv::new();
+    let rsh = env.shim("rsh", "", None);
+    let src = env.filled("src", 1, 1);
+    let dst = env.collection("dst");
+    let command =
+        env.far_command(&rsh, &["mirror", &src, &far(&dst), "--watch"]).stderr(std::process::Stdio::null()).spawn();
+    let mut watcher = crate::env::Reaper(Some(command.unwrap()));
+    assert!(crate::env::wait_until(20, || env.identities(&dst).len() == 1));
+    env.write("late/new.txt", b"deposited while mirror --watch runs");
+    env.ok(&["deposit", &src, env.path("late").to_str().unwrap()]);
+    assert!(crate::env::wait_until(15, || env.identities(&dst).len() == 2), "the new item did not arrive");
+    let child = watcher.0.as_mut().unwrap();
+    sh(&format!("kill -TERM {}", child.id()));
+    assert!(child.wait().unwrap().success());
+    watcher.0 = None;
+    env.ok(&["-q", "verify", &dst]);
 }

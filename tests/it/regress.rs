@@ -1073,3 +1073,28 @@ fn regress_no_way_to_correct_or_withdraw_an_item() {
     assert_eq!(item_count(&env, &lib), 1);
     env.ok(&["verify", &lib]);
 }
+
+/// `HOST:PATH` was taken for a local path: `ibi init lab:/srv/x` made a local
+/// folder named `lab:`. It must reach the far host or fail, never make a folder.
+#[test]
+fn regress_host_path_becomes_a_local_folder() {
+    let env = TestEnv::new();
+    let run = env.far_run(
+        "false",
+        &["init", "lab:x", "--host", "test.ibi.example.org", "--ip", "192.0.2.30", "--granularity", "0.001"],
+    );
+    assert_code(&run, 3, "init of an unreachable far collection");
+    assert!(!env.path("lab:x").exists(), "init made a local folder named lab:x");
+}
+
+/// A far collection was "not an ibi collection": mirroring to or from one over
+/// ssh could not be done at all (only an unverified rsync of the whole tree).
+#[test]
+fn regress_far_collection_unreachable() {
+    let env = TestEnv::new();
+    let rsh = env.shim("rsh", "", None);
+    let src = env.filled("src", 4, 2);
+    let dst = env.collection("dst");
+    env.far_ok(&rsh, &["-q", "mirror", &src, &format!("lab:{dst}")]);
+    assert_eq!(env.identities(&dst), env.identities(&src));
+}
