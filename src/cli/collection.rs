@@ -173,6 +173,10 @@ pub fn watch(global: GlobalArgs, args: &WatchArgs) -> Result<Outcome> {
 }
 
 pub fn retire(global: GlobalArgs, root: &Path) -> Result<Outcome> {
+    if let ibi::store::location::Location::Far(far) = ibi::store::location::Location::parse(root)? {
+        let problem = format!("{far} is far: run `ibi retire {}` on {} itself", far.path, far.host);
+        return Err(ibi::Error::Invalid { what: "retire".into(), problem }.into());
+    }
     let mut collection = ibi::store::local::Collection::open(root)?;
     let _lease = ibi::store::lease_and_recover(&collection, ibi::store::LockWait::No)?;
     collection.retire()?;

@@ -355,3 +355,10 @@ fn mirror_watch_delivers_to_a_far_collection() {
     watcher.0 = None;
     env.ok(&["-q", "verify", &dst]);
 }
+
+#[test]
+fn retire_of_a_far_collection_says_where_to_run_it() {
+    let env = TestEnv::new();
+    let run = env.far_fails("false", &["retire", "lab:/srv/library"], 2);
+    assert!(run.stderr.contains("on lab itself"), "{}", run.stderr);
+}
