@@ -604,40 +604,32 @@ impl Session {
     }
 
     fn walk(&self, id: u64) {
-        let c = match self.collection() {
-            Ok(c) => c,
-            Err(e) => return self.reply_result(id, Err(e)),
-        };
-        let mut page = Vec::with_capacity(PAGE);
-        for listed in c.walk() {
-            match listed {
-                Ok(listed) => page.push(listed.into()),
-                Err(e) => return self.reply_result(id, Err(e)),
-            }
-            if page.len() == PAGE {
-                self.reply(id, &Reply::Listed(std::mem::take(&mut page)), &[]);
-            }
+        match self.collection() {
+            Ok(c) => self.stream_pages(id, c.walk().map(|l| l.map(Into::into)), Reply::Listed),
+            Err(e) => self.reply_result(id, Err(e)),
         }
-        self.reply(id, &Reply::Listed(page), &[]);
-        self.reply(id, &Reply::End, &[]);
     }
 
     fn all_records(&self, id: u64) {
-        let c = match self.collection() {
-            Ok(c) => c,
-            Err(e) => return self.reply_result(id, Err(e)),
-        };
+        match self.collection() {
+            Ok(c) => self.stream_pages(id, c.all_records().map(|r| r.map(Some)), Reply::Records),
+            Err(e) => self.reply_result(id, Err(e)),
+        }
+    }
+
+    /// Sends a stream in pages of `PAGE`, then `End`; an error ends it instead.
+    fn stream_pages<T>(&self, id: u64, items: impl Iterator<Item = Result<T>>, page_of: impl Fn(Vec<T>) -> Reply) {
         let mut page = Vec::with_capacity(PAGE);
-        for record in c.all_records() {
-            match record {
-                Ok(record) => page.push(Some(record)),
+        for item in items {
+            match item {
+                Ok(item) => page.push(item),
                 Err(e) => return self.reply_result(id, Err(e)),
             }
             if page.len() == PAGE {
-                self.reply(id, &Reply::Records(std::mem::take(&mut page)), &[]);
+                self.reply(id, &page_of(std::mem::take(&mut page)), &[]);
             }
         }
-        self.reply(id, &Reply::Records(page), &[]);
+        self.reply(id, &page_of(page), &[]);
         self.reply(id, &Reply::End, &[]);
     }
 
