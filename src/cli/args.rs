@@ -357,6 +357,10 @@ pub struct InitArgs {
     /// Organisation recorded as Source-Organization in every item.
     #[arg(long)]
     pub org: Option<String>,
+    /// For s3:// only: create the collection even though the server ignores
+    /// conditional writes (If-None-Match), so that two writers could take one name.
+    #[arg(long)]
+    pub unsafe_no_conditional_writes: bool,
 }
 
 #[derive(Debug, Args)]

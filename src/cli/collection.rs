@@ -23,7 +23,8 @@ use super::Outcome;
 pub fn init(global: GlobalArgs, args: &InitArgs) -> Result<Outcome> {
     let subsystem = subsystem_from_args(&args.subsystem)?;
     let connect = ibi::store::far::Connect::from_env();
-    let collection = ibi::store::init(&args.root, &connect, subsystem, args.org.clone())?;
+    let options = ibi::store::InitOptions { unsafe_no_conditional_writes: args.unsafe_no_conditional_writes };
+    let collection = ibi::store::init(&args.root, &connect, subsystem, args.org.clone(), options)?;
     let printer = Printer::new(global);
     let prefix = collection.subsystem().prefix().to_string();
     printer.summary(

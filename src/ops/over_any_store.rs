@@ -1,6 +1,6 @@
 //! Operations over any store: deposit into memory, copy to another memory
-//! collection, mirror into a local folder and on into a far one, verify them
-//! all, and a damaged copy is found and repaired. Proof that ops need nothing but the `Store` seam.
+//! collection, mirror into a local folder, on into a far one and into object storage,
+//! verify them all, and a damaged copy is found and repaired. Proof that ops need nothing but the `Store` seam.
 
 #[cfg(test)]
 mod tests {
@@ -10,7 +10,7 @@ mod tests {
     use crate::ops::mirror::{mirror, MirrorOptions};
     use crate::ops::verify::verify;
     use crate::ops::Silent;
-    use crate::store::conformance::{far, local, names, subsystem};
+    use crate::store::conformance::{far, local, names, object_store_in_memory, subsystem};
     use crate::store::memory::MemoryStore;
     use crate::store::{identity_digest, LockWait};
 
@@ -62,6 +62,21 @@ mod tests {
         assert_eq!(verify(&d, &[], &Silent).unwrap().problems, 1);
         assert_eq!(mirror(&c, &d, &options, &Silent).unwrap().replaced, 1);
         assert_eq!(verify(&d, &[], &Silent).unwrap().problems, 0);
+
+        // A collection in object storage (object_store's in-memory store): mirror into
+        // it, overwrite an object behind ibi's back, verify names it, mirror repairs it.
+        let (e, _reopen, ()) = object_store_in_memory();
+        assert_eq!(mirror(&d, &e, &options, &Silent).unwrap().copied, 5);
+        assert_eq!(verify(&e, &[], &Silent).unwrap().problems, 0);
+        let key = e.keys.item_file(&victim, "data/sub/f.txt");
+        e.objects.run(e.objects.overwrite(&key, b"rotten".to_vec())).unwrap();
+        assert_eq!(verify(&e, &[], &Silent).unwrap().problems, 1);
+        assert_eq!(mirror(&d, &e, &options, &Silent).unwrap().replaced, 1);
+        assert_eq!(verify(&e, &[], &Silent).unwrap().problems, 0);
+        let f = MemoryStore::new(subsystem());
+        let summary = transfer(TransferKind::Migrate, &e, &f, &[], copy, &Silent).unwrap();
+        assert_eq!((summary.migrated, summary.problems), (5, 0));
+        assert!(names(&e).is_empty() && names(&f).len() == 5, "migrated out of object storage");
 
         // Migrate: B already holds identical copies, so A's items are re-verified in B and removed from A.
         let summary = transfer(TransferKind::Migrate, &a, &b, &[], copy, &Silent).unwrap();

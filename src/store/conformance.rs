@@ -1,5 +1,5 @@
 //! The shared conformance suite: the same checks of the `Store` contract run
-//! against every backend (local folder, memory). A new backend adds one line
+//! against every backend (local folder, memory, far over pipes, object storage in memory). A new backend adds one line
 //! to `backends!` and must pass them all.
 
 use std::io::Cursor;
@@ -11,8 +11,11 @@ use crate::digest::Digests;
 use crate::error::Error;
 use crate::id::minter::{Minter, ReplayClock};
 use crate::id::{Granularity, Minted, RepositoryName, Subsystem, Timestamp};
+use crate::store::local::config::CollectionConfig;
 use crate::store::local::Collection;
 use crate::store::memory::MemoryStore;
+use crate::store::s3::objects::Objects;
+use crate::store::s3::S3Store;
 use crate::store::{
     identity_digest, FileSource, ItemRecord, Listed, LockWait, Placement, Slot, StageId, Status, Store,
 };
@@ -299,8 +302,20 @@ fn memory() -> (MemoryStore, impl Fn() -> MemoryStore, ()) {
     (store, move || other.handle(), ())
 }
 
+/// The object-storage backend over `object_store`'s in-memory store (conditional
+/// writes included); `tests/it/s3.rs` runs it against a real S3 server.
+pub(crate) fn object_store_in_memory() -> (S3Store, impl Fn() -> S3Store, ()) {
+    let memory: std::sync::Arc<dyn object_store::ObjectStore> =
+        std::sync::Arc::new(object_store::memory::InMemory::new());
+    let objects = Objects::new(memory, "s3://memory/c".into()).unwrap();
+    let config = CollectionConfig::new(&subsystem(), None);
+    let store = S3Store::init_on(objects.clone(), "c", &config, false).unwrap();
+    (store, move || S3Store::open_on(objects.clone(), "c").unwrap(), ())
+}
+
 backends! {
     local_folder => local();
+    object_store_in_memory => object_store_in_memory();
     in_memory => memory();
     far_over_pipes => far();
 }

@@ -1,8 +1,9 @@
 //! Where a collection is, as a user writes it: a local folder, or a far one
 //! reached over SSH, written `[USER@]HOST:PATH` (as rsync and scp write it: a
-//! colon before the first slash) or `ssh://[USER@]HOST[:PORT]/PATH`. A local
-//! path with a colon is written `./a:b`. This module owns telling them apart,
-//! so that `HOST:PATH` never becomes a local folder.
+//! colon before the first slash) or `ssh://[USER@]HOST[:PORT]/PATH`, or one in
+//! S3-compatible object storage, written `s3://BUCKET[/PREFIX]`. A local path
+//! with a colon is written `./a:b`. This module owns telling them apart, so that
+//! `HOST:PATH` and `s3://…` never become local folders.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -39,11 +40,42 @@ impl FarAddress {
     }
 }
 
+/// A collection in a bucket of S3-compatible object storage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectAddress {
+    pub bucket: String,
+    /// The key prefix, without leading or trailing slashes (empty: the whole bucket).
+    pub prefix: String,
+}
+
+impl fmt::Display for ObjectAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.prefix.is_empty() {
+            true => write!(f, "s3://{}", self.bucket),
+            false => write!(f, "s3://{}/{}", self.bucket, self.prefix),
+        }
+    }
+}
+
 /// Where a collection is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Location {
     Local(PathBuf),
     Far(FarAddress),
+    Object(ObjectAddress),
+}
+
+fn parse_s3(text: &str, rest: &str) -> Result<Location> {
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let valid = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
+    if bucket.len() < 3 || bucket.len() > 63 || !bucket.chars().all(valid) {
+        return Err(invalid(text, "the bucket name must be 3 to 63 lowercase letters, digits, dots or hyphens"));
+    }
+    let prefix = prefix.trim_matches('/');
+    if prefix.split('/').any(|part| part == "." || part == "..") || prefix.contains("//") {
+        return Err(invalid(text, "the prefix holds an empty, \".\" or \"..\" part"));
+    }
+    Ok(Location::Object(ObjectAddress { bucket: bucket.to_string(), prefix: prefix.to_string() }))
 }
 
 fn invalid(text: &str, problem: impl Into<String>) -> Error {
@@ -87,9 +119,13 @@ impl Location {
         if let Some(rest) = text.strip_prefix("ssh://") {
             return parse_url(text, rest);
         }
+        if let Some(rest) = text.strip_prefix("s3://") {
+            return parse_s3(text, rest);
+        }
         if text.contains("://") {
             let scheme = text.split("://").next().unwrap_or_default();
-            return Err(invalid(text, format!("\"{scheme}://\" is not a kind of location ibi knows (ssh:// is)")));
+            let problem = format!("\"{scheme}://\" is not a kind of location ibi knows (ssh:// and s3:// are)");
+            return Err(invalid(text, problem));
         }
         let colon = text.find(':');
         let slash = text.find('/');
@@ -112,7 +148,7 @@ mod tests {
     fn far(text: &str) -> FarAddress {
         match Location::parse(Path::new(text)).unwrap() {
             Location::Far(far) => far,
-            Location::Local(p) => panic!("{text} read as the local path {}", p.display()),
+            other => panic!("{text} read as {other:?}"),
         }
     }
 
@@ -141,6 +177,17 @@ mod tests {
     fn a_slash_before_the_colon_is_local() {
         for text in ["./a:b", "/srv/a:b", "plain", "dir/sub:x"] {
             assert_eq!(Location::parse(Path::new(text)).unwrap(), Location::Local(PathBuf::from(text)));
+        }
+    }
+
+    #[test]
+    fn s3_url_is_a_bucket_and_prefix() {
+        let parsed = Location::parse(Path::new("s3://lib-bucket/collections/main/")).unwrap();
+        let expected = ObjectAddress { bucket: "lib-bucket".into(), prefix: "collections/main".into() };
+        assert_eq!(parsed, Location::Object(expected.clone()));
+        assert_eq!(expected.to_string(), "s3://lib-bucket/collections/main");
+        for text in ["s3://B/x", "s3://ab/x", "s3://bucket/a/../b", "s3://bucket/a//b", "s3:///x"] {
+            assert!(Location::parse(Path::new(text)).is_err(), "{text} was accepted");
         }
     }
 

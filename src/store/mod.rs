@@ -24,6 +24,7 @@ pub mod inventory;
 pub mod local;
 pub mod location;
 pub mod memory;
+pub mod s3;
 
 #[cfg(test)]
 pub(crate) mod conformance;
@@ -224,21 +225,34 @@ pub fn open(location: &Path, connect: &far::Connect) -> Result<Box<dyn Store>> {
     Ok(match location::Location::parse(location)? {
         location::Location::Local(path) => Box::new(local::Collection::open(&path)?),
         location::Location::Far(address) => Box::new(far::FarStore::open(&address, connect)?),
+        location::Location::Object(address) => Box::new(s3::S3Store::open(&address)?),
     })
 }
 
-/// Creates a collection at `location` (local or far) and opens it.
+/// How `init` may create a collection.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InitOptions {
+    /// Create one in object storage whose server ignores conditional writes.
+    pub unsafe_no_conditional_writes: bool,
+}
+
+/// Creates a collection at `location` (local, far or in object storage) and opens it.
 pub fn init(
     location: &Path,
     connect: &far::Connect,
     subsystem: Subsystem,
     organisation: Option<String>,
+    options: InitOptions,
 ) -> Result<Box<dyn Store>> {
     Ok(match location::Location::parse(location)? {
         location::Location::Local(path) => Box::new(local::Collection::init(&path, subsystem, organisation)?),
         location::Location::Far(address) => {
             let config = local::config::CollectionConfig::new(&subsystem, organisation);
             Box::new(far::FarStore::init(&address, connect, &config)?)
+        }
+        location::Location::Object(address) => {
+            let config = local::config::CollectionConfig::new(&subsystem, organisation);
+            Box::new(s3::S3Store::init(&address, &config, options.unsafe_no_conditional_writes)?)
         }
     })
 }

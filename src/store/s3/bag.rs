@@ -1,0 +1,88 @@
+//! A bag in object storage as `BagFiles`: the objects under one folder key (an
+//! item's, or a stage's), listed for real so that verify sees what the bucket
+//! holds, with the folders the bag was staged with (an empty folder has no object).
+//! Digests are computed while the bytes stream in.
+
+use std::collections::BTreeSet;
+use std::io::{self, Read};
+
+use object_store::path::Path as Key;
+
+use crate::bag::files::{FileKind, TreeEntry, TreeError};
+use crate::bag::BagFiles;
+use crate::digest::{Algorithm, Digests, Hasher};
+use crate::fsx::MAX_TAG_FILE;
+use crate::store::s3::keys::Keys;
+use crate::store::s3::objects::Objects;
+
+/// The bag under `base`; `exists` says whether it is there at all (its marker, or its stage).
+pub struct ObjectBag<'a> {
+    pub objects: &'a Objects,
+    pub base: Key,
+    pub dirs: Vec<String>,
+    pub exists: bool,
+}
+
+impl ObjectBag<'_> {
+    fn key(&self, rel: &str) -> Key {
+        let mut key = self.base.clone();
+        key.extend(rel.split('/'));
+        key
+    }
+}
+
+/// Every folder above a file path (`data/a/b.txt` gives `data`, `data/a`).
+fn parents(rel: &str) -> impl Iterator<Item = String> + '_ {
+    rel.match_indices('/').map(move |(i, _)| rel[..i].to_string())
+}
+
+impl BagFiles for ObjectBag<'_> {
+    fn root_kind(&self) -> io::Result<FileKind> {
+        match self.exists {
+            true => Ok(FileKind::Dir),
+            false => Err(io::Error::new(io::ErrorKind::NotFound, format!("no item at {}", self.base))),
+        }
+    }
+
+    fn entries(&self) -> Vec<Result<TreeEntry, TreeError>> {
+        if !self.exists {
+            return Vec::new();
+        }
+        let listed = match self.objects.run(self.objects.list_all(&self.base)) {
+            Ok(listed) => listed,
+            Err(e) => return vec![Err(TreeError { rel: None, why: e.to_string() })],
+        };
+        let files: Vec<(String, u64)> =
+            listed.iter().filter_map(|m| Some((Keys::relative(&self.base, &m.location)?, m.size))).collect();
+        let mut dirs: BTreeSet<String> = self.dirs.iter().cloned().collect();
+        dirs.extend(files.iter().flat_map(|(rel, _)| parents(rel)));
+        let mut entries: Vec<TreeEntry> = dirs
+            .into_iter()
+            .map(|d| TreeEntry { rel: Ok(d), kind: FileKind::Dir })
+            .chain(files.into_iter().map(|(rel, size)| TreeEntry { rel: Ok(rel), kind: FileKind::File { size } }))
+            .collect();
+        entries.sort_by(|a, b| a.rel.cmp(&b.rel));
+        entries.into_iter().map(Ok).collect()
+    }
+
+    fn read(&self, rel: &str) -> io::Result<Vec<u8>> {
+        let mut bytes = Vec::new();
+        self.objects.reader(&self.key(rel))?.take(MAX_TAG_FILE + 1).read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > MAX_TAG_FILE {
+            return Err(io::Error::other(format!("{rel} is larger than {MAX_TAG_FILE} bytes")));
+        }
+        Ok(bytes)
+    }
+
+    fn digests(&self, rel: &str, also: &[Algorithm]) -> io::Result<Digests> {
+        let mut reader = self.objects.reader(&self.key(rel))?;
+        let mut hasher = Hasher::new(also);
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            match reader.read(&mut buf)? {
+                0 => return Ok(hasher.finish()),
+                n => hasher.update(&buf[..n]),
+            }
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! The write lease and the minter state of a collection in object storage, both
+//! kept by conditional writes since a bucket has no locks. The lease is an object
+//! taken with a create-only write, renewed by its holder's thread with `If-Match`
+//! on its ETag, and given an expiry: a holder that dies stops renewing, and the
+//! next writer takes the lease over once it expires, or at once when the holder
+//! was a process of this machine that no longer runs. The minter state is a
+//! timestamp updated by compare-and-swap, so two writers never hand out one date.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use object_store::{PutMode, UpdateVersion};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::id::minter::MinterState;
+use crate::id::Timestamp;
+use crate::store::s3::keys::Keys;
+use crate::store::s3::objects::{Lost, Objects};
+use crate::store::{Lease, LockWait};
+
+/// How long a lease lasts unless renewed, and how often its holder renews it.
+const LEASE_FOR: Duration = Duration::from_secs(30);
+const RENEW_EVERY: Duration = Duration::from_secs(5);
+const POLL: Duration = Duration::from_millis(200);
+
+/// The lease object.
+#[derive(Debug, Serialize, Deserialize)]
+struct Holder {
+    holder: String,
+    host: String,
+    pid: u32,
+    expires_ms: u128,
+}
+
+fn now_ms() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0)
+}
+
+fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
+}
+
+impl Holder {
+    fn new(holder: &str) -> Holder {
+        let expires_ms = now_ms() + LEASE_FOR.as_millis();
+        Holder { holder: holder.to_string(), host: this_host(), pid: std::process::id(), expires_ms }
+    }
+
+    /// Whether nobody holds it any more: expired, or held by a dead process of this machine.
+    fn is_stale(&self) -> bool {
+        let dead_here = self.host == this_host()
+            && !self.host.is_empty()
+            && self.pid != std::process::id()
+            && !std::path::Path::new(&format!("/proc/{}", self.pid)).exists();
+        dead_here || self.expires_ms < now_ms()
+    }
+}
+
+/// Holds the lease: a thread renews it until dropped, then it is deleted.
+struct HeldLease {
+    stop: Arc<AtomicBool>,
+    renewer: Option<std::thread::JoinHandle<()>>,
+    objects: Objects,
+    key: object_store::path::Path,
+}
+
+impl Drop for HeldLease {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(renewer) = self.renewer.take() {
+            renewer.thread().unpark();
+            let _ = renewer.join();
+        }
+        let _ = self.objects.run(self.objects.delete(&self.key));
+    }
+}
+
+/// One try: the lease when it was free or stale, `None` when another holds it.
+fn try_take(objects: &Objects, keys: &Keys, token: &str) -> Result<Option<UpdateVersion>> {
+    let key = keys.lease();
+    let body = || serde_json::to_vec(&Holder::new(token)).expect("a lease serializes");
+    if let Ok(version) = objects.run(objects.put(&key, body(), PutMode::Create))? {
+        return Ok(Some(version));
+    }
+    let Some(current) = objects.run(objects.get(&key))? else { return Ok(None) };
+    let stale = serde_json::from_slice::<Holder>(&current.bytes).map_or(true, |h| h.is_stale());
+    if !stale {
+        return Ok(None);
+    }
+    Ok(objects.run(objects.put(&key, body(), PutMode::Update(current.version)))?.ok())
+}
+
+/// Takes the lease, waiting as `wait` says.
+pub fn take(objects: &Objects, keys: &Keys, wait: LockWait) -> Result<Lease> {
+    let token = uuid::Uuid::new_v4().to_string();
+    let start = Instant::now();
+    let version = loop {
+        if let Some(version) = try_take(objects, keys, &token)? {
+            break version;
+        }
+        let waited_out = match wait {
+            LockWait::No => true,
+            LockWait::Forever => false,
+            LockWait::For(limit) => start.elapsed() >= limit,
+        };
+        if waited_out {
+            return Err(Error::Locked { path: format!("{}/.ibi/lease", objects.place).into() });
+        }
+        std::thread::sleep(POLL);
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let renewer = spawn_renewer(objects.clone(), keys.clone(), token, version, stop.clone());
+    Ok(Lease(Box::new(HeldLease { stop, renewer: Some(renewer), objects: objects.clone(), key: keys.lease() })))
+}
+
+fn spawn_renewer(
+    objects: Objects,
+    keys: Keys,
+    token: String,
+    mut version: UpdateVersion,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || loop {
+        std::thread::park_timeout(RENEW_EVERY);
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let body = serde_json::to_vec(&Holder::new(&token)).expect("a lease serializes");
+        match objects.run(objects.put(&keys.lease(), body, PutMode::Update(version.clone()))) {
+            Ok(Ok(next)) => version = next,
+            Ok(Err(Lost)) => return,
+            Err(_) => {}
+        }
+    })
+}
+
+/// The minter state: one timestamp object, updated by compare-and-swap.
+pub struct ObjectMinter<'a> {
+    pub objects: &'a Objects,
+    pub keys: &'a Keys,
+}
+
+impl MinterState for ObjectMinter<'_> {
+    fn update(&self, step: &mut dyn FnMut(Option<Timestamp>) -> Result<Timestamp>) -> Result<()> {
+        let key = self.keys.minter();
+        loop {
+            let current = self.objects.run(self.objects.get(&key))?;
+            let last = match &current {
+                Some(found) => Some(parse_state(&found.bytes, &self.objects.place)?),
+                None => None,
+            };
+            let next = step(last)?;
+            let mode = current.map_or(PutMode::Create, |found| PutMode::Update(found.version));
+            let body = next.to_decimal().into_bytes();
+            if self.objects.run(self.objects.put(&key, body, mode))?.is_ok() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn parse_state(bytes: &[u8], place: &str) -> Result<Timestamp> {
+    let corrupt = |problem: String| Error::CorruptState { path: format!("{place}/.ibi/minter").into(), problem };
+    let text = std::str::from_utf8(bytes).map_err(|_| corrupt("it is not UTF-8".into()))?;
+    Timestamp::parse_decimal(text.trim()).map_err(|e| corrupt(e.to_string()))
+}

@@ -1,0 +1,168 @@
+//! The object-storage backend: a collection in an S3-compatible bucket under a
+//! prefix (`s3://BUCKET/PREFIX`), through the `object_store` crate. Items keep
+//! the name path as their keys; atomicity comes from create-only and `If-Match`
+//! writes of a commit marker per item instead of renames (`place`); the lease and
+//! the minter are conditional writes too (`lease`). The async runtime stays
+//! inside `objects`; every other module here, and all of `ibi`, is synchronous.
+//! ARCHITECTURE.md ("Collections in object storage") has the whole protocol.
+
+pub mod bag;
+pub mod keys;
+pub mod lease;
+pub mod objects;
+pub mod place;
+pub mod upload;
+pub mod walk;
+
+use std::any::Any;
+use std::collections::{BTreeSet, HashMap};
+use std::io::Read;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use futures_util::stream::{self, StreamExt, TryStreamExt};
+use object_store::aws::AmazonS3Builder;
+use object_store::{ObjectStore, PutMode, RetryConfig};
+
+use crate::bag::manifest::check_path;
+use crate::bag::BagFiles;
+use crate::digest::Digests;
+use crate::error::{Error, Result};
+use crate::fsx::CopyError;
+use crate::id::minter::MinterState;
+use crate::id::{Ibip, RepositoryName, Subsystem};
+use crate::problem::{Problem, ProblemKind};
+use crate::store::local::config::CollectionConfig;
+use crate::store::location::ObjectAddress;
+use crate::store::{
+    item_ibip, Capabilities, FileSource, ItemRecord, Lease, Listed, LockWait, Placement, Refusal, Slot, StageId, Store,
+};
+use bag::ObjectBag;
+use keys::Keys;
+use objects::{Lost, Objects, IN_FLIGHT};
+use place::{Marker, Placer};
+
+/// A collection in object storage.
+pub struct S3Store {
+    pub(crate) objects: Objects,
+    pub(crate) keys: Keys,
+    config: CollectionConfig,
+    subsystem: Subsystem,
+    /// This handle's stages and the folders staged in each.
+    stages: Mutex<HashMap<u64, BTreeSet<String>>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The client for `address`, configured from the standard AWS environment.
+pub fn connect(address: &ObjectAddress) -> Result<Objects> {
+    let retry = RetryConfig { max_retries: 2, retry_timeout: Duration::from_secs(20), ..Default::default() };
+    let store = AmazonS3Builder::from_env()
+        .with_bucket_name(&address.bucket)
+        .with_retry(retry)
+        .build()
+        .map_err(|e| Error::Invalid { what: format!("S3 location {address}"), problem: e.to_string() })?;
+    Objects::new(Arc::new(store) as Arc<dyn ObjectStore>, address.to_string())
+}
+
+impl S3Store {
+    pub fn open(address: &ObjectAddress) -> Result<S3Store> {
+        S3Store::open_on(connect(address)?, &address.prefix)
+    }
+
+    pub fn init(address: &ObjectAddress, config: &CollectionConfig, unconditional_ok: bool) -> Result<S3Store> {
+        S3Store::init_on(connect(address)?, &address.prefix, config, unconditional_ok)
+    }
+
+    /// Opens the collection under `prefix` of `objects`.
+    pub fn open_on(objects: Objects, prefix: &str) -> Result<S3Store> {
+        let keys = Keys::new(prefix);
+        let Some(found) = objects.run(objects.get(&keys.config()))? else {
+            let problem = "it is not an ibi collection (no .ibi/collection.toml); create one with `ibi init`".into();
+            return Err(Error::Invalid { what: format!("collection {}", objects.place), problem });
+        };
+        let text = String::from_utf8_lossy(&found.bytes);
+        let (config, subsystem) = CollectionConfig::parse(&text, &format!("{}/.ibi/collection.toml", objects.place))?;
+        Ok(S3Store { objects, keys, config, subsystem, stages: Mutex::default() })
+    }
+
+    /// Creates a collection under an empty `prefix`, after proving the server honours
+    /// create-only writes (unless `unconditional_ok`).
+    pub fn init_on(
+        objects: Objects,
+        prefix: &str,
+        config: &CollectionConfig,
+        unconditional_ok: bool,
+    ) -> Result<S3Store> {
+        let keys = Keys::new(prefix);
+        let there = objects.run(objects.list_level(&keys.at("")))?;
+        if !there.objects.is_empty() || !there.common_prefixes.is_empty() {
+            let problem = "it already holds objects; a collection starts from an empty prefix".into();
+            return Err(Error::Invalid { what: format!("collection location {}", objects.place), problem });
+        }
+        if !unconditional_ok {
+            probe_conditional_writes(&objects, &keys)?;
+        }
+        let created = objects.run(objects.put(&keys.config(), config.to_toml().into_bytes(), PutMode::Create))?;
+        created
+            .map_err(|Lost| Error::AlreadyExists { path: format!("{}/.ibi/collection.toml", objects.place).into() })?;
+        S3Store::open_on(objects, prefix)
+    }
+
+    fn placer(&self) -> Placer<'_> {
+        Placer { objects: &self.objects, keys: &self.keys }
+    }
+
+    /// Where an item's files are read from: its own keys, or its stage while it is placed.
+    fn item_base(&self, name: &RepositoryName) -> Result<Option<(object_store::path::Path, Marker)>> {
+        let Some(marker) = self.objects.run(self.placer().marker(name))? else { return Ok(None) };
+        let base = match marker.stage.as_deref().and_then(keys::parse_stage) {
+            Some(stage) if marker.placing => self.keys.stage(stage),
+            _ => self.keys.item(name),
+        };
+        Ok(Some((base, marker)))
+    }
+
+    fn record_batch(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {
+        self.objects.run(
+            stream::iter(names)
+                .map(|name| async move {
+                    let key = self.keys.record(name);
+                    match self.objects.get(&key).await? {
+                        Some(found) => {
+                            serde_json::from_slice(&found.bytes).map(Some).map_err(|e| Error::CorruptState {
+                                path: format!("{}/{key}", self.objects.place).into(),
+                                problem: e.to_string(),
+                            })
+                        }
+                        None => Ok(None),
+                    }
+                })
+                .buffered(IN_FLIGHT)
+                .try_collect(),
+        )
+    }
+}
+
+/// Writes one probe object twice with `If-None-Match: *`: the second must be refused.
+fn probe_conditional_writes(objects: &Objects, keys: &Keys) -> Result<()> {
+    let key = keys.probe(&uuid::Uuid::new_v4().simple().to_string());
+    let first = objects.run(objects.put(&key, b"first".to_vec(), PutMode::Create))?;
+    let second = objects.run(objects.put(&key, b"second".to_vec(), PutMode::Create))?;
+    objects.run(objects.delete(&key))?;
+    if first.is_ok() && second.is_err() {
+        return Ok(());
+    }
+    Err(Error::Refused {
+        what: format!("init of {}", objects.place),
+        why: "the server ignored a create-only write (If-None-Match: *) and wrote one object twice, so it could \
+              not keep two writers from taking one name; use a server that honours conditional writes, or pass \
+              --unsafe-no-conditional-writes"
+            .into(),
+    })
+}
+
+mod store_impl;

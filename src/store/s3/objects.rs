@@ -1,0 +1,170 @@
+//! The blocking face of an object store: this module owns the tokio runtime the
+//! `object_store` client needs, so that the rest of `ibi` stays synchronous. It
+//! offers the few calls the S3 backend makes (get, conditional put, list one
+//! level, list a subtree, delete, server-side copy), maps their errors onto
+//! `ibi`'s typed errors, and turns a streamed object into a `Read`.
+
+use std::future::Future;
+use std::io::{self, Read};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::stream::{BoxStream, StreamExt, TryStreamExt};
+use object_store::path::Path as Key;
+use object_store::{ListResult, ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutPayload, UpdateVersion};
+
+use crate::error::Error;
+
+/// How many requests one call keeps in flight.
+pub const IN_FLIGHT: usize = 32;
+
+/// An object store and the runtime its futures run on.
+#[derive(Clone)]
+pub struct Objects {
+    pub store: Arc<dyn ObjectStore>,
+    runtime: Arc<tokio::runtime::Runtime>,
+    /// `s3://BUCKET/PREFIX`, for messages.
+    pub place: String,
+}
+
+/// An object's bytes and the version to update it by.
+pub struct Fetched {
+    pub bytes: Bytes,
+    pub version: UpdateVersion,
+}
+
+/// A conditional write that lost: the object exists, or changed since it was read.
+#[derive(Debug)]
+pub struct Lost;
+
+impl Objects {
+    pub fn new(store: Arc<dyn ObjectStore>, place: String) -> Result<Objects, Error> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("ibi-s3")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io("start the S3 client for", &place, e))?;
+        Ok(Objects { store, runtime: Arc::new(runtime), place })
+    }
+
+    /// Runs a future to completion on this store's runtime (never call it from inside one).
+    pub fn run<F: Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
+    }
+
+    /// The error for a failed request on `key`: the place and the store's own words.
+    pub fn error(&self, key: &Key, e: object_store::Error) -> Error {
+        Error::Connection { place: format!("{}/{key}", self.place.trim_end_matches('/')), problem: e.to_string() }
+    }
+
+    pub async fn get(&self, key: &Key) -> Result<Option<Fetched>, Error> {
+        match self.store.get(key).await {
+            Ok(got) => {
+                let version = UpdateVersion { e_tag: got.meta.e_tag.clone(), version: got.meta.version.clone() };
+                let bytes = got.bytes().await.map_err(|e| self.error(key, e))?;
+                Ok(Some(Fetched { bytes, version }))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.error(key, e)),
+        }
+    }
+
+    pub async fn exists(&self, key: &Key) -> Result<bool, Error> {
+        match self.store.head(key).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(self.error(key, e)),
+        }
+    }
+
+    /// Writes `bytes` at `key` as `mode` says; `Ok(Err(Lost))` when the condition failed.
+    pub async fn put(
+        &self,
+        key: &Key,
+        bytes: impl Into<PutPayload>,
+        mode: PutMode,
+    ) -> Result<Result<UpdateVersion, Lost>, Error> {
+        match self.store.put_opts(key, bytes.into(), mode.into()).await {
+            Ok(done) => Ok(Ok(UpdateVersion { e_tag: done.e_tag, version: done.version })),
+            Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => Ok(Err(Lost)),
+            Err(e) => Err(self.error(key, e)),
+        }
+    }
+
+    /// Writes unconditionally.
+    pub async fn overwrite(&self, key: &Key, bytes: impl Into<PutPayload>) -> Result<(), Error> {
+        self.put(key, bytes, PutMode::Overwrite).await?.map_err(|Lost| self.error(key, lost()))?;
+        Ok(())
+    }
+
+    /// One level under `prefix`: its sub-prefixes and objects.
+    pub async fn list_level(&self, prefix: &Key) -> Result<ListResult, Error> {
+        self.store.list_with_delimiter(Some(prefix)).await.map_err(|e| self.error(prefix, e))
+    }
+
+    /// Every object under `prefix` (an item's or a stage's files: a small subtree).
+    pub async fn list_all(&self, prefix: &Key) -> Result<Vec<ObjectMeta>, Error> {
+        self.store.list(Some(prefix)).try_collect().await.map_err(|e| self.error(prefix, e))
+    }
+
+    pub async fn delete(&self, key: &Key) -> Result<(), Error> {
+        match self.store.delete(key).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.error(key, e)),
+        }
+    }
+
+    /// Deletes every object under `prefix`.
+    pub async fn delete_all(&self, prefix: &Key) -> Result<(), Error> {
+        let keys = self.list_all(prefix).await?.into_iter().map(|m| m.location);
+        futures_util::stream::iter(keys)
+            .map(|key| async move { self.delete(&key).await })
+            .buffer_unordered(IN_FLIGHT)
+            .try_collect::<()>()
+            .await
+    }
+
+    pub async fn copy(&self, from: &Key, to: &Key) -> Result<(), Error> {
+        self.store.copy(from, to).await.map_err(|e| self.error(from, e))
+    }
+
+    /// A streamed object as a blocking reader.
+    pub fn reader(&self, key: &Key) -> io::Result<ObjectReader> {
+        let got = self.run(self.store.get(key)).map_err(to_io)?;
+        Ok(ObjectReader { runtime: self.runtime.clone(), stream: got.into_stream(), chunk: Bytes::new() })
+    }
+}
+
+fn lost() -> object_store::Error {
+    object_store::Error::Generic { store: "S3", source: "a plain write was refused".into() }
+}
+
+/// An object store error as an I/O error (for `BagFiles` and `Read`), keeping "not found".
+pub fn to_io(e: object_store::Error) -> io::Error {
+    match e {
+        object_store::Error::NotFound { .. } => io::Error::new(io::ErrorKind::NotFound, e.to_string()),
+        e => io::Error::other(e.to_string()),
+    }
+}
+
+/// Reads a streamed object chunk by chunk.
+pub struct ObjectReader {
+    runtime: Arc<tokio::runtime::Runtime>,
+    stream: BoxStream<'static, object_store::Result<Bytes>>,
+    chunk: Bytes,
+}
+
+impl Read for ObjectReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.chunk.is_empty() {
+            match self.runtime.block_on(self.stream.next()) {
+                Some(chunk) => self.chunk = chunk.map_err(to_io)?,
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.chunk.len());
+        buf[..n].copy_from_slice(&self.chunk.split_to(n));
+        Ok(n)
+    }
+}

@@ -1,0 +1,216 @@
+//! Placement, removal and recovery in object storage, where there is no rename
+//! (ARCHITECTURE.md, "Collections in object storage"). An item exists exactly
+//! when its commit marker does, and the marker is claimed with a create-only
+//! write, so of two writers racing for one name exactly one wins and nothing is
+//! overwritten. Placing an item:
+//!
+//! 1. write the intent (`.ibi/placing/<stage>`: the name, alias, folders, record);
+//! 2. claim the marker, create-only (a replacement: `If-Match` on its ETag), in
+//!    state `placing` naming the stage, so readers read the staged files;
+//! 3. copy the staged files to the item's keys (server-side), drop old extras;
+//! 4. write the alias and the inventory record;
+//! 5. mark it `present`, then delete the stage and the intent.
+//!
+//! A killed writer leaves an intent: `recover` finishes the placement when the
+//! marker names its stage, and otherwise deletes the stage. Removal writes its
+//! own intent first, deletes the marker, then the files and the alias.
+
+use std::collections::BTreeSet;
+
+use futures_util::stream::{self, StreamExt, TryStreamExt};
+use object_store::path::Path as Key;
+use object_store::PutMode;
+use serde::{Deserialize, Serialize};
+
+use crate::bag::{BagInfo, BAG_INFO_TXT, TAGMANIFEST};
+use crate::error::{Error, Result};
+use crate::id::{Ibip, RepositoryName};
+use crate::store::s3::keys::{self, Keys};
+use crate::store::s3::objects::{Lost, Objects, IN_FLIGHT};
+use crate::store::{ItemRecord, Placement, Refusal, StageId, Status};
+
+/// The commit marker: `placing` while the files are copied from `stage`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Marker {
+    pub placing: bool,
+    pub stage: Option<String>,
+    pub dirs: Vec<String>,
+}
+
+/// What a placement will do, written before it starts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Intent {
+    pub name: RepositoryName,
+    pub ibip: Option<String>,
+    pub dirs: Vec<String>,
+    pub replace: bool,
+    pub record: ItemRecord,
+}
+
+fn json<T: Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).expect("plain data serializes")
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(bytes: &[u8], objects: &Objects, key: &Key) -> Result<T> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| Error::CorruptState { path: format!("{}/{key}", objects.place).into(), problem: e.to_string() })
+}
+
+/// The placement protocol over one collection's keys.
+pub struct Placer<'a> {
+    pub objects: &'a Objects,
+    pub keys: &'a Keys,
+}
+
+impl Placer<'_> {
+    pub async fn marker(&self, name: &RepositoryName) -> Result<Option<Marker>> {
+        let key = self.keys.marker(name);
+        match self.objects.get(&key).await? {
+            Some(found) => Ok(Some(parse(&found.bytes, self.objects, &key)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The record a staged bag implies, read from its bag-info and tagmanifest.
+    async fn staged_record(&self, stage: StageId, name: &RepositoryName) -> Result<ItemRecord> {
+        let read = |rel: &'static str| async move {
+            let key = self.keys.staged_file(stage, rel);
+            let missing = || Error::Data { what: format!("{name}/{rel}"), problem: "it was not staged".into() };
+            self.objects.get(&key).await?.map(|f| f.bytes).ok_or_else(missing)
+        };
+        let info = read(BAG_INFO_TXT).await?;
+        let digest = crate::digest::of_bytes(&read(TAGMANIFEST).await?, &[]);
+        let text = String::from_utf8_lossy(&info);
+        let info = BagInfo::parse(&text).map_err(|line| Error::Data {
+            what: format!("{name}/{BAG_INFO_TXT}"),
+            problem: format!("malformed line {line}"),
+        })?;
+        ItemRecord::from_info(name, &info, digest.sha256())
+    }
+
+    /// Places one staged item; `Ok(Err(_))` when its name is taken.
+    pub async fn place_one(&self, p: &Placement, dirs: BTreeSet<String>) -> Result<Result<(), Refusal>> {
+        let record = match &p.record {
+            Some(record) => record.clone(),
+            None => self.staged_record(p.stage, &p.name).await?,
+        };
+        let intent = Intent {
+            name: p.name.clone(),
+            ibip: p.ibip.map(|i| i.to_string()),
+            dirs: dirs.into_iter().collect(),
+            replace: p.replace,
+            record,
+        };
+        let intent_key = self.keys.placing(p.stage);
+        self.objects.overwrite(&intent_key, json(&intent)).await?;
+        if self.claim(&intent, p.stage).await?.is_err() {
+            self.objects.delete(&intent_key).await?;
+            let path = format!("{}/{}", self.objects.place, p.name).into();
+            return Ok(Err(Error::AlreadyExists { path }));
+        }
+        self.finish(&intent, p.stage).await?;
+        Ok(Ok(()))
+    }
+
+    /// Claims the marker for the stage: create-only, or `If-Match` for a replacement.
+    async fn claim(&self, intent: &Intent, stage: StageId) -> Result<Result<(), Lost>> {
+        let key = self.keys.marker(&intent.name);
+        let marker = Marker { placing: true, stage: Some(keys::stage_token(stage)), dirs: intent.dirs.clone() };
+        let mode = match intent.replace {
+            false => PutMode::Create,
+            true => self.objects.get(&key).await?.map_or(PutMode::Create, |found| PutMode::Update(found.version)),
+        };
+        Ok(self.objects.put(&key, json(&marker), mode).await?.map(drop))
+    }
+
+    /// Steps 3 to 5: idempotent, so recovery runs it again after a kill.
+    pub async fn finish(&self, intent: &Intent, stage: StageId) -> Result<()> {
+        let name = &intent.name;
+        let stage_key = self.keys.stage(stage);
+        let staged = self.objects.list_all(&stage_key).await?;
+        let rels: Vec<String> = staged.iter().filter_map(|m| Keys::relative(&stage_key, &m.location)).collect();
+        let old = if intent.replace { self.objects.list_all(&self.keys.item(name)).await? } else { Vec::new() };
+        stream::iter(rels.iter())
+            .map(|rel| async move {
+                let (from, to) = (self.keys.staged_file(stage, rel), self.keys.item_file(name, rel));
+                self.objects.copy(&from, &to).await
+            })
+            .buffer_unordered(IN_FLIGHT)
+            .try_collect::<()>()
+            .await?;
+        let new: BTreeSet<Key> = rels.iter().map(|rel| self.keys.item_file(name, rel)).collect();
+        let extras: Vec<Key> = old.into_iter().map(|m| m.location).filter(|k| !new.contains(k)).collect();
+        self.delete_keys(&extras).await?;
+        if let Some(ibip) = &intent.ibip {
+            let ibip = Ibip::parse(ibip).map_err(Error::from)?;
+            self.objects.overwrite(&self.keys.alias(&ibip), name.to_string().into_bytes()).await?;
+        }
+        self.objects.overwrite(&self.keys.record(name), json(&intent.record)).await?;
+        let marker = Marker { placing: false, stage: None, dirs: intent.dirs.clone() };
+        self.objects.overwrite(&self.keys.marker(name), json(&marker)).await?;
+        self.objects.delete_all(&stage_key).await?;
+        self.objects.delete(&self.keys.placing(stage)).await
+    }
+
+    async fn delete_keys(&self, keys: &[Key]) -> Result<()> {
+        stream::iter(keys).map(|k| self.objects.delete(k)).buffer_unordered(IN_FLIGHT).try_collect::<()>().await
+    }
+
+    /// Removes one item: intent, marker, files, alias, then the record says `removed`.
+    pub async fn remove_one(&self, name: &RepositoryName, ibip: Option<Ibip>) -> Result<()> {
+        let intent = self.keys.removing(name);
+        self.objects.overwrite(&intent, json(&ibip.map(|i| i.to_string()))).await?;
+        self.objects.delete(&self.keys.marker(name)).await?;
+        self.objects.delete_all(&self.keys.item(name)).await?;
+        if let Some(ibip) = ibip {
+            let alias = self.keys.alias(&ibip);
+            let names_it = self.objects.get(&alias).await?.is_some_and(|f| f.bytes == name.to_string().as_bytes());
+            if names_it {
+                self.objects.delete(&alias).await?;
+            }
+        }
+        let record_key = self.keys.record(name);
+        if let Some(found) = self.objects.get(&record_key).await? {
+            let mut record: ItemRecord = parse(&found.bytes, self.objects, &record_key)?;
+            record.status = Status::Removed;
+            self.objects.overwrite(&record_key, json(&record)).await?;
+        }
+        self.objects.delete(&intent).await
+    }
+}
+
+impl Placer<'_> {
+    /// Completes or clears what killed writers left: placements whose marker names
+    /// their stage are finished, other stages deleted, removals completed.
+    pub async fn recover(&self) -> Result<()> {
+        for meta in self.objects.list_all(&self.keys.at(keys::PLACING)).await? {
+            let Some(stage) = meta.location.filename().and_then(keys::parse_stage) else { continue };
+            let Some(found) = self.objects.get(&meta.location).await? else { continue };
+            let intent: Intent = parse(&found.bytes, self.objects, &meta.location)?;
+            let token = Some(keys::stage_token(stage));
+            match self.marker(&intent.name).await? {
+                Some(marker) if marker.placing && marker.stage == token => self.finish(&intent, stage).await?,
+                _ => {
+                    self.objects.delete_all(&self.keys.stage(stage)).await?;
+                    self.objects.delete(&meta.location).await?;
+                }
+            }
+        }
+        for meta in self.objects.list_all(&self.keys.at(keys::REMOVING)).await? {
+            let Some(found) = self.objects.get(&meta.location).await? else { continue };
+            let ibip: Option<String> = parse(&found.bytes, self.objects, &meta.location)?;
+            let text = meta.location.filename().unwrap_or_default().replace('+', "/");
+            let name = RepositoryName::parse(&text).map_err(Error::from)?;
+            self.remove_one(&name, ibip.and_then(|i| Ibip::parse(&i).ok())).await?;
+        }
+        self.objects.delete_all(&self.keys.at(keys::STAGING)).await
+    }
+
+    /// How many stages and intents killed writers left.
+    pub async fn leftover_count(&self) -> Result<usize> {
+        let stages = self.objects.list_level(&self.keys.at(keys::STAGING)).await?.common_prefixes.len();
+        let placing = self.objects.list_level(&self.keys.at(keys::PLACING)).await?.objects.len();
+        let removing = self.objects.list_level(&self.keys.at(keys::REMOVING)).await?.objects.len();
+        Ok(stages + placing + removing)
+    }
+}

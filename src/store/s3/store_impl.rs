@@ -1,0 +1,277 @@
+//! `Store` for `S3Store`: each call maps onto the keys of `keys` and the protocol
+//! of `place`, and runs its requests concurrently where it has many.
+
+use super::*;
+
+impl Store for S3Store {
+    fn location(&self) -> String {
+        self.objects.place.clone()
+    }
+
+    fn local_root(&self) -> Option<&Path> {
+        None
+    }
+
+    fn subsystem(&self) -> &Subsystem {
+        &self.subsystem
+    }
+
+    fn organisation(&self) -> Option<&str> {
+        self.config.organisation.as_deref()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { atomic_replace: true }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn as_dyn(&self) -> &dyn Store {
+        self
+    }
+
+    fn walk(&self) -> Box<dyn Iterator<Item = Result<Listed>> + Send + '_> {
+        walk::leaves(&self.objects, self.keys.at(keys::MARKERS))
+    }
+
+    fn slot(&self, name: &RepositoryName) -> Result<Slot> {
+        let exists = self.objects.run(self.objects.exists(&self.keys.marker(name)))?;
+        Ok(if exists { Slot::Item } else { Slot::Empty })
+    }
+
+    fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
+        let key = self.keys.alias(ibip);
+        let Some(found) = self.objects.run(self.objects.get(&key))? else { return Ok(None) };
+        let text = String::from_utf8_lossy(&found.bytes);
+        RepositoryName::parse(text.trim()).map(Some).map_err(|e| Error::CorruptState {
+            path: format!("{}/{key}", self.objects.place).into(),
+            problem: e.to_string(),
+        })
+    }
+
+    fn dangling_aliases(&self) -> Result<Vec<(Ibip, RepositoryName)>> {
+        let root = self.keys.at(keys::ALIASES);
+        let listed = self.objects.run(self.objects.list_all(&root))?;
+        let ibips: Vec<Ibip> =
+            listed.iter().filter_map(|m| Ibip::parse(&keys::Keys::relative(&root, &m.location)?).ok()).collect();
+        let found: Vec<Option<(Ibip, RepositoryName)>> = self.objects.run(
+            stream::iter(ibips)
+                .map(|ibip| async move {
+                    let Some(name) = self.alias_async(&ibip).await? else { return Ok(None) };
+                    let held = self.objects.exists(&self.keys.marker(&name)).await?;
+                    Ok::<_, Error>((!held && ibip.date() == name.date()).then_some((ibip, name)))
+                })
+                .buffered(IN_FLIGHT)
+                .try_collect(),
+        )?;
+        Ok(found.into_iter().flatten().collect())
+    }
+
+    fn alias_problem(&self, ibip: &Ibip, name: &RepositoryName) -> Option<String> {
+        match self.alias(ibip) {
+            Ok(Some(target)) if &target == name => None,
+            Ok(Some(target)) => Some(format!("alias {ibip} names {target}, expected {name}")),
+            Ok(None) => Some(format!("alias {ibip} is missing")),
+            Err(e) => Some(format!("alias {ibip} cannot be read: {e}")),
+        }
+    }
+
+    fn item_files<'a>(&'a self, name: &RepositoryName) -> Box<dyn BagFiles + 'a> {
+        let (base, dirs, exists) = match self.item_base(name) {
+            Ok(Some((base, marker))) => (base, marker.dirs, true),
+            _ => (self.keys.item(name), Vec::new(), false),
+        };
+        Box::new(ObjectBag { objects: &self.objects, base, dirs, exists })
+    }
+
+    fn open(
+        &self,
+        name: &RepositoryName,
+        rel: &str,
+    ) -> std::io::Result<(Box<dyn Read + Send + '_>, Option<SystemTime>)> {
+        let (mut key, _) = self
+            .item_base(name)
+            .map_err(|e| std::io::Error::other(e.to_string()))?
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
+        key.extend(rel.split('/'));
+        Ok((Box::new(self.objects.reader(&key)?), None))
+    }
+
+    fn leftovers(&self) -> Vec<Problem> {
+        // Under a free lease no writer is at work, so any stage or intent is left over.
+        let Ok(_lease) = self.lease(LockWait::No) else { return Vec::new() };
+        match self.objects.run(self.placer().leftover_count()) {
+            Ok(0) => Vec::new(),
+            Ok(n) => {
+                let detail = format!("{n} staged item(s) or intents left by an interrupted writer; the next writing command completes or clears them");
+                vec![Problem::new("staging", None, ProblemKind::Leftover, detail)]
+            }
+            Err(e) => vec![Problem::new("staging", None, ProblemKind::Leftover, e.to_string())],
+        }
+    }
+
+    fn collection_id(&self) -> Option<String> {
+        self.config.id.clone()
+    }
+
+    fn has_inventory(&self) -> bool {
+        true
+    }
+
+    fn records(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {
+        self.record_batch(names)
+    }
+
+    fn all_records(&self) -> Box<dyn Iterator<Item = Result<ItemRecord>> + Send + '_> {
+        let mut leaves = walk::leaves(&self.objects, self.keys.at(keys::INVENTORY)).peekable();
+        Box::new(
+            std::iter::from_fn(move || {
+                let mut names = Vec::new();
+                while names.len() < 256 {
+                    match leaves.next()? {
+                        Ok(Listed::Item(name)) => names.push(name),
+                        Ok(Listed::Stray { .. }) => {}
+                        Err(e) => return Some(vec![Err(e)]),
+                    }
+                    if leaves.peek().is_none() {
+                        break;
+                    }
+                }
+                Some(match self.record_batch(&names) {
+                    Ok(records) => records.into_iter().flatten().map(Ok).collect(),
+                    Err(e) => vec![Err(e)],
+                })
+            })
+            .flatten(),
+        )
+    }
+
+    fn lease(&self, wait: LockWait) -> Result<Lease> {
+        lease::take(&self.objects, &self.keys, wait)
+    }
+
+    fn recover(&self) -> Result<()> {
+        self.objects.run(self.placer().recover())
+    }
+
+    fn minter_state(&self) -> Box<dyn MinterState + '_> {
+        Box::new(lease::ObjectMinter { objects: &self.objects, keys: &self.keys })
+    }
+
+    fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
+        let digest = crate::digest::of_bytes(key.as_bytes(), &[]);
+        let Some(found) = self.objects.run(self.objects.get(&self.keys.deposit(digest.sha256())))? else {
+            return Ok(None);
+        };
+        Ok(RepositoryName::parse(String::from_utf8_lossy(&found.bytes).trim()).ok())
+    }
+
+    fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()> {
+        self.objects.run(
+            stream::iter(records)
+                .map(|(key, name)| async move {
+                    let digest = crate::digest::of_bytes(key.as_bytes(), &[]);
+                    self.objects.overwrite(&self.keys.deposit(digest.sha256()), name.to_string().into_bytes()).await
+                })
+                .buffer_unordered(IN_FLIGHT)
+                .try_collect::<()>(),
+        )
+    }
+
+    fn stage(&self) -> Result<StageId> {
+        let stage = StageId(uuid::Uuid::new_v4().as_u64_pair().0);
+        lock(&self.stages).insert(stage.0, BTreeSet::new());
+        Ok(stage)
+    }
+
+    fn stage_dir(&self, stage: StageId, rel: &str) -> Result<()> {
+        check_path(rel).map_err(|why| Error::Invalid { what: "staged path".into(), problem: why })?;
+        let mut stages = lock(&self.stages);
+        let dirs = stages.get_mut(&stage.0).ok_or_else(|| no_stage(stage))?;
+        dirs.insert(rel.to_string());
+        Ok(())
+    }
+
+    fn stage_file(&self, stage: StageId, rel: &str, from: FileSource) -> std::result::Result<Digests, CopyError> {
+        let invalid = |why: String| CopyError::Destination(Error::Invalid { what: "staged path".into(), problem: why });
+        check_path(rel).map_err(invalid)?;
+        if !lock(&self.stages).contains_key(&stage.0) {
+            return Err(CopyError::Destination(no_stage(stage)));
+        }
+        upload::send(&self.objects, &self.keys.staged_file(stage, rel), from)
+    }
+
+    fn stage_link(&self, stage: StageId, rel: &str, name: &RepositoryName, from: &str) -> Result<()> {
+        check_path(rel).map_err(|why| Error::Invalid { what: "staged path".into(), problem: why })?;
+        let (mut source, _) = self.item_base(name)?.ok_or_else(|| Error::NotFound {
+            what: "item",
+            name: name.to_string(),
+            place: self.objects.place.clone().into(),
+        })?;
+        source.extend(from.split('/'));
+        self.objects.run(self.objects.copy(&source, &self.keys.staged_file(stage, rel)))
+    }
+
+    fn staged_files<'a>(&'a self, stage: StageId) -> Box<dyn BagFiles + 'a> {
+        let base = self.keys.stage(stage);
+        let dirs: Option<Vec<String>> = lock(&self.stages).get(&stage.0).map(|d| d.iter().cloned().collect());
+        let listed = || self.objects.run(self.objects.list_all(&base)).is_ok_and(|l| !l.is_empty());
+        let exists = dirs.is_some() || listed();
+        Box::new(ObjectBag { objects: &self.objects, base, dirs: dirs.unwrap_or_default(), exists })
+    }
+
+    fn discard(&self, stage: StageId) {
+        if lock(&self.stages).remove(&stage.0).is_some() {
+            let _ = self.objects.run(self.objects.delete_all(&self.keys.stage(stage)));
+        }
+    }
+
+    fn place(&self, batch: &[Placement]) -> Result<Vec<(RepositoryName, std::result::Result<(), Refusal>)>> {
+        let dirs: Vec<BTreeSet<String>> = {
+            let stages = lock(&self.stages);
+            batch
+                .iter()
+                .map(|p| stages.get(&p.stage.0).cloned().ok_or_else(|| no_stage(p.stage)))
+                .collect::<Result<_>>()?
+        };
+        let placer = self.placer();
+        let outcomes: Vec<std::result::Result<(), Refusal>> = self.objects.run(
+            stream::iter(batch.iter().zip(dirs)).map(|(p, dirs)| placer.place_one(p, dirs)).buffered(16).try_collect(),
+        )?;
+        let mut stages = lock(&self.stages);
+        for (p, outcome) in batch.iter().zip(&outcomes) {
+            if outcome.is_ok() {
+                stages.remove(&p.stage.0);
+            }
+        }
+        Ok(batch.iter().map(|p| p.name.clone()).zip(outcomes).collect())
+    }
+
+    fn restore_alias(&self, ibip: &Ibip, name: &RepositoryName) -> Result<()> {
+        self.objects.run(self.objects.overwrite(&self.keys.alias(ibip), name.to_string().into_bytes()))
+    }
+
+    fn remove(&self, names: &[RepositoryName]) -> Result<()> {
+        let ibips: Vec<Option<Ibip>> = names.iter().map(|n| item_ibip(self, n).ok().flatten()).collect();
+        let placer = self.placer();
+        self.objects.run(
+            stream::iter(names.iter().zip(ibips))
+                .map(|(name, ibip)| placer.remove_one(name, ibip))
+                .buffer_unordered(IN_FLIGHT)
+                .try_collect::<()>(),
+        )
+    }
+}
+
+impl S3Store {
+    async fn alias_async(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
+        let Some(found) = self.objects.get(&self.keys.alias(ibip)).await? else { return Ok(None) };
+        Ok(RepositoryName::parse(String::from_utf8_lossy(&found.bytes).trim()).ok())
+    }
+}
+
+fn no_stage(stage: StageId) -> Error {
+    Error::Invalid { what: "staging".into(), problem: format!("no staged item {}", keys::stage_token(stage)) }
+}

@@ -1,0 +1,75 @@
+//! Sends one file's bytes to an object, hashing them as they go: a file that fits
+//! in one part is one create-only PUT; a larger one is a multipart upload whose
+//! parts are sent while the next are read. The fixity is the sha256 computed here
+//! (S3's multipart checksums are checksums of parts, not of the file).
+
+use std::io::Read;
+
+use object_store::path::Path as Key;
+use object_store::{ObjectStoreExt, PutMode, WriteMultipart};
+
+use crate::digest::{Digests, Hasher};
+use crate::error::Error;
+use crate::fsx::CopyError;
+use crate::store::s3::objects::{Lost, Objects};
+use crate::store::FileSource;
+
+/// The size of one part, and the most a single PUT carries.
+const PART: usize = 8 * 1024 * 1024;
+/// Parts in flight at once.
+const PARTS_IN_FLIGHT: usize = 4;
+
+/// Fills `buf` from `reader` as far as it goes; the count read (less than asked only at the end).
+fn fill(reader: &mut (dyn Read + Send), buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+/// Uploads `from` to `key` (which must not exist yet) and returns its digests.
+pub fn send(objects: &Objects, key: &Key, from: FileSource) -> Result<Digests, CopyError> {
+    let source_error = |e| CopyError::Source(Error::io("read", from.origin, e));
+    let mut hasher = Hasher::new(from.also);
+    let mut buf = vec![0u8; PART];
+    let first = fill(from.reader, &mut buf).map_err(source_error)?;
+    hasher.update(&buf[..first]);
+    (from.progress)(first as u64);
+    if first < PART {
+        buf.truncate(first);
+        let placed = objects.run(objects.put(key, buf, PutMode::Create)).map_err(CopyError::Destination)?;
+        placed.map_err(|Lost| CopyError::Destination(already_staged(objects, key)))?;
+        return Ok(hasher.finish());
+    }
+    objects.run(async {
+        let upload =
+            objects.store.put_multipart(key).await.map_err(|e| CopyError::Destination(objects.error(key, e)))?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, PART);
+        writer.write(&buf);
+        loop {
+            writer
+                .wait_for_capacity(PARTS_IN_FLIGHT)
+                .await
+                .map_err(|e| CopyError::Destination(objects.error(key, e)))?;
+            let n = fill(from.reader, &mut buf).map_err(source_error)?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            (from.progress)(n as u64);
+            writer.write(&buf[..n]);
+        }
+        writer.finish().await.map_err(|e| CopyError::Destination(objects.error(key, e)))?;
+        Ok(hasher.finish())
+    })
+}
+
+fn already_staged(objects: &Objects, key: &Key) -> Error {
+    Error::Invalid { what: "staged path".into(), problem: format!("{}/{key} is already staged", objects.place) }
+}
