@@ -65,7 +65,7 @@ mod tests {
 
         // A collection in object storage (object_store's in-memory store): mirror into
         // it, overwrite an object behind ibi's back, verify names it, mirror repairs it.
-        let (e, _reopen, ()) = object_store_in_memory();
+        let (e, _reopen, _minters) = object_store_in_memory();
         assert_eq!(mirror(&d, &e, &options, &Silent).unwrap().copied, 5);
         assert_eq!(verify(&e, &[], &Silent).unwrap().problems, 0);
         let key = e.keys.item_file(&victim, "data/sub/f.txt");

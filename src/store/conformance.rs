@@ -304,13 +304,15 @@ fn memory() -> (MemoryStore, impl Fn() -> MemoryStore, ()) {
 
 /// The object-storage backend over `object_store`'s in-memory store (conditional
 /// writes included); `tests/it/s3.rs` runs it against a real S3 server.
-pub(crate) fn object_store_in_memory() -> (S3Store, impl Fn() -> S3Store, ()) {
+pub(crate) fn object_store_in_memory() -> (S3Store, impl Fn() -> S3Store, tempfile::TempDir) {
     let memory: std::sync::Arc<dyn object_store::ObjectStore> =
         std::sync::Arc::new(object_store::memory::InMemory::new());
     let objects = Objects::new(memory, "s3://memory/c".into()).unwrap();
     let config = CollectionConfig::new(&subsystem(), None);
-    let store = S3Store::init_on(objects.clone(), "c", &config, false).unwrap();
-    (store, move || S3Store::open_on(objects.clone(), "c").unwrap(), ())
+    let minters = tempfile::tempdir().unwrap();
+    let dir = minters.path().to_path_buf();
+    let store = S3Store::init_on(objects.clone(), "c", &config, false).unwrap().with_minter_dir(&dir);
+    (store, move || S3Store::open_on(objects.clone(), "c").unwrap().with_minter_dir(&dir), minters)
 }
 
 backends! {

@@ -4,7 +4,10 @@
 //! on its ETag, and given an expiry: a holder that dies stops renewing, and the
 //! next writer takes the lease over once it expires, or at once when the holder
 //! was a process of this machine that no longer runs. The minter state is a
-//! timestamp updated by compare-and-swap, so two writers never hand out one date.
+//! timestamp updated by compare-and-swap, so two writers never hand out one date;
+//! minting also takes the machine-wide state of the subsystem (as local
+//! collections do), so an S3 collection and a local one of one subsystem never
+//! mint one name.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,8 +17,11 @@ use object_store::{PutMode, UpdateVersion};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::fsx::{create_dir_all_durable, FileLock};
 use crate::id::minter::MinterState;
 use crate::id::Timestamp;
+use crate::store::local::minter::MINTER_DIR_ENV;
+use crate::store::local::StateFile;
 use crate::store::s3::keys::Keys;
 use crate::store::s3::objects::{Lost, Objects};
 use crate::store::{Lease, LockWait};
@@ -136,28 +142,40 @@ fn spawn_renewer(
     })
 }
 
-/// The minter state: one timestamp object, updated by compare-and-swap.
+/// The minter state: one timestamp object, updated by compare-and-swap, and the
+/// machine-wide state of the subsystem, held locked around it.
 pub struct ObjectMinter<'a> {
     pub objects: &'a Objects,
     pub keys: &'a Keys,
+    pub machine: Option<StateFile>,
 }
 
 impl MinterState for ObjectMinter<'_> {
     fn update(&self, step: &mut dyn FnMut(Option<Timestamp>) -> Result<Timestamp>) -> Result<()> {
+        let machine = self.machine.as_ref().ok_or_else(|| Error::Invalid {
+            what: "minter".into(),
+            problem: format!("no folder for the machine-wide minter state: set {MINTER_DIR_ENV} or HOME"),
+        })?;
+        create_dir_all_durable(crate::fsx::parent_dir(&machine.state))?;
+        let _machine_lock = FileLock::acquire(&machine.lock)?;
+        let shared = machine.read()?;
         let key = self.keys.minter();
-        loop {
+        let next = loop {
             let current = self.objects.run(self.objects.get(&key))?;
-            let last = match &current {
+            let own = match &current {
                 Some(found) => Some(parse_state(&found.bytes, &self.objects.place)?),
                 None => None,
             };
-            let next = step(last)?;
+            let next = step(own.max(shared))?;
             let mode = current.map_or(PutMode::Create, |found| PutMode::Update(found.version));
-            let body = next.to_decimal().into_bytes();
-            if self.objects.run(self.objects.put(&key, body, mode))?.is_ok() {
-                return Ok(());
+            if self.objects.run(self.objects.put(&key, next.to_decimal().into_bytes(), mode))?.is_ok() {
+                break next;
             }
+        };
+        if Some(next) != shared {
+            machine.write(next)?;
         }
+        Ok(())
     }
 }
 

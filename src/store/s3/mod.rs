@@ -51,6 +51,8 @@ pub struct S3Store {
     subsystem: Subsystem,
     /// This handle's stages and the folders staged in each.
     stages: Mutex<HashMap<u64, BTreeSet<String>>>,
+    /// The folder of the machine-wide minter states (`local::minter::machine_dir`).
+    minter_dir: Option<std::path::PathBuf>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -86,7 +88,14 @@ impl S3Store {
         };
         let text = String::from_utf8_lossy(&found.bytes);
         let (config, subsystem) = CollectionConfig::parse(&text, &format!("{}/.ibi/collection.toml", objects.place))?;
-        Ok(S3Store { objects, keys, config, subsystem, stages: Mutex::default() })
+        let minter_dir = crate::store::local::minter::machine_dir();
+        Ok(S3Store { objects, keys, config, subsystem, stages: Mutex::default(), minter_dir })
+    }
+
+    /// Uses `dir` for the machine-wide minter states (tests keep theirs apart).
+    pub fn with_minter_dir(mut self, dir: &Path) -> S3Store {
+        self.minter_dir = Some(dir.to_path_buf());
+        self
     }
 
     /// Creates a collection under an empty `prefix`, after proving the server honours

@@ -157,7 +157,9 @@ impl Store for S3Store {
     }
 
     fn minter_state(&self) -> Box<dyn MinterState + '_> {
-        Box::new(lease::ObjectMinter { objects: &self.objects, keys: &self.keys })
+        let machine =
+            self.minter_dir.as_ref().map(|dir| crate::store::local::minter::machine_state(dir, &self.subsystem));
+        Box::new(lease::ObjectMinter { objects: &self.objects, keys: &self.keys, machine })
     }
 
     fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
