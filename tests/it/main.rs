@@ -9,6 +9,7 @@ mod far;
 mod ident;
 mod invalid;
 mod regress;
+mod s3;
 mod transfer;
 mod uniqueness;
 mod verify;

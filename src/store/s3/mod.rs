@@ -141,12 +141,9 @@ impl S3Store {
                 .map(|name| async move {
                     let key = self.keys.record(name);
                     match self.objects.get(&key).await? {
-                        Some(found) => {
-                            serde_json::from_slice(&found.bytes).map(Some).map_err(|e| Error::CorruptState {
-                                path: format!("{}/{key}", self.objects.place).into(),
-                                problem: e.to_string(),
-                            })
-                        }
+                        Some(found) => serde_json::from_slice(&found.bytes).map(Some).map_err(|e| {
+                            Error::CorruptState { path: self.objects.url(&key).into(), problem: e.to_string() }
+                        }),
                         None => Ok(None),
                     }
                 })

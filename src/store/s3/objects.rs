@@ -2,11 +2,15 @@
 //! `object_store` client needs, so that the rest of `ibi` stays synchronous. It
 //! offers the few calls the S3 backend makes (get, conditional put, list one
 //! level, list a subtree, delete, server-side copy), maps their errors onto
-//! `ibi`'s typed errors, and turns a streamed object into a `Read`.
+//! `ibi`'s typed errors, and turns a streamed object into a `Read`. When the
+//! server stops answering (a transport error, after the client's own retries),
+//! every request fails at once for a while instead of retrying each in turn, so
+//! a run whose server died ends promptly (exit 3) and can simply be run again.
 
 use std::future::Future;
 use std::io::{self, Read};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::stream::{BoxStream, StreamExt, TryStreamExt};
@@ -17,6 +21,8 @@ use crate::error::Error;
 
 /// How many requests one call keeps in flight.
 pub const IN_FLIGHT: usize = 32;
+/// How long requests fail at once after the server stopped answering.
+const DOWN_FOR: Duration = Duration::from_secs(10);
 
 /// An object store and the runtime its futures run on.
 #[derive(Clone)]
@@ -25,6 +31,8 @@ pub struct Objects {
     runtime: Arc<tokio::runtime::Runtime>,
     /// `s3://BUCKET/PREFIX`, for messages.
     pub place: String,
+    /// When and why the server last stopped answering.
+    down: Arc<Mutex<Option<(Instant, String)>>>,
 }
 
 /// An object's bytes and the version to update it by.
@@ -45,7 +53,13 @@ impl Objects {
             .enable_all()
             .build()
             .map_err(|e| Error::io("start the S3 client for", &place, e))?;
-        Ok(Objects { store, runtime: Arc::new(runtime), place })
+        Ok(Objects { store, runtime: Arc::new(runtime), place, down: Arc::default() })
+    }
+
+    /// The URL of `key` (which holds the collection's prefix), for messages.
+    pub fn url(&self, key: &Key) -> String {
+        let bucket: Vec<&str> = self.place.splitn(4, '/').take(3).collect();
+        format!("{}/{key}", bucket.join("/"))
     }
 
     /// Runs a future to completion on this store's runtime (never call it from inside one).
@@ -54,11 +68,29 @@ impl Objects {
     }
 
     /// The error for a failed request on `key`: the place and the store's own words.
+    /// A transport failure marks the server down for `DOWN_FOR`.
     pub fn error(&self, key: &Key, e: object_store::Error) -> Error {
-        Error::Connection { place: format!("{}/{key}", self.place.trim_end_matches('/')), problem: e.to_string() }
+        let problem = e.to_string();
+        if is_transport(&e) {
+            *self.down.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), problem.clone()));
+        }
+        Error::Connection { place: self.url(key), problem }
+    }
+
+    /// Fails at once while the server is marked down.
+    fn answering(&self, key: &Key) -> Result<(), Error> {
+        let down = self.down.lock().unwrap_or_else(|p| p.into_inner());
+        match down.as_ref() {
+            Some((since, why)) if since.elapsed() < DOWN_FOR => Err(Error::Connection {
+                place: self.url(key),
+                problem: format!("the server stopped answering {:.1} s ago: {why}", since.elapsed().as_secs_f64()),
+            }),
+            _ => Ok(()),
+        }
     }
 
     pub async fn get(&self, key: &Key) -> Result<Option<Fetched>, Error> {
+        self.answering(key)?;
         match self.store.get(key).await {
             Ok(got) => {
                 let version = UpdateVersion { e_tag: got.meta.e_tag.clone(), version: got.meta.version.clone() };
@@ -71,6 +103,7 @@ impl Objects {
     }
 
     pub async fn exists(&self, key: &Key) -> Result<bool, Error> {
+        self.answering(key)?;
         match self.store.head(key).await {
             Ok(_) => Ok(true),
             Err(object_store::Error::NotFound { .. }) => Ok(false),
@@ -85,6 +118,7 @@ impl Objects {
         bytes: impl Into<PutPayload>,
         mode: PutMode,
     ) -> Result<Result<UpdateVersion, Lost>, Error> {
+        self.answering(key)?;
         match self.store.put_opts(key, bytes.into(), mode.into()).await {
             Ok(done) => Ok(Ok(UpdateVersion { e_tag: done.e_tag, version: done.version })),
             Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => Ok(Err(Lost)),
@@ -100,15 +134,18 @@ impl Objects {
 
     /// One level under `prefix`: its sub-prefixes and objects.
     pub async fn list_level(&self, prefix: &Key) -> Result<ListResult, Error> {
+        self.answering(prefix)?;
         self.store.list_with_delimiter(Some(prefix)).await.map_err(|e| self.error(prefix, e))
     }
 
     /// Every object under `prefix` (an item's or a stage's files: a small subtree).
     pub async fn list_all(&self, prefix: &Key) -> Result<Vec<ObjectMeta>, Error> {
+        self.answering(prefix)?;
         self.store.list(Some(prefix)).try_collect().await.map_err(|e| self.error(prefix, e))
     }
 
     pub async fn delete(&self, key: &Key) -> Result<(), Error> {
+        self.answering(key)?;
         match self.store.delete(key).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.error(key, e)),
@@ -126,11 +163,13 @@ impl Objects {
     }
 
     pub async fn copy(&self, from: &Key, to: &Key) -> Result<(), Error> {
+        self.answering(from)?;
         self.store.copy(from, to).await.map_err(|e| self.error(from, e))
     }
 
     /// A streamed object as a blocking reader.
     pub fn reader(&self, key: &Key) -> io::Result<ObjectReader> {
+        self.answering(key).map_err(|e| io::Error::other(e.to_string()))?;
         let got = self.run(self.store.get(key)).map_err(to_io)?;
         Ok(ObjectReader { runtime: self.runtime.clone(), stream: got.into_stream(), chunk: Bytes::new() })
     }
@@ -138,6 +177,23 @@ impl Objects {
 
 fn lost() -> object_store::Error {
     object_store::Error::Generic { store: "S3", source: "a plain write was refused".into() }
+}
+
+/// Whether the request failed in transport (connect, send, timeout, interrupted):
+/// found by the typed `HttpError` in the error's sources, never by its text.
+fn is_transport(e: &object_store::Error) -> bool {
+    use object_store::client::{HttpError, HttpErrorKind};
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        if let Some(http) = cause.downcast_ref::<HttpError>() {
+            return matches!(
+                http.kind(),
+                HttpErrorKind::Connect | HttpErrorKind::Request | HttpErrorKind::Timeout | HttpErrorKind::Interrupted
+            );
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// An object store error as an I/O error (for `BagFiles` and `Read`), keeping "not found".

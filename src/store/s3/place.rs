@@ -53,7 +53,7 @@ fn json<T: Serialize>(value: &T) -> Vec<u8> {
 
 fn parse<T: for<'de> Deserialize<'de>>(bytes: &[u8], objects: &Objects, key: &Key) -> Result<T> {
     serde_json::from_slice(bytes)
-        .map_err(|e| Error::CorruptState { path: format!("{}/{key}", objects.place).into(), problem: e.to_string() })
+        .map_err(|e| Error::CorruptState { path: objects.url(key).into(), problem: e.to_string() })
 }
 
 /// The placement protocol over one collection's keys.

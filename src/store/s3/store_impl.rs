@@ -45,10 +45,9 @@ impl Store for S3Store {
         let key = self.keys.alias(ibip);
         let Some(found) = self.objects.run(self.objects.get(&key))? else { return Ok(None) };
         let text = String::from_utf8_lossy(&found.bytes);
-        RepositoryName::parse(text.trim()).map(Some).map_err(|e| Error::CorruptState {
-            path: format!("{}/{key}", self.objects.place).into(),
-            problem: e.to_string(),
-        })
+        RepositoryName::parse(text.trim())
+            .map(Some)
+            .map_err(|e| Error::CorruptState { path: self.objects.url(&key).into(), problem: e.to_string() })
     }
 
     fn dangling_aliases(&self) -> Result<Vec<(Ibip, RepositoryName)>> {

@@ -71,5 +71,5 @@ pub fn send(objects: &Objects, key: &Key, from: FileSource) -> Result<Digests, C
 }
 
 fn already_staged(objects: &Objects, key: &Key) -> Error {
-    Error::Invalid { what: "staged path".into(), problem: format!("{}/{key} is already staged", objects.place) }
+    Error::Invalid { what: "staged path".into(), problem: format!("{} is already staged", objects.url(key)) }
 }

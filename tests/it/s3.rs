@@ -1,0 +1,347 @@
+//! Collections in S3-compatible object storage, against a real S3 server on
+//! loopback: moto's server (`scripts/setup` installs it into the tests' venv),
+//! one per test, stopped when the test ends. A small TCP proxy in front of it
+//! stands for the network: killing it is the server dying mid-run, and one that
+//! renames the `If-None-Match` header is a server that ignores conditions.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::env::{repo, wait_until, Reaper, Run, TestEnv};
+
+/// A moto S3 server on 127.0.0.1, with one bucket.
+pub struct Moto {
+    pub port: u16,
+    _server: Reaper,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Moto {
+    pub fn start(bucket: &str) -> Moto {
+        let python = repo().join("target/bagit-venv/bin/python");
+        assert!(python.exists(), "the tests' venv is missing: run scripts/setup (scripts/test does)");
+        let port = free_port();
+        let child = Command::new(python)
+            .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start moto");
+        let server = Reaper(Some(child));
+        assert!(wait_until(60, || TcpStream::connect(("127.0.0.1", port)).is_ok()), "moto did not start");
+        let moto = Moto { port, _server: server };
+        let reply = http(port, &format!("PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n"));
+        assert!(reply.starts_with("HTTP/1.1 200"), "create bucket: {reply}");
+        moto
+    }
+}
+
+/// One HTTP/1.1 exchange with `Connection: close` semantics; the reply's text.
+fn http(port: u16, request: &str) -> String {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let request = request.replacen("\r\n", "\r\nConnection: close\r\n", 1);
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut reply = String::new();
+    let _ = stream.read_to_string(&mut reply);
+    reply
+}
+
+/// Overwrites one object behind ibi's back, with boto3 (moto[server] brings it).
+fn put_object(port: u16, bucket: &str, key: &str, body: &[u8]) {
+    let script = "import boto3, sys\n\
+        s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', \
+        aws_access_key_id='test', aws_secret_access_key='test')\n\
+        s3.put_object(Bucket=sys.argv[2], Key=sys.argv[3], Body=sys.argv[4].encode())\n";
+    let status = Command::new(repo().join("target/bagit-venv/bin/python"))
+        .args(["-c", script, &format!("http://127.0.0.1:{port}"), bucket, key, &String::from_utf8_lossy(body)])
+        .status()
+        .unwrap();
+    assert!(status.success(), "boto3 put_object {key}");
+}
+
+/// A TCP proxy to `target`; `kill` closes every connection and stops accepting.
+/// With `strip_conditions` it renames `If-None-Match` headers, as a server that ignores them would.
+pub struct Proxy {
+    pub port: u16,
+    alive: Arc<AtomicBool>,
+    streams: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Proxy {
+    pub fn start(target: u16, strip_conditions: bool) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let alive = Arc::new(AtomicBool::new(true));
+        let streams: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (a, s) = (alive.clone(), streams.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let (Ok(client), true) = (client, a.load(Ordering::SeqCst)) else { return };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else { return };
+                s.lock().unwrap().extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
+                pump(client.try_clone().unwrap(), server.try_clone().unwrap(), strip_conditions);
+                pump(server, client, false);
+            }
+        });
+        Proxy { port, alive, streams }
+    }
+
+    pub fn kill(&self) {
+        self.alive.store(false, Ordering::SeqCst);
+        for stream in self.streams.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream, strip_conditions: bool) {
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            let mut chunk = buf[..n].to_vec();
+            if strip_conditions {
+                rename_header(&mut chunk, b"if-none-match:", b"x-ignored-abc:");
+            }
+            if to.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(Shutdown::Write);
+    });
+}
+
+fn rename_header(chunk: &mut [u8], from: &[u8], to: &[u8]) {
+    let mut i = 0;
+    while i + from.len() <= chunk.len() {
+        if chunk[i..i + from.len()].eq_ignore_ascii_case(from) {
+            chunk[i..i + to.len()].copy_from_slice(to);
+        }
+        i += 1;
+    }
+}
+
+impl TestEnv {
+    /// `ibi ARGS` with the AWS environment pointing at `port`.
+    pub fn s3_command(&self, port: u16, args: &[&str]) -> Command {
+        let mut cmd = self.command(args);
+        cmd.env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}"))
+            .env("AWS_ALLOW_HTTP", "true");
+        cmd
+    }
+
+    pub fn s3_run(&self, port: u16, args: &[&str]) -> Run {
+        self.s3_command(port, args).output().unwrap().into()
+    }
+
+    pub fn s3_ok(&self, port: u16, args: &[&str]) -> Run {
+        let run = self.s3_run(port, args);
+        assert_eq!(run.code, 0, "ibi {args:?}: {}", run.stderr);
+        run
+    }
+
+    pub fn s3_fails(&self, port: u16, args: &[&str], code: i32) -> Run {
+        let run = self.s3_run(port, args);
+        assert_eq!(run.code, code, "ibi {args:?}: stdout {} stderr {}", run.stdout, run.stderr);
+        assert!(!run.stderr.contains("panicked"), "panic: {}", run.stderr);
+        run
+    }
+
+    /// `ibi init` of an S3 collection with the test subsystem.
+    pub fn s3_collection(&self, port: u16, url: &str) {
+        let args =
+            ["-q", "init", url, "--host", "test.ibi.example.org", "--ip", "192.0.2.30", "--granularity", "0.001"];
+        self.s3_ok(port, &args);
+    }
+
+    /// name -> identity digest, through `ibi show --json` (works on any collection).
+    pub fn s3_identities(&self, port: u16, root: &str) -> std::collections::BTreeMap<String, String> {
+        let names: Vec<String> = self
+            .s3_ok(port, &["list", root])
+            .lines()
+            .iter()
+            .map(|l| l.split('\t').next().unwrap().to_string())
+            .collect();
+        names
+            .into_iter()
+            .map(|name| {
+                let shown = self.s3_ok(port, &["show", "--json", root, &name]).stdout;
+                let json: serde_json::Value = serde_json::from_str(&shown).unwrap();
+                let digest = json["identity"].as_str().unwrap_or_else(|| panic!("no identity in {shown}"));
+                (name, digest.to_string())
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn every_command_on_an_s3_collection() {
+    let env = TestEnv::new();
+    let moto = Moto::start("lib");
+    let p = moto.port;
+    let s3 = "s3://lib/main";
+    env.s3_collection(p, s3);
+    let a = env.write("src/a.txt", b"alpha\n");
+    let b = env.write("src/b/b.txt", b"beta\n");
+    let deposited = env.s3_ok(p, &["deposit", "--each", s3, a.to_str().unwrap(), b.to_str().unwrap()]);
+    let pairs = deposited.pairs();
+    assert_eq!(pairs.len(), 2);
+    let (name, ibip) = pairs[0].clone();
+    assert_eq!(env.s3_ok(p, &["list", s3]).pairs(), pairs);
+    assert!(env.s3_ok(p, &["resolve", s3, &ibip]).stdout.contains(&name));
+    assert!(env.s3_ok(p, &["show", s3, &name]).stdout.contains(&ibip));
+    assert!(env.s3_ok(p, &["verify", s3]).stderr.contains("0 problem"));
+    env.s3_ok(p, &["-q", "update", s3, &name, "--meta", "Title=Alpha"]);
+    assert!(env.s3_ok(p, &["show", s3, &name]).stdout.contains("Alpha"));
+    let exported = env.path("exported");
+    env.s3_ok(p, &["-q", "export", s3, &name, exported.to_str().unwrap()]);
+    assert_eq!(std::fs::read(exported.join("data/a.txt")).unwrap(), b"alpha\n");
+    let (other, _) = pairs[1].clone();
+    env.s3_ok(p, &["-q", "withdraw", s3, &other, "--reason", "test"]);
+    env.s3_fails(p, &["resolve", s3, &other], 1);
+
+    // Out to a local folder and back into another prefix; migrate out; repair.
+    let local = env.collection("local");
+    env.s3_ok(p, &["-q", "mirror", s3, &local]);
+    assert_eq!(env.identities(&local), env.s3_identities(p, s3));
+    let copy = "s3://lib/copy";
+    env.s3_collection(p, copy);
+    env.s3_ok(p, &["-q", "mirror", &local, copy]);
+    assert_eq!(env.s3_identities(p, copy), env.s3_identities(p, s3));
+    put_object(p, "lib", &format!("copy/{name}/data/a.txt"), b"rotten\n");
+    let damaged = env.s3_fails(p, &["verify", copy], 1);
+    assert!(damaged.stdout.contains(&name) && damaged.stdout.contains("data/a.txt"), "{}", damaged.stdout);
+    env.s3_ok(p, &["-q", "repair", copy, "--from", &local]);
+    env.s3_ok(p, &["-q", "verify", copy]);
+    let moved = env.collection("moved");
+    env.s3_ok(p, &["-q", "migrate", copy, &moved]);
+    assert!(env.s3_ok(p, &["list", "--withdrawn", copy]).stdout.is_empty(), "migrate emptied the S3 collection");
+    assert_eq!(env.ok(&["list", "--withdrawn", &moved]).lines().len(), 2, "the item and the tombstone moved");
+}
+
+#[test]
+fn concurrent_deposits_into_s3_get_distinct_names() {
+    let env = TestEnv::new();
+    let moto = Moto::start("lib");
+    let s3 = "s3://lib/c";
+    env.s3_collection(moto.port, s3);
+    let children: Vec<_> = (0..4)
+        .map(|w| {
+            let paths: Vec<String> = (0..5)
+                .map(|i| env.write(&format!("w{w}/{i}.txt"), format!("{w} {i}").as_bytes()).to_string_lossy().into())
+                .collect();
+            let mut args = vec!["-q", "deposit", "--each", s3];
+            args.extend(paths.iter().map(String::as_str));
+            env.s3_command(moto.port, &args).stdout(Stdio::piped()).spawn().unwrap()
+        })
+        .collect();
+    let mut names = Vec::new();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        names.extend(String::from_utf8_lossy(&out.stdout).lines().map(|l| l.split('\t').next().unwrap().to_string()));
+    }
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 20, "twenty deposits, twenty names");
+    assert_eq!(env.s3_ok(moto.port, &["list", s3]).lines().len(), 20);
+    env.s3_ok(moto.port, &["-q", "verify", s3]);
+}
+
+#[test]
+fn killed_s3_transfers_complete_on_rerun() {
+    let env = TestEnv::new();
+    let moto = Moto::start("lib");
+    let p = moto.port;
+    let a = env.filled("a", 40, 2);
+    let expected = env.identities(&a);
+    let s3 = "s3://lib/b";
+    env.s3_collection(p, s3);
+    let c = env.collection("c");
+    let mut dice = crate::crash::Dice::new();
+    for round in 0..9 {
+        let args: Vec<&str> = match round % 3 {
+            0 => vec!["-q", "mirror", &a, s3],
+            1 => vec!["-q", "mirror", s3, &c],
+            _ => vec!["-q", "migrate", s3, &c],
+        };
+        let mut child = env.s3_command(p, &args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(dice.below(1500)));
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    env.s3_ok(p, &["-q", "mirror", &a, s3]);
+    env.s3_ok(p, &["-q", "mirror", s3, &c]);
+    assert_eq!(env.s3_identities(p, s3), expected, "every item exactly once in S3");
+    assert_eq!(env.identities(&c), expected);
+    env.s3_ok(p, &["-q", "verify", s3]);
+    let verified = env.s3_ok(p, &["verify", s3]);
+    assert!(!verified.stdout.contains("left"), "no leftovers: {}", verified.stdout);
+}
+
+#[test]
+fn the_server_dying_mid_run_exits_3_and_a_rerun_completes() {
+    let env = TestEnv::new();
+    let moto = Moto::start("lib");
+    let a = env.filled("a", 60, 2);
+    let proxy = Proxy::start(moto.port, false);
+    let s3 = "s3://lib/b";
+    env.s3_collection(proxy.port, s3);
+    let child = env.s3_command(proxy.port, &["-q", "mirror", &a, s3]).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    proxy.kill();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "a lost server is an operational failure: {stderr}");
+    assert!(stderr.contains("s3://lib/b") && !stderr.contains("panicked"), "{stderr}");
+    let back = Proxy::start(moto.port, false);
+    env.s3_ok(back.port, &["-q", "mirror", &a, s3]);
+    assert_eq!(env.s3_identities(back.port, s3), env.identities(&a));
+}
+
+#[test]
+fn a_server_that_ignores_conditional_writes_is_refused_at_init() {
+    let env = TestEnv::new();
+    let moto = Moto::start("lib");
+    let deaf = Proxy::start(moto.port, true);
+    let args = ["init", "s3://lib/x", "--host", "test.ibi.example.org", "--ip", "192.0.2.30"];
+    let refused = env.s3_fails(deaf.port, &args, 2);
+    assert!(refused.stderr.contains("If-None-Match"), "{}", refused.stderr);
+    env.s3_fails(moto.port, &["list", "s3://lib/x"], 2);
+    let mut forced = args.to_vec();
+    forced.push("--unsafe-no-conditional-writes");
+    env.s3_ok(deaf.port, &forced);
+    env.s3_ok(moto.port, &["list", "s3://lib/x"]);
+}
+
+#[test]
+fn s3_is_never_a_local_folder() {
+    let env = TestEnv::new();
+    let closed = free_port();
+    let args = ["init", "s3://lib/x", "--host", "test.ibi.example.org", "--ip", "192.0.2.30"];
+    let run = env.s3_fails(closed, &args, 3);
+    assert!(run.stderr.contains("s3://lib/x"), "{}", run.stderr);
+    env.s3_fails(closed, &["list", "s3://lib/x"], 3);
+    env.s3_fails(closed, &["list", "s3://NO/x"], 2);
+    let entries: Vec<_> = std::fs::read_dir(env.root()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(entries.iter().all(|e| !e.to_string_lossy().starts_with("s3")), "{entries:?}");
+}
