@@ -160,7 +160,7 @@ pub fn stage_copy<'d>(
     if !problems.is_empty() {
         return Ok(Err(problems));
     }
-    let staging = Staging::new(dst)?;
+    let staging = Staging::for_item(dst, name, replace)?;
     for dir in &dirs {
         dst.stage_dir(staging.id, dir)?;
     }

@@ -39,7 +39,11 @@ fn stage_bytes(store: &dyn Store, stage: StageId, rel: &str, bytes: &[u8]) -> Di
 
 /// Stages a complete bag for `m` holding `data/a.txt` = `content`.
 fn stage_bag(store: &dyn Store, m: &Minted, content: &[u8]) -> StageId {
-    let stage = store.stage().unwrap();
+    stage_bag_in(store, store.stage().unwrap(), m, content)
+}
+
+/// Stages the bag into `stage`.
+fn stage_bag_in(store: &dyn Store, stage: StageId, m: &Minted, content: &[u8]) -> StageId {
     store.stage_dir(stage, "data").unwrap();
     let payload = vec![("data/a.txt".to_string(), stage_bytes(store, stage, "data/a.txt", content))];
     let mut info = BagInfo::default();
@@ -171,6 +175,44 @@ pub fn recovery_clears_an_interrupted_batch(killed: Box<dyn Store>, next: &dyn S
     assert!(next.staged_files(stage).root_kind().is_err(), "the staged item is gone");
 }
 
+/// A stage made for a known name (`stage_for`) is unseen until placed, a second
+/// writer of the name never changes the placed item, and a killed writer's direct
+/// stage is cleared by `recover`, leaving nothing in a later item of that name.
+pub fn staging_for_a_name_is_unseen_until_placed(store: &dyn Store, other: &dyn Store) {
+    let m = minted(11);
+    let stage = stage_bag_in(store, store.stage_for(&m.name, false).unwrap(), &m, b"direct");
+    assert!(names(other).is_empty() && other.slot(&m.name).unwrap() == Slot::Empty, "unseen until placed");
+    place(store, &m, stage, false).unwrap();
+    assert_eq!(read_a(other, &m.name), b"direct");
+    if let Ok(second) = other.stage_for(&m.name, false) {
+        other.stage_dir(second, "data").unwrap();
+        let mut reader = Cursor::new(b"intruder".to_vec());
+        let source =
+            FileSource { reader: &mut reader, origin: Path::new("x"), mtime: None, also: &[], progress: &|_| {} };
+        if other.stage_file(second, "data/a.txt", source).is_ok() {
+            assert!(place(other, &m, second, false).is_err(), "the name is taken");
+        }
+        other.discard(second);
+    }
+    assert_eq!(read_a(store, &m.name), b"direct", "a second writer changed nothing");
+    assert!(verify_bag(store.item_files(&m.name).as_ref(), "placed", &|_| {}).problems.is_empty());
+
+    let killed = minted(12);
+    let stage = stage_bag_in(store, store.stage_for(&killed.name, false).unwrap(), &killed, b"killed");
+    let mut reader = Cursor::new(b"left behind".to_vec());
+    let source = FileSource { reader: &mut reader, origin: Path::new("x"), mtime: None, also: &[], progress: &|_| {} };
+    store.stage_file(stage, "data/extra.txt", source).map_err(Error::from).unwrap();
+    assert!(!other.leftovers().is_empty(), "the killed writer's stage is seen as left over");
+    let lease = other.lease(LockWait::No).unwrap();
+    other.recover().unwrap();
+    drop(lease);
+    assert!(other.leftovers().is_empty() && other.slot(&killed.name).unwrap() == Slot::Empty);
+    let again = stage_bag_in(other, other.stage_for(&killed.name, false).unwrap(), &killed, b"again");
+    place(other, &killed, again, false).unwrap();
+    let check = verify_bag(other.item_files(&killed.name).as_ref(), "again", &|_| {});
+    assert!(check.problems.is_empty(), "nothing of the killed stage is left: {:?}", check.problems);
+}
+
 pub fn minter_state_never_repeats(store: &dyn Store, other: &dyn Store) {
     let start = Timestamp::parse_user("2026-01-01T00:00:00Z").unwrap();
     let dates: Vec<Vec<Timestamp>> = std::thread::scope(|s| {
@@ -260,6 +302,12 @@ macro_rules! backends {
             fn inventory_records_placement_replacement_and_removal() {
                 let (store, reopen, _dir) = $fresh;
                 super::inventory_records_placement_replacement_and_removal(&store, &reopen());
+            }
+
+            #[test]
+            fn staging_for_a_name_is_unseen_until_placed() {
+                let (store, reopen, _dir) = $fresh;
+                super::staging_for_a_name_is_unseen_until_placed(&store, &reopen());
             }
 
             #[test]

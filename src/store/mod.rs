@@ -195,6 +195,12 @@ pub trait Store: Send + Sync {
     /// Records names by content key; durable with the next placed batch.
     fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()>;
     fn stage(&self) -> Result<StageId>;
+    /// A stage for an item that will be placed as `name` (not over another unless
+    /// `replace`): a backend without rename may write the files at their place at
+    /// once, unseen until `place` commits the item. By default, `stage()`.
+    fn stage_for(&self, _name: &RepositoryName, _replace: bool) -> Result<StageId> {
+        self.stage()
+    }
     fn stage_dir(&self, stage: StageId, rel: &str) -> Result<()>;
     /// Writes a new file into the staged item, hashing as it writes.
     fn stage_file(&self, stage: StageId, rel: &str, from: FileSource) -> std::result::Result<Digests, CopyError>;
@@ -410,6 +416,11 @@ pub struct Staging<'a> {
 impl<'a> Staging<'a> {
     pub fn new(store: &'a dyn Store) -> Result<Staging<'a>> {
         Ok(Staging { store, id: store.stage()? })
+    }
+
+    /// A staging for an item whose name is known (`Store::stage_for`).
+    pub fn for_item(store: &'a dyn Store, name: &RepositoryName, replace: bool) -> Result<Staging<'a>> {
+        Ok(Staging { store, id: store.stage_for(name, replace)? })
     }
 }
 

@@ -7,7 +7,8 @@
 //! - `.ibi/items/<name path>`: its commit marker (it exists exactly when this does);
 //! - `.ibi/inventory/<name path>`: its inventory record;
 //! - `.ibip/<IBIp>`: an alias, holding the name;
-//! - `.ibi/staging/<stage>/…`: staged files; `.ibi/placing/<stage>`, `.ibi/removing/<name>`: intents;
+//! - `.ibi/staging/<stage>/…`: staged files; `.ibi/placing/<stage>`, `.ibi/direct/<stage>`,
+//!   `.ibi/removing/<name>`: intents;
 //! - `.ibi/collection.toml`, `.ibi/lease`, `.ibi/minter`, `.ibi/deposits/<key digest>`.
 
 use object_store::path::Path as Key;
@@ -21,6 +22,7 @@ pub const ALIASES: &str = ".ibip";
 pub const STAGING: &str = ".ibi/staging";
 pub const PLACING: &str = ".ibi/placing";
 pub const REMOVING: &str = ".ibi/removing";
+pub const DIRECT: &str = ".ibi/direct";
 
 /// The keys of one collection: everything under its prefix.
 #[derive(Debug, Clone)]
@@ -79,6 +81,9 @@ impl Keys {
     }
     pub fn placing(&self, stage: StageId) -> Key {
         self.at(&format!("{PLACING}/{}", stage_token(stage)))
+    }
+    pub fn direct(&self, stage: StageId) -> Key {
+        self.at(&format!("{DIRECT}/{}", stage_token(stage)))
     }
     pub fn removing(&self, name: &RepositoryName) -> Key {
         self.at(&format!("{REMOVING}/{}", name.to_string().replace('/', "+")))

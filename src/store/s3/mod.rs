@@ -49,10 +49,21 @@ pub struct S3Store {
     pub(crate) keys: Keys,
     config: CollectionConfig,
     subsystem: Subsystem,
-    /// This handle's stages and the folders staged in each.
-    stages: Mutex<HashMap<u64, BTreeSet<String>>>,
+    /// This handle's stages.
+    stages: Mutex<HashMap<u64, StageMeta>>,
     /// The folder of the machine-wide minter states (`local::minter::machine_dir`).
     minter_dir: Option<std::path::PathBuf>,
+}
+
+/// What this handle knows of one of its stages.
+#[derive(Debug, Clone, Default)]
+struct StageMeta {
+    /// The folders staged (an empty folder has no object).
+    dirs: BTreeSet<String>,
+    /// Staged at the item's own keys (`Store::stage_for`), for this name.
+    direct: Option<RepositoryName>,
+    /// The files written so far, relative to the bag.
+    files: Vec<String>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -121,6 +132,23 @@ impl S3Store {
         S3Store::open_on(objects, prefix)
     }
 
+    /// Where a staged file goes: the stage's keys, or the item's for a direct stage.
+    fn staged_key(&self, stage: StageId, rel: &str) -> Result<object_store::path::Path> {
+        let stages = lock(&self.stages);
+        let meta = stages.get(&stage.0).ok_or_else(|| no_stage(stage))?;
+        Ok(match &meta.direct {
+            Some(name) => self.keys.item_file(name, rel),
+            None => self.keys.staged_file(stage, rel),
+        })
+    }
+
+    /// Notes a file written into a stage.
+    fn staged(&self, stage: StageId, rel: &str) {
+        if let Some(meta) = lock(&self.stages).get_mut(&stage.0) {
+            meta.files.push(rel.to_string());
+        }
+    }
+
     fn placer(&self) -> Placer<'_> {
         Placer { objects: &self.objects, keys: &self.keys }
     }
@@ -169,6 +197,10 @@ fn probe_conditional_writes(objects: &Objects, keys: &Keys) -> Result<()> {
               --unsafe-no-conditional-writes"
             .into(),
     })
+}
+
+fn no_stage(stage: StageId) -> Error {
+    Error::Invalid { what: "staging".into(), problem: format!("no staged item {}", keys::stage_token(stage)) }
 }
 
 mod store_impl;

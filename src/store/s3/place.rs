@@ -14,6 +14,13 @@
 //! A killed writer leaves an intent: `recover` finishes the placement when the
 //! marker names its stage, and otherwise deletes the stage. Removal writes its
 //! own intent first, deletes the marker, then the files and the alias.
+//!
+//! A new item whose name is known before staging (`Store::stage_for`: a copy or
+//! mirror) skips the copies: its intent (`.ibi/direct/<stage>`) names it, its
+//! files go straight to the item's keys with create-only writes, and placing it
+//! is the create-only marker, then the alias and the record. Until the marker
+//! exists nothing reads those files; `recover` deletes them when it never came,
+//! and completes the alias and record when it did.
 
 use std::collections::BTreeSet;
 
@@ -71,10 +78,10 @@ impl Placer<'_> {
         }
     }
 
-    /// The record a staged bag implies, read from its bag-info and tagmanifest.
-    async fn staged_record(&self, stage: StageId, name: &RepositoryName) -> Result<ItemRecord> {
+    /// The record the bag under `base` implies, read from its bag-info and tagmanifest.
+    async fn record_at(&self, base: &Key, name: &RepositoryName) -> Result<ItemRecord> {
         let read = |rel: &'static str| async move {
-            let key = self.keys.staged_file(stage, rel);
+            let key = base.clone().join(rel);
             let missing = || Error::Data { what: format!("{name}/{rel}"), problem: "it was not staged".into() };
             self.objects.get(&key).await?.map(|f| f.bytes).ok_or_else(missing)
         };
@@ -92,7 +99,7 @@ impl Placer<'_> {
     pub async fn place_one(&self, p: &Placement, dirs: BTreeSet<String>) -> Result<Result<(), Refusal>> {
         let record = match &p.record {
             Some(record) => record.clone(),
-            None => self.staged_record(p.stage, &p.name).await?,
+            None => self.record_at(&self.keys.stage(p.stage), &p.name).await?,
         };
         let intent = Intent {
             name: p.name.clone(),
@@ -152,6 +159,41 @@ impl Placer<'_> {
         self.objects.delete(&self.keys.placing(stage)).await
     }
 
+    /// Commits an item staged at its own keys: the marker, create-only, then its
+    /// alias and record, then the intent goes. `Ok(Err(_))` when the name is taken.
+    pub async fn place_direct(&self, p: &Placement, dirs: BTreeSet<String>) -> Result<Result<(), Refusal>> {
+        let record = match &p.record {
+            Some(record) => record.clone(),
+            None => self.record_at(&self.keys.item(&p.name), &p.name).await?,
+        };
+        let marker = Marker { placing: false, stage: None, dirs: dirs.into_iter().collect() };
+        if self.objects.put(&self.keys.marker(&p.name), json(&marker), PutMode::Create).await?.is_err() {
+            let path = format!("{}/{}", self.objects.place, p.name).into();
+            return Ok(Err(Error::AlreadyExists { path }));
+        }
+        self.commit_direct(&p.name, p.ibip, &record).await?;
+        self.objects.delete(&self.keys.direct(p.stage)).await?;
+        Ok(Ok(()))
+    }
+
+    async fn commit_direct(&self, name: &RepositoryName, ibip: Option<Ibip>, record: &ItemRecord) -> Result<()> {
+        if let Some(ibip) = ibip {
+            self.objects.overwrite(&self.keys.alias(&ibip), name.to_string().into_bytes()).await?;
+        }
+        self.objects.overwrite(&self.keys.record(name), json(record)).await
+    }
+
+    /// Completes or clears one direct placement a killed writer left.
+    async fn recover_direct(&self, intent: &Key, name: &RepositoryName) -> Result<()> {
+        if self.marker(name).await?.is_none() {
+            self.objects.delete_all(&self.keys.item(name)).await?;
+        } else if self.objects.get(&self.keys.record(name)).await?.is_none() {
+            let record = self.record_at(&self.keys.item(name), name).await?;
+            self.commit_direct(name, record.ibip, &record).await?;
+        }
+        self.objects.delete(intent).await
+    }
+
     async fn delete_keys(&self, keys: &[Key]) -> Result<()> {
         stream::iter(keys).map(|k| self.objects.delete(k)).buffer_unordered(IN_FLIGHT).try_collect::<()>().await
     }
@@ -203,6 +245,11 @@ impl Placer<'_> {
             let name = RepositoryName::parse(&text).map_err(Error::from)?;
             self.remove_one(&name, ibip.and_then(|i| Ibip::parse(&i).ok())).await?;
         }
+        for meta in self.objects.list_all(&self.keys.at(keys::DIRECT)).await? {
+            let Some(found) = self.objects.get(&meta.location).await? else { continue };
+            let name = RepositoryName::parse(String::from_utf8_lossy(&found.bytes).trim()).map_err(Error::from)?;
+            self.recover_direct(&meta.location, &name).await?;
+        }
         self.objects.delete_all(&self.keys.at(keys::STAGING)).await
     }
 
@@ -211,6 +258,7 @@ impl Placer<'_> {
         let stages = self.objects.list_level(&self.keys.at(keys::STAGING)).await?.common_prefixes.len();
         let placing = self.objects.list_level(&self.keys.at(keys::PLACING)).await?.objects.len();
         let removing = self.objects.list_level(&self.keys.at(keys::REMOVING)).await?.objects.len();
-        Ok(stages + placing + removing)
+        let direct = self.objects.list_level(&self.keys.at(keys::DIRECT)).await?.objects.len();
+        Ok(stages + placing + removing + direct)
     }
 }

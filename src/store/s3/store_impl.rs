@@ -183,25 +183,36 @@ impl Store for S3Store {
 
     fn stage(&self) -> Result<StageId> {
         let stage = StageId(uuid::Uuid::new_v4().as_u64_pair().0);
-        lock(&self.stages).insert(stage.0, BTreeSet::new());
+        lock(&self.stages).insert(stage.0, StageMeta::default());
+        Ok(stage)
+    }
+
+    fn stage_for(&self, name: &RepositoryName, replace: bool) -> Result<StageId> {
+        if replace {
+            return self.stage();
+        }
+        let stage = StageId(uuid::Uuid::new_v4().as_u64_pair().0);
+        let intent = self.keys.direct(stage);
+        self.objects.run(self.objects.overwrite(&intent, name.to_string().into_bytes()))?;
+        lock(&self.stages).insert(stage.0, StageMeta { direct: Some(name.clone()), ..StageMeta::default() });
         Ok(stage)
     }
 
     fn stage_dir(&self, stage: StageId, rel: &str) -> Result<()> {
         check_path(rel).map_err(|why| Error::Invalid { what: "staged path".into(), problem: why })?;
         let mut stages = lock(&self.stages);
-        let dirs = stages.get_mut(&stage.0).ok_or_else(|| no_stage(stage))?;
-        dirs.insert(rel.to_string());
+        let meta = stages.get_mut(&stage.0).ok_or_else(|| no_stage(stage))?;
+        meta.dirs.insert(rel.to_string());
         Ok(())
     }
 
     fn stage_file(&self, stage: StageId, rel: &str, from: FileSource) -> std::result::Result<Digests, CopyError> {
         let invalid = |why: String| CopyError::Destination(Error::Invalid { what: "staged path".into(), problem: why });
         check_path(rel).map_err(invalid)?;
-        if !lock(&self.stages).contains_key(&stage.0) {
-            return Err(CopyError::Destination(no_stage(stage)));
-        }
-        upload::send(&self.objects, &self.keys.staged_file(stage, rel), from)
+        let key = self.staged_key(stage, rel).map_err(CopyError::Destination)?;
+        let digests = upload::send(&self.objects, &key, from)?;
+        self.staged(stage, rel);
+        Ok(digests)
     }
 
     fn stage_link(&self, stage: StageId, rel: &str, name: &RepositoryName, from: &str) -> Result<()> {
@@ -212,34 +223,59 @@ impl Store for S3Store {
             place: self.objects.place.clone().into(),
         })?;
         source.extend(from.split('/'));
-        self.objects.run(self.objects.copy(&source, &self.keys.staged_file(stage, rel)))
+        self.objects.run(self.objects.copy(&source, &self.staged_key(stage, rel)?))?;
+        self.staged(stage, rel);
+        Ok(())
     }
 
     fn staged_files<'a>(&'a self, stage: StageId) -> Box<dyn BagFiles + 'a> {
-        let base = self.keys.stage(stage);
-        let dirs: Option<Vec<String>> = lock(&self.stages).get(&stage.0).map(|d| d.iter().cloned().collect());
+        let meta = lock(&self.stages).get(&stage.0).cloned();
+        let base = match meta.as_ref().and_then(|m| m.direct.as_ref()) {
+            Some(name) => self.keys.item(name),
+            None => self.keys.stage(stage),
+        };
         let listed = || self.objects.run(self.objects.list_all(&base)).is_ok_and(|l| !l.is_empty());
-        let exists = dirs.is_some() || listed();
-        Box::new(ObjectBag { objects: &self.objects, base, dirs: dirs.unwrap_or_default(), exists })
+        let exists = meta.is_some() || listed();
+        let dirs = meta.map(|m| m.dirs.into_iter().collect()).unwrap_or_default();
+        Box::new(ObjectBag { objects: &self.objects, base, dirs, exists })
     }
 
     fn discard(&self, stage: StageId) {
-        if lock(&self.stages).remove(&stage.0).is_some() {
-            let _ = self.objects.run(self.objects.delete_all(&self.keys.stage(stage)));
-        }
+        let Some(meta) = lock(&self.stages).remove(&stage.0) else { return };
+        let _ = self.objects.run(async {
+            match &meta.direct {
+                // Never delete at an item's keys once an item holds them.
+                Some(name) if !self.objects.exists(&self.keys.marker(name)).await? => {
+                    for rel in &meta.files {
+                        self.objects.delete(&self.keys.item_file(name, rel)).await?;
+                    }
+                    self.objects.delete(&self.keys.direct(stage)).await
+                }
+                Some(_) => self.objects.delete(&self.keys.direct(stage)).await,
+                None => self.objects.delete_all(&self.keys.stage(stage)).await,
+            }
+        });
     }
 
     fn place(&self, batch: &[Placement]) -> Result<Vec<(RepositoryName, std::result::Result<(), Refusal>)>> {
-        let dirs: Vec<BTreeSet<String>> = {
+        let metas: Vec<StageMeta> = {
             let stages = lock(&self.stages);
             batch
                 .iter()
                 .map(|p| stages.get(&p.stage.0).cloned().ok_or_else(|| no_stage(p.stage)))
                 .collect::<Result<_>>()?
         };
-        let placer = self.placer();
+        let placer = &self.placer();
         let outcomes: Vec<std::result::Result<(), Refusal>> = self.objects.run(
-            stream::iter(batch.iter().zip(dirs)).map(|(p, dirs)| placer.place_one(p, dirs)).buffered(16).try_collect(),
+            stream::iter(batch.iter().zip(metas))
+                .map(|(p, meta)| async move {
+                    match meta.direct {
+                        Some(_) => placer.place_direct(p, meta.dirs).await,
+                        None => placer.place_one(p, meta.dirs).await,
+                    }
+                })
+                .buffered(16)
+                .try_collect(),
         )?;
         let mut stages = lock(&self.stages);
         for (p, outcome) in batch.iter().zip(&outcomes) {
@@ -271,8 +307,4 @@ impl S3Store {
         let Some(found) = self.objects.get(&self.keys.alias(ibip)).await? else { return Ok(None) };
         Ok(RepositoryName::parse(String::from_utf8_lossy(&found.bytes).trim()).ok())
     }
-}
-
-fn no_stage(stage: StageId) -> Error {
-    Error::Invalid { what: "staging".into(), problem: format!("no staged item {}", keys::stage_token(stage)) }
 }

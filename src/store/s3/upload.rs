@@ -17,7 +17,7 @@ use crate::store::FileSource;
 /// The size of one part, and the most a single PUT carries.
 const PART: usize = 8 * 1024 * 1024;
 /// Parts in flight at once.
-const PARTS_IN_FLIGHT: usize = 4;
+const PARTS_IN_FLIGHT: usize = 2;
 
 /// Fills `buf` from `reader` as far as it goes; the count read (less than asked only at the end).
 fn fill(reader: &mut (dyn Read + Send), buf: &mut [u8]) -> std::io::Result<usize> {
