@@ -178,7 +178,7 @@ pub fn recovery_clears_an_interrupted_batch(killed: Box<dyn Store>, next: &dyn S
 /// A stage made for a known name (`stage_for`) is unseen until placed, a second
 /// writer of the name never changes the placed item, and a killed writer's direct
 /// stage is cleared by `recover`, leaving nothing in a later item of that name.
-pub fn staging_for_a_name_is_unseen_until_placed(store: &dyn Store, other: &dyn Store) {
+pub fn staging_for_a_name_is_unseen_until_placed(store: &dyn Store, other: &dyn Store, killed: Box<dyn Store>) {
     let m = minted(11);
     let stage = stage_bag_in(store, store.stage_for(&m.name, false).unwrap(), &m, b"direct");
     assert!(names(other).is_empty() && other.slot(&m.name).unwrap() == Slot::Empty, "unseen until placed");
@@ -197,11 +197,13 @@ pub fn staging_for_a_name_is_unseen_until_placed(store: &dyn Store, other: &dyn 
     assert_eq!(read_a(store, &m.name), b"direct", "a second writer changed nothing");
     assert!(verify_bag(store.item_files(&m.name).as_ref(), "placed", &|_| {}).problems.is_empty());
 
-    let killed = minted(12);
-    let stage = stage_bag_in(store, store.stage_for(&killed.name, false).unwrap(), &killed, b"killed");
+    let (writer, killed) = (killed, minted(12));
+    let stage = stage_bag_in(writer.as_ref(), writer.stage_for(&killed.name, false).unwrap(), &killed, b"killed");
     let mut reader = Cursor::new(b"left behind".to_vec());
     let source = FileSource { reader: &mut reader, origin: Path::new("x"), mtime: None, also: &[], progress: &|_| {} };
-    store.stage_file(stage, "data/extra.txt", source).map_err(Error::from).unwrap();
+    writer.stage_file(stage, "data/extra.txt", source).map_err(Error::from).unwrap();
+    let _ = writer.staged_files(stage).entries();
+    std::mem::forget(writer);
     assert!(!other.leftovers().is_empty(), "the killed writer's stage is seen as left over");
     let lease = other.lease(LockWait::No).unwrap();
     other.recover().unwrap();
@@ -307,7 +309,7 @@ macro_rules! backends {
             #[test]
             fn staging_for_a_name_is_unseen_until_placed() {
                 let (store, reopen, _dir) = $fresh;
-                super::staging_for_a_name_is_unseen_until_placed(&store, &reopen());
+                super::staging_for_a_name_is_unseen_until_placed(&store, &reopen(), Box::new(reopen()));
             }
 
             #[test]

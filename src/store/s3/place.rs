@@ -160,7 +160,8 @@ impl Placer<'_> {
     }
 
     /// Commits an item staged at its own keys: the marker, create-only, then its
-    /// alias and record, then the intent goes. `Ok(Err(_))` when the name is taken.
+    /// alias and record; the caller deletes the batch's intents together after.
+    /// `Ok(Err(_))` when the name is taken.
     pub async fn place_direct(&self, p: &Placement, dirs: BTreeSet<String>) -> Result<Result<(), Refusal>> {
         let record = match &p.record {
             Some(record) => record.clone(),
@@ -172,7 +173,6 @@ impl Placer<'_> {
             return Ok(Err(Error::AlreadyExists { path }));
         }
         self.commit_direct(&p.name, p.ibip, &record).await?;
-        self.objects.delete(&self.keys.direct(p.stage)).await?;
         Ok(Ok(()))
     }
 

@@ -277,12 +277,12 @@ impl Store for S3Store {
                 .buffered(16)
                 .try_collect(),
         )?;
-        let mut stages = lock(&self.stages);
-        for (p, outcome) in batch.iter().zip(&outcomes) {
-            if outcome.is_ok() {
-                stages.remove(&p.stage.0);
-            }
-        }
+        let placed: Vec<&Placement> = batch.iter().zip(&outcomes).filter(|(_, o)| o.is_ok()).map(|(p, _)| p).collect();
+        let direct: Vec<_> = {
+            let mut stages = lock(&self.stages);
+            placed.iter().filter_map(|p| stages.remove(&p.stage.0)?.direct.map(|_| self.keys.direct(p.stage))).collect()
+        };
+        self.objects.run(self.objects.delete_many(direct))?;
         Ok(batch.iter().map(|p| p.name.clone()).zip(outcomes).collect())
     }
 
