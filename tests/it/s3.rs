@@ -267,35 +267,53 @@ fn concurrent_deposits_into_s3_get_distinct_names() {
     env.s3_ok(moto.port, &["-q", "verify", s3]);
 }
 
+/// Deposit into S3, mirror both ways, migrate both ways, each killed at a random
+/// moment; then the same commands run again leave every item exactly once.
 #[test]
 fn killed_s3_transfers_complete_on_rerun() {
     let env = TestEnv::new();
     let moto = Moto::start("lib");
     let p = moto.port;
-    let a = env.filled("a", 40, 2);
-    let expected = env.identities(&a);
-    let s3 = "s3://lib/b";
+    let (a, m) = (env.filled("a", 30, 2), env.filled("m", 15, 2));
+    let mut expected = env.identities(&a);
+    expected.extend(env.identities(&m));
+    let files: Vec<String> = (0..10)
+        .map(|i| env.write(&format!("new/{i}.txt"), format!("new {i}").as_bytes()).to_string_lossy().into())
+        .collect();
+    let (s3, c, d) = ("s3://lib/b", env.collection("c"), "s3://lib/d");
     env.s3_collection(p, s3);
-    let c = env.collection("c");
+    env.s3_collection(p, d);
+    let mut deposit = vec!["-q", "deposit", "--each", d];
+    deposit.extend(files.iter().map(String::as_str));
     let mut dice = crate::crash::Dice::new();
-    for round in 0..9 {
-        let args: Vec<&str> = match round % 3 {
+    for round in 0..10 {
+        let args: Vec<&str> = match round % 5 {
             0 => vec!["-q", "mirror", &a, s3],
             1 => vec!["-q", "mirror", s3, &c],
-            _ => vec!["-q", "migrate", s3, &c],
+            2 => vec!["-q", "migrate", s3, &c],
+            3 => deposit.clone(),
+            _ => vec!["-q", "migrate", &m, s3],
         };
         let mut child = env.s3_command(p, &args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(dice.below(1500)));
+        std::thread::sleep(Duration::from_millis(dice.below(1200)));
         child.kill().unwrap();
         child.wait().unwrap();
     }
-    env.s3_ok(p, &["-q", "mirror", &a, s3]);
+    for args in [vec!["-q", "mirror", &a, s3], deposit.clone(), vec!["-q", "migrate", &m, s3]] {
+        env.s3_ok(p, &args);
+    }
     env.s3_ok(p, &["-q", "mirror", s3, &c]);
-    assert_eq!(env.s3_identities(p, s3), expected, "every item exactly once in S3");
-    assert_eq!(env.identities(&c), expected);
-    env.s3_ok(p, &["-q", "verify", s3]);
-    let verified = env.s3_ok(p, &["verify", s3]);
-    assert!(!verified.stdout.contains("left"), "no leftovers: {}", verified.stdout);
+    env.s3_ok(p, &["-q", "mirror", &c, s3]);
+    let held = env.s3_identities(p, s3);
+    assert_eq!(held.len(), expected.len(), "every item once");
+    assert!(expected.iter().all(|(name, digest)| held.get(name) == Some(digest)), "every copied item intact");
+    assert_eq!(env.identities(&c), held, "the local mirror holds the same");
+    assert!(env.ok(&["list", &m]).stdout.is_empty(), "migrated items left their source");
+    assert_eq!(env.s3_identities(p, d).len(), files.len(), "each deposit once");
+    for collection in [s3, d] {
+        let verified = env.s3_ok(p, &["verify", collection]);
+        assert!(verified.stderr.contains("0 problem"), "{}", verified.stderr);
+    }
 }
 
 #[test]
@@ -344,4 +362,49 @@ fn s3_is_never_a_local_folder() {
     env.s3_fails(closed, &["list", "s3://NO/x"], 2);
     let entries: Vec<_> = std::fs::read_dir(env.root()).unwrap().flatten().map(|e| e.file_name()).collect();
     assert!(entries.iter().all(|e| !e.to_string_lossy().starts_with("s3")), "{entries:?}");
+}
+
+#[test]
+fn a_hot_folder_deposits_into_s3_and_a_retired_s3_collection_mints_no_more() {
+    let env = TestEnv::new();
+    let moto = Moto::start("lib");
+    let p = moto.port;
+    let s3 = "s3://lib/hot";
+    env.s3_collection(p, s3);
+    std::fs::create_dir_all(env.path("inbox")).unwrap();
+    let watcher = env.s3_command(p, &["watch", "inbox", s3, "--settle", "0.3"]).stderr(Stdio::null()).spawn().unwrap();
+    let _watcher = Reaper(Some(watcher));
+    env.write("inbox/paper.txt", b"a paper\n");
+    let listed = || env.s3_run(p, &["list", s3]).stdout.lines().count() == 1;
+    assert!(wait_until(30, listed), "the hot folder's file reached the S3 collection");
+    drop(_watcher);
+    env.s3_ok(p, &["-q", "verify", s3]);
+    assert!(env.s3_ok(p, &["retire", s3]).stderr.contains("mints no more"));
+    let file = env.write("late.txt", b"too late\n");
+    let refused = env.s3_fails(p, &["deposit", s3, file.to_str().unwrap()], 2);
+    assert!(refused.stderr.contains("retired"), "{}", refused.stderr);
+}
+
+#[test]
+fn mirror_between_s3_and_a_far_collection_both_ways() {
+    let env = TestEnv::new();
+    let moto = Moto::start("lib");
+    let p = moto.port;
+    let rsh = env.shim("rsh", "", None);
+    let a = env.filled("a", 6, 2);
+    let far = env.collection("far");
+    let far = format!("lab:{far}");
+    let (s3, back) = ("s3://lib/one", "s3://lib/two");
+    env.s3_collection(p, s3);
+    env.s3_collection(p, back);
+    let run = |args: &[&str]| {
+        let out = env.s3_command(p, args).env("IBI_RSH", &rsh).env("IBI_REMOTE_IBI", crate::env::ibi_bin()).output();
+        let run: Run = out.unwrap().into();
+        assert_eq!(run.code, 0, "ibi {args:?}: {}", run.stderr);
+    };
+    run(&["-q", "mirror", &a, s3]);
+    run(&["-q", "mirror", s3, &far]);
+    run(&["-q", "mirror", &far, back]);
+    run(&["-q", "verify", &far]);
+    assert_eq!(env.s3_identities(p, back), env.identities(&a), "local -> S3 -> far -> S3, every item intact");
 }

@@ -21,6 +21,10 @@ pub struct ObjectBag<'a> {
     pub base: Key,
     pub dirs: Vec<String>,
     pub exists: bool,
+    /// The files and sizes, when this process wrote them (its own stage): no listing.
+    pub known: Option<Vec<(String, u64)>>,
+    /// Tag files this process wrote, by path: read without a request.
+    pub cached: std::collections::HashMap<String, Vec<u8>>,
 }
 
 impl ObjectBag<'_> {
@@ -48,12 +52,15 @@ impl BagFiles for ObjectBag<'_> {
         if !self.exists {
             return Vec::new();
         }
-        let listed = match self.objects.run(self.objects.list_all(&self.base)) {
-            Ok(listed) => listed,
-            Err(e) => return vec![Err(TreeError { rel: None, why: e.to_string() })],
+        let files: Vec<(String, u64)> = match &self.known {
+            Some(known) => known.clone(),
+            None => match self.objects.run(self.objects.list_all(&self.base)) {
+                Ok(listed) => {
+                    listed.iter().filter_map(|m| Some((Keys::relative(&self.base, &m.location)?, m.size))).collect()
+                }
+                Err(e) => return vec![Err(TreeError { rel: None, why: e.to_string() })],
+            },
         };
-        let files: Vec<(String, u64)> =
-            listed.iter().filter_map(|m| Some((Keys::relative(&self.base, &m.location)?, m.size))).collect();
         let mut dirs: BTreeSet<String> = self.dirs.iter().cloned().collect();
         dirs.extend(files.iter().flat_map(|(rel, _)| parents(rel)));
         let mut entries: Vec<TreeEntry> = dirs
@@ -66,6 +73,9 @@ impl BagFiles for ObjectBag<'_> {
     }
 
     fn read(&self, rel: &str) -> io::Result<Vec<u8>> {
+        if let Some(bytes) = self.cached.get(rel) {
+            return Ok(bytes.clone());
+        }
         let mut bytes = Vec::new();
         self.objects.reader(&self.key(rel))?.take(MAX_TAG_FILE + 1).read_to_end(&mut bytes)?;
         if bytes.len() as u64 > MAX_TAG_FILE {

@@ -148,10 +148,16 @@ pub struct ObjectMinter<'a> {
     pub objects: &'a Objects,
     pub keys: &'a Keys,
     pub machine: Option<StateFile>,
+    /// Set for a retired collection: it refuses to mint, naming itself.
+    pub retired: Option<String>,
 }
 
 impl MinterState for ObjectMinter<'_> {
     fn update(&self, step: &mut dyn FnMut(Option<Timestamp>) -> Result<Timestamp>) -> Result<()> {
+        if let Some(place) = &self.retired {
+            let problem = format!("{place} is retired and mints no names: deposit into its successor");
+            return Err(Error::Invalid { what: "collection".into(), problem });
+        }
         let machine = self.machine.as_ref().ok_or_else(|| Error::Invalid {
             what: "minter".into(),
             problem: format!("no folder for the machine-wide minter state: set {MINTER_DIR_ENV} or HOME"),

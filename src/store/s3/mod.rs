@@ -62,8 +62,10 @@ struct StageMeta {
     dirs: BTreeSet<String>,
     /// Staged at the item's own keys (`Store::stage_for`), for this name.
     direct: Option<RepositoryName>,
-    /// The files written so far, relative to the bag.
-    files: Vec<String>,
+    /// The files written so far, relative to the bag, with their sizes.
+    files: Vec<(String, u64)>,
+    /// The bytes of the tag files written (small, read back by the check before placing).
+    tags: HashMap<String, Vec<u8>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -101,6 +103,26 @@ impl S3Store {
         let (config, subsystem) = CollectionConfig::parse(&text, &format!("{}/.ibi/collection.toml", objects.place))?;
         let minter_dir = crate::store::local::minter::machine_dir();
         Ok(S3Store { objects, keys, config, subsystem, stages: Mutex::default(), minter_dir })
+    }
+
+    /// Marks the collection retired: it mints no more names (the config is
+    /// rewritten with `If-Match`, so a concurrent change is never lost).
+    pub fn retire(&mut self) -> Result<()> {
+        let key = self.keys.config();
+        let found = self.objects.run(self.objects.get(&key))?.ok_or_else(|| Error::Invalid {
+            what: format!("collection {}", self.objects.place),
+            problem: "its .ibi/collection.toml is gone".into(),
+        })?;
+        let mut config = self.config.clone();
+        config.retired = true;
+        let written =
+            self.objects.run(self.objects.put(&key, config.to_toml().into_bytes(), PutMode::Update(found.version)))?;
+        written.map_err(|Lost| Error::Invalid {
+            what: format!("retire of {}", self.objects.place),
+            problem: "its configuration changed meanwhile; run it again".into(),
+        })?;
+        self.config = config;
+        Ok(())
     }
 
     /// Uses `dir` for the machine-wide minter states (tests keep theirs apart).
@@ -142,10 +164,13 @@ impl S3Store {
         })
     }
 
-    /// Notes a file written into a stage.
-    fn staged(&self, stage: StageId, rel: &str) {
+    /// Notes a file written into a stage (and keeps a tag file's bytes).
+    fn staged(&self, stage: StageId, rel: &str, size: u64, bytes: Option<Vec<u8>>) {
         if let Some(meta) = lock(&self.stages).get_mut(&stage.0) {
-            meta.files.push(rel.to_string());
+            meta.files.push((rel.to_string(), size));
+            if let (false, Some(bytes)) = (rel.contains('/'), bytes) {
+                meta.tags.insert(rel.to_string(), bytes);
+            }
         }
     }
 

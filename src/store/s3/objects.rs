@@ -111,6 +111,12 @@ impl Objects {
         }
     }
 
+    /// An object's size.
+    pub async fn size(&self, key: &Key) -> Result<u64, Error> {
+        self.answering(key)?;
+        self.store.head(key).await.map(|meta| meta.size).map_err(|e| self.error(key, e))
+    }
+
     /// Writes `bytes` at `key` as `mode` says; `Ok(Err(Lost))` when the condition failed.
     pub async fn put(
         &self,

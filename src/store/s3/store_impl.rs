@@ -82,7 +82,7 @@ impl Store for S3Store {
             Ok(Some((base, marker))) => (base, marker.dirs, true),
             _ => (self.keys.item(name), Vec::new(), false),
         };
-        Box::new(ObjectBag { objects: &self.objects, base, dirs, exists })
+        Box::new(ObjectBag { objects: &self.objects, base, dirs, exists, known: None, cached: HashMap::new() })
     }
 
     fn open(
@@ -158,7 +158,8 @@ impl Store for S3Store {
     fn minter_state(&self) -> Box<dyn MinterState + '_> {
         let machine =
             self.minter_dir.as_ref().map(|dir| crate::store::local::minter::machine_state(dir, &self.subsystem));
-        Box::new(lease::ObjectMinter { objects: &self.objects, keys: &self.keys, machine })
+        let retired = self.config.retired.then(|| self.objects.place.clone());
+        Box::new(lease::ObjectMinter { objects: &self.objects, keys: &self.keys, machine, retired })
     }
 
     fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
@@ -210,8 +211,8 @@ impl Store for S3Store {
         let invalid = |why: String| CopyError::Destination(Error::Invalid { what: "staged path".into(), problem: why });
         check_path(rel).map_err(invalid)?;
         let key = self.staged_key(stage, rel).map_err(CopyError::Destination)?;
-        let digests = upload::send(&self.objects, &key, from)?;
-        self.staged(stage, rel);
+        let (digests, bytes) = upload::send(&self.objects, &key, from)?;
+        self.staged(stage, rel, digests.size, bytes);
         Ok(digests)
     }
 
@@ -223,8 +224,9 @@ impl Store for S3Store {
             place: self.objects.place.clone().into(),
         })?;
         source.extend(from.split('/'));
+        let size = self.objects.run(self.objects.size(&source))?;
         self.objects.run(self.objects.copy(&source, &self.staged_key(stage, rel)?))?;
-        self.staged(stage, rel);
+        self.staged(stage, rel, size, None);
         Ok(())
     }
 
@@ -236,8 +238,11 @@ impl Store for S3Store {
         };
         let listed = || self.objects.run(self.objects.list_all(&base)).is_ok_and(|l| !l.is_empty());
         let exists = meta.is_some() || listed();
-        let dirs = meta.map(|m| m.dirs.into_iter().collect()).unwrap_or_default();
-        Box::new(ObjectBag { objects: &self.objects, base, dirs, exists })
+        let (dirs, known, cached) = match meta {
+            Some(meta) => (meta.dirs.into_iter().collect(), Some(meta.files), meta.tags),
+            None => (Vec::new(), None, HashMap::new()),
+        };
+        Box::new(ObjectBag { objects: &self.objects, base, dirs, exists, known, cached })
     }
 
     fn discard(&self, stage: StageId) {
@@ -246,7 +251,7 @@ impl Store for S3Store {
             match &meta.direct {
                 // Never delete at an item's keys once an item holds them.
                 Some(name) if !self.objects.exists(&self.keys.marker(name)).await? => {
-                    for rel in &meta.files {
+                    for (rel, _) in &meta.files {
                         self.objects.delete(&self.keys.item_file(name, rel)).await?;
                     }
                     self.objects.delete(&self.keys.direct(stage)).await

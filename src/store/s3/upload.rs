@@ -33,8 +33,9 @@ fn fill(reader: &mut (dyn Read + Send), buf: &mut [u8]) -> std::io::Result<usize
     Ok(filled)
 }
 
-/// Uploads `from` to `key` (which must not exist yet) and returns its digests.
-pub fn send(objects: &Objects, key: &Key, from: FileSource) -> Result<Digests, CopyError> {
+/// Uploads `from` to `key` (which must not exist yet) and returns its digests, and
+/// its bytes when it went up in one PUT (the caller may keep small ones).
+pub fn send(objects: &Objects, key: &Key, from: FileSource) -> Result<(Digests, Option<Vec<u8>>), CopyError> {
     let source_error = |e| CopyError::Source(Error::io("read", from.origin, e));
     let mut hasher = Hasher::new(from.also);
     let mut buf = vec![0u8; PART];
@@ -43,9 +44,10 @@ pub fn send(objects: &Objects, key: &Key, from: FileSource) -> Result<Digests, C
     (from.progress)(first as u64);
     if first < PART {
         buf.truncate(first);
-        let placed = objects.run(objects.put(key, buf, PutMode::Create)).map_err(CopyError::Destination)?;
+        buf.shrink_to_fit();
+        let placed = objects.run(objects.put(key, buf.clone(), PutMode::Create)).map_err(CopyError::Destination)?;
         placed.map_err(|Lost| CopyError::Destination(already_staged(objects, key)))?;
-        return Ok(hasher.finish());
+        return Ok((hasher.finish(), Some(buf)));
     }
     objects.run(async {
         let upload =
@@ -66,7 +68,7 @@ pub fn send(objects: &Objects, key: &Key, from: FileSource) -> Result<Digests, C
             writer.write(&buf[..n]);
         }
         writer.finish().await.map_err(|e| CopyError::Destination(objects.error(key, e)))?;
-        Ok(hasher.finish())
+        Ok((hasher.finish(), None))
     })
 }
 
