@@ -129,6 +129,17 @@ pub enum Command {
         #[arg(long, value_name = "N")]
         version: Option<u32>,
     },
+    /// Print a Handle System batch file (hdl-genericbatch) for the collection's items.
+    #[command(after_help = "Examples:
+  ibi handles /srv/library --prefix 10.1000 --url-base https://urlib.net/ > batch.txt
+  ibi handles /srv/library --prefix 10.1000 --url-base https://urlib.net/ --mirror https://mirror.example.org/
+  ibi handles /srv/library --prefix 10.1000 --url-base https://urlib.net/ --suffix pilin --since 2026-11-01
+
+Each item gets HS_ADMIN, URL and 10320/loc values; each IBIp a handle with an
+HS_ALIAS to the item's. A withdrawn item keeps its handle with a DESC value
+holding the tombstone. Load the file with the Handle System's admin tool; no
+secret is written into it.")]
+    Handles(HandlesArgs),
     /// Copy items from SRC to DST (verified; never overwrites).
     #[command(after_help = "Examples:
   ibi copy /srv/library /mnt/usb/library               # every item DST lacks
@@ -361,6 +372,41 @@ pub struct InitArgs {
     /// conditional writes (If-None-Match), so that two writers could take one name.
     #[arg(long)]
     pub unsafe_no_conditional_writes: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct HandlesArgs {
+    /// The collection's root folder (or HOST:PATH, s3://BUCKET/PREFIX).
+    pub root: PathBuf,
+    /// The naming authority the handles are made under (e.g. 10.1000).
+    #[arg(long)]
+    pub prefix: String,
+    /// Prepended to each repository name to make its URL (e.g. https://urlib.net/).
+    #[arg(long, value_name = "URL")]
+    pub url_base: String,
+    /// Another place serving the same collection (URL base), listed in 10320/loc.
+    #[arg(long = "mirror", value_name = "URL")]
+    pub mirrors: Vec<String>,
+    /// The administrator handle of every value (default 0.NA/PREFIX).
+    #[arg(long, value_name = "HANDLE")]
+    pub admin: Option<String>,
+    /// What an item's handle suffix is.
+    #[arg(long, value_enum, default_value = "name")]
+    pub suffix: HandleSuffix,
+    /// Only items whose current version is this new or newer (incremental export).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+}
+
+/// The suffix of an item's handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum HandleSuffix {
+    /// The repository name.
+    Name,
+    /// The IBIp.
+    Ibip,
+    /// The PILIN suffix of the item's date (refused if two items share a millisecond).
+    Pilin,
 }
 
 #[derive(Debug, Args)]

@@ -95,6 +95,14 @@ fn explain(id: &Identifier) -> Map<String, Value> {
             if let Ok(p) = PilinSuffix::parse(handle.suffix()) {
                 m.insert("pilin_date".into(), p.date().to_rfc3339().into());
             }
+            if let Some(oid) = handle.oid() {
+                m.insert("oid".into(), oid.to_string().into());
+                m.insert("oid_root".into(), oid.root().into());
+                m.insert("oid_arcs".into(), oid.arcs.len().into());
+                if handle.prefix() == ibi::id::handle::OID_PREFIX {
+                    m.insert("oid_prefix".into(), "10673, the OID prefix of the Handle System paper".into());
+                }
+            }
         }
     }
     m

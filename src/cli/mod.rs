@@ -104,6 +104,7 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
         Command::Mirror(args) => transfer::mirror(g, args),
         Command::Repair(args) => transfer::repair(g, args),
         Command::Retire { root } => collection::retire(g, root),
+        Command::Handles(args) => versions::handles(g, args),
         Command::Serve(args) => serve(args),
         Command::Demo { dir } => demo::run(g, dir.as_deref()),
         Command::Completions { shell } => {
@@ -121,7 +122,7 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
     }
 }
 
-/// Opens a collection, local or far (`--rsh`, `--remote-ibi` or their variables say how).
+/// Opens a collection: local, far (`--rsh`, `--remote-ibi` or their variables say how) or in S3.
 pub fn open(location: &std::path::Path) -> ibi::Result<Box<dyn ibi::store::Store>> {
     ibi::store::open(location, &ibi::store::far::Connect::from_env())
 }

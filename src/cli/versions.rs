@@ -131,3 +131,35 @@ pub fn export(global: GlobalArgs, root: &Path, name: &str, dir: &Path, version: 
     }
     Ok(Outcome::Success)
 }
+
+/// `ibi handles`: the batch file on stdout, a summary on stderr.
+pub fn handles(global: GlobalArgs, args: &super::args::HandlesArgs) -> Result<Outcome> {
+    use super::args::HandleSuffix;
+    use ibi::ops::handles::{export_handles, HandleExport, SuffixKind};
+    ibi::id::Handle::new(&args.prefix, "x")?;
+    let since = args.since.as_deref().map(ibi::Timestamp::parse_user).transpose()?;
+    let suffix = match args.suffix {
+        HandleSuffix::Name => SuffixKind::Name,
+        HandleSuffix::Ibip => SuffixKind::Ibip,
+        HandleSuffix::Pilin => SuffixKind::Pilin,
+    };
+    let options = HandleExport {
+        prefix: args.prefix.clone(),
+        url_base: args.url_base.clone(),
+        mirrors: args.mirrors.clone(),
+        admin: args.admin.clone(),
+        suffix,
+        since,
+    };
+    let store = super::open(&args.root)?;
+    let mut batch = Vec::new();
+    let summary = export_handles(store.as_ref(), &options, &mut batch)?;
+    super::write_stdout(&String::from_utf8_lossy(&batch))?;
+    let line = format!(
+        "exported {} item handle(s) ({} withdrawn) and {} alias(es)",
+        summary.items, summary.withdrawn, summary.aliases
+    );
+    Printer::new(global)
+        .summary(&line, json!({"items": summary.items, "withdrawn": summary.withdrawn, "aliases": summary.aliases}));
+    Ok(Outcome::Success)
+}

@@ -1,7 +1,9 @@
 //! Handle System identifiers (`Handle`): `prefix/suffix`, where the prefix is a
 //! naming authority such as `102.100.272`, `10.1000` or `0.NA` (first segment
 //! numeric) and the suffix is any printable text. This module owns parsing and
-//! formatting; exporting items as Handle.net batch files comes later.
+//! formatting, and recognising an OID written as a handle (the Handle System
+//! paper's `10673/1.1.0.15961.12.1.1234567890`: a naming authority, then the
+//! OID in dot notation as the suffix). Batch export lives in `ops::handles`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -55,6 +57,52 @@ impl Handle {
     }
 }
 
+/// The prefix under which the Handle System paper resolved OIDs as handles.
+pub const OID_PREFIX: &str = "10673";
+
+/// An object identifier in dot notation: at least two arcs of decimal digits, no
+/// leading zeros, the first arc 0 (ITU-T), 1 (ISO) or 2 (joint), the second below
+/// 40 under 0 and 1 (X.660).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Oid {
+    pub arcs: Vec<String>,
+}
+
+impl Oid {
+    pub fn parse(text: &str) -> Option<Oid> {
+        let arcs: Vec<String> = text.split('.').map(str::to_string).collect();
+        let decimal =
+            |a: &String| !a.is_empty() && a.bytes().all(|b| b.is_ascii_digit()) && (a == "0" || !a.starts_with('0'));
+        if arcs.len() < 2 || !arcs.iter().all(decimal) {
+            return None;
+        }
+        let second_ok = arcs[0] == "2" || arcs[1].len() < 3 && arcs[1].parse::<u8>().is_ok_and(|n| n < 40);
+        (matches!(arcs[0].as_str(), "0" | "1" | "2") && second_ok).then_some(Oid { arcs })
+    }
+
+    /// Who administers the root arc.
+    pub fn root(&self) -> &'static str {
+        match self.arcs[0].as_str() {
+            "0" => "itu-t",
+            "1" => "iso",
+            _ => "joint-iso-itu-t",
+        }
+    }
+}
+
+impl fmt::Display for Oid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.arcs.join("."))
+    }
+}
+
+impl Handle {
+    /// The OID this handle's suffix writes, if it is one.
+    pub fn oid(&self) -> Option<Oid> {
+        Oid::parse(&self.suffix)
+    }
+}
+
 impl fmt::Display for Handle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.prefix, self.suffix)
@@ -95,5 +143,26 @@ mod tests {
             let h = Handle::new(&prefix, &suffix).unwrap();
             prop_assert_eq!(Handle::parse(&h.to_string()).unwrap(), h);
         }
+    }
+}
+
+#[cfg(test)]
+mod oid_tests {
+    use super::*;
+
+    #[test]
+    fn the_papers_oid_handle_is_recognised() {
+        let handle = Handle::parse("10673/1.1.0.15961.12.1.1234567890").unwrap();
+        let oid = handle.oid().expect("an OID suffix");
+        assert_eq!((oid.arcs.len(), oid.root(), handle.prefix()), (7, "iso", OID_PREFIX));
+        assert_eq!(oid.to_string(), "1.1.0.15961.12.1.1234567890");
+    }
+
+    #[test]
+    fn what_is_not_an_oid() {
+        for suffix in ["1", "3.1", "1.40.2", "1.01.2", "1..2", "1.2.x", "ABC", "0.NA"] {
+            assert_eq!(Oid::parse(suffix), None, "{suffix}");
+        }
+        assert!(Oid::parse("2.999.1").is_some(), "arc 2 allows any second arc");
     }
 }

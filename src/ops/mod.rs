@@ -6,6 +6,7 @@ pub mod copy;
 pub mod deposit;
 pub mod driver;
 pub mod foreign_bag;
+pub mod handles;
 pub mod item;
 pub mod list;
 pub mod mirror;

@@ -166,6 +166,8 @@ pub fn recovery_clears_an_interrupted_batch(killed: Box<dyn Store>, next: &dyn S
     let m = minted(9);
     let stage = stage_bag(killed.as_ref(), &m, b"never placed");
     assert!(names(next).is_empty(), "staging is never an item");
+    // A round trip after the staged files, so that none is still on its way when the writer "dies".
+    let _ = killed.staged_files(stage).entries();
     std::mem::forget(killed);
     assert!(!next.leftovers().is_empty(), "the killed writer's staging is seen as left over");
     let _lease = next.lease(LockWait::No).unwrap();

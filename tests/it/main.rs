@@ -6,6 +6,7 @@ mod demo;
 mod deposit;
 mod env;
 mod far;
+mod handles;
 mod ident;
 mod invalid;
 mod regress;
