@@ -5,6 +5,7 @@
 #[cfg(test)]
 mod tests {
     use crate::id::minter::SystemClock;
+    use crate::id::RepositoryName;
     use crate::ops::copy::{transfer, TransferKind, TransferOptions};
     use crate::ops::deposit::{deposit, DepositOptions};
     use crate::ops::mirror::{mirror, MirrorOptions};
@@ -12,7 +13,7 @@ mod tests {
     use crate::ops::Silent;
     use crate::store::conformance::{far, local, names, object_store_in_memory, subsystem};
     use crate::store::memory::MemoryStore;
-    use crate::store::{identity_digest, LockWait};
+    use crate::store::{identity_digest, LockWait, Store};
 
     #[test]
     fn deposit_copy_mirror_and_verify_across_backends() {
@@ -63,24 +64,31 @@ mod tests {
         assert_eq!(mirror(&c, &d, &options, &Silent).unwrap().replaced, 1);
         assert_eq!(verify(&d, &[], &Silent).unwrap().problems, 0);
 
-        // A collection in object storage (object_store's in-memory store): mirror into
-        // it, overwrite an object behind ibi's back, verify names it, mirror repairs it.
-        let (e, _reopen, _minters) = object_store_in_memory();
-        assert_eq!(mirror(&d, &e, &options, &Silent).unwrap().copied, 5);
-        assert_eq!(verify(&e, &[], &Silent).unwrap().problems, 0);
-        let key = e.keys.item_file(&victim, "data/sub/f.txt");
-        e.objects.run(e.objects.overwrite(&key, b"rotten".to_vec())).unwrap();
-        assert_eq!(verify(&e, &[], &Silent).unwrap().problems, 1);
-        assert_eq!(mirror(&d, &e, &options, &Silent).unwrap().replaced, 1);
-        assert_eq!(verify(&e, &[], &Silent).unwrap().problems, 0);
-        let f = MemoryStore::new(subsystem());
-        let summary = transfer(TransferKind::Migrate, &e, &f, &[], copy, &Silent).unwrap();
-        assert_eq!((summary.migrated, summary.problems), (5, 0));
-        assert!(names(&e).is_empty() && names(&f).len() == 5, "migrated out of object storage");
+        object_storage_is_mirrored_damaged_repaired_and_migrated_out(&d, &victim);
 
         // Migrate: B already holds identical copies, so A's items are re-verified in B and removed from A.
         let summary = transfer(TransferKind::Migrate, &a, &b, &[], copy, &Silent).unwrap();
         assert_eq!((summary.skipped, summary.migrated), (5, 5));
         assert!(names(&a).is_empty(), "migrate removed what B verifiably holds");
+    }
+
+    /// A collection in object storage (object_store's in-memory store): mirror into
+    /// it, overwrite an object behind ibi's back, verify names it, mirror repairs it,
+    /// migrate empties it.
+    fn object_storage_is_mirrored_damaged_repaired_and_migrated_out(d: &dyn Store, victim: &RepositoryName) {
+        let options = MirrorOptions { dry_run: false, wait: LockWait::No, checksum: true };
+        let (e, _reopen, _minters) = object_store_in_memory();
+        assert_eq!(mirror(d, &e, &options, &Silent).unwrap().copied, 5);
+        assert_eq!(verify(&e, &[], &Silent).unwrap().problems, 0);
+        let key = e.keys.item_file(victim, "data/sub/f.txt");
+        e.objects.run(e.objects.overwrite(&key, b"rotten".to_vec())).unwrap();
+        assert_eq!(verify(&e, &[], &Silent).unwrap().problems, 1);
+        assert_eq!(mirror(d, &e, &options, &Silent).unwrap().replaced, 1);
+        assert_eq!(verify(&e, &[], &Silent).unwrap().problems, 0);
+        let f = MemoryStore::new(subsystem());
+        let copy = TransferOptions { dry_run: false, wait: LockWait::No };
+        let summary = transfer(TransferKind::Migrate, &e, &f, &[], copy, &Silent).unwrap();
+        assert_eq!((summary.migrated, summary.problems), (5, 0));
+        assert!(names(&e).is_empty() && names(&f).len() == 5, "migrated out of object storage");
     }
 }
