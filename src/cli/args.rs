@@ -130,15 +130,15 @@ pub enum Command {
         version: Option<u32>,
     },
     /// Print a Handle System batch file (hdl-genericbatch) for the collection's items.
-    #[command(after_help = "Examples:
-  ibi handles /srv/library --prefix 10.1000 --url-base https://urlib.net/ > batch.txt
-  ibi handles /srv/library --prefix 10.1000 --url-base https://urlib.net/ --mirror https://mirror.example.org/
-  ibi handles /srv/library --prefix 10.1000 --url-base https://urlib.net/ --suffix pilin --since 2026-11-01
-
-Each item gets HS_ADMIN, URL and 10320/loc values; each IBIp a handle with an
+    #[command(after_help = "Each item gets HS_ADMIN, URL and 10320/loc values; each IBIp a handle with an
 HS_ALIAS to the item's. A withdrawn item keeps its handle with a DESC value
 holding the tombstone. Load the file with the Handle System's admin tool; no
-secret is written into it.")]
+secret is written into it.
+
+Examples:
+  ibi handles /srv/library --prefix 10.1000 --url-base https://urlib.net/ > batch.txt
+  ibi handles /srv/library --prefix 10.1000 --url-base https://urlib.net/ --mirror https://mirror.example.org/
+  ibi handles /srv/library --prefix 10.1000 --url-base https://urlib.net/ --suffix pilin --since 2026-11-01")]
     Handles(HandlesArgs),
     /// Copy items from SRC to DST (verified; never overwrites).
     #[command(after_help = "Examples:
@@ -376,7 +376,7 @@ pub struct InitArgs {
 
 #[derive(Debug, Args)]
 pub struct HandlesArgs {
-    /// The collection's root folder (or HOST:PATH, s3://BUCKET/PREFIX).
+    /// The collection's root folder.
     pub root: PathBuf,
     /// The naming authority the handles are made under (e.g. 10.1000).
     #[arg(long)]
@@ -390,7 +390,7 @@ pub struct HandlesArgs {
     /// The administrator handle of every value (default 0.NA/PREFIX).
     #[arg(long, value_name = "HANDLE")]
     pub admin: Option<String>,
-    /// What an item's handle suffix is.
+    /// An item's handle suffix: its name, its IBIp, or the PILIN suffix of its date.
     #[arg(long, value_enum, default_value = "name")]
     pub suffix: HandleSuffix,
     /// Only items whose current version is this new or newer (incremental export).
@@ -398,14 +398,12 @@ pub struct HandlesArgs {
     pub since: Option<String>,
 }
 
-/// The suffix of an item's handle.
+/// The suffix of an item's handle: the repository name, the IBIp, or the PILIN
+/// suffix of the item's date (refused if two items share a millisecond).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum HandleSuffix {
-    /// The repository name.
     Name,
-    /// The IBIp.
     Ibip,
-    /// The PILIN suffix of the item's date (refused if two items share a millisecond).
     Pilin,
 }
 
