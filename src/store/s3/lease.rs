@@ -64,12 +64,13 @@ impl Holder {
     }
 }
 
-/// Holds the lease: a thread renews it until dropped, then it is deleted.
+/// Holds the lease: a thread renews it until dropped, then it is deleted (if it is still ours).
 struct HeldLease {
     stop: Arc<AtomicBool>,
     renewer: Option<std::thread::JoinHandle<()>>,
     objects: Objects,
     key: object_store::path::Path,
+    token: String,
 }
 
 impl Drop for HeldLease {
@@ -79,7 +80,16 @@ impl Drop for HeldLease {
             renewer.thread().unpark();
             let _ = renewer.join();
         }
-        let _ = self.objects.run(self.objects.delete(&self.key));
+        let _ = self.objects.run(async {
+            let found = self.objects.get(&self.key).await?;
+            let ours = found
+                .and_then(|f| serde_json::from_slice::<Holder>(&f.bytes).ok())
+                .is_some_and(|h| h.holder == self.token);
+            if ours {
+                self.objects.delete(&self.key).await?;
+            }
+            Ok::<_, Error>(())
+        });
     }
 }
 
@@ -117,8 +127,9 @@ pub fn take(objects: &Objects, keys: &Keys, wait: LockWait) -> Result<Lease> {
         std::thread::sleep(POLL);
     };
     let stop = Arc::new(AtomicBool::new(false));
-    let renewer = spawn_renewer(objects.clone(), keys.clone(), token, version, stop.clone());
-    Ok(Lease(Box::new(HeldLease { stop, renewer: Some(renewer), objects: objects.clone(), key: keys.lease() })))
+    let renewer = spawn_renewer(objects.clone(), keys.clone(), token.clone(), version, stop.clone());
+    let held = HeldLease { stop, renewer: Some(renewer), objects: objects.clone(), key: keys.lease(), token };
+    Ok(Lease(Box::new(held)))
 }
 
 fn spawn_renewer(
