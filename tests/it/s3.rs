@@ -377,9 +377,11 @@ fn a_hot_folder_deposits_into_s3_and_a_retired_s3_collection_mints_no_more() {
     env.write("inbox/paper.txt", b"a paper\n");
     let listed = || env.s3_run(p, &["list", s3]).stdout.lines().count() == 1;
     assert!(wait_until(30, listed), "the hot folder's file reached the S3 collection");
+    // Killed at any moment (perhaps mid-placement): the next writing command, retire, recovers.
     drop(_watcher);
-    env.s3_ok(p, &["-q", "verify", s3]);
     assert!(env.s3_ok(p, &["retire", s3]).stderr.contains("mints no more"));
+    env.s3_ok(p, &["-q", "verify", s3]);
+    assert_eq!(env.s3_ok(p, &["list", s3]).lines().len(), 1, "the deposit is there once");
     let file = env.write("late.txt", b"too late\n");
     let refused = env.s3_fails(p, &["deposit", s3, file.to_str().unwrap()], 2);
     assert!(refused.stderr.contains("retired"), "{}", refused.stderr);
