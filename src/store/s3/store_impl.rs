@@ -42,12 +42,7 @@ impl Store for S3Store {
     }
 
     fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
-        let key = self.keys.alias(ibip);
-        let Some(found) = self.objects.run(self.objects.get(&key))? else { return Ok(None) };
-        let text = String::from_utf8_lossy(&found.bytes);
-        RepositoryName::parse(text.trim())
-            .map(Some)
-            .map_err(|e| Error::CorruptState { path: self.objects.url(&key).into(), problem: e.to_string() })
+        self.objects.run(self.alias_async(ibip))
     }
 
     fn dangling_aliases(&self) -> Result<Vec<(Ibip, RepositoryName)>> {
@@ -58,7 +53,12 @@ impl Store for S3Store {
         let found: Vec<Option<(Ibip, RepositoryName)>> = self.objects.run(
             stream::iter(ibips)
                 .map(|ibip| async move {
-                    let Some(name) = self.alias_async(&ibip).await? else { return Ok(None) };
+                    // A corrupt alias is its item's problem (alias_problem), not a dangling one.
+                    let name = match self.alias_async(&ibip).await {
+                        Ok(Some(name)) => name,
+                        Ok(None) | Err(Error::CorruptState { .. }) => return Ok(None),
+                        Err(e) => return Err(e),
+                    };
                     let held = self.objects.exists(&self.keys.marker(&name)).await?;
                     Ok::<_, Error>((!held && ibip.date() == name.date()).then_some((ibip, name)))
                 })
@@ -183,7 +183,7 @@ impl Store for S3Store {
     }
 
     fn stage(&self) -> Result<StageId> {
-        let stage = StageId(uuid::Uuid::new_v4().as_u64_pair().0);
+        let stage = S3Store::new_stage();
         lock(&self.stages).insert(stage.0, StageMeta::default());
         Ok(stage)
     }
@@ -192,7 +192,7 @@ impl Store for S3Store {
         if replace {
             return self.stage();
         }
-        let stage = StageId(uuid::Uuid::new_v4().as_u64_pair().0);
+        let stage = S3Store::new_stage();
         let intent = self.keys.direct(stage);
         self.objects.run(self.objects.overwrite(&intent, name.to_string().into_bytes()))?;
         lock(&self.stages).insert(stage.0, StageMeta { direct: Some(name.clone()), ..StageMeta::default() });
@@ -308,8 +308,17 @@ impl Store for S3Store {
 }
 
 impl S3Store {
+    /// The name an alias object holds; a body that is no name is corrupt state.
     async fn alias_async(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
-        let Some(found) = self.objects.get(&self.keys.alias(ibip)).await? else { return Ok(None) };
-        Ok(RepositoryName::parse(String::from_utf8_lossy(&found.bytes).trim()).ok())
+        let key = self.keys.alias(ibip);
+        let Some(found) = self.objects.get(&key).await? else { return Ok(None) };
+        RepositoryName::parse(String::from_utf8_lossy(&found.bytes).trim())
+            .map(Some)
+            .map_err(|e| Error::CorruptState { path: self.objects.url(&key).into(), problem: e.to_string() })
+    }
+
+    /// A new stage token, unique across processes and machines.
+    fn new_stage() -> StageId {
+        StageId(uuid::Uuid::new_v4().as_u64_pair().0)
     }
 }
