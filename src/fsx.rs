@@ -104,6 +104,62 @@ pub fn open_regular(path: &Path, follow: bool) -> io::Result<RegularFile> {
     Ok(RegularFile { file, meta })
 }
 
+/// Opens the regular file at `rel` beneath the folder `root` for reading, never
+/// through a symlink in any component and never outside `root` (`openat2` with
+/// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`; on kernels before 5.6, `O_NOFOLLOW` one
+/// component at a time). `O_NONBLOCK` keeps a FIFO from hanging the open; anything
+/// but a regular file is refused with `InvalidInput`.
+pub fn open_beneath(root: &Path, rel: &str) -> io::Result<RegularFile> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let dir = rustix::fs::open(root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+    let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    let fd = match rustix::fs::openat2(&dir, rel, flags, Mode::empty(), how) {
+        Err(rustix::io::Errno::NOSYS) => open_component_wise(dir, rel, flags)?,
+        Err(rustix::io::Errno::LOOP) => return Err(symlink_refused()),
+        Err(rustix::io::Errno::XDEV) => {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "leads outside its collection"))
+        }
+        other => other?,
+    };
+    let file = File::from(fd);
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        let kind = file_kind_name(&meta.file_type());
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("is a {kind}, not a regular file")));
+    }
+    Ok(RegularFile { file, meta })
+}
+
+fn symlink_refused() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, "is a symlink or passes through one (never followed)")
+}
+
+/// `open_beneath` without `openat2`: each folder opened with `O_NOFOLLOW | O_DIRECTORY`.
+fn open_component_wise(
+    mut dir: rustix::fd::OwnedFd,
+    rel: &str,
+    flags: rustix::fs::OFlags,
+) -> io::Result<rustix::fd::OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    let parts: Vec<&str> = rel.split('/').collect();
+    if parts.iter().any(|p| p.is_empty() || *p == "." || *p == "..") {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "is not a plain relative path"));
+    }
+    let (last, folders) = parts.split_last().expect("split yields at least one part");
+    let folder_flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    for folder in folders {
+        dir = rustix::fs::openat(&dir, *folder, folder_flags, Mode::empty()).map_err(|e| match e {
+            rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => symlink_refused(),
+            e => e.into(),
+        })?;
+    }
+    rustix::fs::openat(&dir, *last, flags, Mode::empty()).map_err(|e| match e {
+        rustix::io::Errno::LOOP => symlink_refused(),
+        e => e.into(),
+    })
+}
+
 /// A word for what a non-regular file is, for messages.
 pub fn file_kind_name(ft: &fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;

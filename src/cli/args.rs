@@ -163,8 +163,11 @@ Examples:
   ibi repair /srv/library --from /backup/library            # everything lost or damaged
   ibi repair /srv/library --from /backup/library 8JMKD3MGP8W/34PGRBS --dry-run")]
     Repair(RepairArgs),
-    /// Serve one collection to a far ibi over stdin and stdout (run by ssh).
+    /// Serve collections over HTTP (--listen), or one to a far ibi over stdin and stdout (--stdio, run by ssh).
     #[command(after_help = "Examples:
+  ibi serve /srv/library --listen 127.0.0.1:8080       # then open http://127.0.0.1:8080/
+  ibi serve /srv/library s3://bucket/lib --listen [::]:80 --public-url https://urlib.example/ \\
+      --mirror https://mirror.example/
   ibi serve --stdio                                    # what `ibi mirror A host:/srv/lib` runs there
   # a backup server a compromised source cannot wipe, in ~/.ssh/authorized_keys:
   command=\"ibi serve --stdio --restrict-to-path /srv/library --append-only\",restrict ssh-ed25519 AAAA…")]
@@ -598,9 +601,22 @@ pub struct MirrorArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("mode").required(true).args(["stdio", "listen"])))]
 pub struct ServeArgs {
-    /// Talk the far protocol on stdin and stdout (the only way to serve for now).
-    #[arg(long, required = true)]
+    /// Collections to serve over HTTP (local, HOST:PATH or s3://…); the first holding a name answers.
+    #[arg(value_name = "ROOT", requires = "listen")]
+    pub roots: Vec<PathBuf>,
+    /// Serve the ROOTs over HTTP at ADDR:PORT (port 0: any free port, printed on stderr).
+    #[arg(long, value_name = "ADDR:PORT", conflicts_with = "stdio")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// The URL this server is reached at, for Handle values and links (default: from the Host header).
+    #[arg(long, value_name = "URL", requires = "listen")]
+    pub public_url: Option<String>,
+    /// Another place serving the same collections (repeatable): listed in 10320/loc and on item pages.
+    #[arg(long = "mirror", value_name = "URL", requires = "listen")]
+    pub mirrors: Vec<String>,
+    /// Talk the far protocol on stdin and stdout (what ssh runs).
+    #[arg(long)]
     pub stdio: bool,
     /// Admit only collections beneath DIR (after realpath; repeatable).
     #[arg(long, value_name = "DIR")]

@@ -5,6 +5,7 @@
 pub mod args;
 mod collection;
 mod demo;
+mod http;
 mod ident;
 mod printer;
 mod transfer;
@@ -127,8 +128,19 @@ pub fn open(location: &std::path::Path) -> ibi::Result<Box<dyn ibi::store::Store
     ibi::store::open(location, &ibi::store::far::Connect::from_env())
 }
 
-/// `ibi serve --stdio`: one session on stdin and stdout, nothing else printed there.
+/// `ibi serve`: HTTP with `--listen`; otherwise one far session on stdin and stdout,
+/// nothing else printed there.
 fn serve(args: &args::ServeArgs) -> Result<Outcome> {
+    if let Some(listen) = args.listen {
+        if args.roots.is_empty() {
+            anyhow::bail!(ibi::Error::Invalid {
+                what: "serve --listen".into(),
+                problem: "name at least one collection ROOT to serve".into()
+            });
+        }
+        GRACEFUL.store(true, Ordering::SeqCst);
+        return http::serve(&args.roots, listen, args.public_url.clone(), args.mirrors.clone()).map(|_| Outcome::Success);
+    }
     let options = ibi::store::far::serve::ServeOptions {
         restrict_to: args.restrict_to_path.clone(),
         read_only: args.read_only,

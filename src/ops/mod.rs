@@ -12,6 +12,7 @@ pub mod list;
 pub mod mirror;
 mod over_any_store;
 pub mod repair;
+pub mod resolution;
 pub mod report;
 pub mod source;
 pub mod survey;

@@ -162,6 +162,26 @@ pub trait Store: Send + Sync {
         name: &RepositoryName,
         rel: &str,
     ) -> std::io::Result<(Box<dyn Read + Send + '_>, Option<SystemTime>)>;
+    /// Like `open`, the bytes from `offset` on (a backend that can seek overrides this).
+    fn open_from(
+        &self,
+        name: &RepositoryName,
+        rel: &str,
+        offset: u64,
+    ) -> std::io::Result<(Box<dyn Read + Send + '_>, Option<SystemTime>)> {
+        let (mut reader, mtime) = self.open(name, rel)?;
+        let skipped = std::io::copy(&mut (&mut reader).take(offset), &mut std::io::sink())?;
+        if skipped < offset {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file is shorter than the offset"));
+        }
+        Ok((reader, mtime))
+    }
+    /// A cheap token that changes whenever the item at `name` is placed or replaced,
+    /// for caches of what an item holds; `None` when the backend has none (callers
+    /// then re-read after a while).
+    fn item_stamp(&self, _name: &RepositoryName) -> Option<String> {
+        None
+    }
     /// The identity digests of many items at once, in the order asked: one round
     /// trip for a far backend, which overrides this; here, each computed where the
     /// bytes are, in parallel.

@@ -15,7 +15,7 @@ use crate::bag::manifest::check_path;
 use crate::bag::{BagFiles, DirBag};
 use crate::digest::Digests;
 use crate::error::{Error, IoContext, Result};
-use crate::fsx::{self, open_regular, CopyError, CopyMode};
+use crate::fsx::{self, CopyError, CopyMode};
 use crate::id::minter::MinterState;
 use crate::id::{Ibip, RepositoryName, Subsystem};
 use crate::problem::{Problem, ProblemKind};
@@ -139,9 +139,31 @@ impl Store for Collection {
         name: &RepositoryName,
         rel: &str,
     ) -> std::io::Result<(Box<dyn Read + Send + '_>, Option<SystemTime>)> {
+        self.open_from(name, rel, 0)
+    }
+
+    /// Opened beneath the collection root, never through a symlink (`fsx::open_beneath`).
+    fn open_from(
+        &self,
+        name: &RepositoryName,
+        rel: &str,
+        offset: u64,
+    ) -> std::io::Result<(Box<dyn Read + Send + '_>, Option<SystemTime>)> {
+        use std::io::{Seek, SeekFrom};
         check_path(rel).map_err(|why| std::io::Error::new(std::io::ErrorKind::InvalidInput, why))?;
-        let opened = open_regular(&self.layout.item(name).join(rel), false)?;
+        let mut opened = fsx::open_beneath(&self.layout.root, &format!("{name}/{rel}"))?;
+        if offset > 0 {
+            opened.file.seek(SeekFrom::Start(offset))?;
+        }
         Ok((Box::new(opened.file), opened.meta.modified().ok()))
+    }
+
+    /// The item folder's inode and change time: a placement or replacement puts a
+    /// new folder at the name (a rename), so a new stamp means new contents.
+    fn item_stamp(&self, name: &RepositoryName) -> Option<String> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(self.layout.item(name)).ok()?;
+        Some(format!("{}:{}:{}.{}", meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec()))
     }
 
     /// Identity digests from the inventory, which records each one as its item is

@@ -1,0 +1,305 @@
+//! One file of an item, as HTTP wants it: the strong `ETag` is the sha256 its
+//! manifest lists, `Repr-Digest` the same digest (RFC 9530), `Last-Modified` the
+//! date of the item's current version (the same on every mirror). Conditional
+//! requests (`If-None-Match`, `If-Modified-Since`, `If-Range`) and one byte range
+//! per request (206, 416; several ranges get the whole file, as RFC 9110 allows)
+//! are answered before any byte is read. The bytes are checked against the
+//! manifest on the way out: a small file before its response starts (a mismatch
+//! re-reads the item once, then answers 500), a large one as it streams (a
+//! mismatch cuts the connection, so a client never keeps damaged bytes as whole).
+
+use std::io::Read;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use http_range_header::{EndPosition, StartPosition};
+use ibi::ops::resolution::{FileView, ItemView, Resolution};
+use ibi::digest::Hasher;
+
+use super::routes::{blocking, refuse, Raw};
+use super::App;
+
+/// Files up to this size are read whole, and checked, before the response starts.
+const SMALL: u64 = 256 * 1024;
+/// The size of each chunk streamed.
+const CHUNK: usize = 128 * 1024;
+
+/// What the validators of one file are.
+struct Validators {
+    etag: String,
+    last_modified: Option<String>,
+}
+
+pub async fn response(app: Arc<App>, store: usize, view: Arc<ItemView>, file: FileView, headers: &HeaderMap) -> Response {
+    let validators = Validators {
+        etag: format!("\"{}\"", file.sha256),
+        last_modified: view.modified().and_then(http_date),
+    };
+    if not_modified(headers, &validators) {
+        let mut response = StatusCode::NOT_MODIFIED.into_response();
+        describe(response.headers_mut(), &file, &validators);
+        return response;
+    }
+    let range = match (file.size, range_asked(headers, &validators)) {
+        (Some(size), Some(value)) => match satisfiable_range(value, size) {
+            RangeAnswer::One(start, end) => Some((start, end, size)),
+            RangeAnswer::Whole => None,
+            RangeAnswer::Unsatisfiable => {
+                let mut response = refuse(StatusCode::RANGE_NOT_SATISFIABLE, "range", "it starts past the file's end");
+                let value = HeaderValue::from_str(&format!("bytes */{size}")).expect("digits are a valid header");
+                response.headers_mut().insert(header::CONTENT_RANGE, value);
+                return response;
+            }
+        },
+        _ => None,
+    };
+    let mut response = match range {
+        Some((start, end, size)) => ranged(&app, store, &view, &file, start, end, size),
+        None if file.size.is_some_and(|s| s <= SMALL) => whole_small(&app, store, view.clone(), file.clone()).await,
+        None => streamed(&app, store, &view, &file, 0, file.size, Some(file.sha256.clone())),
+    };
+    if response.status().is_success() {
+        describe(response.headers_mut(), &file, &validators);
+    }
+    response.extensions_mut().insert(Raw);
+    response
+}
+
+/// The headers every answer about a file carries.
+fn describe(headers: &mut HeaderMap, file: &FileView, validators: &Validators) {
+    let put = |headers: &mut HeaderMap, name: header::HeaderName, value: &str| {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            headers.insert(name, value);
+        }
+    };
+    put(headers, header::ETAG, &validators.etag);
+    if let Some(date) = &validators.last_modified {
+        put(headers, header::LAST_MODIFIED, date);
+    }
+    if let Some(raw) = hex_bytes(&file.sha256) {
+        let digest = base64::engine::general_purpose::STANDARD.encode(raw);
+        put(headers, header::HeaderName::from_static("repr-digest"), &format!("sha-256=:{digest}:"));
+    }
+    put(headers, header::ACCEPT_RANGES, "bytes");
+    put(headers, header::CONTENT_TYPE, &content_type(&file.path));
+    // A bag may hold HTML or SVG: never let it run as this site.
+    put(headers, header::CONTENT_SECURITY_POLICY, "sandbox");
+}
+
+fn content_type(path: &str) -> String {
+    let guess = mime_guess::from_path(path).first_or_octet_stream();
+    if guess.type_() == mime_guess::mime::TEXT {
+        format!("{guess}; charset=utf-8")
+    } else {
+        guess.to_string()
+    }
+}
+
+fn hex_bytes(hex: &str) -> Option<Vec<u8>> {
+    (0..hex.len()).step_by(2).map(|i| hex.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok())).collect()
+}
+
+/// An RFC 3339 date as an HTTP date.
+pub fn http_date(rfc3339: &str) -> Option<String> {
+    let date = chrono::DateTime::parse_from_rfc3339(rfc3339).ok()?;
+    Some(date.with_timezone(&chrono::Utc).format("%a, %d %b %Y %H:%M:%S GMT").to_string())
+}
+
+fn header_text<'a>(headers: &'a HeaderMap, name: header::HeaderName) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// RFC 9110 §13.1.2 and §13.1.3: `If-None-Match` (weak comparison), else `If-Modified-Since`.
+fn not_modified(headers: &HeaderMap, validators: &Validators) -> bool {
+    if let Some(tags) = header_text(headers, header::IF_NONE_MATCH) {
+        let ours = validators.etag.as_str();
+        return tags.split(',').map(str::trim).any(|t| t == "*" || t.trim_start_matches("W/") == ours);
+    }
+    let since = header_text(headers, header::IF_MODIFIED_SINCE).and_then(parse_http_date);
+    let ours = validators.last_modified.as_deref().and_then(parse_http_date);
+    matches!((since, ours), (Some(since), Some(ours)) if ours <= since)
+}
+
+fn parse_http_date(text: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    chrono::NaiveDateTime::parse_from_str(text.trim(), "%a, %d %b %Y %H:%M:%S GMT").ok().map(|d| d.and_utc())
+}
+
+/// The Range header, unless `If-Range` names another version (RFC 9110 §13.1.5).
+fn range_asked<'a>(headers: &'a HeaderMap, validators: &Validators) -> Option<&'a str> {
+    let range = header_text(headers, header::RANGE)?;
+    match header_text(headers, header::IF_RANGE) {
+        None => Some(range),
+        Some(tag) if tag.trim() == validators.etag => Some(range),
+        Some(date) if validators.last_modified.as_deref() == Some(date.trim()) => Some(range),
+        Some(_) => None,
+    }
+}
+
+enum RangeAnswer {
+    One(u64, u64),
+    Whole,
+    Unsatisfiable,
+}
+
+/// RFC 9110 §14: an invalid Range is ignored; one whose ranges all start past the
+/// end is unsatisfiable; a suffix longer than the file is the whole file.
+fn satisfiable_range(value: &str, size: u64) -> RangeAnswer {
+    let Ok(parsed) = http_range_header::parse_range_header(value) else {
+        return RangeAnswer::Whole;
+    };
+    let mut satisfiable = parsed.ranges.iter().filter_map(|range| {
+        let (start, end) = match (range.start, range.end) {
+            (StartPosition::FromLast(n), _) => (size.saturating_sub(n), size.checked_sub(1)?),
+            (StartPosition::Index(i), EndPosition::Index(j)) => (i, j.min(size.checked_sub(1)?)),
+            (StartPosition::Index(i), EndPosition::LastByte) => (i, size.checked_sub(1)?),
+        };
+        (start < size && start <= end).then_some((start, end))
+    });
+    match (satisfiable.next(), satisfiable.next()) {
+        (None, _) => RangeAnswer::Unsatisfiable,
+        (Some((start, end)), None) => RangeAnswer::One(start, end),
+        (Some(_), Some(_)) => RangeAnswer::Whole,
+    }
+}
+
+fn ranged(app: &Arc<App>, store: usize, view: &ItemView, file: &FileView, start: u64, end: u64, size: u64) -> Response {
+    let mut response = streamed(app, store, view, file, start, Some(end - start + 1), None);
+    *response.status_mut() = StatusCode::PARTIAL_CONTENT;
+    let value = HeaderValue::from_str(&format!("bytes {start}-{end}/{size}")).expect("digits are a valid header");
+    response.headers_mut().insert(header::CONTENT_RANGE, value);
+    response
+}
+
+/// A small file, read whole and checked before a byte goes out.
+async fn whole_small(app: &Arc<App>, store: usize, view: Arc<ItemView>, file: FileView) -> Response {
+    let reader = app.clone();
+    let name = view.name.clone();
+    let path = file.path.clone();
+    let read = blocking(move || read_whole(&reader, store, &name, &path)).await;
+    let bytes = match read {
+        Ok(bytes) => bytes,
+        Err(e) => return unreadable(&view, &file, &e.to_string()),
+    };
+    if sha256_of(&bytes) == file.sha256 {
+        return ok_bytes(bytes);
+    }
+    // The item may have been replaced since its view was read: read it again, once.
+    let again = app.clone();
+    let name = view.name.clone();
+    let fresh = blocking(move || {
+        again.resolver.forget(store, &name);
+        again.resolver.resolve(&name.to_string())
+    })
+    .await;
+    if let Ok(Resolution::Item { view: fresh, .. }) = fresh {
+        if fresh.file(&file.path).is_some_and(|f| f.sha256 == sha256_of(&bytes)) {
+            return ok_bytes(bytes);
+        }
+    }
+    let why = "its bytes do not match the item's manifest; the collection's operator should run `ibi verify`";
+    refuse(StatusCode::INTERNAL_SERVER_ERROR, &format!("{}/{}", view.name, file.path), why)
+}
+
+fn ok_bytes(bytes: Vec<u8>) -> Response {
+    let length = bytes.len();
+    let mut response = (StatusCode::OK, Body::from(bytes)).into_response();
+    response.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    response
+}
+
+fn read_whole(app: &App, store: usize, name: &ibi::id::RepositoryName, path: &str) -> std::io::Result<Vec<u8>> {
+    let (mut reader, _) = app.resolver.stores()[store].open(name, path)?;
+    let mut bytes = Vec::new();
+    reader.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+fn unreadable(view: &ItemView, file: &FileView, why: &str) -> Response {
+    let what = format!("{}/{}", view.name, file.path);
+    refuse(StatusCode::INTERNAL_SERVER_ERROR, &what, &format!("it cannot be read: {why}"))
+}
+
+/// `length` bytes from `start` (all that are left when `None`), read on the
+/// blocking pool and sent as they come; `expect` is the sha256 of a whole file.
+fn streamed(
+    app: &Arc<App>,
+    store: usize,
+    view: &ItemView,
+    file: &FileView,
+    start: u64,
+    length: Option<u64>,
+    expect: Option<String>,
+) -> Response {
+    let (sender, receiver) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
+    let reader = app.clone();
+    let name = view.name.clone();
+    let path = file.path.clone();
+    tokio::task::spawn_blocking(move || {
+        let sent = send_chunks(&reader, store, &name, &path, start, length, expect, &sender);
+        if let Err(e) = sent {
+            let _ = sender.blocking_send(Err(e));
+        }
+    });
+    let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
+        receiver.recv().await.map(|chunk| (chunk, receiver))
+    });
+    let mut response = (StatusCode::OK, Body::from_stream(stream)).into_response();
+    if let Some(length) = length {
+        response.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    }
+    response
+}
+
+#[allow(clippy::too_many_arguments)]
+fn send_chunks(
+    app: &App,
+    store: usize,
+    name: &ibi::id::RepositoryName,
+    path: &str,
+    start: u64,
+    length: Option<u64>,
+    expect: Option<String>,
+    sender: &tokio::sync::mpsc::Sender<std::io::Result<Bytes>>,
+) -> std::io::Result<()> {
+    let (reader, _) = app.resolver.stores()[store].open_from(name, path, start)?;
+    let mut reader = reader.take(length.unwrap_or(u64::MAX));
+    let mut hasher = Hasher::new(&[]);
+    let mut left = length;
+    let mut held: Option<Bytes> = None;
+    loop {
+        let mut chunk = vec![0; CHUNK];
+        let n = reader.read(&mut chunk)?;
+        // Each chunk goes out once the next is read, so the last is held back until the
+        // whole file is known to match its manifest.
+        if n == 0 {
+            break;
+        }
+        if let Some(ready) = held.take() {
+            if sender.blocking_send(Ok(ready)).is_err() {
+                return Ok(()); // The client went away.
+            }
+        }
+        chunk.truncate(n);
+        hasher.update(&chunk);
+        left = left.map(|l| l.saturating_sub(n as u64));
+        held = Some(Bytes::from(chunk));
+    }
+    if left.is_some_and(|l| l > 0) {
+        return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file is shorter than its listing"));
+    }
+    if expect.is_some_and(|e| e != hasher.finish().sha256()) {
+        return Err(std::io::Error::other("the file does not match its manifest"));
+    }
+    if let Some(last) = held {
+        let _ = sender.blocking_send(Ok(last));
+    }
+    Ok(())
+}
+
+
+fn sha256_of(bytes: &[u8]) -> String {
+    ibi::digest::of_bytes(bytes, &[]).sha256().to_string()
+}

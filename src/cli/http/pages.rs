@@ -1,0 +1,239 @@
+//! The pages people read: an item's landing page and metadata (`??`), the browse
+//! page, and the 404 and 410 pages; each also as JSON when the client asks for it
+//! (`Accept: application/json`). Every text from a collection is escaped.
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use ibi::ops::resolution::{BrowsePage, BrowseQuery, ItemView};
+use serde_json::json;
+
+pub const HTML: &str = "text/html; charset=utf-8";
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;color:#222}\
+table{border-collapse:collapse;margin:.5rem 0 1.5rem}td,th{border-bottom:1px solid #ddd;padding:.25rem .6rem;text-align:left;vertical-align:top}\
+code,.mono{font-family:ui-monospace,monospace;font-size:.9em;word-break:break-all}h1{font-size:1.5rem}\
+.gone{color:#8a1c1c}nav a{margin-right:1rem}form input{margin-right:.5rem}";
+
+/// Escapes text for HTML content and attribute values.
+pub fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\">\
+<title>{}</title><style>{STYLE}</style></head><body><nav><a href=\"/\">Browse the collection</a></nav>{body}</body></html>",
+        esc(title)
+    )
+}
+
+fn html(status: StatusCode, body: String) -> Response {
+    (status, [(header::CONTENT_TYPE, HTML)], body).into_response()
+}
+
+fn json_response(status: StatusCode, value: serde_json::Value) -> Response {
+    (status, axum::Json(value)).into_response()
+}
+
+/// A page saying what is wrong with a request, and where.
+pub fn problem(status: StatusCode, what: &str, why: &str) -> String {
+    let reason = status.canonical_reason().unwrap_or("");
+    let body = format!("<h1>{} {}</h1><p><b>{}</b>: {}</p>", status.as_u16(), esc(reason), esc(what), esc(why));
+    page(reason, &body)
+}
+
+/// 404, saying what was asked, why it is not here, and what would be.
+pub fn not_found_response(asked: &str, why: &str) -> Response {
+    let body = format!(
+        "<h1>Not found</h1><p><code>{}</code>: {}.</p><p>Items here are reached by their repository name \
+(<code>/sid.inpe.br/mtc-m18/2009/02.16.17.46</code>) or their IBIp (<code>/8JMKD3MGP8W/34PGRBS</code>); \
+<a href=\"/\">browse</a> or search the collection.</p>",
+        esc(asked),
+        esc(why)
+    );
+    html(StatusCode::NOT_FOUND, page("Not found", &body))
+}
+
+/// 410 for a withdrawn item: its identifiers and its tombstone.
+pub fn gone_response(view: &ItemView, json: bool) -> Response {
+    let (date, reason) = view.withdrawn.as_ref().map_or(("", ""), |w| (w.date.as_str(), w.reason.as_str()));
+    if json {
+        let body = json!({"name": view.name, "ibip": view.ibip, "status": "withdrawn", "withdrawn": {"date": date, "reason": reason}});
+        return json_response(StatusCode::GONE, body);
+    }
+    let body = format!(
+        "<h1 class=\"gone\">Withdrawn</h1>{}<p class=\"gone\">Withdrawn on {} : {}</p>\
+<p>The name is never given to another item.</p>",
+        identifiers(view),
+        esc(date),
+        esc(reason)
+    );
+    html(StatusCode::GONE, page(&format!("Withdrawn: {}", view.name), &body))
+}
+
+fn identifiers(view: &ItemView) -> String {
+    let ibip = view.ibip.as_ref().map(|i| i.to_string()).unwrap_or_else(|| "—".into());
+    format!(
+        "<table class=\"ids\"><tr><th>Repository name</th><td class=\"mono\">{}</td></tr>\
+<tr><th>IBIp</th><td class=\"mono\">{}</td></tr><tr><th>Identity (sha256 of the tagmanifest)</th><td class=\"mono\">{}</td></tr></table>",
+        esc(&view.name.to_string()),
+        esc(&ibip),
+        esc(&view.identity)
+    )
+}
+
+fn info_table(view: &ItemView) -> String {
+    let rows: String =
+        view.info.iter().map(|(l, v)| format!("<tr><th>{}</th><td>{}</td></tr>", esc(l), esc(v))).collect();
+    format!("<h2>bag-info</h2><table>{rows}</table>")
+}
+
+fn history_table(view: &ItemView) -> String {
+    let rows: String = view
+        .versions
+        .iter()
+        .map(|v| format!("<tr><td>{}</td><td>{}</td><td class=\"mono\">{}</td></tr>", v.number, esc(&v.date), esc(&v.digest)))
+        .collect();
+    format!("<h2>Versions</h2><table><tr><th>Version</th><th>Date</th><th>Identity</th></tr>{rows}</table>")
+}
+
+fn files_table(view: &ItemView) -> String {
+    let rows: String = view
+        .files
+        .iter()
+        .map(|f| {
+            let href = format!("/{}/{}", view.name, percent_path(&f.path));
+            let size = f.size.map_or_else(|| "?".to_string(), |s| s.to_string());
+            format!(
+                "<tr><td><a href=\"{}\">{}</a></td><td>{size}</td><td class=\"mono\">{}</td></tr>",
+                esc(&href),
+                esc(&f.path),
+                esc(&f.sha256)
+            )
+        })
+        .collect();
+    format!("<h2>Files</h2><table><tr><th>Path</th><th>Bytes</th><th>sha256</th></tr>{rows}</table>")
+}
+
+fn percent_path(path: &str) -> String {
+    use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
+    const SEGMENT: &AsciiSet = &CONTROLS.add(b' ').add(b'"').add(b'#').add(b'%').add(b'<').add(b'>').add(b'?').add(b'`').add(b'{').add(b'}');
+    path.split('/').map(|p| utf8_percent_encode(p, SEGMENT).to_string()).collect::<Vec<_>>().join("/")
+}
+
+/// The item's landing page.
+pub fn landing_response(view: &ItemView, url_base: &str, mirrors: &[String], json: bool) -> Response {
+    let name = view.name.to_string();
+    let places: Vec<String> = std::iter::once(url_base).chain(mirrors.iter().map(String::as_str)).map(|b| format!("{b}{name}")).collect();
+    if json {
+        let mut value = serde_json::to_value(view).unwrap_or_default();
+        value["url"] = json!(format!("{url_base}{name}"));
+        value["locations"] = json!(places);
+        return json_response(StatusCode::OK, value);
+    }
+    let title = view.title.clone().unwrap_or_else(|| name.clone());
+    let links: String = places.iter().map(|p| format!("<li><a href=\"{0}\">{0}</a></li>", esc(p))).collect();
+    let body = format!(
+        "<h1>{}</h1>{}<p><a href=\"/{name}??\">Metadata</a> · <a href=\"/{name}.zip\">Download as a bag (zip)</a> · \
+<a href=\"/api/handles/{name}\">Handle values</a></p><h2>Where it is served</h2><ul>{links}</ul>{}{}{}",
+        esc(&title),
+        identifiers(view),
+        info_table(view),
+        history_table(view),
+        files_table(view)
+    );
+    html(StatusCode::OK, page(&title, &body))
+}
+
+/// The item's metadata (`??`): bag-info, manifests, history.
+pub fn metadata_response(view: &ItemView, json: bool) -> Response {
+    if json {
+        let manifest: Vec<_> = view.files.iter().filter(|f| f.payload).collect();
+        let tags: Vec<_> = view.files.iter().filter(|f| !f.payload).collect();
+        let info: Vec<_> = view.info.iter().map(|(l, v)| json!({"label": l, "value": v})).collect();
+        let body = json!({"name": view.name, "ibip": view.ibip, "identity": view.identity, "bag_info": info,
+            "manifest": manifest, "tag_files": tags, "versions": view.versions, "withdrawn": view.withdrawn});
+        return json_response(StatusCode::OK, body);
+    }
+    let name = view.name.to_string();
+    let body = format!("<h1>Metadata of {}</h1>{}{}{}{}", esc(&name), identifiers(view), info_table(view), history_table(view), files_table(view));
+    html(StatusCode::OK, page(&format!("Metadata: {name}"), &body))
+}
+
+/// The browse page: a search form, a page of items, and links to the next and previous pages.
+pub fn browse_response(found: &BrowsePage, query: &BrowseQuery, json: bool) -> Response {
+    if json {
+        return json_response(StatusCode::OK, serde_json::to_value(found).unwrap_or_default());
+    }
+    let value = |v: &Option<String>| esc(v.as_deref().unwrap_or(""));
+    let form = format!(
+        "<form method=\"get\" action=\"/\"><input name=\"prefix\" placeholder=\"name prefix\" value=\"{}\">\
+<input name=\"date\" placeholder=\"date (2009-02)\" value=\"{}\"><input name=\"q\" placeholder=\"words in bag-info\" value=\"{}\">\
+<button>Search</button></form>",
+        value(&query.prefix),
+        value(&query.date),
+        value(&query.text)
+    );
+    let rows: String = found
+        .items
+        .iter()
+        .map(|item| {
+            let name = item.name.to_string();
+            let ibip = item.ibip.as_ref().map(|i| i.to_string()).unwrap_or_default();
+            let title = item.title.as_deref().unwrap_or("");
+            format!(
+                "<tr><td><a href=\"/{0}\" class=\"mono\">{0}</a></td><td class=\"mono\">{1}</td><td>{2}</td><td>{3}</td></tr>",
+                esc(&name),
+                esc(&ibip),
+                esc(&item.date),
+                esc(title)
+            )
+        })
+        .collect();
+    let body = format!(
+        "<h1>Items</h1>{form}<p>{} item(s) match; newest first; page {}.</p>\
+<table><tr><th>Repository name</th><th>IBIp</th><th>Date</th><th>Title</th></tr>{rows}</table>{}",
+        found.total,
+        found.page + 1,
+        pager(found, query)
+    );
+    html(StatusCode::OK, page("Items", &body))
+}
+
+fn pager(found: &BrowsePage, query: &BrowseQuery) -> String {
+    let link = |page: usize, label: &str| {
+        let mut params = url_params(query);
+        params.push(("page", (page + 1).to_string()));
+        let text: Vec<String> = params
+            .iter()
+            .map(|(k, v)| format!("{k}={}", percent_encoding::utf8_percent_encode(v, percent_encoding::NON_ALPHANUMERIC)))
+            .collect();
+        format!("<a href=\"/?{}\">{label}</a>", esc(&text.join("&")))
+    };
+    let mut links = String::new();
+    if found.page > 0 {
+        links.push_str(&link(found.page - 1, "← Newer"));
+    }
+    if (found.page + 1) * query.per_page.max(1) < found.total {
+        links.push_str(&link(found.page + 1, "Older →"));
+    }
+    format!("<nav>{links}</nav>")
+}
+
+fn url_params(query: &BrowseQuery) -> Vec<(&'static str, String)> {
+    [("prefix", &query.prefix), ("date", &query.date), ("q", &query.text)]
+        .into_iter()
+        .filter_map(|(k, v)| v.clone().map(|v| (k, v)))
+        .collect()
+}

@@ -1,0 +1,277 @@
+//! What each request gets. The path is decoded here, strictly: a segment that
+//! decodes to a `/`, a NUL, a control character, `.` or `..`, or an empty segment
+//! is refused (400); only then does the library resolve the identifier. An item's
+//! files are served only when its manifests list them (`files`), so nothing else
+//! under a collection (`.ibi`, `.ibip`, staging, earlier versions) is reachable.
+
+use std::sync::Arc;
+
+use axum::extract::{Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use ibi::ops::resolution::{self, BrowseQuery, ItemView, Resolution};
+use percent_encoding::percent_decode_str;
+
+use super::{files, pages, zipped, App};
+
+/// The longest path accepted (a name is under 200 characters; a file path inside a bag rarely near this).
+const MAX_PATH: usize = 4096;
+/// Items per browse page.
+const PER_PAGE: usize = 50;
+
+/// Marks a response that must go out as it is (files, zips): never compressed.
+#[derive(Clone, Copy)]
+pub struct Raw;
+
+pub fn router(app: Arc<App>) -> Router {
+    use tower_http::compression::CompressionLayer;
+    let not_raw = |_: StatusCode, _: axum::http::Version, _: &HeaderMap, ext: &axum::http::Extensions| {
+        ext.get::<Raw>().is_none()
+    };
+    Router::new()
+        .route("/", get(browse))
+        .route("/api/handles/{*id}", get(api_handles))
+        .fallback(item_route)
+        .with_state(app)
+        .layer(CompressionLayer::new().compress_when(not_raw))
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            super::RESPONSE_TIMEOUT,
+        ))
+        .layer(axum::middleware::map_response(common_headers))
+}
+
+async fn common_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    headers.entry(header::CONTENT_SECURITY_POLICY).or_insert(HeaderValue::from_static(
+        "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; frame-ancestors 'none'",
+    ));
+    response
+}
+
+/// Runs blocking store work on the blocking pool.
+pub async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(work).await.expect("a blocking task of the server panicked")
+}
+
+/// Whether the client prefers JSON to HTML.
+pub fn wants_json(headers: &HeaderMap) -> bool {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    accept.contains("application/json") && !accept.contains("text/html")
+}
+
+/// The base URL for links and Handle values: `--public-url`, or from the Host header.
+pub fn url_base(app: &App, headers: &HeaderMap) -> String {
+    if let Some(url) = &app.public_url {
+        return url.clone();
+    }
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("localhost");
+    let plain = host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b));
+    format!("http://{}/", if plain && !host.is_empty() { host } else { "localhost" })
+}
+
+/// A problem with the request itself, said plainly.
+pub fn refuse(status: StatusCode, what: &str, why: &str) -> Response {
+    let body = pages::problem(status, what, why);
+    (status, [(header::CONTENT_TYPE, pages::HTML)], body).into_response()
+}
+
+/// Decodes a raw path into its segments, refusing anything that could mean another
+/// place than it says.
+pub fn segments(raw: &str) -> Result<Vec<String>, String> {
+    if raw.len() > MAX_PATH {
+        return Err(format!("the path is longer than {MAX_PATH} bytes"));
+    }
+    let inner = raw.strip_prefix('/').unwrap_or(raw);
+    inner
+        .split('/')
+        .map(|segment| {
+            let decoded = percent_decode_str(segment)
+                .decode_utf8()
+                .map_err(|_| "the path is not UTF-8 once decoded".to_string())?;
+            if decoded.is_empty() || decoded == "." || decoded == ".." {
+                return Err(format!("the path has an empty, \".\" or \"..\" segment ({segment:?})"));
+            }
+            if decoded.contains('/') || decoded.contains('\\') || decoded.chars().any(char::is_control) {
+                return Err(format!("the segment {segment:?} decodes to a slash, backslash or control character"));
+            }
+            Ok(decoded.into_owned())
+        })
+        .collect()
+}
+
+/// What a path asks for: an identifier as written, what follows it, and whether it ends in `.zip`.
+struct Asked {
+    identifier: String,
+    rest: Vec<String>,
+    zip: bool,
+}
+
+fn split_identifier(mut parts: Vec<String>) -> Option<Asked> {
+    let ibip_like = parts.len() >= 2 && !parts[0].contains('.');
+    let take = if ibip_like { 2 } else { 4 };
+    if parts.len() < take {
+        return None;
+    }
+    let mut zip = false;
+    if parts.len() == take {
+        if let Some(stem) = parts[take - 1].strip_suffix(".zip") {
+            parts[take - 1] = stem.to_string();
+            zip = true;
+        }
+    }
+    let rest = parts.split_off(take);
+    Some(Asked { identifier: parts.join("/"), rest, zip })
+}
+
+async fn item_route(State(app): State<Arc<App>>, request: Request) -> Response {
+    if request.method() != Method::GET && request.method() != Method::HEAD {
+        let mut response = refuse(StatusCode::METHOD_NOT_ALLOWED, "method", "this server only reads: GET or HEAD");
+        response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return response;
+    }
+    let uri = request.uri().clone();
+    let parts = match segments(uri.path()) {
+        Ok(parts) => parts,
+        Err(why) => return refuse(StatusCode::BAD_REQUEST, "path", &why),
+    };
+    let Some(asked) = split_identifier(parts) else {
+        let why = "a path here is a repository name (sid.inpe.br/mtc-m18/2009/02.16.17.46) or an IBIp (8JMKD3MGP8W/34PGRBS), optionally followed by a file of the item";
+        return pages::not_found_response(uri.path(), why);
+    };
+    let resolver_app = app.clone();
+    let identifier = asked.identifier.clone();
+    let resolution = blocking(move || resolver_app.resolver.resolve(&identifier)).await;
+    let headers = request.headers();
+    match resolution {
+        Err(e) => pages::not_found_response(&asked.identifier, &format!("it is not an identifier this server knows how to read: {e}")),
+        Ok(Resolution::Unknown) => pages::not_found_response(&asked.identifier, "no collection served here holds or held it"),
+        Ok(Resolution::Redirect(name)) => redirect(&name, &asked, uri.query()),
+        Ok(Resolution::Withdrawn { view, .. }) => pages::gone_response(&view, wants_json(headers)),
+        Ok(Resolution::Item { store, view }) => serve_item(&app, store, view, &asked, uri.query(), headers).await,
+    }
+}
+
+fn redirect(name: &ibi::id::RepositoryName, asked: &Asked, query: Option<&str>) -> Response {
+    use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
+    const PATH_SEGMENT: &AsciiSet = &CONTROLS.add(b' ').add(b'"').add(b'#').add(b'%').add(b'<').add(b'>').add(b'?').add(b'`').add(b'{').add(b'}');
+    let mut location = format!("/{name}{}", if asked.zip { ".zip" } else { "" });
+    for part in &asked.rest {
+        location.push('/');
+        location.extend(utf8_percent_encode(part, PATH_SEGMENT));
+    }
+    if let Some(query) = query {
+        location.push('?');
+        location.push_str(query);
+    }
+    let mut response = StatusCode::MOVED_PERMANENTLY.into_response();
+    match HeaderValue::from_str(&location) {
+        Ok(value) => response.headers_mut().insert(header::LOCATION, value),
+        Err(_) => return refuse(StatusCode::BAD_REQUEST, "path", "it cannot be redirected"),
+    };
+    response
+}
+
+async fn serve_item(
+    app: &Arc<App>,
+    store: usize,
+    view: Arc<ItemView>,
+    asked: &Asked,
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Response {
+    if asked.zip {
+        return zipped::response(app.clone(), store, view);
+    }
+    if asked.rest.is_empty() {
+        let base = url_base(app, headers);
+        let json = wants_json(headers);
+        return match query {
+            Some("?") => pages::metadata_response(&view, json),
+            _ => pages::landing_response(&view, &base, &app.mirrors, json),
+        };
+    }
+    let path = asked.rest.join("/");
+    match view.file(&path) {
+        Some(file) => files::response(app.clone(), store, view.clone(), file.clone(), headers).await,
+        None => pages::not_found_response(
+            &format!("{}/{path}", view.name),
+            "the item's manifests list no such file (only listed payload and tag files are served)",
+        ),
+    }
+}
+
+#[derive(serde::Deserialize, Default)]
+pub struct BrowseParams {
+    prefix: Option<String>,
+    date: Option<String>,
+    q: Option<String>,
+    page: Option<usize>,
+}
+
+async fn browse(
+    State(app): State<Arc<App>>,
+    params: Result<Query<BrowseParams>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let params = match params {
+        Ok(Query(params)) => params,
+        Err(e) => return refuse(StatusCode::BAD_REQUEST, "query", &e.body_text()),
+    };
+    let query = BrowseQuery {
+        prefix: params.prefix.filter(|p| !p.is_empty()),
+        date: params.date.filter(|d| !d.is_empty()),
+        text: params.q.filter(|q| !q.is_empty()),
+        page: params.page.unwrap_or(1).max(1) - 1,
+        per_page: PER_PAGE,
+    };
+    let for_page = query.clone();
+    let browser = app.clone();
+    match blocking(move || browser.resolver.browse(&for_page)).await {
+        Ok(page) => pages::browse_response(&page, &query, wants_json(&headers)),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, "browse", &e.to_string()),
+    }
+}
+
+async fn api_handles(State(app): State<Arc<App>>, request: Request) -> Response {
+    let raw = request.uri().path().strip_prefix("/api/handles").unwrap_or("");
+    let handle_json = |status: StatusCode, code: u32, handle: &str, values: serde_json::Value| {
+        let body = serde_json::json!({"responseCode": code, "handle": handle, "values": values});
+        (status, axum::Json(body)).into_response()
+    };
+    let asked = match segments(raw) {
+        Ok(parts) => parts.join("/"),
+        Err(why) => return handle_json(StatusCode::BAD_REQUEST, 2, raw, serde_json::json!({"message": why})),
+    };
+    let base = url_base(&app, request.headers());
+    let resolver = app.clone();
+    let text = asked.clone();
+    let found = blocking(move || {
+        let first = resolver.resolver.resolve(&text)?;
+        let target = match &first {
+            Resolution::Redirect(name) => resolver.resolver.resolve(&name.to_string())?,
+            other => other.clone(),
+        };
+        Ok::<_, ibi::Error>((first, target))
+    })
+    .await;
+    let (first, target) = match found {
+        Ok(pair) => pair,
+        Err(e) => return handle_json(StatusCode::NOT_FOUND, 100, &asked, serde_json::json!({"message": e.to_string()})),
+    };
+    let view = match target {
+        Resolution::Item { view, .. } | Resolution::Withdrawn { view, .. } => view,
+        _ => return handle_json(StatusCode::NOT_FOUND, 100, &asked, serde_json::json!([])),
+    };
+    let is_ibip = matches!(first, Resolution::Redirect(_)) && !asked.contains('.');
+    let (handle, values) = if is_ibip {
+        let ibip = view.ibip.as_ref().map_or(asked.clone(), |i| i.to_string());
+        (ibip, resolution::alias_values(&view))
+    } else {
+        (view.name.to_string(), resolution::handle_values(&view, &base, &app.mirrors))
+    };
+    handle_json(StatusCode::OK, 1, &handle, serde_json::to_value(values).unwrap_or_default())
+}
