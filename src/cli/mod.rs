@@ -139,7 +139,8 @@ fn serve(args: &args::ServeArgs) -> Result<Outcome> {
             });
         }
         GRACEFUL.store(true, Ordering::SeqCst);
-        return http::serve(&args.roots, listen, args.public_url.clone(), args.mirrors.clone()).map(|_| Outcome::Success);
+        return http::serve(&args.roots, listen, args.public_url.clone(), args.mirrors.clone())
+            .map(|_| Outcome::Success);
     }
     let options = ibi::store::far::serve::ServeOptions {
         restrict_to: args.restrict_to_path.clone(),

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::bag::history::Withdrawal;
 use crate::bag::files::{FileKind, TreeEntry};
+use crate::bag::history::Withdrawal;
 use crate::bag::{self, manifest, BagFiles};
 use crate::error::{Error, Result};
 use crate::id::{Ibip, RepositoryName};
@@ -231,12 +231,14 @@ impl Resolver {
             for record in store.all_records() {
                 let record = record?;
                 let first = record.versions.first().map(|v| v.date.clone()).unwrap_or_default();
-                if record.status == Status::Present && matches_name(query, &record.name, &first) && seen.insert(record.name.clone()) {
+                let wanted = record.status == Status::Present && matches_name(query, &record.name, &first);
+                if wanted && seen.insert(record.name.clone()) {
                     found.push((first, index, record));
                 }
             }
         }
-        found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.2.name.cmp(&b.2.name)));
+        // By the dates the names encode (their RFC 3339 texts do not sort: "50Z" > "50.2Z").
+        found.sort_by(|a, b| b.2.name.date().cmp(&a.2.name.date()).then_with(|| a.2.name.cmp(&b.2.name)));
         if let Some(words) = query.text.as_deref().filter(|t| !t.trim().is_empty()) {
             let words: Vec<String> = words.split_whitespace().map(str::to_lowercase).collect();
             found.retain(|(_, index, record)| self.info_has(*index, &record.name, &words));

@@ -11,6 +11,7 @@ mod ident;
 mod invalid;
 mod regress;
 mod s3;
+mod serve;
 mod transfer;
 mod uniqueness;
 mod verify;

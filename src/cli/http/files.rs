@@ -16,8 +16,8 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use http_range_header::{EndPosition, StartPosition};
-use ibi::ops::resolution::{FileView, ItemView, Resolution};
 use ibi::digest::Hasher;
+use ibi::ops::resolution::{FileView, ItemView, Resolution};
 
 use super::routes::{blocking, refuse, Raw};
 use super::App;
@@ -33,11 +33,15 @@ struct Validators {
     last_modified: Option<String>,
 }
 
-pub async fn response(app: Arc<App>, store: usize, view: Arc<ItemView>, file: FileView, headers: &HeaderMap) -> Response {
-    let validators = Validators {
-        etag: format!("\"{}\"", file.sha256),
-        last_modified: view.modified().and_then(http_date),
-    };
+pub async fn response(
+    app: Arc<App>,
+    store: usize,
+    view: Arc<ItemView>,
+    file: FileView,
+    headers: &HeaderMap,
+) -> Response {
+    let validators =
+        Validators { etag: format!("\"{}\"", file.sha256), last_modified: view.modified().and_then(http_date) };
     if not_modified(headers, &validators) {
         let mut response = StatusCode::NOT_MODIFIED.into_response();
         describe(response.headers_mut(), &file, &validators);
@@ -57,9 +61,9 @@ pub async fn response(app: Arc<App>, store: usize, view: Arc<ItemView>, file: Fi
         _ => None,
     };
     let mut response = match range {
-        Some((start, end, size)) => ranged(&app, store, &view, &file, start, end, size),
+        Some((start, end, size)) => ranged(&app, store, &view, &file, start, end, size).await,
         None if file.size.is_some_and(|s| s <= SMALL) => whole_small(&app, store, view.clone(), file.clone()).await,
-        None => streamed(&app, store, &view, &file, 0, file.size, Some(file.sha256.clone())),
+        None => streamed(&app, store, &view, &file, 0, file.size, Some(file.sha256.clone())).await,
     };
     if response.status().is_success() {
         describe(response.headers_mut(), &file, &validators);
@@ -147,8 +151,11 @@ enum RangeAnswer {
 /// RFC 9110 §14: an invalid Range is ignored; one whose ranges all start past the
 /// end is unsatisfiable; a suffix longer than the file is the whole file.
 fn satisfiable_range(value: &str, size: u64) -> RangeAnswer {
-    let Ok(parsed) = http_range_header::parse_range_header(value) else {
-        return RangeAnswer::Whole;
+    let parsed = match http_range_header::parse_range_header(value) {
+        Ok(parsed) => parsed,
+        // `bytes=-0` asks for no bytes at all: well formed, and unsatisfiable.
+        Err(http_range_header::RangeUnsatisfiableError::ZeroSuffix) => return RangeAnswer::Unsatisfiable,
+        Err(_) => return RangeAnswer::Whole,
     };
     let mut satisfiable = parsed.ranges.iter().filter_map(|range| {
         let (start, end) = match (range.start, range.end) {
@@ -165,8 +172,19 @@ fn satisfiable_range(value: &str, size: u64) -> RangeAnswer {
     }
 }
 
-fn ranged(app: &Arc<App>, store: usize, view: &ItemView, file: &FileView, start: u64, end: u64, size: u64) -> Response {
-    let mut response = streamed(app, store, view, file, start, Some(end - start + 1), None);
+async fn ranged(
+    app: &Arc<App>,
+    store: usize,
+    view: &ItemView,
+    file: &FileView,
+    start: u64,
+    end: u64,
+    size: u64,
+) -> Response {
+    let mut response = streamed(app, store, view, file, start, Some(end - start + 1), None).await;
+    if response.status() != StatusCode::OK {
+        return response;
+    }
     *response.status_mut() = StatusCode::PARTIAL_CONTENT;
     let value = HeaderValue::from_str(&format!("bytes {start}-{end}/{size}")).expect("digits are a valid header");
     response.headers_mut().insert(header::CONTENT_RANGE, value);
@@ -224,7 +242,9 @@ fn unreadable(view: &ItemView, file: &FileView, why: &str) -> Response {
 
 /// `length` bytes from `start` (all that are left when `None`), read on the
 /// blocking pool and sent as they come; `expect` is the sha256 of a whole file.
-fn streamed(
+/// The file is opened before the status is chosen: one that cannot be opened (a
+/// symlink, a FIFO, gone) gets 500, not a 200 cut short.
+async fn streamed(
     app: &Arc<App>,
     store: usize,
     view: &ItemView,
@@ -234,15 +254,28 @@ fn streamed(
     expect: Option<String>,
 ) -> Response {
     let (sender, receiver) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
+    let (opened_tx, opened_rx) = tokio::sync::oneshot::channel::<std::io::Result<()>>();
     let reader = app.clone();
     let name = view.name.clone();
     let path = file.path.clone();
     tokio::task::spawn_blocking(move || {
-        let sent = send_chunks(&reader, store, &name, &path, start, length, expect, &sender);
-        if let Err(e) = sent {
+        let opened = reader.resolver.stores()[store].open_from(&name, &path, start);
+        let reader = match opened {
+            Ok((reader, _)) => {
+                let _ = opened_tx.send(Ok(()));
+                reader
+            }
+            Err(e) => return drop(opened_tx.send(Err(e))),
+        };
+        if let Err(e) = send_chunks(reader, length, expect, &sender) {
             let _ = sender.blocking_send(Err(e));
         }
     });
+    match opened_rx.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return unreadable(view, file, &e.to_string()),
+        Err(_) => return unreadable(view, file, "the reader stopped"),
+    }
     let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
         receiver.recv().await.map(|chunk| (chunk, receiver))
     });
@@ -253,18 +286,12 @@ fn streamed(
     response
 }
 
-#[allow(clippy::too_many_arguments)]
 fn send_chunks(
-    app: &App,
-    store: usize,
-    name: &ibi::id::RepositoryName,
-    path: &str,
-    start: u64,
+    reader: Box<dyn Read + Send + '_>,
     length: Option<u64>,
     expect: Option<String>,
     sender: &tokio::sync::mpsc::Sender<std::io::Result<Bytes>>,
 ) -> std::io::Result<()> {
-    let (reader, _) = app.resolver.stores()[store].open_from(name, path, start)?;
     let mut reader = reader.take(length.unwrap_or(u64::MAX));
     let mut hasher = Hasher::new(&[]);
     let mut left = length;
@@ -298,7 +325,6 @@ fn send_chunks(
     }
     Ok(())
 }
-
 
 fn sha256_of(bytes: &[u8]) -> String {
     ibi::digest::of_bytes(bytes, &[]).sha256().to_string()

@@ -103,7 +103,9 @@ fn history_table(view: &ItemView) -> String {
     let rows: String = view
         .versions
         .iter()
-        .map(|v| format!("<tr><td>{}</td><td>{}</td><td class=\"mono\">{}</td></tr>", v.number, esc(&v.date), esc(&v.digest)))
+        .map(|v| {
+            format!("<tr><td>{}</td><td>{}</td><td class=\"mono\">{}</td></tr>", v.number, esc(&v.date), esc(&v.digest))
+        })
         .collect();
     format!("<h2>Versions</h2><table><tr><th>Version</th><th>Date</th><th>Identity</th></tr>{rows}</table>")
 }
@@ -128,14 +130,16 @@ fn files_table(view: &ItemView) -> String {
 
 fn percent_path(path: &str) -> String {
     use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
-    const SEGMENT: &AsciiSet = &CONTROLS.add(b' ').add(b'"').add(b'#').add(b'%').add(b'<').add(b'>').add(b'?').add(b'`').add(b'{').add(b'}');
+    const SEGMENT: &AsciiSet =
+        &CONTROLS.add(b' ').add(b'"').add(b'#').add(b'%').add(b'<').add(b'>').add(b'?').add(b'`').add(b'{').add(b'}');
     path.split('/').map(|p| utf8_percent_encode(p, SEGMENT).to_string()).collect::<Vec<_>>().join("/")
 }
 
 /// The item's landing page.
 pub fn landing_response(view: &ItemView, url_base: &str, mirrors: &[String], json: bool) -> Response {
     let name = view.name.to_string();
-    let places: Vec<String> = std::iter::once(url_base).chain(mirrors.iter().map(String::as_str)).map(|b| format!("{b}{name}")).collect();
+    let places: Vec<String> =
+        std::iter::once(url_base).chain(mirrors.iter().map(String::as_str)).map(|b| format!("{b}{name}")).collect();
     if json {
         let mut value = serde_json::to_value(view).unwrap_or_default();
         value["url"] = json!(format!("{url_base}{name}"));
@@ -167,7 +171,14 @@ pub fn metadata_response(view: &ItemView, json: bool) -> Response {
         return json_response(StatusCode::OK, body);
     }
     let name = view.name.to_string();
-    let body = format!("<h1>Metadata of {}</h1>{}{}{}{}", esc(&name), identifiers(view), info_table(view), history_table(view), files_table(view));
+    let body = format!(
+        "<h1>Metadata of {}</h1>{}{}{}{}",
+        esc(&name),
+        identifiers(view),
+        info_table(view),
+        history_table(view),
+        files_table(view)
+    );
     html(StatusCode::OK, page(&format!("Metadata: {name}"), &body))
 }
 
@@ -217,7 +228,9 @@ fn pager(found: &BrowsePage, query: &BrowseQuery) -> String {
         params.push(("page", (page + 1).to_string()));
         let text: Vec<String> = params
             .iter()
-            .map(|(k, v)| format!("{k}={}", percent_encoding::utf8_percent_encode(v, percent_encoding::NON_ALPHANUMERIC)))
+            .map(|(k, v)| {
+                format!("{k}={}", percent_encoding::utf8_percent_encode(v, percent_encoding::NON_ALPHANUMERIC))
+            })
             .collect();
         format!("<a href=\"/?{}\">{label}</a>", esc(&text.join("&")))
     };

@@ -27,9 +27,8 @@ pub struct Raw;
 
 pub fn router(app: Arc<App>) -> Router {
     use tower_http::compression::CompressionLayer;
-    let not_raw = |_: StatusCode, _: axum::http::Version, _: &HeaderMap, ext: &axum::http::Extensions| {
-        ext.get::<Raw>().is_none()
-    };
+    let not_raw =
+        |_: StatusCode, _: axum::http::Version, _: &HeaderMap, ext: &axum::http::Extensions| ext.get::<Raw>().is_none();
     Router::new()
         .route("/", get(browse))
         .route("/api/handles/{*id}", get(api_handles))
@@ -147,8 +146,13 @@ async fn item_route(State(app): State<Arc<App>>, request: Request) -> Response {
     let resolution = blocking(move || resolver_app.resolver.resolve(&identifier)).await;
     let headers = request.headers();
     match resolution {
-        Err(e) => pages::not_found_response(&asked.identifier, &format!("it is not an identifier this server knows how to read: {e}")),
-        Ok(Resolution::Unknown) => pages::not_found_response(&asked.identifier, "no collection served here holds or held it"),
+        Err(e) => pages::not_found_response(
+            &asked.identifier,
+            &format!("it is not an identifier this server knows how to read: {e}"),
+        ),
+        Ok(Resolution::Unknown) => {
+            pages::not_found_response(&asked.identifier, "no collection served here holds or held it")
+        }
         Ok(Resolution::Redirect(name)) => redirect(&name, &asked, uri.query()),
         Ok(Resolution::Withdrawn { view, .. }) => pages::gone_response(&view, wants_json(headers)),
         Ok(Resolution::Item { store, view }) => serve_item(&app, store, view, &asked, uri.query(), headers).await,
@@ -157,7 +161,8 @@ async fn item_route(State(app): State<Arc<App>>, request: Request) -> Response {
 
 fn redirect(name: &ibi::id::RepositoryName, asked: &Asked, query: Option<&str>) -> Response {
     use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
-    const PATH_SEGMENT: &AsciiSet = &CONTROLS.add(b' ').add(b'"').add(b'#').add(b'%').add(b'<').add(b'>').add(b'?').add(b'`').add(b'{').add(b'}');
+    const PATH_SEGMENT: &AsciiSet =
+        &CONTROLS.add(b' ').add(b'"').add(b'#').add(b'%').add(b'<').add(b'>').add(b'?').add(b'`').add(b'{').add(b'}');
     let mut location = format!("/{name}{}", if asked.zip { ".zip" } else { "" });
     for part in &asked.rest {
         location.push('/');
@@ -260,7 +265,9 @@ async fn api_handles(State(app): State<Arc<App>>, request: Request) -> Response 
     .await;
     let (first, target) = match found {
         Ok(pair) => pair,
-        Err(e) => return handle_json(StatusCode::NOT_FOUND, 100, &asked, serde_json::json!({"message": e.to_string()})),
+        Err(e) => {
+            return handle_json(StatusCode::NOT_FOUND, 100, &asked, serde_json::json!({"message": e.to_string()}))
+        }
     };
     let view = match target {
         Resolution::Item { view, .. } | Resolution::Withdrawn { view, .. } => view,

@@ -1,0 +1,589 @@
+//! `ibi serve --listen`: a real server on 127.0.0.1:0, driven by an HTTP client
+//! (ureq) and, where a client would tidy the request up, by raw sockets. Each
+//! test starts its own server and stops it (a `Reaper`).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::env::{bagit_py, repo, sh, Reaper, TestEnv};
+
+/// A running `ibi serve --listen`.
+pub struct Server {
+    pub reaper: Reaper,
+    pub port: u16,
+    /// Everything it wrote on stderr after its first line.
+    pub stderr: Arc<Mutex<String>>,
+}
+
+impl Server {
+    /// Starts `command` (an `ibi serve … --listen 127.0.0.1:0`) and reads its port from stderr.
+    pub fn start(mut command: Command) -> Server {
+        let mut child = command.stderr(Stdio::piped()).stdout(Stdio::null()).spawn().expect("start ibi serve");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let reaper = Reaper(Some(child));
+        let first = lines.next().expect("ibi serve said nothing").unwrap();
+        let port = first
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.trim_end_matches('/').parse().ok())
+            .unwrap_or_else(|| panic!("no port in {first:?}"));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let rest = stderr.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                rest.lock().unwrap().push_str(&format!("{line}\n"));
+            }
+        });
+        Server { reaper, port, stderr }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.reaper.0.as_ref().unwrap().id() as i32
+    }
+}
+
+impl TestEnv {
+    /// `ibi serve ROOTS… --listen 127.0.0.1:0 EXTRA…`, started.
+    pub fn serve(&self, roots: &[&str], extra: &[&str]) -> Server {
+        let mut args = vec!["serve"];
+        args.extend(roots);
+        args.extend(["--listen", "127.0.0.1:0"]);
+        args.extend(extra);
+        Server::start(self.command(&args))
+    }
+}
+
+/// An HTTP client that follows no redirects and treats every status as an answer.
+pub fn client() -> ureq::Agent {
+    let config = ureq::Agent::config_builder()
+        .max_redirects(0)
+        .max_redirects_will_error(false)
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build();
+    ureq::Agent::new_with_config(config)
+}
+
+/// An answer: status, headers (lower-case names) and body.
+pub struct Answer {
+    pub status: u16,
+    pub headers: ureq::http::HeaderMap,
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    pub fn header(&self, name: &str) -> &str {
+        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// GET `url` with `headers`.
+pub fn get(url: &str, headers: &[(&str, &str)]) -> Answer {
+    let mut request = client().get(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let mut response = request.call().unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let body = response.body_mut().with_config().limit(u64::MAX).read_to_vec().unwrap_or_default();
+    Answer { status: response.status().as_u16(), headers: response.headers().clone(), body }
+}
+
+/// Sends `request` as raw bytes and returns the status and the whole answer as text.
+pub fn raw(port: u16, request: &[u8]) -> (u16, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    stream.write_all(request).unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, text)
+}
+
+fn raw_get(port: u16, path: &str) -> (u16, String) {
+    raw(port, format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes())
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    ibi::digest::of_bytes(bytes, &[]).sha256().to_string()
+}
+
+/// A collection with three items: `a` (small text, a 1 MiB file and a folder),
+/// `b` and `c`, each titled; returns (root, names in deposit order).
+fn library(env: &TestEnv) -> (String, Vec<String>) {
+    let root = env.collection("lib");
+    let big: Vec<u8> = (0..1_048_576u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    env.write("src/a/hello.txt", b"hello, world\n");
+    env.write("src/a/big.bin", &big);
+    env.write("src/a/sub/note.md", b"# a note\n");
+    env.write("src/b/b.txt", b"item b\n");
+    env.write("src/c/c.txt", b"item c\n");
+    let mut names = Vec::new();
+    for (item, title) in [("a", "Rainfall over Cachoeira Paulista"), ("b", "Second item"), ("c", "Third item")] {
+        let src = env.path(&format!("src/{item}"));
+        let meta = format!("Title={title}");
+        let run = env.ok(&["deposit", &root, src.to_str().unwrap(), "--meta", &meta]);
+        names.push(run.stdout.split('\t').next().unwrap().trim().to_string());
+    }
+    (root, names)
+}
+
+fn ibip_of(env: &TestEnv, root: &str, name: &str) -> String {
+    let shown = env.ok(&["show", "--json", root, name]).stdout;
+    let json: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    json["ibip"].as_str().expect("an IBIp").to_string()
+}
+
+#[test]
+fn landing_metadata_redirects_and_handle_api() {
+    let env = TestEnv::new();
+    let (root, names) = library(&env);
+    let server = env.serve(&[&root], &["--mirror", "https://mirror.example.org/"]);
+    let name = &names[0];
+    let ibip = ibip_of(&env, &root, name);
+
+    let landing = get(&server.url(&format!("/{name}")), &[]);
+    assert_eq!(landing.status, 200);
+    assert!(landing.header("content-type").starts_with("text/html"));
+    let page = landing.text();
+    for expected in [
+        name.as_str(),
+        ibip.as_str(),
+        "Rainfall over Cachoeira Paulista",
+        "data/big.bin",
+        "https://mirror.example.org/",
+    ] {
+        assert!(page.contains(expected), "landing page lacks {expected}: {page}");
+    }
+    let big_digest = sha256_hex(&std::fs::read(env.path("src/a/big.bin")).unwrap());
+    assert!(page.contains(&big_digest), "the files table shows each sha256");
+    assert!(page.contains("1048576"), "and each size");
+
+    let json = get(&server.url(&format!("/{name}")), &[("Accept", "application/json")]);
+    let value: serde_json::Value = serde_json::from_slice(&json.body).unwrap();
+    assert_eq!(value["name"], name.as_str());
+    assert_eq!(value["ibip"], ibip.as_str());
+    assert_eq!(value["versions"][0]["number"], 1);
+    assert!(value["files"].as_array().unwrap().iter().any(|f| f["path"] == "data/sub/note.md" && f["size"] == 9));
+
+    // An IBIp in any letter case, a legacy @80 prefix, and another letter case: 301 to the name.
+    let mut parts: Vec<String> = name.split('/').map(str::to_string).collect();
+    parts[1].push_str("@80");
+    for (asked, tail) in [(ibip.to_lowercase(), ""), (parts.join("/"), "??"), (name.to_uppercase(), "/data/hello.txt")]
+    {
+        let answer = get(&server.url(&format!("/{asked}{tail}")), &[]);
+        assert_eq!(answer.status, 301, "{asked}{tail}: {}", answer.text());
+        assert_eq!(answer.header("location"), format!("/{name}{tail}"));
+    }
+
+    let metadata = get(&server.url(&format!("/{name}??")), &[("Accept", "application/json")]);
+    let value: serde_json::Value = serde_json::from_slice(&metadata.body).unwrap();
+    assert!(value["bag_info"].as_array().unwrap().iter().any(|f| f["label"] == "Title"));
+    assert!(value["manifest"].as_array().unwrap().iter().any(|f| f["path"] == "data/hello.txt"));
+    assert!(value["tag_files"].as_array().unwrap().iter().any(|f| f["path"] == "bag-info.txt"));
+    let metadata_html = get(&server.url(&format!("/{name}??")), &[]).text();
+    assert!(metadata_html.contains("Metadata of") && metadata_html.contains("Payload-Oxum"));
+
+    let handle = get(&server.url(&format!("/api/handles/{name}")), &[]);
+    let value: serde_json::Value = serde_json::from_slice(&handle.body).unwrap();
+    assert_eq!(value["responseCode"], 1);
+    assert_eq!(value["handle"], name.as_str());
+    let values = value["values"].as_array().unwrap();
+    let of_type = |t: &str| values.iter().find(|v| v["type"] == t).unwrap_or_else(|| panic!("no {t} in {values:?}"));
+    assert_eq!(of_type("URL")["data"]["value"], server.url(&format!("/{name}")));
+    let loc = of_type("10320/loc")["data"]["value"].as_str().unwrap().to_string();
+    assert!(loc.contains(&format!("href=\"https://mirror.example.org/{name}\" weight=\"0\"")), "{loc}");
+    assert_eq!(of_type("URL")["data"]["format"], "string");
+    assert!(of_type("URL")["ttl"].is_number() && of_type("URL")["index"].is_number());
+    let identity = env.identities(&root)[name].clone();
+    assert_eq!(of_type("IBI_IDENTITY_SHA256")["data"]["value"], identity.as_str());
+
+    let alias = get(&server.url(&format!("/api/handles/{}", ibip.to_lowercase())), &[]);
+    let value: serde_json::Value = serde_json::from_slice(&alias.body).unwrap();
+    assert_eq!(value["handle"], ibip.as_str());
+    assert_eq!(value["values"][0]["type"], "HS_ALIAS");
+    assert_eq!(value["values"][0]["data"]["value"], name.as_str());
+    let unknown = get(&server.url("/api/handles/sid.inpe.br/mtc-m18/2009/02.16.17.46"), &[]);
+    assert_eq!(unknown.status, 404);
+    assert!(unknown.text().contains("\"responseCode\":100"));
+}
+
+#[test]
+fn files_with_validators_zip_withdrawn_and_unknown() {
+    let env = TestEnv::new();
+    let (root, names) = library(&env);
+    let server = env.serve(&[&root], &[]);
+    let name = &names[0];
+    let hello = get(&server.url(&format!("/{name}/data/hello.txt")), &[]);
+    assert_eq!((hello.status, hello.text().as_str()), (200, "hello, world\n"));
+    let digest = sha256_hex(b"hello, world\n");
+    assert_eq!(hello.header("etag"), format!("\"{digest}\""));
+    assert_eq!(hello.header("content-type"), "text/plain; charset=utf-8");
+    let repr = hello.header("repr-digest").to_string();
+    let raw_digest: Vec<u8> = (0..64).step_by(2).map(|i| u8::from_str_radix(&digest[i..i + 2], 16).unwrap()).collect();
+    let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, raw_digest);
+    assert_eq!(repr, format!("sha-256=:{b64}:"));
+    assert!(hello.header("last-modified").ends_with(" GMT"));
+    assert_eq!(
+        get(&server.url(&format!("/{name}/data/sub/note.md")), &[]).header("content-type"),
+        "text/markdown; charset=utf-8"
+    );
+    let tag = get(&server.url(&format!("/{name}/bag-info.txt")), &[]);
+    assert!(tag.status == 200 && tag.text().contains("Title: Rainfall"));
+    let big = get(&server.url(&format!("/{name}/data/big.bin")), &[]);
+    assert_eq!(big.body, std::fs::read(env.path("src/a/big.bin")).unwrap(), "a streamed file arrives whole");
+
+    // The whole item as a zip: unpacked, it is a valid bag holding the same payload.
+    let zip = get(&server.url(&format!("/{name}.zip")), &[]);
+    assert_eq!((zip.status, zip.header("content-type")), (200, "application/zip"));
+    std::fs::write(env.path("item.zip"), &zip.body).unwrap();
+    let out = env.path("unzipped");
+    sh(&format!("python3 -m zipfile -e '{}' '{}'", env.path("item.zip").display(), out.display()));
+    let bag = out.join(name.replace('/', "-"));
+    let validated = Command::new(bagit_py()).arg("--validate").arg(&bag).output().unwrap();
+    assert!(validated.status.success(), "bagit.py: {}", String::from_utf8_lossy(&validated.stderr));
+    assert_eq!(std::fs::read(bag.join("data/big.bin")).unwrap(), big.body);
+
+    env.ok(&["withdraw", &root, &names[1], "--reason", "deposited twice by mistake"]);
+    let gone = get(&server.url(&format!("/{}", names[1])), &[]);
+    assert_eq!(gone.status, 410);
+    assert!(gone.text().contains("deposited twice by mistake"), "{}", gone.text());
+    let gone_file = get(&server.url(&format!("/{}/data/b.txt", names[1])), &[]);
+    assert_eq!(gone_file.status, 410, "a withdrawn item's files are gone too");
+
+    let unknown = get(&server.url("/sid.inpe.br/mtc-m18/2009/02.16.17.46"), &[]);
+    assert_eq!(unknown.status, 404);
+    assert!(unknown.text().contains("no collection served here holds or held it"), "{}", unknown.text());
+    let nonsense = get(&server.url("/not-an-identifier"), &[]);
+    assert!(nonsense.status == 404 && nonsense.text().contains("repository name"), "{}", nonsense.text());
+    let unlisted = get(&server.url(&format!("/{name}/data/nothere.txt")), &[]);
+    assert_eq!(unlisted.status, 404);
+}
+
+#[test]
+fn ranges_and_conditional_requests() {
+    let env = TestEnv::new();
+    let (root, names) = library(&env);
+    let server = env.serve(&[&root], &[]);
+    let url = server.url(&format!("/{}/data/big.bin", names[0]));
+    let big = std::fs::read(env.path("src/a/big.bin")).unwrap();
+    let size = big.len();
+    let etag = format!("\"{}\"", sha256_hex(&big));
+    let cases: [(&str, u16, Option<(usize, usize)>); 9] = [
+        ("bytes=0-0", 206, Some((0, 0))),
+        ("bytes=-1", 206, Some((size - 1, size - 1))),
+        ("bytes=1048000-", 206, Some((1_048_000, size - 1))),
+        ("bytes=131000-400000", 206, Some((131_000, 400_000))),
+        ("bytes=5-99999999", 206, Some((5, size - 1))),
+        ("bytes=-99999999", 206, Some((0, size - 1))),
+        ("bytes=abc", 200, None),
+        ("bytes=0-1,10-11", 200, None),
+        ("items=0-1", 200, None),
+    ];
+    for (range, status, span) in cases {
+        let answer = get(&url, &[("Range", range)]);
+        assert_eq!(answer.status, status, "{range}");
+        match span {
+            Some((start, end)) => {
+                assert_eq!(answer.header("content-range"), format!("bytes {start}-{end}/{size}"), "{range}");
+                assert_eq!(answer.body, big[start..=end], "{range}");
+            }
+            None => assert_eq!(answer.body.len(), size, "{range}"),
+        }
+        assert_eq!(answer.header("etag"), etag);
+    }
+    for unsatisfiable in [format!("bytes={size}-"), "bytes=-0".to_string()] {
+        let answer = get(&url, &[("Range", &unsatisfiable)]);
+        assert_eq!(answer.status, 416, "{unsatisfiable}");
+        assert_eq!(answer.header("content-range"), format!("bytes */{size}"));
+    }
+    let last_modified = get(&url, &[]).header("last-modified").to_string();
+    assert_eq!(get(&url, &[("If-None-Match", &etag)]).status, 304);
+    assert_eq!(get(&url, &[("If-None-Match", &format!("\"x\", W/{etag}"))]).status, 304);
+    assert_eq!(get(&url, &[("If-None-Match", "*")]).status, 304);
+    let changed = get(&url, &[("If-None-Match", "\"other\"")]);
+    assert_eq!((changed.status, changed.body.len()), (200, size));
+    assert_eq!(get(&url, &[("If-Modified-Since", &last_modified)]).status, 304);
+    assert_eq!(get(&url, &[("If-Modified-Since", "Mon, 01 Jan 2001 00:00:00 GMT")]).status, 200);
+    assert_eq!(get(&url, &[("Range", "bytes=0-9"), ("If-Range", &etag)]).status, 206);
+    assert_eq!(get(&url, &[("Range", "bytes=0-9"), ("If-Range", &last_modified)]).status, 206);
+    assert_eq!(get(&url, &[("Range", "bytes=0-9"), ("If-Range", "\"stale\"")]).status, 200);
+    let head = client().head(&url).call().unwrap();
+    assert_eq!(head.headers()["content-length"], size.to_string().as_str());
+}
+
+#[test]
+fn hostile_paths_never_leave_the_collection() {
+    let env = TestEnv::new();
+    let (root, names) = library(&env);
+    let name = &names[0];
+    let ibip = ibip_of(&env, &root, name);
+    env.write(&format!("lib/{name}/data/unlisted.txt"), b"not in the manifest");
+    let server = env.serve(&[&root], &[]);
+    let p = server.port;
+    let attempts = [
+        "/%2e%2e/%2e%2e/%2e%2e/etc/passwd".to_string(),
+        "/../../../../etc/passwd".to_string(),
+        format!("/{name}/..%2f..%2f..%2f..%2f.ibi%2fcollection.toml"),
+        format!("/{name}/data/%2e%2e/%2e%2e/%2e%2e/%2e%2e/%2e%2e/.ibi/collection.toml"),
+        format!("/{name}/data/hello.txt%00.pdf"),
+        format!("/{name}/data%5c..%5c..%5cbagit.txt"),
+        format!("/{name}//data/hello.txt"),
+        "/.ibi/collection.toml".to_string(),
+        "/.ibi/inventory.sqlite".to_string(),
+        format!("/.ibip/{ibip}"),
+        format!("/{name}/data/unlisted.txt"),
+        format!("/{name}/ibi-versions/1/bagit.txt"),
+        format!("/{name}/data/%c0%ae%c0%ae/bagit.txt"),
+        format!("/{name}/{}", "x".repeat(5000)),
+    ];
+    for path in &attempts {
+        let (status, answer) = raw_get(p, path);
+        assert!(matches!(status, 400 | 404 | 414 | 431), "{path}: {status}\n{answer}");
+        for secret in ["root:", "not in the manifest", "subsystem", "SQLite"] {
+            assert!(!answer.contains(secret), "{path} leaked {secret:?}: {answer}");
+        }
+    }
+    let long_header =
+        format!("GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\nConnection: close\r\n\r\n", "y".repeat(40_000));
+    let (status, _) = raw(p, long_header.as_bytes());
+    assert_eq!(status, 431, "a header block past the bound is refused");
+    let (status, _) = raw(p, b"DELETE / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    assert_eq!(status, 405);
+    let (status, _) = raw_get(p, &format!("/{name}/data/hello.txt"));
+    assert_eq!(status, 200, "and the server still serves");
+}
+
+#[test]
+fn planted_symlinks_and_fifos_are_never_served() {
+    let env = TestEnv::new();
+    let (root, names) = library(&env);
+    let name = &names[0];
+    let item = env.path(&format!("lib/{name}"));
+    env.write("outside/note.md", b"outside the collection");
+    std::fs::remove_file(item.join("data/hello.txt")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", item.join("data/hello.txt")).unwrap();
+    std::fs::remove_dir_all(item.join("data/sub")).unwrap();
+    std::os::unix::fs::symlink(env.path("outside"), item.join("data/sub")).unwrap();
+    sh(&format!("rm '{0}' && mkfifo '{0}'", item.join("bagit.txt").display()));
+    let server = env.serve(&[&root], &[]);
+    for (file, secret) in
+        [("data/hello.txt", "root:"), ("data/sub/note.md", "outside the collection"), ("bagit.txt", "")]
+    {
+        let answer = get(&server.url(&format!("/{name}/{file}")), &[]);
+        assert_eq!(answer.status, 500, "{file}: {}", answer.text());
+        assert!(answer.text().contains("cannot be read"), "{file}: {}", answer.text());
+        assert!(secret.is_empty() || !answer.text().contains(secret), "{file} leaked");
+    }
+    let zip = client().get(&server.url(&format!("/{name}.zip"))).call();
+    let leaked = zip.ok().and_then(|mut r| r.body_mut().read_to_vec().ok()).unwrap_or_default();
+    assert!(!String::from_utf8_lossy(&leaked).contains("root:"), "the zip stops at the symlink");
+}
+
+#[test]
+fn damaged_bytes_are_never_served_as_a_whole_file() {
+    let env = TestEnv::new();
+    let (root, names) = library(&env);
+    let name = &names[0];
+    let server = env.serve(&[&root], &[]);
+    assert_eq!(get(&server.url(&format!("/{name}/data/hello.txt")), &[]).status, 200);
+    // Damaged in place, same size: the small file is refused, the large one cut short.
+    env.write(&format!("lib/{name}/data/hello.txt"), b"HELLO, WORLD\n");
+    let mut big = std::fs::read(env.path(&format!("lib/{name}/data/big.bin"))).unwrap();
+    big[700_000] ^= 1;
+    std::fs::write(env.path(&format!("lib/{name}/data/big.bin")), &big).unwrap();
+    let small = get(&server.url(&format!("/{name}/data/hello.txt")), &[]);
+    assert_eq!(small.status, 500);
+    assert!(small.text().contains("ibi verify"), "{}", small.text());
+    let response = client().get(&server.url(&format!("/{name}/data/big.bin"))).call().unwrap();
+    assert_eq!(response.status(), 200);
+    let read = response.into_body().with_config().limit(u64::MAX).read_to_vec();
+    assert!(read.is_err(), "the stream of a damaged large file fails before its end");
+}
+
+#[test]
+fn an_updated_item_is_served_fresh_and_browse_finds_items() {
+    let env = TestEnv::new();
+    let (root, names) = library(&env);
+    let server = env.serve(&[&root], &[]);
+    let name = &names[2];
+    assert_eq!(get(&server.url(&format!("/{name}/data/c.txt")), &[]).text(), "item c\n");
+    let new = env.write("c2.txt", b"item c, corrected\n");
+    env.ok(&["update", &root, name, "--add", &format!("{}=c.txt", new.display())]);
+    assert_eq!(get(&server.url(&format!("/{name}/data/c.txt")), &[]).text(), "item c, corrected\n");
+    let landing = get(&server.url(&format!("/{name}")), &[("Accept", "application/json")]);
+    let value: serde_json::Value = serde_json::from_slice(&landing.body).unwrap();
+    assert_eq!(value["versions"].as_array().unwrap().len(), 2, "the history shows both versions");
+
+    let all = get(&server.url("/"), &[("Accept", "application/json")]);
+    let value: serde_json::Value = serde_json::from_slice(&all.body).unwrap();
+    let listed: Vec<&str> = value["items"].as_array().unwrap().iter().map(|i| i["name"].as_str().unwrap()).collect();
+    let newest_first: Vec<&str> = names.iter().rev().map(String::as_str).collect();
+    assert_eq!(listed, newest_first);
+    let search = |query: &str| -> Vec<String> {
+        let answer = get(&server.url(&format!("/?{query}")), &[("Accept", "application/json")]);
+        let value: serde_json::Value = serde_json::from_slice(&answer.body).unwrap();
+        value["items"].as_array().unwrap().iter().map(|i| i["name"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(search("q=cachoeira+rainfall"), vec![names[0].clone()]);
+    let common = &names[0][..names[0].rfind('/').unwrap()];
+    assert_eq!(search(&format!("prefix={}", common.to_uppercase())).len(), 3, "a prefix in any letter case");
+    let by_name = search(&format!("prefix={}", names[1]));
+    assert!(by_name.contains(&names[1]) && by_name.iter().all(|n| n.starts_with(&names[1])), "{by_name:?}");
+    assert_eq!(search("date=1999").len(), 0);
+    assert_eq!(search(&format!("date={}", &value["items"][0]["date"].as_str().unwrap()[..4])).len(), 3);
+    let html = get(&server.url("/?q=third"), &[]).text();
+    assert!(html.contains(&names[2]) && !html.contains(&names[0]), "{html}");
+}
+
+#[test]
+fn browse_pages_through_many_items() {
+    let env = TestEnv::new();
+    let root = env.filled("many", 60, 1);
+    let server = env.serve(&[&root], &[]);
+    let page = |n: usize| -> serde_json::Value {
+        let answer = get(&server.url(&format!("/?page={n}")), &[("Accept", "application/json")]);
+        serde_json::from_slice(&answer.body).unwrap()
+    };
+    let (first, second) = (page(1), page(2));
+    assert_eq!(first["total"], 60);
+    assert_eq!(first["items"].as_array().unwrap().len(), 50);
+    assert_eq!(second["items"].as_array().unwrap().len(), 10);
+    let html = get(&server.url("/"), &[]).text();
+    assert!(html.contains("page=2") && html.contains("Older"), "a link to the next page");
+    assert_eq!(get(&server.url("/?page=x"), &[]).status, 400);
+}
+
+#[test]
+fn a_thousand_connections_held_open() {
+    let env = TestEnv::new();
+    let (root, names) = library(&env);
+    let server = env.serve(&[&root], &[]);
+    raise_open_file_limit();
+    let request = format!("GET /{}/data/hello.txt HTTP/1.1\r\nHost: t\r\n\r\n", names[0]);
+    let mut streams: Vec<TcpStream> = (0..1000)
+        .map(|i| TcpStream::connect(("127.0.0.1", server.port)).unwrap_or_else(|e| panic!("connection {i}: {e}")))
+        .collect();
+    for round in 0..2 {
+        for stream in &mut streams {
+            stream.write_all(request.as_bytes()).unwrap();
+        }
+        for (i, stream) in streams.iter_mut().enumerate() {
+            stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let answer = read_one_response(stream);
+            assert!(
+                answer.starts_with("HTTP/1.1 200") && answer.ends_with("hello, world\n"),
+                "round {round}, connection {i}: {answer}"
+            );
+        }
+    }
+    assert_eq!(raw_get(server.port, "/").0, 200, "a new connection is still served");
+}
+
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit only read and write the struct given.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        limit.rlim_cur = limit.rlim_max.min(65_536).max(limit.rlim_cur);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+    }
+}
+
+/// Reads one response with a Content-Length from a kept-alive connection.
+fn read_one_response(stream: &mut TcpStream) -> String {
+    let mut bytes = Vec::new();
+    let mut byte = [0u8; 1];
+    while !bytes.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).expect("a response head");
+        bytes.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&bytes).to_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("a content-length");
+    let mut body = vec![0; length];
+    stream.read_exact(&mut body).unwrap();
+    bytes.extend(body);
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[test]
+fn sigterm_lets_a_download_under_way_finish() {
+    let env = TestEnv::new();
+    let root = env.collection("lib");
+    let payload: Vec<u8> = (0..64u32 * 1024 * 1024).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+    let src = env.write("src/large/large.bin", &payload);
+    let run = env.ok(&["deposit", &root, src.parent().unwrap().to_str().unwrap()]);
+    let name = run.stdout.split('\t').next().unwrap().trim().to_string();
+    let mut server = env.serve(&[&root], &[]);
+    let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let request = format!("GET /{name}/data/large.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut first = vec![0; 64 * 1024];
+    stream.read_exact(&mut first).unwrap();
+    // SAFETY: kill only sends a signal to the server this test started.
+    assert_eq!(unsafe { libc::kill(server.pid(), libc::SIGTERM) }, 0);
+    let refused = crate::env::wait_until(10, || TcpStream::connect(("127.0.0.1", server.port)).is_err());
+    assert!(refused, "after SIGTERM no new connection is taken");
+    let mut rest = Vec::new();
+    stream.read_to_end(&mut rest).unwrap();
+    first.extend(rest);
+    let split = first.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert_eq!(first.len() - split, payload.len(), "the download under way finished");
+    assert!(first[split..] == payload[..], "with the right bytes");
+    let child = server.reaper.0.as_mut().unwrap();
+    let exited = crate::env::wait_until(10, || child.try_wait().unwrap().is_some());
+    assert!(exited, "the server ends once the download is done");
+    assert_eq!(child.try_wait().unwrap().unwrap().code(), Some(0));
+    assert!(server.stderr.lock().unwrap().contains("stopping"));
+}
+
+/// Debian's chromium, installed by `scripts/setup`.
+fn chromium() -> String {
+    let found = ["chromium", "chromium-browser", "google-chrome"].into_iter().find(|c| {
+        Command::new("sh").arg("-c").arg(format!("command -v {c}")).output().is_ok_and(|o| o.status.success())
+    });
+    found.expect("chromium is missing: run scripts/setup (scripts/test does)").to_string()
+}
+
+#[test]
+fn pages_render_in_headless_chromium() {
+    let env = TestEnv::new();
+    let (root, names) = library(&env);
+    let name = &names[0];
+    let ibip = ibip_of(&env, &root, name);
+    let server = env.serve(&[&root], &[]);
+    let output = repo().join("target/test-output");
+    std::fs::create_dir_all(&output).unwrap();
+    let browser = chromium();
+    for (page, url) in [("landing", server.url(&format!("/{name}"))), ("browse", server.url("/"))] {
+        let shot = output.join(format!("serve-{page}.png"));
+        let _ = std::fs::remove_file(&shot);
+        let profile = env.path(&format!("chromium-{page}"));
+        let headless = |extra: &[String]| {
+            let mut command = Command::new(&browser);
+            command.args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"]);
+            command.arg(format!("--user-data-dir={}", profile.display())).args(extra).arg(&url);
+            command.stderr(Stdio::null()).output().expect("run chromium")
+        };
+        headless(&[format!("--screenshot={}", shot.display()), "--window-size=1280,1024".to_string()]);
+        let png = std::fs::read(&shot).unwrap_or_else(|e| panic!("no screenshot of the {page} page: {e}"));
+        assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "{page}: a real screenshot");
+        let dom = String::from_utf8_lossy(&headless(&["--dump-dom".to_string()]).stdout).into_owned();
+        assert!(dom.contains(name.as_str()) && dom.contains(ibip.as_str()), "{page}: the identifiers show: {dom}");
+    }
+}
