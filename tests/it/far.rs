@@ -362,3 +362,17 @@ fn retire_of_a_far_collection_says_where_to_run_it() {
     let run = env.far_fails("false", &["retire", "lab:/srv/library"], 2);
     assert!(run.stderr.contains("on lab itself"), "{}", run.stderr);
 }
+
+#[test]
+fn a_far_collection_is_served_over_http() {
+    let env = TestEnv::new();
+    let rsh = env.shim("rsh", "", None);
+    let root = env.filled("lib", 2, 2);
+    let name = env.ok(&["list", &root]).lines()[0].split('\t').next().unwrap().to_string();
+    let far = format!("lab:{root}");
+    let server = crate::serve::Server::start(env.far_command(&rsh, &["serve", &far, "--listen", "127.0.0.1:0"]));
+    let landing = crate::serve::get(&server.url(&format!("/{name}")), &[]);
+    assert_eq!(landing.status, 200, "{}", landing.text());
+    let file = crate::serve::get(&server.url(&format!("/{name}/data/f1.txt")), &[("Range", "bytes=-4")]);
+    assert_eq!((file.status, file.text().as_str()), (206, "e 1\n"));
+}

@@ -19,8 +19,15 @@ pub struct Moto {
     _server: Reaper,
 }
 
+/// A free port below the kernel's ephemeral range (32768 and up), so that no server
+/// bound to port 0 by another test can take it between this check and moto's bind.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    let start = 20_000 + (std::process::id() % 1000) as u16 * 12;
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u16;
+    (0..12_000u16)
+        .map(|i| start.wrapping_add(seed % 97).wrapping_add(i * 7) % 12_000 + 20_000)
+        .find(|port| TcpListener::bind(("127.0.0.1", *port)).is_ok())
+        .expect("a free port between 20000 and 32000")
 }
 
 impl Moto {
@@ -409,4 +416,26 @@ fn mirror_between_s3_and_a_far_collection_both_ways() {
     run(&["-q", "mirror", &far, back]);
     run(&["-q", "verify", &far]);
     assert_eq!(env.s3_identities(p, back), env.identities(&a), "local -> S3 -> far -> S3, every item intact");
+}
+
+#[test]
+fn an_s3_collection_is_served_over_http() {
+    let env = TestEnv::new();
+    let moto = Moto::start("lib");
+    let p = moto.port;
+    let s3 = "s3://lib/served";
+    env.s3_collection(p, s3);
+    let file = env.write("src/report/report.txt", &b"0123456789".repeat(1000));
+    let run = env.s3_ok(p, &["deposit", s3, file.parent().unwrap().to_str().unwrap()]);
+    let name = run.stdout.split('\t').next().unwrap().trim().to_string();
+    let mut command = env.s3_command(p, &["serve", s3, "--listen", "127.0.0.1:0"]);
+    command.env_remove("NO_PROXY");
+    let server = crate::serve::Server::start(command);
+    let landing = crate::serve::get(&server.url(&format!("/{name}")), &[]);
+    assert_eq!(landing.status, 200);
+    assert!(landing.text().contains(&name) && landing.text().contains("data/report.txt"));
+    let whole = crate::serve::get(&server.url(&format!("/{name}/data/report.txt")), &[]);
+    assert_eq!(whole.body, b"0123456789".repeat(1000));
+    let part = crate::serve::get(&server.url(&format!("/{name}/data/report.txt")), &[("Range", "bytes=9995-")]);
+    assert_eq!((part.status, part.body.as_slice()), (206, &b"56789"[..]));
 }

@@ -280,7 +280,8 @@ fn ranges_and_conditional_requests() {
     let big = std::fs::read(env.path("src/a/big.bin")).unwrap();
     let size = big.len();
     let etag = format!("\"{}\"", sha256_hex(&big));
-    let cases: [(&str, u16, Option<(usize, usize)>); 9] = [
+    type Case<'a> = (&'a str, u16, Option<(usize, usize)>);
+    let cases: [Case; 9] = [
         ("bytes=0-0", 206, Some((0, 0))),
         ("bytes=-1", 206, Some((size - 1, size - 1))),
         ("bytes=1048000-", 206, Some((1_048_000, size - 1))),
