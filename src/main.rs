@@ -5,6 +5,11 @@
 
 mod cli;
 
+/// mimalloc: `serve --listen` allocates and frees a little for every request, and
+/// glibc's malloc took about 8% of a loaded server's time (perf).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     cli::run(|| {
         ctrlc::set_handler(|| {

@@ -615,6 +615,9 @@ pub struct ServeArgs {
     /// Another place serving the same collections (repeatable): listed in 10320/loc and on item pages.
     #[arg(long = "mirror", value_name = "URL", requires = "listen")]
     pub mirrors: Vec<String>,
+    /// Hash files over 256 KiB as they stream and cut a damaged one short (about half the throughput).
+    #[arg(long, requires = "listen")]
+    pub verify_streams: bool,
     /// Talk the far protocol on stdin and stdout (what ssh runs).
     #[arg(long)]
     pub stdio: bool,

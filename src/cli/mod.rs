@@ -139,8 +139,13 @@ fn serve(args: &args::ServeArgs) -> Result<Outcome> {
             });
         }
         GRACEFUL.store(true, Ordering::SeqCst);
-        return http::serve(&args.roots, listen, args.public_url.clone(), args.mirrors.clone())
-            .map(|_| Outcome::Success);
+        let options = http::Options {
+            listen,
+            public_url: args.public_url.clone(),
+            mirrors: args.mirrors.clone(),
+            verify_streams: args.verify_streams,
+        };
+        return http::serve(&args.roots, options).map(|_| Outcome::Success);
     }
     let options = ibi::store::far::serve::ServeOptions {
         restrict_to: args.restrict_to_path.clone(),

@@ -393,12 +393,13 @@ fn planted_symlinks_and_fifos_are_never_served() {
 }
 
 #[test]
-fn damaged_bytes_are_never_served_as_a_whole_file() {
+fn damaged_bytes_are_refused_or_detectable() {
     let env = TestEnv::new();
     let (root, names) = library(&env);
     let name = &names[0];
     let server = env.serve(&[&root], &[]);
-    assert_eq!(get(&server.url(&format!("/{name}/data/hello.txt")), &[]).status, 200);
+    let verifying = env.serve(&[&root], &["--verify-streams"]);
+    assert_eq!(get(&server.url(&format!("/{name}/data/sub/note.md")), &[]).status, 200);
     // Damaged in place, same size: the small file is refused, the large one cut short.
     env.write(&format!("lib/{name}/data/hello.txt"), b"HELLO, WORLD\n");
     let mut big = std::fs::read(env.path(&format!("lib/{name}/data/big.bin"))).unwrap();
@@ -407,10 +408,14 @@ fn damaged_bytes_are_never_served_as_a_whole_file() {
     let small = get(&server.url(&format!("/{name}/data/hello.txt")), &[]);
     assert_eq!(small.status, 500);
     assert!(small.text().contains("ibi verify"), "{}", small.text());
-    let response = client().get(&server.url(&format!("/{name}/data/big.bin"))).call().unwrap();
+    // Streamed as it is, a damaged large file does not match its Repr-Digest, so a client can tell.
+    let plain = get(&server.url(&format!("/{name}/data/big.bin")), &[]);
+    let claimed = plain.header("etag").trim_matches('"').to_string();
+    assert_ne!(sha256_hex(&plain.body), claimed, "the digest headers say what the bytes should be");
+    let response = client().get(&verifying.url(&format!("/{name}/data/big.bin"))).call().unwrap();
     assert_eq!(response.status(), 200);
     let read = response.into_body().with_config().limit(u64::MAX).read_to_vec();
-    assert!(read.is_err(), "the stream of a damaged large file fails before its end");
+    assert!(read.is_err(), "with --verify-streams the stream of a damaged large file fails before its end");
 }
 
 #[test]

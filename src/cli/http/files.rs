@@ -3,10 +3,12 @@
 //! date of the item's current version (the same on every mirror). Conditional
 //! requests (`If-None-Match`, `If-Modified-Since`, `If-Range`) and one byte range
 //! per request (206, 416; several ranges get the whole file, as RFC 9110 allows)
-//! are answered before any byte is read. The bytes are checked against the
-//! manifest on the way out: a small file before its response starts (a mismatch
-//! re-reads the item once, then answers 500), a large one as it streams (a
-//! mismatch cuts the connection, so a client never keeps damaged bytes as whole).
+//! are answered before any byte is read. A small file's bytes are checked against
+//! the manifest before its response starts (a mismatch re-reads the item once,
+//! then answers 500) and kept by digest (`SmallFiles`); a large one is streamed as
+//! it is, its `Repr-Digest` letting the client check it, unless `--verify-streams`
+//! asks for it to be hashed on the way (the last chunk is held back, and a
+//! mismatch cuts the connection), which halves the throughput.
 
 use std::io::Read;
 use std::sync::Arc;
@@ -19,13 +21,13 @@ use http_range_header::{EndPosition, StartPosition};
 use ibi::digest::Hasher;
 use ibi::ops::resolution::{FileView, ItemView, Resolution};
 
-use super::routes::{blocking, refuse, Raw};
+use super::routes::{blocking, refuse, short, Raw};
 use super::App;
 
 /// Files up to this size are read whole, and checked, before the response starts.
 const SMALL: u64 = 256 * 1024;
 /// The size of each chunk streamed.
-const CHUNK: usize = 128 * 1024;
+const CHUNK: usize = 1024 * 1024;
 
 /// What the validators of one file are.
 struct Validators {
@@ -63,7 +65,9 @@ pub async fn response(
     let mut response = match range {
         Some((start, end, size)) => ranged(&app, store, &view, &file, start, end, size).await,
         None if file.size.is_some_and(|s| s <= SMALL) => whole_small(&app, store, view.clone(), file.clone()).await,
-        None => streamed(&app, store, &view, &file, 0, file.size, Some(file.sha256.clone())).await,
+        None => {
+            streamed(&app, store, &view, &file, 0, file.size, app.verify_streams.then(|| file.sha256.clone())).await
+        }
     };
     if response.status().is_success() {
         describe(response.headers_mut(), &file, &validators);
@@ -106,10 +110,21 @@ fn hex_bytes(hex: &str) -> Option<Vec<u8>> {
     (0..hex.len()).step_by(2).map(|i| hex.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok())).collect()
 }
 
-/// An RFC 3339 date as an HTTP date.
+/// An RFC 3339 date as an HTTP date (the last one converted is kept per thread:
+/// requests for one item ask for the same date again and again).
 pub fn http_date(rfc3339: &str) -> Option<String> {
-    let date = chrono::DateTime::parse_from_rfc3339(rfc3339).ok()?;
-    Some(date.with_timezone(&chrono::Utc).format("%a, %d %b %Y %H:%M:%S GMT").to_string())
+    thread_local! {
+        static LAST: std::cell::RefCell<(String, Option<String>)> = const { std::cell::RefCell::new((String::new(), None)) };
+    }
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        if last.0 != rfc3339 {
+            let date = chrono::DateTime::parse_from_rfc3339(rfc3339).ok();
+            let text = date.map(|d| d.with_timezone(&chrono::Utc).format("%a, %d %b %Y %H:%M:%S GMT").to_string());
+            *last = (rfc3339.to_string(), text);
+        }
+        last.1.clone()
+    })
 }
 
 fn header_text(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
@@ -193,15 +208,20 @@ async fn ranged(
 
 /// A small file, read whole and checked before a byte goes out.
 async fn whole_small(app: &Arc<App>, store: usize, view: Arc<ItemView>, file: FileView) -> Response {
+    if let Some(bytes) = app.small_files.get(&file.sha256) {
+        return ok_bytes(bytes);
+    }
     let reader = app.clone();
     let name = view.name.clone();
     let path = file.path.clone();
-    let read = blocking(move || read_whole(&reader, store, &name, &path)).await;
-    let bytes = match read {
-        Ok(bytes) => bytes,
-        Err(e) => return unreadable(&view, &file, &e.to_string()),
+    let bytes = match short(app, move || read_whole(&reader, store, &name, &path)).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(e)) => return unreadable(&view, &file, &e.to_string()),
+        Err(timed_out) => return timed_out,
     };
     if sha256_of(&bytes) == file.sha256 {
+        let bytes = Bytes::from(bytes);
+        app.small_files.put(&file.sha256, &bytes);
         return ok_bytes(bytes);
     }
     // The item may have been replaced since its view was read: read it again, once.
@@ -214,14 +234,14 @@ async fn whole_small(app: &Arc<App>, store: usize, view: Arc<ItemView>, file: Fi
     .await;
     if let Ok(Resolution::Item { view: fresh, .. }) = fresh {
         if fresh.file(&file.path).is_some_and(|f| f.sha256 == sha256_of(&bytes)) {
-            return ok_bytes(bytes);
+            return ok_bytes(Bytes::from(bytes));
         }
     }
     let why = "its bytes do not match the item's manifest; the collection's operator should run `ibi verify`";
     refuse(StatusCode::INTERNAL_SERVER_ERROR, &format!("{}/{}", view.name, file.path), why)
 }
 
-fn ok_bytes(bytes: Vec<u8>) -> Response {
+fn ok_bytes(bytes: Bytes) -> Response {
     let length = bytes.len();
     let mut response = (StatusCode::OK, Body::from(bytes)).into_response();
     response.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(length));
@@ -293,7 +313,7 @@ fn send_chunks(
     sender: &tokio::sync::mpsc::Sender<std::io::Result<Bytes>>,
 ) -> std::io::Result<()> {
     let mut reader = reader.take(length.unwrap_or(u64::MAX));
-    let mut hasher = Hasher::new(&[]);
+    let mut hasher = expect.as_ref().map(|_| Hasher::new(&[]));
     let mut left = length;
     let mut held: Option<Bytes> = None;
     loop {
@@ -310,15 +330,19 @@ fn send_chunks(
             }
         }
         chunk.truncate(n);
-        hasher.update(&chunk);
+        if let Some(hasher) = hasher.as_mut() {
+            hasher.update(&chunk);
+        }
         left = left.map(|l| l.saturating_sub(n as u64));
         held = Some(Bytes::from(chunk));
     }
     if left.is_some_and(|l| l > 0) {
         return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file is shorter than its listing"));
     }
-    if expect.is_some_and(|e| e != hasher.finish().sha256()) {
-        return Err(std::io::Error::other("the file does not match its manifest"));
+    if let (Some(expect), Some(hasher)) = (expect, hasher) {
+        if expect != hasher.finish().sha256() {
+            return Err(std::io::Error::other("the file does not match its manifest"));
+        }
     }
     if let Some(last) = held {
         let _ = sender.blocking_send(Ok(last));
@@ -328,4 +352,39 @@ fn send_chunks(
 
 fn sha256_of(bytes: &[u8]) -> String {
     ibi::digest::of_bytes(bytes, &[]).sha256().to_string()
+}
+
+/// The bytes of small files already checked against their manifests, by sha256:
+/// content-addressed, so an entry can never be stale (a changed file has another
+/// digest in its item's new view). Bounded: emptied when it would pass its budget.
+pub struct SmallFiles {
+    entries: std::sync::Mutex<(std::collections::HashMap<String, Bytes>, usize)>,
+}
+
+/// Files up to this size are kept.
+const CACHED_FILE: usize = 64 * 1024;
+/// All kept files together stay under this.
+const CACHE_BUDGET: usize = 64 * 1024 * 1024;
+
+impl SmallFiles {
+    pub fn new() -> SmallFiles {
+        SmallFiles { entries: std::sync::Mutex::new((std::collections::HashMap::new(), 0)) }
+    }
+
+    fn get(&self, sha256: &str) -> Option<Bytes> {
+        self.entries.lock().ok()?.0.get(sha256).cloned()
+    }
+
+    fn put(&self, sha256: &str, bytes: &Bytes) {
+        if bytes.len() > CACHED_FILE {
+            return;
+        }
+        let Ok(mut entries) = self.entries.lock() else { return };
+        if entries.1 + bytes.len() > CACHE_BUDGET {
+            *entries = (std::collections::HashMap::new(), 0);
+        }
+        if entries.0.insert(sha256.to_string(), bytes.clone()).is_none() {
+            entries.1 += bytes.len();
+        }
+    }
 }

@@ -42,13 +42,32 @@ pub struct App {
     pub public_url: Option<String>,
     /// Other places serving the same collections (each ends in `/`).
     pub mirrors: Vec<String>,
+    /// Every store is on this machine's filesystem (`routes::short` runs inline).
+    pub all_local: bool,
+    /// Small files checked against their manifests, by digest.
+    pub small_files: files::SmallFiles,
+    /// Hash large files as they stream, and cut a damaged one short.
+    pub verify_streams: bool,
 }
 
-/// Serves `roots` at `listen` until SIGTERM or SIGINT.
-pub fn serve(roots: &[PathBuf], listen: SocketAddr, public_url: Option<String>, mirrors: Vec<String>) -> Result<()> {
+/// How to serve, from the command line.
+pub struct Options {
+    pub listen: SocketAddr,
+    pub public_url: Option<String>,
+    pub mirrors: Vec<String>,
+    pub verify_streams: bool,
+}
+
+/// Serves `roots` as `options` say until SIGTERM or SIGINT.
+pub fn serve(roots: &[PathBuf], options: Options) -> Result<()> {
+    let Options { listen, public_url, mirrors, verify_streams } = options;
     let stores = roots.iter().map(|root| super::open(root)).collect::<ibi::Result<Vec<_>>>()?;
     let with_slash = |url: String| if url.ends_with('/') { url } else { format!("{url}/") };
+    let all_local = stores.iter().all(|store| store.local_root().is_some());
     let app = Arc::new(App {
+        all_local,
+        small_files: files::SmallFiles::new(),
+        verify_streams,
         resolver: Resolver::new(stores),
         public_url: public_url.map(with_slash),
         mirrors: mirrors.into_iter().map(with_slash).collect(),

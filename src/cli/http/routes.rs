@@ -27,33 +27,69 @@ pub struct Raw;
 
 pub fn router(app: Arc<App>) -> Router {
     use tower_http::compression::CompressionLayer;
+    use tower_http::set_header::SetResponseHeaderLayer;
     let not_raw =
         |_: StatusCode, _: axum::http::Version, _: &HeaderMap, ext: &axum::http::Extensions| ext.get::<Raw>().is_none();
+    // Pages are compressed and timed by tower-http's layers; the item route (files,
+    // the hot path) compresses its pages itself (`compressed`) and times only the
+    // store calls that may wait on a network (`short`).
     Router::new()
         .route("/", get(browse))
         .route("/api/handles/{*id}", get(api_handles))
-        .fallback(item_route)
-        .with_state(app)
-        .layer(CompressionLayer::new().compress_when(not_raw))
-        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+        .route_layer(CompressionLayer::new().compress_when(not_raw))
+        .route_layer(tower_http::timeout::TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
             super::RESPONSE_TIMEOUT,
         ))
-        .layer(axum::middleware::map_response(common_headers))
+        .fallback(item_route)
+        .with_state(app)
+        .layer(SetResponseHeaderLayer::overriding(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(PAGE_POLICY),
+        ))
 }
 
-async fn common_headers(mut response: Response) -> Response {
-    let headers = response.headers_mut();
-    headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
-    headers.entry(header::CONTENT_SECURITY_POLICY).or_insert(HeaderValue::from_static(
-        "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; frame-ancestors 'none'",
-    ));
-    response
-}
+/// What a page may load: its own inline style, nothing else.
+const PAGE_POLICY: &str =
+    "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; frame-ancestors 'none'";
 
 /// Runs blocking store work on the blocking pool.
 pub async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
     tokio::task::spawn_blocking(work).await.expect("a blocking task of the server panicked")
+}
+
+/// Runs short store work (a cached lookup, a stat, a small read): right here when
+/// every collection is on this machine's filesystem, where it takes microseconds
+/// from the page cache (as nginx reads files on its event loop); on the blocking
+/// pool when a store may wait on the network.
+pub async fn short<T: Send + 'static>(app: &App, work: impl FnOnce() -> T + Send + 'static) -> Result<T, Response> {
+    if app.all_local {
+        return Ok(work());
+    }
+    tokio::time::timeout(super::RESPONSE_TIMEOUT, blocking(work)).await.map_err(|_| {
+        let why = format!("a collection did not answer within {} s", super::RESPONSE_TIMEOUT.as_secs());
+        refuse(StatusCode::SERVICE_UNAVAILABLE, "collection", &why)
+    })
+}
+
+/// A page compressed as the request's Accept-Encoding allows (tower-http's layer,
+/// applied to this one response).
+pub async fn compressed(headers: &HeaderMap, page: Response) -> Response {
+    use tower::{Layer, ServiceExt};
+    let mut request = axum::http::Request::new(axum::body::Body::empty());
+    if let Some(accept) = headers.get(header::ACCEPT_ENCODING) {
+        request.headers_mut().insert(header::ACCEPT_ENCODING, accept.clone());
+    }
+    let page = std::sync::Mutex::new(Some(page));
+    let service = tower::service_fn(move |_| {
+        let page = page.lock().ok().and_then(|mut p| p.take()).unwrap_or_default();
+        async move { Ok::<_, std::convert::Infallible>(page) }
+    });
+    match tower_http::compression::CompressionLayer::new().layer(service).oneshot(request).await {
+        Ok(response) => response.map(axum::body::Body::new),
+        Err(never) => match never {},
+    }
 }
 
 /// Whether the client prefers JSON to HTML.
@@ -143,7 +179,10 @@ async fn item_route(State(app): State<Arc<App>>, request: Request) -> Response {
     };
     let resolver_app = app.clone();
     let identifier = asked.identifier.clone();
-    let resolution = blocking(move || resolver_app.resolver.resolve(&identifier)).await;
+    let resolution = match short(&app, move || resolver_app.resolver.resolve(&identifier)).await {
+        Ok(resolution) => resolution,
+        Err(timed_out) => return timed_out,
+    };
     let headers = request.headers();
     match resolution {
         Err(e) => pages::not_found_response(
@@ -194,10 +233,11 @@ async fn serve_item(
     if asked.rest.is_empty() {
         let base = url_base(app, headers);
         let json = wants_json(headers);
-        return match query {
+        let page = match query {
             Some("?") => pages::metadata_response(&view, json),
             _ => pages::landing_response(&view, &base, &app.mirrors, json),
         };
+        return compressed(headers, page).await;
     }
     let path = asked.rest.join("/");
     match view.file(&path) {
