@@ -27,7 +27,7 @@ use super::App;
 /// Files up to this size are read whole, and checked, before the response starts.
 const SMALL: u64 = 256 * 1024;
 /// The size of each chunk streamed.
-const CHUNK: usize = 1024 * 1024;
+const CHUNK: usize = 256 * 1024;
 
 /// What the validators of one file are.
 struct Validators {
@@ -273,7 +273,7 @@ async fn streamed(
     length: Option<u64>,
     expect: Option<String>,
 ) -> Response {
-    let (sender, receiver) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
+    let (sender, receiver) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(2);
     let (opened_tx, opened_rx) = tokio::sync::oneshot::channel::<std::io::Result<()>>();
     let reader = app.clone();
     let name = view.name.clone();

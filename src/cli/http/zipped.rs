@@ -58,7 +58,7 @@ fn top_folder(view: &ItemView) -> String {
 }
 
 pub fn response(app: Arc<App>, store: usize, view: Arc<ItemView>) -> Response {
-    let (sender, receiver) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
+    let (sender, receiver) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(2);
     let top = top_folder(&view);
     let folder = top.clone();
     tokio::task::spawn_blocking(move || {
