@@ -146,7 +146,7 @@ fn ibip_of(env: &TestEnv, root: &str, name: &str) -> String {
 }
 
 #[test]
-fn landing_metadata_redirects_and_handle_api() {
+fn landing_pages_and_redirects() {
     let env = TestEnv::new();
     let (root, names) = library(&env);
     let server = env.serve(&[&root], &["--mirror", "https://mirror.example.org/"]);
@@ -186,7 +186,15 @@ fn landing_metadata_redirects_and_handle_api() {
         assert_eq!(answer.status, 301, "{asked}{tail}: {}", answer.text());
         assert_eq!(answer.header("location"), format!("/{name}{tail}"));
     }
+}
 
+#[test]
+fn metadata_and_the_handle_api() {
+    let env = TestEnv::new();
+    let (root, names) = library(&env);
+    let server = env.serve(&[&root], &["--mirror", "https://mirror.example.org/"]);
+    let name = &names[0];
+    let ibip = ibip_of(&env, &root, name);
     let metadata = get(&server.url(&format!("/{name}??")), &[("Accept", "application/json")]);
     let value: serde_json::Value = serde_json::from_slice(&metadata.body).unwrap();
     assert!(value["bag_info"].as_array().unwrap().iter().any(|f| f["label"] == "Title"));

@@ -128,7 +128,8 @@ fn files_table(view: &ItemView) -> String {
     format!("<h2>Files</h2><table><tr><th>Path</th><th>Bytes</th><th>sha256</th></tr>{rows}</table>")
 }
 
-fn percent_path(path: &str) -> String {
+/// A path inside an item, each segment percent-encoded for a URL.
+pub fn percent_path(path: &str) -> String {
     use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
     const SEGMENT: &AsciiSet =
         &CONTROLS.add(b' ').add(b'"').add(b'#').add(b'%').add(b'<').add(b'>').add(b'?').add(b'`').add(b'{').add(b'}');

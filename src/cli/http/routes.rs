@@ -199,13 +199,10 @@ async fn item_route(State(app): State<Arc<App>>, request: Request) -> Response {
 }
 
 fn redirect(name: &ibi::id::RepositoryName, asked: &Asked, query: Option<&str>) -> Response {
-    use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
-    const PATH_SEGMENT: &AsciiSet =
-        &CONTROLS.add(b' ').add(b'"').add(b'#').add(b'%').add(b'<').add(b'>').add(b'?').add(b'`').add(b'{').add(b'}');
     let mut location = format!("/{name}{}", if asked.zip { ".zip" } else { "" });
-    for part in &asked.rest {
+    if !asked.rest.is_empty() {
         location.push('/');
-        location.extend(utf8_percent_encode(part, PATH_SEGMENT));
+        location.push_str(&pages::percent_path(&asked.rest.join("/")));
     }
     if let Some(query) = query {
         location.push('?');
