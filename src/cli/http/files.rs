@@ -21,7 +21,7 @@ use http_range_header::{EndPosition, StartPosition};
 use ibi::digest::Hasher;
 use ibi::ops::resolution::{FileView, ItemView, Resolution};
 
-use super::routes::{blocking, refuse, short, Raw};
+use super::common::{blocking, refuse, short, Raw};
 use super::App;
 
 /// Files up to this size are read whole, and checked, before the response starts.

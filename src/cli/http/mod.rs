@@ -6,6 +6,7 @@
 //! request gets is `routes`; resolution itself is the library's
 //! (`ibi::ops::resolution`). Store calls block, so they run on tokio's blocking pool.
 
+mod common;
 mod files;
 mod pages;
 mod routes;

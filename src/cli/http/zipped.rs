@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use ibi::ops::resolution::ItemView;
 use zip::write::SimpleFileOptions;
 
-use super::routes::Raw;
+use super::common::Raw;
 use super::App;
 
 /// Bytes gathered before a chunk goes out.
