@@ -163,7 +163,7 @@ Examples:
   ibi repair /srv/library --from /backup/library            # everything lost or damaged
   ibi repair /srv/library --from /backup/library 8JMKD3MGP8W/34PGRBS --dry-run")]
     Repair(RepairArgs),
-    /// Serve collections over HTTP (--listen), or one to a far ibi over stdin and stdout (--stdio, run by ssh).
+    /// Serve collections over HTTP (--listen), or to a far ibi over ssh (--stdio).
     #[command(after_help = "Examples:
   ibi serve /srv/library --listen 127.0.0.1:8080       # then open http://127.0.0.1:8080/
   ibi serve /srv/library s3://bucket/lib --listen [::]:80 --public-url https://urlib.example/ \\
