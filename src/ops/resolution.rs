@@ -51,9 +51,6 @@ pub struct ItemView {
     pub info: Vec<(String, String)>,
     /// Payload files, then tag files, each in path order.
     pub files: Vec<FileView>,
-    /// Where the collection holding it is (a path or URL), for operators.
-    #[serde(skip)]
-    pub collection: String,
     #[serde(skip)]
     by_path: HashMap<String, usize>,
 }
@@ -312,7 +309,6 @@ pub fn load_view(store: &dyn Store, name: &RepositoryName) -> Result<Option<Item
         versions: record.versions.clone(),
         info: info.fields.clone(),
         files: listed,
-        collection: store.location(),
         by_path,
     }))
 }
@@ -425,7 +421,6 @@ mod tests {
             versions: vec![VersionRecord { number: 1, date: "2009-02-16T17:46:00Z".into(), digest: "cd".repeat(32) }],
             info: Vec::new(),
             files: Vec::new(),
-            collection: String::new(),
             by_path: HashMap::new(),
         };
         let values = handle_values(&view, "http://h/", &["http://m/".into()]);
