@@ -7,6 +7,7 @@ mod deposit;
 mod env;
 mod far;
 mod handles;
+mod hostile;
 mod ident;
 mod invalid;
 mod regress;

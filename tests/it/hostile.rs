@@ -1,0 +1,493 @@
+//! A hostile client against `ibi serve --stdio`: hand-made frames (JSON headers
+//! written here, not through the library's message types), each trying one
+//! attack a restricted key must not get past. Every attack is refused with a
+//! typed error and changes nothing; sentinels outside the collection are hashed
+//! before and after; threads and memory stay bounded.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::env::{ibi_bin, minter_dir, snapshot, TestEnv, MINTER_DIR_ENV};
+
+/// One session with a far server, spoken frame by frame.
+struct Hostile {
+    child: Child,
+    input: ChildStdin,
+    output: BufReader<ChildStdout>,
+    next: u64,
+}
+
+/// A reply: its JSON header and raw payload.
+type Answer = (Value, Vec<u8>);
+
+impl Hostile {
+    /// Starts `ibi serve --stdio ARGS` and answers its greeting with the highest version it offers.
+    fn start(env: &TestEnv, args: &[&str]) -> Hostile {
+        let mut child = Command::new(ibi_bin())
+            .args(["serve", "--stdio"])
+            .args(args)
+            .env(MINTER_DIR_ENV, minter_dir(env.root()))
+            .env_remove("RUST_BACKTRACE")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(env.path("serve.stderr")).unwrap())
+            .spawn()
+            .expect("start ibi serve");
+        let mut output = BufReader::new(child.stdout.take().unwrap());
+        let mut greeting = String::new();
+        output.read_line(&mut greeting).unwrap();
+        let max = greeting.split_whitespace().nth(2).expect("IBI-SERVE MIN MAX").to_string();
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(format!("IBI-CLIENT {max}\n").as_bytes()).unwrap();
+        Hostile { child, input, output, next: 1 }
+    }
+
+    /// Sends one frame without waiting; returns its id.
+    fn send(&mut self, header: Value, payload: &[u8]) -> u64 {
+        let id = self.next;
+        self.next += 1;
+        let header = serde_json::to_vec(&header).unwrap();
+        let mut frame = Vec::new();
+        frame.extend_from_slice(&(header.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&id.to_be_bytes());
+        frame.extend_from_slice(&header);
+        frame.extend_from_slice(payload);
+        // A server that ended the session is seen by the next read.
+        let _ = self.input.write_all(&frame).and_then(|_| self.input.flush());
+        id
+    }
+
+    /// The next reply frame, whatever its id; `None` when the server has closed.
+    fn next_reply(&mut self) -> Option<(u64, Answer)> {
+        let mut head = [0u8; 16];
+        self.output.read_exact(&mut head).ok()?;
+        let header_len = u32::from_be_bytes(head[..4].try_into().unwrap()) as usize;
+        let payload_len = u32::from_be_bytes(head[4..8].try_into().unwrap()) as usize;
+        let id = u64::from_be_bytes(head[8..].try_into().unwrap());
+        let mut header = vec![0; header_len];
+        self.output.read_exact(&mut header).ok()?;
+        let mut payload = vec![0; payload_len];
+        self.output.read_exact(&mut payload).ok()?;
+        Some((id, (serde_json::from_slice(&header).unwrap(), payload)))
+    }
+
+    /// Sends a request and returns its first reply (`Value::Null` if the server closed).
+    fn call(&mut self, header: Value) -> Answer {
+        let id = self.send(header, &[]);
+        self.reply_to(id)
+    }
+
+    /// The first reply to request `id`, skipping replies to others.
+    fn reply_to(&mut self, id: u64) -> Answer {
+        while let Some((got, answer)) = self.next_reply() {
+            if got == id {
+                return answer;
+            }
+        }
+        (Value::Null, Vec::new())
+    }
+
+    /// Every reply of a stream, up to and including its `End` or error.
+    fn stream(&mut self, header: Value) -> Vec<Answer> {
+        let id = self.send(header, &[]);
+        let mut all = Vec::new();
+        loop {
+            let answer = self.reply_to(id);
+            let last = answer.0 == json!("End") || answer.0.get("Error").is_some() || answer.0.is_null();
+            all.push(answer);
+            if last {
+                return all;
+            }
+        }
+    }
+
+    fn open(&mut self, root: &str) -> Answer {
+        self.call(json!({"Open": {"path": root}}))
+    }
+
+    /// Stages a bag's files under client stage `stage`.
+    fn stage(&mut self, stage: u64, files: &[(String, Vec<u8>)]) {
+        let mut dirs = std::collections::BTreeSet::new();
+        for (rel, _) in files {
+            if let Some((dir, _)) = rel.rsplit_once('/') {
+                if dirs.insert(dir.to_string()) {
+                    self.send(json!({"StageDir": {"stage": stage, "rel": dir}}), &[]);
+                }
+            }
+        }
+        for (file, (rel, bytes)) in files.iter().enumerate() {
+            let file = stage * 1000 + file as u64;
+            self.send(json!({"FileBegin": {"stage": stage, "file": file, "rel": rel, "mtime": null, "also": []}}), &[]);
+            self.send(json!({"FileData": {"file": file}}), bytes);
+            self.send(json!({"FileEnd": {"file": file}}), &[]);
+        }
+    }
+
+    /// Places one staged item.
+    fn place(&mut self, stage: u64, name: &str, ibip: Option<&str>, record: Value) -> Answer {
+        let placement = json!({"stage": stage, "name": name, "ibip": ibip, "replace": false, "record": record});
+        self.call(json!({"Place": [placement]}))
+    }
+
+    /// The server's process id, for /proc.
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Hostile {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether an answer is a refusal of the kind that names the problem (never a reply with data).
+fn refused(answer: &Answer) -> bool {
+    answer.0.get("Error").is_some_and(|e| e.get("Refused").is_some() || e.get("Invalid").is_some())
+}
+
+/// Whether a placement's answer placed nothing: an error, or every name listed with a refusal.
+fn placed_nothing(answer: &Answer) -> bool {
+    match answer.0.get("Placed").and_then(Value::as_array) {
+        Some(all) => all.iter().all(|pair| !pair[1].is_null()),
+        None => answer.0.get("Error").is_some(),
+    }
+}
+
+/// The lab: `srv/lib` (the admitted collection, 2 items), `other` (outside, 2
+/// items of the same subsystem), a secret file outside both, and a source
+/// collection whose items the attacker re-sends.
+struct Lab {
+    env: TestEnv,
+    lib: String,
+    other: String,
+    secret: std::path::PathBuf,
+    srv: String,
+}
+
+impl Lab {
+    fn new() -> Lab {
+        let env = TestEnv::new();
+        let lib = env.filled("srv/lib", 2, 1);
+        let other = env.filled("other", 2, 1);
+        let secret = env.write("secret.txt", b"the outside secret\n");
+        let srv = env.path("srv").to_string_lossy().into_owned();
+        Lab { env, lib, other, secret, srv }
+    }
+
+    /// Every file of the test's folder but the server's own stderr, with content digests.
+    fn outside(&self) -> Vec<(String, u64, i128, String)> {
+        snapshot(self.env.root()).into_iter().filter(|(p, ..)| !p.ends_with("serve.stderr")).collect()
+    }
+
+    fn names(&self, root: &str) -> Vec<(String, String)> {
+        self.env.ok(&["list", root]).pairs()
+    }
+
+    /// The files of an item of a collection, as a client would stage them.
+    fn files_of(&self, root: &str, name: &str) -> Vec<(String, Vec<u8>)> {
+        let dir = Path::new(root).join(name);
+        walkdir::WalkDir::new(&dir)
+            .sort_by_file_name()
+            .into_iter()
+            .flatten()
+            .filter(|e| e.file_type().is_file() && !e.path().starts_with(dir.join("ibi-versions")))
+            .map(|e| {
+                let rel = e.path().strip_prefix(&dir).unwrap().to_string_lossy().into_owned();
+                (rel, std::fs::read(e.path()).unwrap())
+            })
+            .collect()
+    }
+
+    fn serve(&self, flags: &[&str]) -> Hostile {
+        let mut args = vec!["--restrict-to-path", self.srv.as_str()];
+        args.extend_from_slice(flags);
+        Hostile::start(&self.env, &args)
+    }
+}
+
+/// `..` steps out of an item's folder to the test's root, then the secret's name.
+fn escape_from_item(lab: &Lab) -> String {
+    let depth = lab.names(&lab.lib)[0].0.split('/').count() + 2; // the item's four levels, lib, srv
+    format!("{}secret.txt", "../".repeat(depth))
+}
+
+#[test]
+fn regress_read_only_key_hashes_files_outside_its_collection() {
+    let lab = Lab::new();
+    let before = lab.outside();
+    let mut far = lab.serve(&["--read-only"]);
+    assert!(far.open(&lab.lib).0.get("Opened").is_some());
+    let name = lab.names(&lab.lib)[0].0.clone();
+    let secret = lab.secret.to_string_lossy().into_owned();
+    for rel in [escape_from_item(&lab), secret.clone(), "data/../../../../../../secret.txt".into()] {
+        let digests = far.call(json!({"Digests": {"target": {"Item": name}, "rel": rel, "also": []}}));
+        assert!(refused(&digests), "Digests of {rel} answered {:?}", digests.0);
+        let read = far.stream(json!({"Read": {"name": name, "rel": rel}}));
+        assert!(refused(&read[0]), "Read of {rel} answered {:?}", read[0].0);
+        assert!(read.iter().all(|(_, bytes)| bytes.is_empty()), "bytes of {rel} came back");
+    }
+    // A content key is one word: never a path to another collection's records.
+    let other_record = format!("{}/.ibi/deposited/x", lab.other);
+    for key in [other_record.as_str(), "../../other/.ibi/deposited/x", "a/b", ""] {
+        let answer = far.call(json!({"DepositRecord": key}));
+        assert!(refused(&answer), "DepositRecord {key:?} answered {:?}", answer.0);
+    }
+    // Still served: an honest read works.
+    let honest = far.call(json!({"Digests": {"target": {"Item": name}, "rel": "bagit.txt", "also": []}}));
+    assert!(honest.0.get("Digests").is_some(), "{:?}", honest.0);
+    drop(far);
+    assert_eq!(lab.outside(), before, "a read-only session changed files");
+}
+
+#[test]
+fn regress_restricted_root_swapped_for_a_symlink_after_open() {
+    let lab = Lab::new();
+    let mut far = lab.serve(&["--read-only"]);
+    assert!(far.open(&lab.lib).0.get("Opened").is_some());
+    let own: Vec<String> = lab.names(&lab.lib).into_iter().map(|p| p.0).collect();
+    let outside: Vec<String> = lab.names(&lab.other).into_iter().map(|p| p.0).collect();
+    std::fs::rename(&lab.lib, format!("{}.moved", lab.lib)).unwrap();
+    std::os::unix::fs::symlink(&lab.other, &lab.lib).unwrap();
+    let walked = serde_json::to_string(&far.stream(json!("Walk")).iter().map(|a| &a.0).collect::<Vec<_>>()).unwrap();
+    assert!(outside.iter().all(|n| !walked.contains(n.as_str())), "the walk went through the swapped symlink: {walked}");
+    let read = far.stream(json!({"Read": {"name": outside[0], "rel": "bagit.txt"}}));
+    assert!(read.iter().all(|(_, bytes)| bytes.is_empty()), "read an outside item through the swapped symlink");
+    let digests = far.call(json!({"Digests": {"target": {"Item": outside[0]}, "rel": "bagit.txt", "also": []}}));
+    assert!(digests.0.get("Digests").is_none(), "hashed an outside item: {:?}", digests.0);
+    let records = far.call(json!({"Records": outside}));
+    assert!(!serde_json::to_string(&records.0).unwrap().contains("present"), "read outside records: {:?}", records.0);
+    // The session's own items are still there under its handle.
+    assert!(walked.contains(own[0].as_str()) || walked.contains("Error"), "{walked}");
+}
+
+/// Stages an item of the source collection `src` under stage 1 and returns its name and files.
+fn foreign_item(lab: &Lab) -> (String, Vec<(String, Vec<u8>)>) {
+    let src = lab.env.filled("src", 1, 1);
+    let name = lab.names(&src)[0].0.clone();
+    (name.clone(), lab.files_of(&src, &name))
+}
+
+/// A bag made by hand for `name`: one payload file, bag-info naming it (and `ibip`), both manifests.
+fn forged_bag(name: &str, ibip: Option<&str>, payload: &[u8]) -> Vec<(String, Vec<u8>)> {
+    use sha2::{Digest, Sha256};
+    let hex = |bytes: &[u8]| format!("{:x}", Sha256::digest(bytes));
+    let mut info = format!("External-Identifier: {name}\nPayload-Oxum: {}.1\n", payload.len());
+    if let Some(ibip) = ibip {
+        info.push_str(&format!("External-Identifier: {ibip}\n"));
+    }
+    let bagit = b"BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n".to_vec();
+    let manifest = format!("{}  data/forged.txt\n", hex(payload));
+    let tags = format!(
+        "{}  bag-info.txt\n{}  bagit.txt\n{}  manifest-sha256.txt\n",
+        hex(info.as_bytes()),
+        hex(&bagit),
+        hex(manifest.as_bytes())
+    );
+    vec![
+        ("bagit.txt".into(), bagit),
+        ("bag-info.txt".into(), info.into_bytes()),
+        ("data/forged.txt".into(), payload.to_vec()),
+        ("manifest-sha256.txt".into(), manifest.into_bytes()),
+        ("tagmanifest-sha256.txt".into(), tags.into_bytes()),
+    ]
+}
+
+#[test]
+fn regress_append_only_placement_touches_another_items_alias_or_record() {
+    let lab = Lab::new();
+    let victims = lab.names(&lab.lib);
+    let (victim, victim_ibip) = victims[0].clone();
+    let (name, files) = foreign_item(&lab);
+    let before = lab.env.ok(&["show", "--json", &lab.lib, &victim]).stdout;
+    let mut far = lab.serve(&["--append-only"]);
+    assert!(far.open(&lab.lib).0.get("Opened").is_some());
+    assert_eq!(far.call(json!({"Lease": "No"})).0, json!("Done"));
+    // The new item claims the victim's IBIp: its alias would be re-pointed.
+    far.stage(1, &files);
+    let answer = far.place(1, &name, Some(&victim_ibip), Value::Null);
+    assert!(placed_nothing(&answer), "placed over another item's alias: {:?}", answer.0);
+    // The new item's record names the victim as removed: the victim would vanish from list.
+    far.stage(2, &files);
+    let record = json!({"name": victim, "ibip": victim_ibip, "origin": null, "status": "removed",
+        "versions": [{"number": 1, "date": "2026-01-01T00:00:00Z", "digest": "00"}], "withdrawn": null});
+    let answer = far.place(2, &name, None, record);
+    assert!(placed_nothing(&answer), "placed with another item's record: {:?}", answer.0);
+    drop(far);
+    let resolved = lab.env.ok(&["resolve", &lab.lib, &victim_ibip]).stdout;
+    assert!(resolved.contains(&victim), "the victim's alias moved: {resolved}");
+    assert_eq!(lab.env.ok(&["show", "--json", &lab.lib, &victim]).stdout, before, "the victim's record changed");
+    assert_eq!(lab.names(&lab.lib).len(), 2, "{:?}", lab.names(&lab.lib));
+    lab.env.ok(&["-q", "verify", &lab.lib]);
+}
+
+#[test]
+fn regress_append_only_key_reuses_a_name_migrated_away() {
+    let lab = Lab::new();
+    let gone = lab.names(&lab.lib)[0].0.clone();
+    let elsewhere = lab.env.collection("elsewhere");
+    lab.env.ok(&["-q", "migrate", &lab.lib, &elsewhere, &gone]);
+    let files = forged_bag(&gone, None, b"not the item that had this name\n");
+    let mut far = lab.serve(&["--append-only"]);
+    assert!(far.open(&lab.lib).0.get("Opened").is_some());
+    assert_eq!(far.call(json!({"Lease": "No"})).0, json!("Done"));
+    far.stage(1, &files);
+    let answer = far.place(1, &gone, None, Value::Null);
+    assert!(placed_nothing(&answer), "a name recorded as migrated away was placed again: {:?}", answer.0);
+    drop(far);
+    assert!(lab.names(&lab.lib).iter().all(|(n, _)| *n != gone), "the migrated-away name is held again");
+}
+
+#[test]
+fn regress_staging_and_placing_without_the_lease() {
+    let lab = Lab::new();
+    let (name, files) = foreign_item(&lab);
+    let mut far = lab.serve(&[]);
+    assert!(far.open(&lab.lib).0.get("Opened").is_some());
+    far.stage(1, &files);
+    let answer = far.place(1, &name, None, Value::Null);
+    assert!(placed_nothing(&answer), "placed without the lease: {:?}", answer.0);
+    let removed = far.call(json!({"Remove": [lab.names(&lab.lib)[0].0]}));
+    assert!(refused(&removed), "removed without the lease: {:?}", removed.0);
+    drop(far);
+    assert_eq!(lab.names(&lab.lib).len(), 2);
+    assert!(crate::env::control_empty(&lab.lib, "staging"), "staging left behind");
+}
+
+#[test]
+fn regress_restricted_key_writes_the_machine_minter_state() {
+    let lab = Lab::new();
+    let mut far = lab.serve(&[]);
+    assert!(far.open(&lab.lib).0.get("Opened").is_some());
+    far.call(json!({"Lease": "No"}));
+    // The old protocol's way: take the minter, then store a date of the client's choosing.
+    let begin = far.send(json!("MinterBegin"), &[]);
+    let first = far.reply_to(begin);
+    if first.0.get("MinterDate").is_some() {
+        far.call(json!({"MinterEnd": {"begin": begin, "date": "253370764800"}}));
+    }
+    // And one that never ends, holding the machine-wide minter lock.
+    far.send(json!("MinterBegin"), &[]);
+    std::thread::sleep(Duration::from_millis(300));
+    // Another collection of the subsystem on this machine still mints, promptly, and not in year 9999.
+    lab.env.write("late/f.txt", b"late\n");
+    let late = lab.env.path("late").to_string_lossy().into_owned();
+    let mut deposit = lab.env.command(&["deposit", &lab.other, &late]).stdout(Stdio::piped()).spawn().unwrap();
+    let finished = crate::env::wait_until(20, || deposit.try_wait().unwrap().is_some());
+    if !finished {
+        let _ = deposit.kill();
+    }
+    let out = deposit.wait_with_output().unwrap();
+    assert!(finished, "a deposit elsewhere hung behind the far session's minter lock");
+    assert!(out.status.success(), "a deposit elsewhere failed after the far session wrote the minter state");
+    let name = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(!name.contains("/9999/") && !name.contains("/9998/"), "minted in the far future: {name}");
+}
+
+#[test]
+fn regress_read_only_key_writes_lock_and_wal_files() {
+    let lab = Lab::new();
+    let control = Path::new(&lab.lib).join(".ibi");
+    let _ = std::fs::remove_file(control.join("write.lock"));
+    let before = lab.outside();
+    let mut far = lab.serve(&["--read-only"]);
+    assert!(far.open(&lab.lib).0.get("Opened").is_some());
+    far.stream(json!("Walk"));
+    far.stream(json!("AllRecords"));
+    far.call(json!("Leftovers"));
+    far.call(json!({"Records": [lab.names(&lab.lib)[0].0]}));
+    let lease = far.call(json!({"Lease": "No"}));
+    assert!(refused(&lease), "a read-only server handed out a lease: {:?}", lease.0);
+    let written: Vec<String> = std::fs::read_dir(&control)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n == "write.lock" || n.ends_with("-wal") || n.ends_with("-shm"))
+        .collect();
+    assert!(written.is_empty(), "a read-only session wrote {written:?}");
+    drop(far);
+    assert_eq!(lab.outside(), before, "a read-only session changed files");
+}
+
+/// Threads and resident memory of a process, from /proc.
+fn threads_and_rss(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |key: &str| {
+        status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.split_whitespace().next()?.parse().ok())
+    };
+    (field("Threads:").unwrap_or(0), field("VmRSS:").unwrap_or(0) * 1024)
+}
+
+#[test]
+fn regress_unbounded_threads_and_memory_for_unread_replies() {
+    let lab = Lab::new();
+    let big = lab.env.write("bigsrc/big.bin", &vec![7u8; 4 << 20]);
+    let root = lab.lib.clone();
+    lab.env.ok(&["-q", "deposit", &root, &big.parent().unwrap().to_string_lossy()]);
+    let name = lab.names(&root).into_iter().map(|p| p.0).find(|n| Path::new(&root).join(n).join("data/big.bin").exists());
+    let name = name.expect("the big item");
+    let mut far = lab.serve(&["--read-only"]);
+    assert!(far.open(&root).0.get("Opened").is_some());
+    // 2,000 reads of a 4 MiB file, and not one reply read.
+    let sender = std::thread::spawn(move || {
+        for _ in 0..2000 {
+            far.send(json!({"Read": {"name": name, "rel": "data/big.bin"}}), &[]);
+        }
+        far
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let pid_far = {
+        // The sender may still be blocked writing (backpressure): that is what is wanted.
+        let (threads, rss) = threads_and_rss(server_pid(&lab));
+        assert!(threads <= 64, "the server runs {threads} threads for unread replies");
+        assert!(rss <= 256 << 20, "the server holds {} MiB for unread replies", rss >> 20);
+        server_pid(&lab)
+    };
+    let _ = nix_kill(pid_far);
+    let _ = sender.join();
+}
+
+/// The pid of the test's `ibi serve` process (the only one started in its folder's minter dir).
+fn server_pid(lab: &Lab) -> u32 {
+    let wanted = lab.srv.as_str();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let text = String::from_utf8_lossy(&cmdline);
+        if text.contains("serve") && text.contains(wanted) {
+            return pid;
+        }
+    }
+    panic!("no ibi serve process for {wanted}");
+}
+
+fn nix_kill(pid: u32) -> std::io::Result<()> {
+    Command::new("kill").arg("-9").arg(pid.to_string()).status().map(drop)
+}
+
+#[test]
+fn regress_record_with_no_versions_panics_the_server() {
+    let lab = Lab::new();
+    let (name, files) = foreign_item(&lab);
+    let mut far = lab.serve(&[]);
+    assert!(far.open(&lab.lib).0.get("Opened").is_some());
+    far.call(json!({"Lease": "No"}));
+    far.stage(1, &files);
+    let record = json!({"name": name, "ibip": null, "origin": null, "status": "present", "versions": [], "withdrawn": null});
+    let answer = far.place(1, &name, None, record);
+    assert!(placed_nothing(&answer), "a record with no versions was taken: {:?}", answer.0);
+    // The server is still there and answers.
+    let records = far.call(json!({"Records": [name]}));
+    assert!(records.0.get("Records").is_some(), "the server stopped answering: {:?}", records.0);
+    drop(far);
+    let stderr = std::fs::read_to_string(lab.env.path("serve.stderr")).unwrap();
+    assert!(!stderr.contains("panicked"), "the server panicked: {stderr}");
+    lab.env.ok(&["-q", "verify", &lab.lib]);
+    lab.env.ok(&["list", &lab.lib]);
+}
