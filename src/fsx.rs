@@ -186,7 +186,11 @@ pub const MAX_TAG_FILE: u64 = 256 * 1024 * 1024;
 
 /// Reads a whole regular file (never through a symlink, never a FIFO) of at most `cap` bytes.
 pub fn read_capped(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
-    let RegularFile { file, meta } = open_regular(path, false)?;
+    read_opened(open_regular(path, false)?, cap)
+}
+
+/// Reads a regular file already opened (by `open_regular` or `open_beneath`), of at most `cap` bytes.
+pub fn read_opened(RegularFile { file, meta }: RegularFile, cap: u64) -> io::Result<Vec<u8>> {
     if meta.len() > cap {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -233,7 +237,12 @@ pub fn hash_file(path: &Path) -> io::Result<(String, u64)> {
 
 /// Digests of a regular file (never through a symlink, never a FIFO): sha256 and `also`.
 pub fn hash_file_with(path: &Path, also: &[Algorithm]) -> io::Result<Digests> {
-    hash_stream(&mut open_regular(path, false)?.file, also, |_| Ok(()))
+    hash_opened(open_regular(path, false)?, also)
+}
+
+/// Digests of a regular file already opened: sha256 and `also`.
+pub fn hash_opened(mut opened: RegularFile, also: &[Algorithm]) -> io::Result<Digests> {
+    hash_stream(&mut opened.file, also, |_| Ok(()))
 }
 
 /// sha256 of bytes in memory.
@@ -477,6 +486,16 @@ impl FileLock {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether nobody holds the lock on `path`, found without creating the file (a
+    /// lock file that does not exist is held by nobody) and without keeping the lock.
+    pub fn is_free(path: &Path) -> bool {
+        let opened = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path);
+        match opened {
+            Ok(file) => file.try_lock().is_ok(),
+            Err(e) => e.kind() == io::ErrorKind::NotFound,
+        }
     }
 }
 

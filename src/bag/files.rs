@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use walkdir::WalkDir;
 
 use crate::digest::{Algorithm, Digests};
-use crate::fsx::{file_kind_name, hash_file_with, read_capped, MAX_TAG_FILE};
+use crate::fsx::{file_kind_name, hash_opened, open_beneath, read_opened, RegularFile, MAX_TAG_FILE};
 
 /// What an entry is, found without following links.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,11 +96,21 @@ impl BagFiles for DirBag {
     }
 
     fn read(&self, rel: &str) -> io::Result<Vec<u8>> {
-        read_capped(&self.path.join(rel), MAX_TAG_FILE)
+        read_opened(self.open(rel)?, MAX_TAG_FILE)
     }
 
     fn digests(&self, rel: &str, also: &[Algorithm]) -> io::Result<Digests> {
-        hash_file_with(&self.path.join(rel), also)
+        hash_opened(self.open(rel)?, also)
+    }
+}
+
+impl DirBag {
+    /// Opens a regular file of the bag: `rel` must be a plain relative path, and it is
+    /// resolved beneath the bag's folder, never through a symlink (`fsx::open_beneath`).
+    fn open(&self, rel: &str) -> io::Result<RegularFile> {
+        crate::bag::manifest::check_path(rel)
+            .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, format!("{rel}: {why}")))?;
+        open_beneath(&self.path, rel)
     }
 }
 

@@ -62,9 +62,21 @@ pub struct ItemRecord {
     /// The UUID URN of the collection that minted the name, when known.
     pub origin: Option<String>,
     pub status: Status,
-    /// Every version, oldest first; the last is current.
+    /// Every version, oldest first; the last is current. Never empty: a record
+    /// with none is refused wherever it is read (the wire, an object, a row).
+    #[serde(deserialize_with = "at_least_one_version")]
     pub versions: Vec<VersionRecord>,
     pub withdrawn: Option<Withdrawal>,
+}
+
+fn at_least_one_version<'de, D: serde::Deserializer<'de>>(
+    from: D,
+) -> std::result::Result<Vec<VersionRecord>, D::Error> {
+    let versions = Vec::<VersionRecord>::deserialize(from)?;
+    if versions.is_empty() {
+        return Err(serde::de::Error::custom("an item record with no versions"));
+    }
+    Ok(versions)
 }
 
 fn bad_bag(name: &RepositoryName, file: &str, problem: String) -> Error {

@@ -39,7 +39,7 @@ use crate::digest::{Algorithm, Digests};
 use crate::error::{Error, Result};
 use crate::fsx::CopyError;
 use crate::id::minter::{Clock, Minter, MinterState};
-use crate::id::{Ibip, Identifier, Minted, RepositoryName, Subsystem};
+use crate::id::{Ibip, Identifier, Minted, RepositoryName, Subsystem, Timestamp};
 use crate::problem::{Problem, ProblemKind};
 pub use inventory::{ItemRecord, Status, VersionRecord};
 
@@ -210,6 +210,20 @@ pub trait Store: Send + Sync {
     /// Completes or clears what an interrupted writer left.
     fn recover(&self) -> Result<()>;
     fn minter_state(&self) -> Box<dyn MinterState + '_>;
+    /// Mints `count` dates, each one its subsystem can encode, from the minter state
+    /// under its exclusion. A far backend overrides this: its server mints with its
+    /// own state and clock, and a client never writes a state.
+    fn mint_dates(&self, count: usize, clock: &dyn Clock) -> Result<Vec<Timestamp>> {
+        let state = self.minter_state();
+        let subsystem = self.subsystem();
+        let minter = Minter::new(state.as_ref(), subsystem.granularity, clock);
+        minter.mint_checked(count, &|date| subsystem.identify(date).map(drop))
+    }
+    /// Raises the minter state to at least `newest` (a name that arrived by copy). A
+    /// far backend's server raises its own as it places, so there this does nothing.
+    fn raise_minter_to(&self, newest: Timestamp) -> Result<()> {
+        self.minter_state().update(&mut |last| Ok(last.map_or(newest, |l| l.max(newest))))
+    }
     /// The name content `key` was deposited as, if recorded.
     fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>>;
     /// Records names by content key; durable with the next placed batch.
@@ -411,11 +425,8 @@ pub fn lease_and_recover(store: &dyn Store, wait: LockWait) -> Result<Lease> {
 /// Mints `count` identifiers from the collection's own minter state. A date that
 /// cannot be encoded (an IBIp before 1995) fails the call and leaves the state as it was.
 pub fn mint(store: &dyn Store, count: usize, clock: &dyn Clock) -> Result<Vec<Minted>> {
-    let state = store.minter_state();
-    let subsystem = store.subsystem();
-    let minter = Minter::new(state.as_ref(), subsystem.granularity, clock);
-    let dates = minter.mint_checked(count, &|date| subsystem.identify(date).map(drop))?;
-    dates.into_iter().map(|date| subsystem.identify(date)).collect()
+    let dates = store.mint_dates(count, clock)?;
+    dates.into_iter().map(|date| store.subsystem().identify(date)).collect()
 }
 
 /// Raises the minter state past the newest of `names` that belong to the store's own
@@ -424,7 +435,7 @@ pub fn mint(store: &dyn Store, count: usize, clock: &dyn Clock) -> Result<Vec<Mi
 pub fn raise_minter(store: &dyn Store, names: &[RepositoryName]) -> Result<()> {
     let own = store.subsystem().prefix();
     let Some(newest) = names.iter().filter(|n| n.prefix() == own).map(|n| n.date()).max() else { return Ok(()) };
-    store.minter_state().update(&mut |last| Ok(last.map_or(newest, |l| l.max(newest))))
+    store.raise_minter_to(newest)
 }
 
 /// A staged item that is discarded when dropped, unless it was placed.

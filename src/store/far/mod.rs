@@ -27,7 +27,7 @@ use crate::bag::{BagCheck, BagFiles};
 use crate::digest::{Algorithm, Digests, Hasher};
 use crate::error::{Error, Result};
 use crate::fsx::CopyError;
-use crate::id::minter::MinterState;
+use crate::id::minter::{Clock, MinterState};
 use crate::id::{Ibip, RepositoryName, Subsystem, Timestamp};
 use crate::problem::Problem;
 use crate::store::local::config::CollectionConfig;
@@ -244,24 +244,13 @@ impl BagFiles for SentBag {
     }
 }
 
-/// Takes the far minter's exclusion for one update.
+/// The far minter state is the server's own: a client never reads or writes it.
 struct FarMinter<'a>(&'a FarStore);
 
 impl MinterState for FarMinter<'_> {
-    fn update(&self, step: &mut dyn FnMut(Option<Timestamp>) -> Result<Timestamp>) -> Result<()> {
-        let conn = &self.0.conn;
-        let (begin, replies) = conn.start(&Request::MinterBegin, false)?;
-        let last = match conn.next(&replies)?.0 {
-            Reply::MinterDate(None) => None,
-            Reply::MinterDate(Some(text)) => Some(Timestamp::parse_decimal(&text)?),
-            other => return Err(conn.unexpected(&other)),
-        };
-        let next = step(last);
-        let date = next.as_ref().ok().map(|d| d.to_decimal());
-        match conn.call(&Request::MinterEnd { begin, date })?.0 {
-            Reply::Done => next.map(drop),
-            other => Err(conn.unexpected(&other)),
-        }
+    fn update(&self, _step: &mut dyn FnMut(Option<Timestamp>) -> Result<Timestamp>) -> Result<()> {
+        let why = "the far server keeps its minter state; a client asks it for names".into();
+        Err(Error::Refused { what: format!("the minter state of {}", self.0.location()), why })
     }
 }
 
@@ -499,6 +488,19 @@ impl Store for FarStore {
 
     fn minter_state(&self) -> Box<dyn MinterState + '_> {
         Box::new(FarMinter(self))
+    }
+
+    fn mint_dates(&self, count: usize, _clock: &dyn Clock) -> Result<Vec<Timestamp>> {
+        match self.conn.call(&Request::Mint { count })?.0 {
+            Reply::Minted(dates) => {
+                Ok(dates.iter().map(|d| Timestamp::parse_decimal(d)).collect::<std::result::Result<_, _>>()?)
+            }
+            other => Err(self.conn.unexpected(&other)),
+        }
+    }
+
+    fn raise_minter_to(&self, _newest: Timestamp) -> Result<()> {
+        Ok(()) // The server raises its own floor as it places.
     }
 
     fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {

@@ -1,20 +1,32 @@
 //! The far side of a session, `ibi serve --stdio`: greets, agrees on a
-//! version, opens one local collection and answers requests on it, each on a
-//! thread of its own so that a client may have many in flight. Staging frames
-//! are handled in arrival order; before placing, every staged item is checked
-//! against its manifests with the digests taken as its bytes arrived.
+//! version, opens one local collection and answers requests on it. The server
+//! is the authority: it checks every request against its own state and never
+//! trusts that a well-behaved `ibi` sent it (ARCHITECTURE.md, "The far server").
 //!
-//! Restrictions, for an authorized_keys forced command: `restrict_to` admits
-//! only collections beneath those folders (after realpath, component by
-//! component: `/srv/lib` does not admit `/srv/library2`); `read_only` refuses
-//! every write; `append_only` accepts new items but refuses replacement,
-//! withdrawal, removal and re-pointing an alias. The lease is released when
-//! the session ends, however it ends.
+//! - The collection's folder is pinned at `Open`: realpath, admitted by
+//!   `restrict_to` component by component, then opened with no symlink on the
+//!   way, and from then on reached only through that directory handle
+//!   (`/proc/self/fd/N`), so swapping the folder for a symlink changes nothing.
+//!   Every file path a request names is a plain relative path, resolved beneath it.
+//! - Writing needs the session's lease: staging, placing, removing, aliases,
+//!   deposit records, recovery and minting. `read_only` never hands out a lease and
+//!   writes no file at all; `append_only` refuses replacement, withdrawal, removal
+//!   and re-pointing an alias.
+//! - A placement is checked against the staged bag and the collection: bag-info
+//!   names the item, the alias it asks for is its own and free, a name with a record
+//!   only ever takes back one of its own versions, and the inventory record is made
+//!   here from the staged bag (a client's record is never taken).
+//! - Names are minted here, with the collection's own minter state and this
+//!   machine's clock; a client asks for a count and never writes a state.
+//! - Resources are bounded per session: `WORKERS` threads take requests from a
+//!   queue of `QUEUE` (the reader waits when it is full: backpressure), at most
+//!   `MAX_OPEN_FILES` files arrive at once, and at most `BUFFERED` bytes of them
+//!   wait in memory.
 
 use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 use super::wire::{self, Reply, Request, Snapshot, Target, WireCheck, WireError, WirePlacement};
@@ -22,10 +34,10 @@ use crate::bag::{self, BagFiles};
 use crate::digest::{Algorithm, Digests};
 use crate::error::{Error, Result};
 use crate::fsx::CopyError;
-use crate::id::{RepositoryName, Timestamp};
+use crate::id::{Ibip, RepositoryName, Timestamp};
 use crate::store::local::config::CollectionConfig;
 use crate::store::local::Collection;
-use crate::store::{identifier_problems, FileSource, Lease, LockWait, Placement, StageId, Store};
+use crate::store::{identifier_problems, FileSource, ItemRecord, Lease, LockWait, Placement, StageId, Store};
 
 /// What a server admits.
 #[derive(Debug, Clone, Default)]
@@ -37,15 +49,21 @@ pub struct ServeOptions {
     pub minter_dir: Option<PathBuf>,
 }
 
+/// Threads that answer requests, per session.
+const WORKERS: usize = 8;
+/// Requests waiting for a worker before the reader stops reading.
+const QUEUE: usize = 64;
+/// Files arriving at once; a stage that opens more fails.
+const MAX_OPEN_FILES: usize = 64;
+/// Bytes of arriving files held in memory at once; the reader waits past it.
+const BUFFERED: usize = 64 << 20;
+
 /// Files of at most this size go into a snapshot whole.
 const SMALL_FILE: u64 = 256 * 1024;
 /// A file is written as it arrives once this much of it is waiting.
 const BUFFER_FILE: usize = 1 << 20;
 /// Entries per page of a walk or of the records.
 const PAGE: usize = 1024;
-
-/// The date a client sends to end a minter update (none: abandoned), and the id of its request.
-type MinterEnd = (Option<String>, u64);
 
 /// One staged item of the client's.
 struct StageState {
@@ -81,8 +99,32 @@ struct Session {
     pool: rayon::ThreadPool,
     /// Where arriving files are written; apart from `pool`, whose requests may wait for them.
     writes: rayon::ThreadPool,
-    /// Minter updates waiting for the client's date: by `MinterBegin` id, the date and the `MinterEnd` id.
-    minter: Mutex<HashMap<u64, Sender<MinterEnd>>>,
+    /// The collection's folder, held open since `Open`.
+    pinned: OnceLock<rustix::fd::OwnedFd>,
+    /// Bytes of arriving files held in memory.
+    buffered: Budget,
+}
+
+/// A count of bytes in memory with a ceiling: taking waits while it is over.
+#[derive(Default)]
+struct Budget {
+    used: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl Budget {
+    fn take(&self, bytes: usize) {
+        let mut used = lock(&self.used);
+        while *used > 0 && *used + bytes > BUFFERED {
+            used = self.freed.wait(used).unwrap_or_else(|p| p.into_inner());
+        }
+        *used += bytes;
+    }
+
+    fn give(&self, bytes: usize) {
+        *lock(&self.used) -= bytes;
+        self.freed.notify_all();
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -118,14 +160,23 @@ pub fn serve(options: ServeOptions, input: impl Read, output: Box<dyn Write + Se
         lease: Mutex::default(),
         pool: pool("ibi-serve")?,
         writes: pool("ibi-serve-write")?,
-        minter: Mutex::default(),
+        pinned: OnceLock::new(),
+        buffered: Budget::default(),
     });
+    let queue = session.start_workers()?;
     let mut incoming = HashMap::new();
     while let Some(frame) = wire::read_frame(&mut input).map_err(broken)? {
-        let request: Request = wire::decode(&frame).map_err(broken)?;
-        session.take(frame.id, request, frame.payload, &mut incoming);
+        match wire::decode::<Request>(&frame) {
+            Ok(request) => session.take(frame.id, request, frame.payload, &mut incoming, &queue),
+            Err(e) => {
+                let problem = format!("a request this server cannot read: {e}");
+                session.reply_result(frame.id, Err(Error::Invalid { what: "request".into(), problem }));
+            }
+        }
     }
-    // The client is gone: staged items are dropped and the lease released as the process ends.
+    drop(queue);
+    // The client is gone: its staged items are dropped, then the lease released.
+    session.discard_all();
     lock(&session.lease).take();
     Ok(())
 }
@@ -159,6 +210,65 @@ impl Read for Chunks {
 }
 
 impl Session {
+    /// Starts the session's `WORKERS`, fed by a queue of `QUEUE` requests.
+    fn start_workers(self: &Arc<Self>) -> Result<SyncSender<(u64, Request)>> {
+        let (to, from) = sync_channel::<(u64, Request)>(QUEUE);
+        let from = Arc::new(Mutex::new(from));
+        for i in 0..WORKERS {
+            let (session, from) = (self.clone(), from.clone());
+            let work = move || loop {
+                let next = lock(&from).recv();
+                match next {
+                    Ok((id, request)) => session.answer(id, request),
+                    Err(_) => return,
+                }
+            };
+            std::thread::Builder::new().name(format!("ibi-serve-worker-{i}")).spawn(work).map_err(|e| {
+                Error::Connection { place: "ibi serve".into(), problem: format!("cannot start threads: {e}") }
+            })?;
+        }
+        Ok(to)
+    }
+
+    /// Discards every stage of the session (it ended), once its files have landed.
+    fn discard_all(&self) {
+        let stages: Vec<u64> = lock(&self.stages).keys().copied().collect();
+        for stage in stages {
+            if let (Ok((sid, _)), Ok(c)) = (self.settled(stage), self.collection()) {
+                c.discard(sid);
+            }
+        }
+    }
+
+    /// Refuses `what` unless this session may write and holds the collection's lease.
+    fn require_lease(&self, what: &str) -> Result<()> {
+        self.refuse_writes(what)?;
+        if lock(&self.lease).is_none() {
+            let why = "this session does not hold the collection's write lease".into();
+            return Err(Error::Refused { what: what.into(), why });
+        }
+        Ok(())
+    }
+
+    /// Opens the admitted folder `real` (a realpath) with no symlink on the way and
+    /// keeps it open; the path that reaches it through that handle from now on.
+    fn pin(&self, real: &Path) -> Result<PathBuf> {
+        use rustix::fs::{Mode, OFlags, ResolveFlags};
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        let how = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        let opened = match rustix::fs::openat2(rustix::fs::CWD, real, flags, Mode::empty(), how) {
+            Err(rustix::io::Errno::NOSYS) => rustix::fs::open(real, flags, Mode::empty()),
+            other => other,
+        };
+        let fd = opened.map_err(|e| Error::Refused {
+            what: format!("collection {}", real.display()),
+            why: format!("it cannot be opened without passing through a symlink ({e})"),
+        })?;
+        let through = PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd)));
+        let _ = self.pinned.set(fd);
+        Ok(if through.is_dir() { through } else { real.to_path_buf() })
+    }
+
     fn collection(&self) -> Result<&dyn Store> {
         self.collection
             .get()
@@ -225,11 +335,29 @@ impl Session {
         }
     }
 
-    /// Takes one frame: staging inline, in order; anything else on a thread of its own.
-    fn take(self: &Arc<Self>, id: u64, request: Request, payload: Vec<u8>, incoming: &mut HashMap<u64, Incoming>) {
+    /// Takes one frame: staging inline, in order; anything else to the workers' queue
+    /// (the reader waits while it is full).
+    fn take(
+        self: &Arc<Self>,
+        id: u64,
+        request: Request,
+        payload: Vec<u8>,
+        incoming: &mut HashMap<u64, Incoming>,
+        queue: &SyncSender<(u64, Request)>,
+    ) {
         match request {
             Request::StageDir { stage, rel } => self.stage_dir(stage, &rel),
             Request::FileBegin { stage, file, rel, mtime, also } => {
+                let admitted = match (incoming.len() < MAX_OPEN_FILES, check_rel(&rel)) {
+                    (false, _) => Err(Error::Refused {
+                        what: format!("file {rel}"),
+                        why: format!("a session may send at most {MAX_OPEN_FILES} files at once"),
+                    }),
+                    (true, checked) => checked,
+                };
+                if let Err(e) = admitted {
+                    return self.fail_stage(stage, &e);
+                }
                 self.with_stage(stage, |state| state.pending += 1);
                 let entry = Incoming { stage, rel, mtime, also, buffer: Vec::new(), streaming: None };
                 incoming.insert(file, entry);
@@ -244,18 +372,8 @@ impl Session {
                     self.file_end(entry);
                 }
             }
-            Request::MinterEnd { begin, date } => match lock(&self.minter).remove(&begin) {
-                Some(to) => {
-                    let _ = to.send((date, id));
-                }
-                None => self.reply_result(
-                    id,
-                    Err(Error::Invalid { what: "request".into(), problem: "no minter update is open".into() }),
-                ),
-            },
             other => {
-                let session = self.clone();
-                std::thread::spawn(move || session.answer(id, other));
+                let _ = queue.send((id, other));
             }
         }
     }
@@ -265,7 +383,7 @@ impl Session {
         let mut stages = lock(&self.stages);
         let state = stages.entry(stage).or_insert_with(|| {
             let made = self.collection().and_then(|c| {
-                self.refuse_writes("staging")?;
+                self.require_lease("staging")?;
                 c.stage()
             });
             let (id, error) = match made {
@@ -285,7 +403,7 @@ impl Session {
 
     fn stage_dir(&self, stage: u64, rel: &str) {
         let Some((id, None)) = self.with_stage(stage, |s| (s.id, s.error.clone())) else { return };
-        if let Err(e) = self.collection().and_then(|c| c.stage_dir(id, rel)) {
+        if let Err(e) = check_rel(rel).and_then(|_| self.collection()).and_then(|c| c.stage_dir(id, rel)) {
             self.fail_stage(stage, &e);
         }
     }
@@ -295,9 +413,11 @@ impl Session {
             let _ = to.send(payload);
             return;
         }
+        self.buffered.take(payload.len());
         entry.buffer.extend_from_slice(&payload);
         if entry.buffer.len() >= BUFFER_FILE {
             let (to, from) = sync_channel(8);
+            self.buffered.give(entry.buffer.len());
             let _ = to.send(std::mem::take(&mut entry.buffer));
             entry.streaming = Some(to);
             let session = self.clone();
@@ -313,8 +433,10 @@ impl Session {
         }
         let session = self.clone();
         self.writes.spawn(move || {
+            let held = entry.buffer.len();
             let mut reader = io::Cursor::new(entry.buffer);
             session.write_file(entry.stage, &entry.rel, entry.mtime, &entry.also, &mut reader);
+            session.buffered.give(held);
         });
     }
 
@@ -386,7 +508,6 @@ impl Session {
             Request::Walk => self.walk(id),
             Request::AllRecords => self.all_records(id),
             Request::Read { name, rel } => self.read(id, &name, &rel),
-            Request::MinterBegin => self.mint(id),
             Request::Discard { stage } => {
                 if let Ok((sid, _)) = self.settled(stage) {
                     if let Ok(c) = self.collection() {
@@ -414,7 +535,10 @@ impl Session {
             Request::AliasProblem(ibip, name) => Reply::Text(c()?.alias_problem(&ibip, &name)),
             Request::Snapshot { target, budget } => return self.snapshot(&target, budget),
             Request::Bundle { names, budget } => return self.bundle(&names, budget),
-            Request::Digests { target, rel, also } => Reply::Digests(self.digests(&target, &rel, &also)?),
+            Request::Digests { target, rel, also } => {
+                check_rel(&rel)?;
+                Reply::Digests(self.digests(&target, &rel, &also)?)
+            }
             Request::Identities(names) => Reply::Identities(
                 c()?.identities(&names).iter().map(|r| r.as_ref().map_err(WireError::from).cloned()).collect(),
             ),
@@ -426,25 +550,30 @@ impl Session {
                 lock(&self.lease).take();
                 Reply::Done
             }
-            Request::Recover => return done(self.refuse_writes("recovery").and_then(|_| c()?.recover())),
+            Request::Recover => return done(self.require_lease("recovery").and_then(|_| c()?.recover())),
+            Request::Mint { count } => Reply::Minted(self.mint(count)?),
             Request::DepositRecord(key) => Reply::Name(c()?.deposit_record(&key)?),
             Request::WriteDepositRecords(records) => {
-                self.refuse_writes("deposit")?;
+                self.require_lease("deposit records")?;
                 return done(c()?.write_deposit_records(&records));
             }
             Request::StageLink { stage, rel, name, from } => {
+                self.require_lease("staging")?;
+                check_rel(&rel).and_then(|_| check_rel(&from))?;
                 let (sid, _) = self.settled(stage)?;
                 return done(c()?.stage_link(sid, &rel, &name, &from));
             }
             Request::Place(batch) => return self.place(batch),
             Request::RestoreAlias(ibip, name) => {
-                self.refuse_writes("restoring an alias")?;
+                self.require_lease("restoring an alias")?;
+                restore_alias_problem(c()?, &ibip, &name)?;
                 if self.options.append_only && c()?.alias(&ibip)?.is_some_and(|n| n != name) {
                     self.refuse_changes(&format!("re-pointing alias {ibip}"))?;
                 }
                 return done(c()?.restore_alias(&ibip, &name));
             }
             Request::Remove(names) => {
+                self.require_lease("removing items")?;
                 self.refuse_changes("removing items")?;
                 return done(c()?.remove(&names));
             }
@@ -459,8 +588,8 @@ impl Session {
         Ok((reply, Vec::new()))
     }
 
-    fn opened(&self, collection: Collection) -> Result<(Reply, Vec<u8>)> {
-        let reply = Reply::Opened { config: collection.config.to_toml(), location: collection.location() };
+    fn opened(&self, collection: Collection, real: &Path) -> Result<(Reply, Vec<u8>)> {
+        let reply = Reply::Opened { config: collection.config.to_toml(), location: real.display().to_string() };
         self.collection
             .set(collection)
             .map_err(|_| Error::Invalid { what: "request".into(), problem: "a collection is already open".into() })?;
@@ -468,22 +597,37 @@ impl Session {
     }
 
     fn open(&self, path: &Path) -> Result<(Reply, Vec<u8>)> {
-        let path = self.admit(path, false)?;
-        self.opened(self.with_minters(Collection::open(&path)?))
+        let real = self.admit(path, false)?;
+        let collection = Collection::open(&self.pin(&real)?)?;
+        self.opened(self.configured(collection), &real)
     }
 
     fn init(&self, path: &Path, config: &str) -> Result<(Reply, Vec<u8>)> {
         self.refuse_writes("creating a collection")?;
-        let path = self.admit(path, true)?;
+        let real = self.admit(path, true)?;
         let (config, subsystem) = CollectionConfig::parse(config, "the client's collection config")?;
-        self.opened(self.with_minters(Collection::init(&path, subsystem, config.organisation)?))
+        drop(Collection::init(&real, subsystem, config.organisation)?);
+        self.open(&real)
     }
 
-    fn with_minters(&self, collection: Collection) -> Collection {
+    /// The collection as this server's options say: read-only, and its minter folder.
+    fn configured(&self, mut collection: Collection) -> Collection {
+        if self.options.read_only {
+            collection = collection.read_only();
+        }
         match &self.options.minter_dir {
             Some(dir) => collection.with_minter_dir(dir),
             None => collection,
         }
+    }
+
+    /// Mints `count` dates with the collection's own state and this machine's clock.
+    /// Minting needs no lease (the minter state has its own exclusion), only a
+    /// session that may write.
+    fn mint(&self, count: usize) -> Result<Vec<String>> {
+        self.refuse_writes("minting")?;
+        let dates = self.collection()?.mint_dates(count, &crate::id::minter::SystemClock)?;
+        Ok(dates.into_iter().map(Timestamp::to_decimal).collect())
     }
 
     fn take_lease(&self, wait: wire::Wait) -> Result<()> {
@@ -575,32 +719,79 @@ impl Session {
         })
     }
 
-    /// Checks each staged item against its manifests with its arrival digests, then places what passed.
+    /// Checks each staged item (`admit_placement`), then places what passed, with
+    /// records made here, and raises this collection's minter past the names placed.
     fn place(&self, batch: Vec<WirePlacement>) -> Result<(Reply, Vec<u8>)> {
-        self.refuse_writes("placing items")?;
+        self.require_lease("placing items")?;
         let c = self.collection()?;
+        let held = c.records(&batch.iter().map(|p| p.name.clone()).collect::<Vec<_>>())?;
         let mut refused = Vec::new();
         let mut go = Vec::new();
-        for p in batch {
+        for (p, held) in batch.into_iter().zip(held) {
             let (sid, arrived) = self.settled(p.stage)?;
             lock(&self.stages).remove(&p.stage);
-            if p.replace {
-                if let Err(e) = self.refuse_changes(&format!("replacing {}", p.name)) {
+            match self.admit_placement(c, sid, &p, held.as_ref(), &arrived) {
+                // The alias is the one bag-info records, which verify will expect.
+                Ok(record) => go.push(Placement {
+                    stage: sid,
+                    name: p.name,
+                    ibip: record.ibip,
+                    replace: p.replace,
+                    record: Some(record),
+                }),
+                Err(e) => {
                     c.discard(sid);
                     refused.push((p.name, Some(WireError::from(&e))));
-                    continue;
                 }
             }
-            if let Some(problem) = arrival_problems(c, sid, &p.name, &arrived) {
-                c.discard(sid);
-                refused.push((p.name.clone(), Some(WireError::Data { what: p.name.to_string(), problem })));
-                continue;
-            }
-            go.push(Placement { stage: sid, name: p.name, ibip: p.ibip, replace: p.replace, record: p.record });
         }
         let placed = c.place(&go)?;
+        let arrived: Vec<RepositoryName> = placed.iter().filter(|(_, r)| r.is_ok()).map(|(n, _)| n.clone()).collect();
+        crate::store::raise_minter(c, &arrived)?;
         refused.extend(placed.into_iter().map(|(name, r)| (name, r.err().as_ref().map(WireError::from))));
         Ok((Reply::Placed(refused), Vec::new()))
+    }
+
+    /// The record of a staged item that may be placed as asked: it arrived whole, its
+    /// bag-info names it, the alias it asks for is its own and free, and a new
+    /// placement of a name that has a record only takes back one of its own versions
+    /// (a repair, or an item coming back). Append-only refuses every replacement; a
+    /// key that may replace may also remove, so a replacement is not checked further.
+    fn admit_placement(
+        &self,
+        c: &dyn Store,
+        sid: StageId,
+        p: &WirePlacement,
+        held: Option<&ItemRecord>,
+        arrived: &HashMap<String, Digests>,
+    ) -> Result<ItemRecord> {
+        if p.replace {
+            self.refuse_changes(&format!("replacing {}", p.name))?;
+        }
+        let record = staged_record(c, sid, &p.name, arrived)?;
+        let refuse = |why: String| Err(Error::Refused { what: format!("placing {}", p.name), why });
+        if p.ibip.is_some() && p.ibip != record.ibip {
+            return refuse("the IBIp asked for is not the one its bag-info records".into());
+        }
+        if let Some(ibip) = &record.ibip {
+            if let Some(other) = c.alias(ibip)?.filter(|n| *n != p.name) {
+                return refuse(format!("alias {ibip} names another item, {other}"));
+            }
+        }
+        if p.replace {
+            return Ok(record);
+        }
+        if c.slot(&p.name)? != crate::store::Slot::Empty {
+            return Err(Error::AlreadyExists { path: PathBuf::from(p.name.to_string()) });
+        }
+        if let Some(held) = held.filter(|h| !h.versions.iter().any(|v| v.digest == record.current().digest)) {
+            let how = match held.status {
+                crate::store::Status::Removed => "held by another item, which moved away",
+                _ => "held by another item",
+            };
+            return refuse(format!("the name was {how}; it only ever takes back one of that item's versions"));
+        }
+        Ok(record)
     }
 
     fn walk(&self, id: u64) {
@@ -634,7 +825,7 @@ impl Session {
     }
 
     fn read(&self, id: u64, name: &RepositoryName, rel: &str) {
-        let opened = self.collection().and_then(|c| {
+        let opened = check_rel(rel).and_then(|_| self.collection()).and_then(|c| {
             c.open(name, rel).map_err(|e| match e.kind() {
                 io::ErrorKind::NotFound => {
                     Error::NotFound { what: "file", name: rel.into(), place: PathBuf::from(name.to_string()) }
@@ -658,50 +849,55 @@ impl Session {
         }
         self.reply(id, &Reply::End, &[]);
     }
-
-    /// One minter update: the stored date goes to the client, whose `MinterEnd` brings the next.
-    fn mint(&self, begin: u64) {
-        let (to, from) = channel();
-        lock(&self.minter).insert(begin, to);
-        let mut end = None;
-        let result = self.refuse_writes("minting").and_then(|_| self.collection()).and_then(|c| {
-            c.minter_state().update(&mut |last| {
-                self.reply(begin, &Reply::MinterDate(last.map(|t| t.to_decimal())), &[]);
-                let (date, end_id) = from.recv().map_err(|_| Error::Invalid {
-                    what: "minter update".into(),
-                    problem: "the client went away".into(),
-                })?;
-                end = Some(end_id);
-                match date {
-                    Some(text) => Ok(Timestamp::parse_decimal(&text)?),
-                    None => {
-                        Err(Error::Invalid { what: "minter update".into(), problem: "abandoned by the client".into() })
-                    }
-                }
-            })
-        });
-        lock(&self.minter).remove(&begin);
-        let result = result.map(|_| (Reply::Done, Vec::new()));
-        self.reply_result(end.unwrap_or(begin), result);
-    }
 }
 
-/// Why a staged item cannot be placed as it arrived, if it cannot.
-fn arrival_problems(
+/// The record a staged item's bag implies, once it is checked against its manifests
+/// with the digests taken as it arrived and its bag-info names it; otherwise why not.
+fn staged_record(
     c: &dyn Store,
     sid: StageId,
     name: &RepositoryName,
     arrived: &HashMap<String, Digests>,
-) -> Option<String> {
+) -> Result<ItemRecord> {
     let files = c.staged_files(sid);
     let lookup = |rel: &str, also: &[Algorithm]| match arrived.get(rel) {
         Some(d) if also.iter().all(|a| d.get(*a).is_some()) => Ok(d.clone()),
         _ => files.digests(rel, also),
     };
     let check = bag::verify_bag_using(files.as_ref(), &name.to_string(), &lookup);
-    if check.problems.is_empty() {
-        return None;
+    let refused = |why: &str, problems: &[crate::problem::Problem]| {
+        let listed: Vec<String> = problems.iter().take(3).map(|p| p.to_string()).collect();
+        Error::Data { what: name.to_string(), problem: format!("{why} and was not placed: {}", listed.join("; ")) }
+    };
+    if !check.problems.is_empty() {
+        return Err(refused("it arrived damaged", &check.problems));
     }
-    let listed: Vec<String> = check.problems.iter().take(3).map(|p| p.to_string()).collect();
-    Some(format!("it arrived damaged and was not placed: {}", listed.join("; ")))
+    let Some(info) = check.info else {
+        return Err(Error::Data { what: name.to_string(), problem: "it arrived without bag-info.txt".into() });
+    };
+    let named = crate::store::bag_identifier_problems(name, &info);
+    if !named.is_empty() {
+        return Err(refused("its bag-info does not name it", &named));
+    }
+    let identity = lookup(bag::TAGMANIFEST, &[]).map_err(|e| Error::io("hash", bag::TAGMANIFEST, e))?;
+    ItemRecord::from_info(name, &info, identity.sha256())
+}
+
+/// Refuses a path a request names unless it is plain and relative (no `..`, no `/` first).
+fn check_rel(rel: &str) -> Result<()> {
+    bag::manifest::check_path(rel)
+        .map_err(|why| Error::Invalid { what: "path".into(), problem: format!("{rel:?}: {why}") })
+}
+
+/// Refuses restoring an alias that names an item the collection does not hold, or
+/// whose bag-info records another IBIp.
+fn restore_alias_problem(c: &dyn Store, ibip: &Ibip, name: &RepositoryName) -> Result<()> {
+    let refuse = |why: String| Err(Error::Refused { what: format!("restoring alias {ibip}"), why });
+    if c.slot(name)? != crate::store::Slot::Item {
+        return refuse(format!("{name} is not an item here"));
+    }
+    if crate::store::item_ibip(c, name)?.as_ref() != Some(ibip) {
+        return refuse(format!("the bag-info of {name} does not record it"));
+    }
+    Ok(())
 }

@@ -26,7 +26,8 @@ pub const GREETING: &str = "IBI-SERVE";
 /// The first word of the client's answer.
 pub const ANSWER: &str = "IBI-CLIENT";
 /// The protocol versions this build speaks.
-pub const VERSIONS: (u32, u32) = (1, 1);
+/// Version 2: the server mints with its own state (`Mint`); a client never writes one.
+pub const VERSIONS: (u32, u32) = (2, 2);
 /// Replaces `VERSIONS` (`MIN-MAX` or `N`), to test version skew.
 pub const VERSIONS_ENV: &str = "IBI_PROTOCOL_VERSIONS";
 /// How much a far shell may print before the greeting.
@@ -199,12 +200,9 @@ pub enum Request {
     Lease(Wait),
     Unlease,
     Recover,
-    /// Takes the minter's exclusion and replies with the stored date.
-    MinterBegin,
-    /// Stores `date` (or nothing) and ends the exclusion of the `MinterBegin` with id `begin`.
-    MinterEnd {
-        begin: u64,
-        date: Option<String>,
+    /// Mints `count` dates with the server's own minter state and clock.
+    Mint {
+        count: usize,
     },
     DepositRecord(String),
     WriteDepositRecords(Vec<(String, RepositoryName)>),
@@ -381,7 +379,8 @@ pub enum Reply {
         present: bool,
     },
     Records(Vec<Option<ItemRecord>>),
-    MinterDate(Option<String>),
+    /// Minted dates, as decimal seconds.
+    Minted(Vec<String>),
     Placed(Vec<(RepositoryName, Option<WireError>)>),
     Checked(WireCheck),
 }

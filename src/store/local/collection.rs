@@ -36,6 +36,9 @@ pub struct Collection {
     pub(crate) id: std::sync::OnceLock<String>,
     /// The inventory, opened once and shared by clones.
     pub(crate) inventory: std::sync::Arc<super::inventory::InventoryHandle>,
+    /// Opened to read only (`ibi serve --stdio --read-only`): it takes no lock and
+    /// creates no file, not even SQLite's write-ahead log.
+    pub(crate) read_only: bool,
 }
 
 fn id_of(config: &CollectionConfig) -> std::sync::OnceLock<String> {
@@ -181,6 +184,7 @@ impl Collection {
             stages: Default::default(),
             held_floor: Default::default(),
             minter_dir: super::minter::machine_dir(),
+            read_only: false,
         })
     }
 
@@ -207,6 +211,7 @@ impl Collection {
             stages: Default::default(),
             held_floor: Default::default(),
             minter_dir: super::minter::machine_dir(),
+            read_only: false,
         })
     }
 
@@ -228,8 +233,18 @@ impl Collection {
         &self.layout.root
     }
 
+    /// This collection, to be read only: every write and the lease are refused.
+    pub fn read_only(mut self) -> Collection {
+        self.read_only = true;
+        self
+    }
+
     /// Takes the collection's write lock.
     pub fn lock_writes(&self, wait: LockWait) -> Result<FileLock> {
+        if self.read_only {
+            let why = "it was opened to read only".into();
+            return Err(Error::Refused { what: format!("writing to {}", self.root().display()), why });
+        }
         create_dir_all_durable(&self.layout.control())?;
         let path = self.layout.write_lock();
         match wait {
@@ -325,6 +340,7 @@ impl Collection {
 
     /// The name a deposit of content `key` was given, if one was recorded.
     pub fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
+        check_content_key(key)?;
         let path = self.layout.deposit_records().join(key);
         match fsx::read_capped(&path, 4096) {
             Ok(bytes) => Ok(String::from_utf8(bytes).ok().and_then(|t| RepositoryName::parse(t.trim_end()).ok())),
@@ -343,6 +359,7 @@ impl Collection {
         let dir = self.layout.deposit_records();
         create_dir_all_durable(&dir)?;
         for (key, name) in records {
+            check_content_key(key)?;
             let path = dir.join(key);
             let temp = dir.join(format!("{}{key}", fsx::TEMP_PREFIX));
             fsx::remove_tree(&temp)?;
@@ -430,4 +447,14 @@ impl Collection {
         }
         Ok(())
     }
+}
+
+/// A content key names one file of `.ibi/deposited/`: letters and digits only (a
+/// sha256 in hex), never a path.
+fn check_content_key(key: &str) -> Result<()> {
+    if !key.is_empty() && key.len() <= 128 && key.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Ok(());
+    }
+    let problem = format!("{key:?} is not a content key (letters and digits, at most 128)");
+    Err(Error::Invalid { what: "deposit record".into(), problem })
 }

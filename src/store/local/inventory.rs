@@ -71,17 +71,51 @@ fn row_to_record(row: &rusqlite::Row) -> rusqlite::Result<std::result::Result<It
     })())
 }
 
+/// SQLite's `NOFOLLOW`, which refuses any symlink on the way, unless the collection
+/// is reached through the directory handle a far server pinned (`/proc/self/fd/N`,
+/// itself a link); there `Collection::open` has refused symlinks at `.ibi/` and the
+/// inventory already, and nothing before the handle can be swapped.
+fn nofollow(path: &Path) -> OpenFlags {
+    match path.starts_with("/proc/self/fd") {
+        true => OpenFlags::empty(),
+        false => OpenFlags::SQLITE_OPEN_NOFOLLOW,
+    }
+}
+
+/// What a path in an SQLite URI must escape: `?`, `#` and `%` (and controls, spaces).
+const URI_PATH: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS.add(b' ').add(b'?').add(b'#').add(b'%');
+
 impl Inventory {
     /// Opens the inventory at `path`; `None` when the collection has none yet.
     pub fn open(path: &Path) -> Result<Option<Inventory>> {
         if std::fs::symlink_metadata(path).is_err() {
             return Ok(None);
         }
-        let flags =
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NOFOLLOW | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | nofollow(path) | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags).map_err(|e| sql_error(path, e))?;
         let inventory = Inventory { path: path.to_path_buf(), conn };
         inventory.setup("PRAGMA busy_timeout = 60000; PRAGMA synchronous = FULL;")?;
+        Ok(Some(inventory))
+    }
+
+    /// Opens the inventory to read without writing any file: with SQLite's
+    /// write-ahead log present (a writer is at work, or was killed), read-only
+    /// through it; otherwise immutable, so that no log or shared-memory file is made.
+    pub fn open_read_only(path: &Path) -> Result<Option<Inventory>> {
+        if std::fs::symlink_metadata(path).is_err() {
+            return Ok(None);
+        }
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        let mode = if Path::new(&wal).exists() { "mode=ro" } else { "immutable=1" };
+        let uri = format!("file:{}?{mode}", percent_encoding::utf8_percent_encode(&path.to_string_lossy(), URI_PATH));
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | nofollow(path)
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&uri, flags).map_err(|e| sql_error(path, e))?;
+        let inventory = Inventory { path: path.to_path_buf(), conn };
+        inventory.setup("PRAGMA busy_timeout = 60000;")?;
         Ok(Some(inventory))
     }
 
@@ -320,7 +354,10 @@ impl super::Collection {
     pub fn with_inventory<T>(&self, work: impl FnOnce(&mut Inventory) -> Result<T>) -> Result<Option<T>> {
         let mut cached = self.inventory.0.lock().unwrap_or_else(|p| p.into_inner());
         if cached.is_none() {
-            *cached = Inventory::open(&self.layout.inventory())?;
+            *cached = match self.read_only {
+                true => Inventory::open_read_only(&self.layout.inventory())?,
+                false => Inventory::open(&self.layout.inventory())?,
+            };
         }
         cached.as_mut().map(work).transpose()
     }

@@ -42,7 +42,9 @@ impl Collection {
     /// Staging and trash that an interrupted writer left, with their size. Looked for
     /// only when no writer is at work (the write lock is free), so live staging never counts.
     fn leftover_problems(&self) -> Vec<Problem> {
-        let Ok(_lock) = self.lock_writes(LockWait::No) else { return Vec::new() };
+        if !fsx::FileLock::is_free(&self.layout.write_lock()) {
+            return Vec::new();
+        }
         let mut problems = Vec::new();
         for dir in [self.layout.staging(), self.layout.trash()] {
             let (mut entries, mut bytes) = (0u64, 0u64);
