@@ -1,8 +1,11 @@
 //! `ibi`: a uniform-repository collection manager built on INPE's Internet
 //! Based Identifiers. The library owns identifiers (`id`), BagIt items
-//! (`bag`), collections (`collection`), operations (`ops`), durable file
+//! (`bag`), collections and their storage (`store`), operations (`ops`), durable file
 //! primitives (`fsx`), problems found in data (`problem`) and typed errors
-//! (`error`); it never sees clap or indicatif, which stay in the binary.
+//! (`error`); it never sees clap or indicatif, which stay in the binary. It
+//! never prints either: what it has to say goes through a `Reporter` or an error.
+
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod bag;
 pub mod digest;

@@ -377,3 +377,25 @@ fn a_far_collection_is_served_over_http() {
     let file = crate::serve::get(&server.url(&format!("/{name}/data/f1.txt")), &[("Range", "bytes=-4")]);
     assert_eq!((file.status, file.text().as_str()), (206, "e 1\n"));
 }
+
+/// Every reading command works through a `--read-only` key, and the collection is
+/// left exactly as it was (no lock file, no SQLite log).
+#[test]
+fn reading_commands_work_through_a_read_only_key() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 2, 2);
+    let (name, ibip) = env.ok(&["list", &a]).pairs()[0].clone();
+    let _ = std::fs::remove_file(Path::new(&a).join(".ibi/write.lock"));
+    let before = crate::env::snapshot(Path::new(&a));
+    let ro = env.shim("ro", "", Some(&format!("{} serve --stdio --read-only", ibi_bin().display())));
+    assert_eq!(env.far_ok(&ro, &["list", &far(&a)]).pairs().len(), 2);
+    assert!(env.far_ok(&ro, &["show", &far(&a), &name]).stdout.contains(&ibip));
+    assert!(env.far_ok(&ro, &["resolve", &far(&a), &ibip]).stdout.contains(&name));
+    assert!(env.far_ok(&ro, &["verify", &far(&a)]).stderr.contains("0 problem"));
+    let out = env.path("out");
+    env.far_ok(&ro, &["-q", "export", &far(&a), &name, out.to_str().unwrap()]);
+    assert!(out.join("bagit.txt").exists());
+    let refused = env.far_fails(&ro, &["withdraw", &far(&a), &name, "--reason", "x"], 2);
+    assert!(refused.stderr.contains("read-only"), "{}", refused.stderr);
+    assert_eq!(crate::env::snapshot(Path::new(&a)), before, "a read-only key changed the collection");
+}

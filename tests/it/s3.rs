@@ -439,3 +439,88 @@ fn an_s3_collection_is_served_over_http() {
     let part = crate::serve::get(&server.url(&format!("/{name}/data/report.txt")), &[("Range", "bytes=9995-")]);
     assert_eq!((part.status, part.body.as_slice()), (206, &b"56789"[..]));
 }
+
+/// An S3 endpoint whose credentials may only read: `tests/readonly_s3_proxy.py` in
+/// front of `target`, answering every write with 403 AccessDenied.
+struct ReadOnlyS3 {
+    port: u16,
+    _server: Reaper,
+}
+
+impl ReadOnlyS3 {
+    fn start(target: u16) -> ReadOnlyS3 {
+        Self::started(target, &[])
+    }
+
+    /// Writes get no answer at all, as from a store with a data centre down.
+    fn hanging(target: u16) -> ReadOnlyS3 {
+        Self::started(target, &["--hang"])
+    }
+
+    fn started(target: u16, flags: &[&str]) -> ReadOnlyS3 {
+        let mut child = Command::new(repo().join("target/bagit-venv/bin/python"))
+            .arg(repo().join("tests/readonly_s3_proxy.py"))
+            .arg(target.to_string())
+            .args(flags)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the read-only proxy");
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+        ReadOnlyS3 { port: line.trim().parse().expect("the proxy's port"), _server: Reaper(Some(child)) }
+    }
+}
+
+/// Reading commands work with credentials that may only read; a write is refused
+/// with the store's words, at once.
+#[test]
+fn reading_commands_work_with_read_only_s3_credentials() {
+    let env = TestEnv::new();
+    let moto = Moto::start("lib");
+    let s3 = "s3://lib/main";
+    env.s3_collection(moto.port, s3);
+    let src = env.write("src/a/a.txt", b"alpha\n");
+    let name = env.s3_ok(moto.port, &["deposit", s3, src.parent().unwrap().to_str().unwrap()]).pairs()[0].0.clone();
+    let reader = ReadOnlyS3::start(moto.port);
+    let p = reader.port;
+    assert_eq!(env.s3_ok(p, &["list", s3]).pairs()[0].0, name);
+    assert!(env.s3_ok(p, &["show", s3, &name]).stdout.contains(&name));
+    let verified = env.s3_ok(p, &["verify", s3]);
+    assert!(verified.stderr.contains("0 problem"), "{}", verified.stderr);
+    let exported = env.path("exported");
+    env.s3_ok(p, &["-q", "export", s3, &name, exported.to_str().unwrap()]);
+    assert_eq!(std::fs::read(exported.join("data/a.txt")).unwrap(), b"alpha\n");
+    let mut command = env.s3_command(p, &["serve", s3, "--listen", "127.0.0.1:0"]);
+    command.env_remove("NO_PROXY");
+    let server = crate::serve::Server::start(command);
+    let file = crate::serve::get(&server.url(&format!("/{name}/data/a.txt")), &[]);
+    assert_eq!((file.status, file.body.as_slice()), (200, &b"alpha\n"[..]));
+    let other = env.write("src/b/b.txt", b"beta\n");
+    let refused = env.s3_run(p, &["deposit", s3, other.parent().unwrap().to_str().unwrap()]);
+    assert!(refused.code != 0 && !refused.stderr.contains("panicked"), "{refused:?}");
+    assert_eq!(env.s3_ok(moto.port, &["list", s3]).lines().len(), 1, "a refused deposit left an item");
+}
+
+/// Verify took the write lease (a write) to look for leftovers: against a store
+/// whose writes get no answer (a data centre down) it waited for the write to time
+/// out. It now reads the lease and never writes.
+#[test]
+fn regress_verify_takes_a_write_lease() {
+    let env = TestEnv::new();
+    let moto = Moto::start("lib");
+    let s3 = "s3://lib/main";
+    env.s3_collection(moto.port, s3);
+    let src = env.write("src/a/a.txt", b"alpha\n");
+    env.s3_ok(moto.port, &["-q", "deposit", s3, src.parent().unwrap().to_str().unwrap()]);
+    let degraded = ReadOnlyS3::hanging(moto.port);
+    for args in [["verify", s3], ["list", s3]] {
+        let mut child =
+            env.s3_command(degraded.port, &args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let finished = wait_until(20, || child.try_wait().unwrap().is_some());
+        let _ = child.kill();
+        let status = child.wait().unwrap();
+        assert!(finished, "ibi {args:?} waited on a write that never answers");
+        assert!(status.success(), "ibi {args:?}: {status}");
+    }
+}

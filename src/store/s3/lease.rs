@@ -108,6 +108,13 @@ fn try_take(objects: &Objects, keys: &Keys, token: &str) -> Result<Option<Update
     Ok(objects.run(objects.put(&key, body(), PutMode::Update(current.version)))?.ok())
 }
 
+/// Whether a live writer holds the lease, found by reading it (never by taking
+/// it, so that a reader with read-only credentials can tell).
+pub fn is_held(objects: &Objects, keys: &Keys) -> Result<bool> {
+    let Some(current) = objects.run(objects.get(&keys.lease()))? else { return Ok(false) };
+    Ok(serde_json::from_slice::<Holder>(&current.bytes).is_ok_and(|h| !h.is_stale()))
+}
+
 /// Takes the lease, waiting as `wait` says.
 pub fn take(objects: &Objects, keys: &Keys, wait: LockWait) -> Result<Lease> {
     let token = uuid::Uuid::new_v4().to_string();

@@ -99,9 +99,14 @@ impl Store for S3Store {
     }
 
     fn leftovers(&self) -> Vec<Problem> {
-        // Under a free lease no writer is at work, so any stage or intent is left over.
-        let Ok(_lease) = self.lease(LockWait::No) else { return Vec::new() };
-        match self.objects.run(self.placer().leftover_count()) {
+        // With the lease free no writer is at work, so any stage or intent is left over.
+        // It is read, not taken: a reader may hold read-only credentials.
+        let held = super::lease::is_held(&self.objects, &self.keys);
+        let counted = held.and_then(|held| match held {
+            true => Ok(0),
+            false => self.objects.run(self.placer().leftover_count()),
+        });
+        match counted {
             Ok(0) => Vec::new(),
             Ok(n) => {
                 let detail = format!("{n} staged item(s) or intents left by an interrupted writer; the next writing command completes or clears them");
