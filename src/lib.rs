@@ -15,6 +15,7 @@ pub mod id;
 pub mod ops;
 pub mod problem;
 pub mod store;
+pub mod sync;
 
 pub use error::{Error, ErrorClass, ParseError, Result};
 pub use id::{Granularity, Handle, Ibip, Identifier, Minted, PilinSuffix, RepositoryName, Subsystem, Timestamp};

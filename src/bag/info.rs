@@ -80,6 +80,15 @@ impl BagInfo {
     }
 }
 
+/// Reads and parses the bag-info of the bag whose files are `files` (`item` names
+/// it in errors): every reader of bag-info goes through here.
+pub fn read_info(files: &dyn crate::bag::BagFiles, item: &str) -> crate::Result<BagInfo> {
+    let bad = |problem: String| crate::Error::Data { what: format!("{item}/{}", crate::bag::BAG_INFO_TXT), problem };
+    let bytes = files.read(crate::bag::BAG_INFO_TXT).map_err(|e| bad(e.to_string()))?;
+    let text = String::from_utf8(bytes).map_err(|_| bad("it is not UTF-8".into()))?;
+    BagInfo::parse(&text).map_err(|line| bad(format!("malformed line {line}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,6 +19,7 @@ use crate::ops::report::{Outcome, ProblemCount, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::problem::{Problem, ProblemKind};
 use crate::store::{identity_digest, resolve, ItemRecord, Listed, Slot, Status, Store};
+use crate::sync::lock;
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct VerifySummary {
@@ -82,10 +83,6 @@ fn against_inventory(store: &dyn Store, name: &RepositoryName, known: Option<&Kn
         }
         _ => None,
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The inventory's records by name, for the items of `names` (all when empty);

@@ -97,9 +97,7 @@ impl ItemRecord {
     /// The record an item's bag implies: bag-info's identifiers and history, and
     /// its identity digest, computed where the bytes are.
     pub fn from_bag(files: &dyn BagFiles, name: &RepositoryName) -> Result<ItemRecord> {
-        let bytes = files.read(BAG_INFO_TXT).map_err(|e| bad_bag(name, BAG_INFO_TXT, e.to_string()))?;
-        let text = String::from_utf8(bytes).map_err(|_| bad_bag(name, BAG_INFO_TXT, "it is not UTF-8".into()))?;
-        let info = BagInfo::parse(&text).map_err(|l| bad_bag(name, BAG_INFO_TXT, format!("malformed line {l}")))?;
+        let info = crate::bag::info::read_info(files, &name.to_string())?;
         let digest = files.digests(TAGMANIFEST, &[]).map_err(|e| bad_bag(name, TAGMANIFEST, e.to_string()))?;
         Self::from_info(name, &info, digest.sha256())
     }

@@ -7,7 +7,7 @@ use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, Read};
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Instant, SystemTime};
 
 use crate::bag::files::{FileKind, TreeEntry, TreeError};
@@ -23,6 +23,7 @@ use crate::store::{
     item_ibip, Capabilities, FileSource, ItemRecord, Lease, Listed, LockWait, Placement, Refusal, Slot, StageId,
     Status, Store,
 };
+use crate::sync::lock;
 
 /// One bag's folders and files.
 #[derive(Debug, Clone, Default)]
@@ -49,10 +50,6 @@ pub struct MemoryStore {
     shared: Arc<Shared>,
     subsystem: Subsystem,
     id: String,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl MemoryStore {

@@ -335,13 +335,7 @@ pub fn bag_identifier_problems(name: &RepositoryName, info: &BagInfo) -> Vec<Pro
 
 /// Reads an item's bag-info.
 pub fn item_info(store: &dyn Store, name: &RepositoryName) -> Result<BagInfo> {
-    let what = || format!("{name}/{}", crate::bag::BAG_INFO_TXT);
-    let bytes = store
-        .item_files(name)
-        .read(crate::bag::BAG_INFO_TXT)
-        .map_err(|e| Error::Data { what: what(), problem: e.to_string() })?;
-    let text = String::from_utf8(bytes).map_err(|_| Error::Data { what: what(), problem: "it is not UTF-8".into() })?;
-    BagInfo::parse(&text).map_err(|line| Error::Data { what: what(), problem: format!("malformed line {line}") })
+    crate::bag::info::read_info(store.item_files(name).as_ref(), &name.to_string())
 }
 
 /// The IBIp an item's bag-info records.

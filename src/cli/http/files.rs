@@ -219,7 +219,7 @@ async fn whole_small(app: &Arc<App>, store: usize, view: Arc<ItemView>, file: Fi
         Ok(Err(e)) => return unreadable(&view, &file, &e.to_string()),
         Err(timed_out) => return timed_out,
     };
-    if sha256_of(&bytes) == file.sha256 {
+    if ibi::fsx::hash_bytes(&bytes) == file.sha256 {
         let bytes = Bytes::from(bytes);
         app.small_files.put(&file.sha256, &bytes);
         return ok_bytes(bytes);
@@ -233,7 +233,7 @@ async fn whole_small(app: &Arc<App>, store: usize, view: Arc<ItemView>, file: Fi
     })
     .await;
     if let Ok(Resolution::Item { view: fresh, .. }) = fresh {
-        if fresh.file(&file.path).is_some_and(|f| f.sha256 == sha256_of(&bytes)) {
+        if fresh.file(&file.path).is_some_and(|f| f.sha256 == ibi::fsx::hash_bytes(&bytes)) {
             return ok_bytes(Bytes::from(bytes));
         }
     }
@@ -348,10 +348,6 @@ fn send_chunks(
         let _ = sender.blocking_send(Ok(last));
     }
     Ok(())
-}
-
-fn sha256_of(bytes: &[u8]) -> String {
-    ibi::digest::of_bytes(bytes, &[]).sha256().to_string()
 }
 
 /// The bytes of small files already checked against their manifests, by sha256:

@@ -10,12 +10,13 @@ use std::io::{BufReader, BufWriter, Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::wire::{self, Frame, Greeted, Reply, Request};
 use crate::error::{Error, Result};
 use crate::store::location::FarAddress;
+use crate::sync::lock;
 
 /// The command that reaches a far machine (default `ssh`).
 pub const RSH_ENV: &str = "IBI_RSH";
@@ -62,10 +63,6 @@ pub struct Connection {
     next_id: AtomicU64,
     /// The ssh process, when the session runs through one.
     child: Mutex<Option<Child>>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Connection {

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use crate::bag::files::{FileKind, TreeEntry, TreeError};
@@ -35,6 +35,7 @@ use crate::store::location::FarAddress;
 use crate::store::{
     Capabilities, FileSource, ItemRecord, Lease, Listed, LockWait, Placement, Refusal, Slot, StageId, Store,
 };
+use crate::sync::lock;
 pub use conn::Connect;
 use conn::{Answer, Connection};
 use wire::{Reply, Request, Snapshot, Target, Wait, WirePlacement};
@@ -70,10 +71,6 @@ pub struct FarStore {
     sent: Mutex<HashMap<u64, Sent>>,
     /// Snapshots and small files fetched ahead by `prefetch`, taken when used.
     bundled: Mutex<HashMap<RepositoryName, Listing>>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn wait_to_wire(wait: LockWait) -> Wait {

@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use super::wire::{self, Reply, Request, Snapshot, Target, WireCheck, WireError, WirePlacement};
 use crate::bag::{self, BagFiles};
@@ -38,6 +38,7 @@ use crate::id::{Ibip, RepositoryName, Timestamp};
 use crate::store::local::config::CollectionConfig;
 use crate::store::local::Collection;
 use crate::store::{identifier_problems, FileSource, ItemRecord, Lease, LockWait, Placement, StageId, Store};
+use crate::sync::lock;
 
 /// What a server admits.
 #[derive(Debug, Clone, Default)]
@@ -125,10 +126,6 @@ impl Budget {
         *lock(&self.used) -= bytes;
         self.freed.notify_all();
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Serves one session on stdin and stdout until the client closes it.

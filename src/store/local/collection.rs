@@ -58,14 +58,7 @@ pub struct Item {
 
 impl Item {
     pub fn info(&self) -> Result<BagInfo> {
-        let path = self.path.join(bag::BAG_INFO_TXT);
-        let bytes = fsx::read_capped(&path, fsx::MAX_TAG_FILE).with_path("read", &path)?;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| Error::Data { what: format!("{}", path.display()), problem: "it is not UTF-8".into() })?;
-        BagInfo::parse(&text).map_err(|line| Error::Data {
-            what: format!("{}", path.display()),
-            problem: format!("malformed line {line}"),
-        })
+        bag::info::read_info(&bag::DirBag::new(&self.path), &self.path.display().to_string())
     }
 
     /// The IBIp recorded in bag-info (an External-Identifier that parses as one).

@@ -352,7 +352,7 @@ impl super::Collection {
     /// Runs `work` on the collection's inventory; `None` before its first write (an
     /// older collection, or one whose inventory was lost).
     pub fn with_inventory<T>(&self, work: impl FnOnce(&mut Inventory) -> Result<T>) -> Result<Option<T>> {
-        let mut cached = self.inventory.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cached = crate::sync::lock(&self.inventory.0);
         if cached.is_none() {
             *cached = match self.read_only {
                 true => Inventory::open_read_only(&self.layout.inventory())?,
@@ -364,7 +364,7 @@ impl super::Collection {
 
     /// Forgets the open inventory (it was rebuilt into a new file).
     fn reopen_inventory(&self) {
-        *self.inventory.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *crate::sync::lock(&self.inventory.0) = None;
     }
 
     /// Every record, in name order, a page at a time.

@@ -34,7 +34,7 @@ impl Collection {
     fn staged_path(&self, stage: StageId, rel: &str) -> Result<std::path::PathBuf> {
         check_path(rel)
             .map_err(|why| Error::Invalid { what: "staged path".into(), problem: format!("{rel}: {why}") })?;
-        let table = self.stages.lock().unwrap_or_else(|p| p.into_inner());
+        let table = crate::sync::lock(&self.stages);
         let dir = table.dirs.get(&stage.0).ok_or_else(|| unknown_stage(stage))?;
         Ok(dir.path.join(rel))
     }
@@ -239,7 +239,7 @@ impl Store for Collection {
 
     fn stage(&self) -> Result<StageId> {
         let dir = StagingDir::new(self)?;
-        let mut table = self.stages.lock().unwrap_or_else(|p| p.into_inner());
+        let mut table = crate::sync::lock(&self.stages);
         table.next += 1;
         let id = table.next;
         table.dirs.insert(id, dir);
@@ -281,21 +281,21 @@ impl Store for Collection {
     }
 
     fn staged_files<'a>(&'a self, stage: StageId) -> Box<dyn BagFiles + 'a> {
-        let table = self.stages.lock().unwrap_or_else(|p| p.into_inner());
+        let table = crate::sync::lock(&self.stages);
         // An unknown token names a folder that cannot exist, never the current one.
         let path = table.dirs.get(&stage.0).map_or_else(|| self.layout.staging().join(".unknown"), |d| d.path.clone());
         Box::new(DirBag { path })
     }
 
     fn discard(&self, stage: StageId) {
-        let removed = self.stages.lock().unwrap_or_else(|p| p.into_inner()).dirs.remove(&stage.0);
+        let removed = crate::sync::lock(&self.stages).dirs.remove(&stage.0);
         drop(removed);
     }
 
     fn place(&self, batch: &[Placement]) -> Result<Vec<(RepositoryName, std::result::Result<(), Refusal>)>> {
         let mut staged = Vec::with_capacity(batch.len());
         {
-            let mut table = self.stages.lock().unwrap_or_else(|p| p.into_inner());
+            let mut table = crate::sync::lock(&self.stages);
             for p in batch {
                 let dir = table.dirs.remove(&p.stage.0).ok_or_else(|| unknown_stage(p.stage))?;
                 let mut copy = Staged::new(dir, p.name.clone(), p.ibip, 0);

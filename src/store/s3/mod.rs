@@ -18,7 +18,7 @@ use std::any::Any;
 use std::collections::{BTreeSet, HashMap};
 use std::io::Read;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use futures_util::stream::{self, StreamExt, TryStreamExt};
@@ -38,6 +38,7 @@ use crate::store::location::ObjectAddress;
 use crate::store::{
     item_ibip, Capabilities, FileSource, ItemRecord, Lease, Listed, LockWait, Placement, Refusal, Slot, StageId, Store,
 };
+use crate::sync::lock;
 use bag::ObjectBag;
 use keys::Keys;
 use objects::{Lost, Objects, IN_FLIGHT};
@@ -66,10 +67,6 @@ struct StageMeta {
     files: Vec<(String, u64)>,
     /// The bytes of the tag files written (small, read back by the check before placing).
     tags: HashMap<String, Vec<u8>>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The client for `address`, configured from the standard AWS environment.

@@ -72,14 +72,14 @@ impl Objects {
     pub fn error(&self, key: &Key, e: object_store::Error) -> Error {
         let problem = e.to_string();
         if is_transport(&e) {
-            *self.down.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), problem.clone()));
+            *crate::sync::lock(&self.down) = Some((Instant::now(), problem.clone()));
         }
         Error::Connection { place: self.url(key), problem }
     }
 
     /// Fails at once while the server is marked down.
     fn answering(&self, key: &Key) -> Result<(), Error> {
-        let down = self.down.lock().unwrap_or_else(|p| p.into_inner());
+        let down = crate::sync::lock(&self.down);
         match down.as_ref() {
             Some((since, why)) if since.elapsed() < DOWN_FOR => Err(Error::Connection {
                 place: self.url(key),
