@@ -107,10 +107,16 @@ impl BagFiles for DirBag {
 impl DirBag {
     /// Opens a regular file of the bag: `rel` must be a plain relative path, and it is
     /// resolved beneath the bag's folder, never through a symlink (`fsx::open_beneath`).
+    /// A file not found is looked for once more: a replacement swaps the folder and
+    /// then deletes the old one, so a reader that opened the old folder just before
+    /// finds the new one at its path (it sees the old item or the new, never neither).
     fn open(&self, rel: &str) -> io::Result<RegularFile> {
         crate::bag::manifest::check_path(rel)
             .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, format!("{rel}: {why}")))?;
-        open_beneath(&self.path, rel)
+        match open_beneath(&self.path, rel) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => open_beneath(&self.path, rel),
+            opened => opened,
+        }
     }
 }
 

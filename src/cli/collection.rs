@@ -174,23 +174,12 @@ pub fn watch(global: GlobalArgs, args: &WatchArgs) -> Result<Outcome> {
 }
 
 pub fn retire(global: GlobalArgs, root: &Path) -> Result<Outcome> {
-    match ibi::store::location::Location::parse(root)? {
-        ibi::store::location::Location::Far(far) => {
-            let problem = format!("{far} is far: run `ibi retire {}` on {} itself", far.path, far.host);
-            return Err(ibi::Error::Invalid { what: "retire".into(), problem }.into());
-        }
-        ibi::store::location::Location::Object(address) => {
-            let mut collection = ibi::store::s3::S3Store::open(&address)?;
-            let _lease = ibi::store::lease_and_recover(&collection, ibi::store::LockWait::No)?;
-            collection.retire()?;
-            Printer::new(global).note(&format!("retired {address}: it mints no more names"));
-            return Ok(Outcome::Success);
-        }
-        ibi::store::location::Location::Local(_) => {}
+    if let ibi::store::location::Location::Far(far) = ibi::store::location::Location::parse(root)? {
+        let problem = format!("{far} is far: run `ibi retire {}` on {} itself", far.path, far.host);
+        return Err(ibi::Error::Invalid { what: "retire".into(), problem }.into());
     }
-    let mut collection = ibi::store::local::Collection::open(root)?;
-    let _lease = ibi::store::lease_and_recover(&collection, ibi::store::LockWait::No)?;
-    collection.retire()?;
-    Printer::new(global).note(&format!("retired {}: it mints no more names", root.display()));
+    let collection = super::open(root)?;
+    collection.begin_write(ibi::store::LockWait::No)?.retire()?;
+    Printer::new(global).note(&format!("retired {}: it mints no more names", collection.location()));
     Ok(Outcome::Success)
 }

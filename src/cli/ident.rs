@@ -9,7 +9,7 @@ use ibi::id::minter::{Clock, Minter, ReplayClock, SystemClock};
 use ibi::id::name::PortSeparator;
 use ibi::id::pilin::PilinMinter;
 use ibi::ops::NoticedClock;
-use ibi::store::local::StateFile;
+use ibi::store::StateFile;
 use ibi::{Ibip, Identifier, PilinSuffix, RepositoryName, Subsystem};
 use serde_json::{json, Map, Value};
 
@@ -41,7 +41,8 @@ pub fn mint(global: GlobalArgs, args: &MintArgs) -> Result<Outcome> {
         let clock = clock_for(args.at);
         let printer = Printer::new(global);
         let noticed = NoticedClock { clock: clock.as_ref(), reporter: &printer };
-        let minted = ibi::store::mint(collection.as_ref(), args.count, &noticed)?;
+        let writer = collection.begin_write(ibi::store::LockWait::Forever)?;
+        let minted = ibi::store::mint(writer.as_ref(), args.count, &noticed)?;
         let dates: Vec<ibi::Timestamp> = minted.iter().map(|m| m.name.date()).collect();
         print_minted(global, collection.subsystem(), &dates)?;
         return Ok(Outcome::Success);

@@ -1,7 +1,7 @@
 //! The `Minter`: Algorithm 4's distributor plus its durable state and a clock.
 //! Minting runs read, compute and save as one exclusive `MinterState::update`,
 //! so processes that share a state never hand out the same date. How the state
-//! is stored and locked belongs to a backend (`store::local::StateFile`); this
+//! is stored and locked belongs to a backend (`store::StateFile`); this
 //! module does no I/O. The `Clock` is injectable so replays (`--at`) and tests
 //! never sleep.
 
@@ -64,7 +64,7 @@ impl Clock for ReplayClock {
 }
 
 /// Durable storage of the last date a minter used, shared by every process that
-/// mints from it. Backends own the storage (`store::local::StateFile`, a file with
+/// mints from it. Backends own the storage (`store::StateFile`, a file with
 /// a lock beside it; an object store would compare and swap).
 pub trait MinterState {
     /// Runs `step` on the stored date while no other minter of this state can, and

@@ -18,13 +18,12 @@ use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::verify::verify_item;
 use crate::problem::{Problem, ProblemKind};
-use crate::store::local::{move_all, same_filesystem, Collection};
-use crate::store::{lease_and_recover, raise_minter, selected, Store};
+use crate::store::{raise_minter, selected, Store, Writer};
 
 /// Migrate's last step for a chunk: re-verify each copy in DST, then remove from SRC
 /// the items whose copies are sound.
 fn finish_migration(
-    src: &dyn Store,
+    src: &dyn Writer,
     dst: &dyn Store,
     in_dst: Vec<RepositoryName>,
     tally: &Tally,
@@ -52,20 +51,10 @@ fn finish_migration(
     Ok(())
 }
 
-/// Both collections as local folders on one filesystem, when they are: items can
-/// then move by rename.
-fn on_one_filesystem<'a>(src: &'a dyn Store, dst: &'a dyn Store) -> Result<Option<(&'a Collection, &'a Collection)>> {
-    let (Some(a), Some(b)) = (src.as_any().downcast_ref::<Collection>(), dst.as_any().downcast_ref::<Collection>())
-    else {
-        return Ok(None);
-    };
-    Ok(same_filesystem(a, b)?.then_some((a, b)))
-}
-
 /// Migrate within one filesystem: verify each item where it is, then rename the
 /// sound ones into DST (the bytes never move, so the check holds for DST).
 fn move_chunk(
-    (src, dst): (&Collection, &Collection),
+    (src, dst): (&dyn Writer, &dyn Writer),
     plans: Vec<Plan>,
     tally: &Tally,
     reporter: &dyn Reporter,
@@ -82,7 +71,7 @@ fn move_chunk(
     let sound: Vec<_> = to_move
         .into_par_iter()
         .filter(|name| {
-            let (check, problems) = verify_item(src, name, reporter);
+            let (check, problems) = verify_item(src.store(), name, reporter);
             Tally::add(&tally.bytes, check.bytes);
             if !problems.is_empty() {
                 Tally::add(&tally.corrupt, 1);
@@ -90,9 +79,8 @@ fn move_chunk(
             }
             problems.is_empty()
         })
-        .map(|name| src.item(&name))
         .collect();
-    let moved = move_all(src, dst, &sound)?;
+    let moved = dst.adopt_from(src, &sound)?.unwrap_or_default();
     let arrived: Vec<RepositoryName> = moved.iter().filter(|(_, o)| o.is_ok()).map(|(n, _)| n.clone()).collect();
     raise_minter(dst, &arrived)?;
     for (name, outcome) in moved {
@@ -121,11 +109,16 @@ pub fn transfer(
 ) -> Result<TransferSummary> {
     let migrate = kind == TransferKind::Migrate;
     check_distinct(src, dst)?;
-    let _dst_lease = if options.dry_run { None } else { Some(lease_and_recover(dst, options.wait)?) };
-    let _src_lease = if options.dry_run || !migrate { None } else { Some(lease_and_recover(src, options.wait)?) };
+    let dst_writer = if options.dry_run { None } else { Some(dst.begin_write(options.wait)?) };
+    let src_writer = if options.dry_run || !migrate { None } else { Some(src.begin_write(options.wait)?) };
+    let (dst_writer, src_writer) = (dst_writer.as_deref(), src_writer.as_deref());
     let tally = Tally::default();
-    let driver = Driver { src, dst, dry_run: options.dry_run, tally: &tally, reporter };
-    let by_rename = if migrate && !options.dry_run { on_one_filesystem(src, dst)? } else { None };
+    let driver = Driver { src, dst, writer: dst_writer, tally: &tally, reporter };
+    // Asked with no names, `adopt_from` says whether DST can take SRC's items by rename.
+    let by_rename = match (dst_writer, src_writer) {
+        (Some(d), Some(s)) if d.adopt_from(s, &[])?.is_some() => Some((s, d)),
+        _ => None,
+    };
     reporter.begin(if migrate { Task::Migrate } else { Task::Copy });
     while_surveying(reporter, Survey::Items(src, names), || -> Result<()> {
         let mut items = selected(src, names);
@@ -140,12 +133,12 @@ pub fn transfer(
         if let Some(local) = by_rename {
             while let Some(plans) = next_plans()? {
                 let in_dst = move_chunk(local, plans, &tally, reporter)?;
-                finish_migration(src, dst, in_dst, &tally, reporter)?;
+                finish_migration(local.0, dst, in_dst, &tally, reporter)?;
             }
         } else {
             pipeline(&driver, next_plans, |in_dst| {
-                if migrate && !options.dry_run {
-                    finish_migration(src, dst, in_dst, &tally, reporter)?;
+                if let Some(src_writer) = src_writer {
+                    finish_migration(src_writer, dst, in_dst, &tally, reporter)?;
                 }
                 Ok(())
             })?;

@@ -27,9 +27,9 @@ use crate::ops::source::{plan_paths, PlannedFile, SourcePlan};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::transfer::BATCH;
 use crate::ops::transfer::{place_staged, StagedItem};
-use crate::store::local::guard;
+use crate::store::guard;
 use crate::store::{
-    item_ibip, lease_and_recover, mint, FileSource, ItemRecord, LockWait, Placement, Slot, StageId, Staging, Store,
+    item_ibip, mint, FileSource, ItemRecord, LockWait, Placement, Slot, StageId, Staging, Store, Writer,
 };
 
 #[derive(Debug, Clone, Default)]
@@ -95,7 +95,7 @@ pub fn deposit(
             guard::check_source("deposit source", path, root)?;
         }
     }
-    let _lease = lease_and_recover(collection, LockWait::Forever)?;
+    let writer = collection.begin_write(LockWait::Forever)?;
     let groups: Vec<Vec<PathBuf>> = if options.each || options.bag {
         paths.iter().map(|p| vec![p.clone()]).collect()
     } else {
@@ -107,7 +107,7 @@ pub fn deposit(
     let count = while_surveying(reporter, survey, || -> Result<u64> {
         let mut count = 0;
         for batch in groups.chunks(BATCH) {
-            count += deposit_groups(collection, batch, options, clock, reporter, on_durable)?;
+            count += deposit_groups(writer.as_ref(), batch, options, clock, reporter, on_durable)?;
         }
         Ok(count)
     })?;
@@ -118,7 +118,7 @@ pub fn deposit(
 /// Plans and deposits one batch of groups, reporting each item as soon as it is
 /// durable, then removes the moved originals. Returns how many items it saw.
 fn deposit_groups(
-    collection: &dyn Store,
+    writer: &dyn Writer,
     batch: &[Vec<PathBuf>],
     options: &DepositOptions,
     clock: &dyn Clock,
@@ -129,7 +129,7 @@ fn deposit_groups(
         .iter()
         .map(|group| if options.bag { plan_bag(&group[0]) } else { plan_paths(group, options.follow_symlinks) })
         .collect::<Result<_>>()?;
-    let outcomes = deposit_batch(collection, &plans, options, clock, reporter, None)?;
+    let outcomes = deposit_batch(writer, &plans, options, clock, reporter, None)?;
     for (plan, outcome) in plans.iter().zip(&outcomes) {
         let d = &outcome.deposited;
         let name = d.minted.name.to_string();
@@ -191,7 +191,7 @@ fn copy_planned(file: &PlannedFile, staging: &Staging, mode: CopyMode) -> Result
         also: mode.also,
         progress: mode.progress,
     };
-    let digests = staging.store.stage_file(staging.id, &file.path, source)?;
+    let digests = staging.writer.stage_file(staging.id, &file.path, source)?;
     for (algorithm, expected) in &file.expected {
         let found = digests.get(*algorithm).unwrap_or_default();
         if found != expected {
@@ -206,10 +206,10 @@ fn copy_planned(file: &PlannedFile, staging: &Staging, mode: CopyMode) -> Result
 
 /// Copies the payload and kept tag files into a new staging folder, hashing as it
 /// reads, in parallel.
-fn stage_payload<'a>(collection: &'a dyn Store, plan: &SourcePlan, reporter: &dyn Reporter) -> Result<Payload<'a>> {
-    let staging = Staging::new(collection)?;
+fn stage_payload<'a>(writer: &'a dyn Writer, plan: &SourcePlan, reporter: &dyn Reporter) -> Result<Payload<'a>> {
+    let staging = Staging::new(writer)?;
     for dir in std::iter::once(bag::DATA).chain(plan.dirs.iter().map(String::as_str)) {
-        collection.stage_dir(staging.id, dir)?;
+        writer.stage_dir(staging.id, dir)?;
     }
     warn_about_names(plan, reporter);
     let progress = |n: u64| reporter.bytes(n);
@@ -227,12 +227,12 @@ fn stage_payload<'a>(collection: &'a dyn Store, plan: &SourcePlan, reporter: &dy
 }
 
 /// Writes a new bag's tag files into its staging; returns its identity digest.
-fn write_tags(collection: &dyn Store, stage: StageId, contents: &BagContents) -> Result<String> {
+fn write_tags(writer: &dyn Writer, stage: StageId, contents: &BagContents) -> Result<String> {
     bag::write_tag_files_with(contents, &mut |name, bytes| {
         let mut reader = std::io::Cursor::new(bytes);
         let origin = Path::new(name);
         let source = FileSource { reader: &mut reader, origin, mtime: None, also: &[], progress: &|_| {} };
-        collection.stage_file(stage, name, source).map(drop).map_err(Error::from)
+        writer.stage_file(stage, name, source).map(drop).map_err(Error::from)
     })
 }
 
@@ -317,22 +317,23 @@ pub type BeforePlace<'a> = &'a dyn Fn(&Minted) -> Result<()>;
 /// deposited is reported as such; the rest is minted in one lock hold, its tag files
 /// and content records written, and `place_all` makes the batch durable and places it.
 pub fn deposit_batch(
-    collection: &dyn Store,
+    writer: &dyn Writer,
     plans: &[SourcePlan],
     options: &DepositOptions,
     clock: &dyn Clock,
     reporter: &dyn Reporter,
     before_place: Option<BeforePlace>,
 ) -> Result<Vec<DepositOutcome>> {
+    let collection = writer.store();
     let payloads: Vec<Payload> =
-        plans.par_iter().map(|plan| stage_payload(collection, plan, reporter)).collect::<Result<_>>()?;
+        plans.par_iter().map(|plan| stage_payload(writer, plan, reporter)).collect::<Result<_>>()?;
     let keys: Vec<String> = payloads.iter().zip(plans).map(|(p, plan)| content_key(p, plan, options)).collect();
     let mut known = Vec::with_capacity(plans.len());
     for key in &keys {
         known.push(if options.duplicate { None } else { deposited_as(collection, key)? });
     }
     let fresh = known.iter().filter(|k| k.is_none()).count();
-    let mut minted = mint(collection, fresh, &NoticedClock { clock, reporter })?.into_iter();
+    let mut minted = mint(writer, fresh, &NoticedClock { clock, reporter })?.into_iter();
     let mut outcomes = Vec::with_capacity(plans.len());
     let mut staged = Vec::with_capacity(fresh);
     let mut records = Vec::with_capacity(fresh);
@@ -348,7 +349,7 @@ pub fn deposit_batch(
                     payload: &payload.files,
                     tag_files: &payload.tag_files,
                 };
-                let identity = write_tags(collection, payload.staging.id, &contents)?;
+                let identity = write_tags(writer, payload.staging.id, &contents)?;
                 records.push((key, m.name.clone()));
                 let record = ItemRecord::from_info(&m.name, &info, &identity).ok();
                 let placement =
@@ -359,11 +360,11 @@ pub fn deposit_batch(
         };
         outcomes.push(DepositOutcome { deposited: Deposited { minted: m, already }, stamps: payload.stamps });
     }
-    collection.write_deposit_records(&records)?;
+    writer.write_deposit_records(&records)?;
     if let Some(hook) = before_place {
         outcomes.iter().filter(|o| !o.deposited.already).try_for_each(|o| hook(&o.deposited.minted))?;
     }
-    for (_, outcome) in place_staged(collection, staged)? {
+    for (_, outcome) in place_staged(writer, staged)? {
         outcome?;
     }
     Ok(outcomes)

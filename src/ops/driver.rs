@@ -15,8 +15,8 @@ use crate::ops::report::{Outcome, ProblemCount, Reporter};
 use crate::ops::transfer::{place_staged, same_identity, stage_copy, StagedItem, BATCH};
 use crate::ops::verify::vanished;
 use crate::problem::{Problem, ProblemKind};
-use crate::store::local::guard;
-use crate::store::{raise_minter, LockWait, Slot, Store};
+use crate::store::guard;
+use crate::store::{raise_minter, LockWait, Slot, Store, Writer};
 
 #[derive(Debug, Clone, Copy)]
 pub struct TransferOptions {
@@ -134,7 +134,8 @@ pub fn plan_copy(
 pub struct Driver<'a> {
     pub src: &'a dyn Store,
     pub dst: &'a dyn Store,
-    pub dry_run: bool,
+    /// What writes DST; none on a dry run.
+    pub writer: Option<&'a dyn Writer>,
     pub tally: &'a Tally,
     pub reporter: &'a dyn Reporter,
 }
@@ -157,9 +158,7 @@ impl<'a> Driver<'a> {
     /// staging fails (disk full), the copies that were staged are still returned, with
     /// the first error, so that what fits is placed before the run stops.
     pub fn stage(&self, plans: &[Plan]) -> (Vec<StagedItem<'a>>, Option<Error>) {
-        if self.dry_run {
-            return (Vec::new(), None);
-        }
+        let Some(writer) = self.writer else { return (Vec::new(), None) };
         let copying: Vec<RepositoryName> = plans
             .iter()
             .filter_map(|plan| match plan {
@@ -168,7 +167,8 @@ impl<'a> Driver<'a> {
             })
             .collect();
         self.src.prefetch(&copying);
-        let results: Vec<Result<Option<StagedItem>>> = plans.par_iter().map(|plan| self.stage_one(plan)).collect();
+        let results: Vec<Result<Option<StagedItem>>> =
+            plans.par_iter().map(|plan| self.stage_one(writer, plan)).collect();
         let mut staged = Vec::with_capacity(results.len());
         let mut first_error = None;
         for result in results {
@@ -183,13 +183,13 @@ impl<'a> Driver<'a> {
         (staged, first_error)
     }
 
-    fn stage_one(&self, plan: &Plan) -> Result<Option<StagedItem<'a>>> {
+    fn stage_one(&self, writer: &'a dyn Writer, plan: &Plan) -> Result<Option<StagedItem<'a>>> {
         let (name, replace) = match plan {
             Plan::Copy(name) => (name, false),
             Plan::Replace(name, _) => (name, true),
             _ => return Ok(None),
         };
-        match stage_copy((self.src, name), self.dst, replace, self.reporter)? {
+        match stage_copy((self.src, name), writer, replace, self.reporter)? {
             Ok(staged) => Ok(Some(staged)),
             Err(_) if vanished(self.src, name) => {
                 self.reporter.item(&name.to_string(), Outcome::Vanished);
@@ -204,12 +204,12 @@ impl<'a> Driver<'a> {
     }
 
     /// Places staged copies and counts them; returns the names placed.
-    fn place(&self, staged: Vec<StagedItem>) -> Result<HashSet<String>> {
+    fn place(&self, writer: &dyn Writer, staged: Vec<StagedItem>) -> Result<HashSet<String>> {
         let sizes: HashMap<String, (u64, bool)> =
             staged.iter().map(|s| (s.name().to_string(), (s.bytes, s.placement.replace))).collect();
         let mut placed = HashSet::new();
         let mut arrived = Vec::new();
-        for (name, outcome) in place_staged(self.dst, staged)? {
+        for (name, outcome) in place_staged(writer, staged)? {
             let label = name.to_string();
             let (bytes, replace) = sizes[&label];
             match outcome {
@@ -227,16 +227,14 @@ impl<'a> Driver<'a> {
                 }
             }
         }
-        raise_minter(self.dst, &arrived)?;
+        raise_minter(writer, &arrived)?;
         Ok(placed)
     }
 
     /// Places a chunk's staged copies; returns the SRC items DST now holds identical copies of.
     pub fn commit(&self, plans: Vec<Plan>, staged: Vec<StagedItem>) -> Result<Vec<RepositoryName>> {
-        if self.dry_run {
-            return Ok(self.dry(plans));
-        }
-        let placed = self.place(staged)?;
+        let Some(writer) = self.writer else { return Ok(self.dry(plans)) };
+        let placed = self.place(writer, staged)?;
         Ok(plans
             .into_iter()
             .filter_map(|plan| match plan {

@@ -23,7 +23,7 @@ use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::transfer::BATCH;
 use crate::ops::verify::verify_item;
 use crate::problem::{Problem, ProblemKind};
-use crate::store::{identity_digest, item_ibip, items, lease_and_recover, ItemRecord, Listed, LockWait, Slot, Store};
+use crate::store::{identity_digest, item_ibip, items, ItemRecord, Listed, LockWait, Slot, Store, Writer};
 
 #[derive(Debug, Clone, Copy)]
 pub struct MirrorOptions {
@@ -338,11 +338,16 @@ impl Planned {
     }
 }
 
-/// One sync pass; the caller holds DST's write lock (unless dry-running).
-fn sync(src: &dyn Store, dst: &dyn Store, options: &MirrorOptions, reporter: &dyn Reporter) -> Result<TransferSummary> {
+/// One sync pass, writing DST through `writer` (none: a dry run).
+fn sync(
+    src: &dyn Store,
+    (dst, writer): (&dyn Store, Option<&dyn Writer>),
+    options: &MirrorOptions,
+    reporter: &dyn Reporter,
+) -> Result<TransferSummary> {
     let tally = Tally::default();
     let planner = Planner { src, dst, options, tally: &tally, reporter };
-    let driver = Driver { src, dst, dry_run: options.dry_run, tally: &tally, reporter };
+    let driver = Driver { src, dst, writer, tally: &tally, reporter };
     reporter.begin(Task::Mirror);
     while_surveying(reporter, Survey::Items(src, &[]), || -> Result<()> {
         let mut merge = Merge {
@@ -369,8 +374,8 @@ pub fn mirror(
     reporter: &dyn Reporter,
 ) -> Result<TransferSummary> {
     check_distinct(src, dst)?;
-    let _lease = if options.dry_run { None } else { Some(lease_and_recover(dst, options.wait)?) };
-    sync(src, dst, options, reporter)
+    let writer = if options.dry_run { None } else { Some(dst.begin_write(options.wait)?) };
+    sync(src, (dst, writer.as_deref()), options, reporter)
 }
 
 /// Mirrors once, then again after each burst of changes in SRC (quiet for
@@ -385,7 +390,8 @@ pub fn mirror_watch(
     on_pass: &mut dyn FnMut(&TransferSummary),
 ) -> Result<()> {
     check_distinct(src, dst)?;
-    let _lease = if options.dry_run { None } else { Some(lease_and_recover(dst, options.wait)?) };
+    let writer = if options.dry_run { None } else { Some(dst.begin_write(options.wait)?) };
+    let dst = (dst, writer.as_deref());
     let root = src.local_root().ok_or_else(|| Error::Invalid {
         what: "mirror".into(),
         problem: format!("watching {} for changes needs a local collection", src.location()),

@@ -15,7 +15,7 @@ use crate::ops::driver::{check_distinct, next_chunk, pipeline, Driver, Plan, Tal
 use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::verify::verify_item;
 use crate::problem::{Problem, ProblemKind};
-use crate::store::{ibip_in, identity_digest, items, lease_and_recover, resolve, LockWait, Slot, Store};
+use crate::store::{ibip_in, identity_digest, items, resolve, LockWait, Slot, Store, Writer};
 
 #[derive(Debug, Clone, Copy)]
 pub struct RepairOptions {
@@ -50,8 +50,9 @@ fn candidates(root: &dyn Store, names: &[String]) -> Result<Vec<Need>> {
 
 struct Repairer<'a> {
     root: &'a dyn Store,
+    /// None on a dry run.
+    writer: Option<&'a dyn Writer>,
     from: &'a dyn Store,
-    options: RepairOptions,
     tally: &'a Tally,
     reporter: &'a dyn Reporter,
 }
@@ -79,11 +80,12 @@ impl Repairer<'_> {
             if problems.is_empty() {
                 self.reporter.item(&name.to_string(), Outcome::Unchanged);
             } else if let Some(ibip) = check.info.as_ref().and_then(ibip_in) {
-                if self.options.dry_run {
-                    self.reporter.item(&name.to_string(), Outcome::WouldRestoreAlias);
-                } else {
-                    self.root.restore_alias(&ibip, &name)?;
-                    self.reporter.item(&name.to_string(), Outcome::AliasRestored);
+                match self.writer {
+                    None => self.reporter.item(&name.to_string(), Outcome::WouldRestoreAlias),
+                    Some(writer) => {
+                        writer.restore_alias(&ibip, &name)?;
+                        self.reporter.item(&name.to_string(), Outcome::AliasRestored);
+                    }
                 }
             }
             return Ok(Plan::Settled(name, !problems.is_empty()));
@@ -118,10 +120,11 @@ pub fn repair(
     reporter: &dyn Reporter,
 ) -> Result<TransferSummary> {
     check_distinct(from, root)?;
-    let _lease = if options.dry_run { None } else { Some(lease_and_recover(root, options.wait)?) };
+    let writer = if options.dry_run { None } else { Some(root.begin_write(options.wait)?) };
+    let writer = writer.as_deref();
     let tally = Tally::default();
-    let repairer = Repairer { root, from, options, tally: &tally, reporter };
-    let driver = Driver { src: from, dst: root, dry_run: options.dry_run, tally: &tally, reporter };
+    let repairer = Repairer { root, writer, from, tally: &tally, reporter };
+    let driver = Driver { src: from, dst: root, writer, tally: &tally, reporter };
     reporter.begin(Task::Repair);
     let mut needs = candidates(root, names)?.into_iter().map(Ok);
     let next_plans = || -> Result<Option<Vec<Plan>>> {

@@ -14,7 +14,7 @@ use crate::bag::{manifest, BagInfo, DATA};
 use crate::digest::Algorithm;
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::Stamp;
-use crate::store::local::guard;
+use crate::store::guard;
 
 /// One file to copy: from `source` to `path` in the new bag (`data/…` for payload);
 /// `expected` holds the digests a source bag's manifests promise.

@@ -18,7 +18,7 @@ use crate::fsx::CopyError;
 use crate::id::RepositoryName;
 use crate::ops::report::Reporter;
 use crate::problem::{Problem, ProblemKind};
-use crate::store::{ibip_in, identity_digest, FileSource, ItemRecord, Placement, Staging, Store};
+use crate::store::{ibip_in, identity_digest, FileSource, ItemRecord, Placed, Placement, Staging, Store, Writer};
 
 /// How many items are staged, then made durable and placed, together.
 pub const BATCH: usize = 64;
@@ -46,15 +46,12 @@ impl StagedItem<'_> {
 /// Places staged items in one batch; returns each name with `Err(why)` when its
 /// place was refused. The staged items are dropped after: placed ones are gone
 /// from staging, refused ones are discarded.
-pub fn place_staged(
-    store: &dyn Store,
-    staged: Vec<StagedItem>,
-) -> Result<Vec<(RepositoryName, std::result::Result<(), Error>)>> {
+pub fn place_staged(writer: &dyn Writer, staged: Vec<StagedItem>) -> Result<Placed> {
     if staged.is_empty() {
         return Ok(Vec::new());
     }
     let batch: Vec<Placement> = staged.iter().map(|s| s.placement.clone()).collect();
-    store.place(&batch)
+    writer.place(&batch)
 }
 
 /// Lists an item's folders and regular files (relative paths); anything else, and
@@ -111,7 +108,7 @@ fn copy_one(
     let (mut reader, mtime) = src.open(name, rel).map_err(|e| CopyError::Source(Error::io("open", &origin, e)))?;
     let progress = |n: u64| reporter.bytes(n);
     let source = FileSource { reader: &mut reader, origin: &origin, mtime, also, progress: &progress };
-    staging.store.stage_file(staging.id, rel, source)
+    staging.writer.stage_file(staging.id, rel, source)
 }
 
 /// Copies every file in parallel, hashing as it writes. A source that cannot be read
@@ -145,13 +142,13 @@ fn copy_files(
     Ok((digests, problems))
 }
 
-/// Copies `src`'s item `name` into `dst`'s staging and checks the copy against the
-/// source's manifests, using the digests taken while copying. Nothing is durable
-/// yet: placing the batch makes it so. `Ok(Err(problems))` means the source is
-/// damaged: nothing is placed.
+/// Copies `src`'s item `name` into the staging of the collection `dst` writes and
+/// checks the copy against the source's manifests, using the digests taken while
+/// copying. Nothing is durable yet: placing the batch makes it so. `Ok(Err(problems))`
+/// means the source is damaged: nothing is placed.
 pub fn stage_copy<'d>(
     (src, name): (&dyn Store, &RepositoryName),
-    dst: &'d dyn Store,
+    dst: &'d dyn Writer,
     replace: bool,
     reporter: &dyn Reporter,
 ) -> Result<Result<StagedItem<'d>, Corrupt>> {

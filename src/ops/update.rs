@@ -21,9 +21,7 @@ use crate::fsx::open_regular;
 use crate::id::minter::Clock;
 use crate::id::RepositoryName;
 use crate::ops::deposit::check_meta;
-use crate::store::{
-    identity_digest, item_info, lease_and_recover, resolve, FileSource, ItemRecord, LockWait, Placement, Staging, Store,
-};
+use crate::store::{identity_digest, item_info, resolve, FileSource, ItemRecord, LockWait, Placement, Staging, Store};
 
 /// What a new version changes.
 #[derive(Debug, Clone, Default)]
@@ -151,7 +149,7 @@ impl Folders<'_> {
         for part in dir.split('/') {
             path = if path.is_empty() { part.to_string() } else { format!("{path}/{part}") };
             if self.made.insert(path.clone()) {
-                self.staging.store.stage_dir(self.staging.id, &path)?;
+                self.staging.writer.stage_dir(self.staging.id, &path)?;
             }
         }
         Ok(())
@@ -167,7 +165,7 @@ impl Folders<'_> {
 
 /// Links the current version to `ibi-versions/<N>/` and keeps the earlier ones.
 fn stage_history(folders: &mut Folders, name: &RepositoryName, current: &Current, number: u32) -> Result<()> {
-    let (store, id) = (folders.staging.store, folders.staging.id);
+    let (store, id) = (folders.staging.writer, folders.staging.id);
     let archive = History::version_dir(number);
     folders.make(&archive)?;
     let moved = current.own.iter().map(|(rel, dir)| (format!("{archive}/{rel}"), rel.clone(), *dir));
@@ -192,7 +190,7 @@ fn stage_payload(
     changes: &Changes,
     recorded: &BTreeMap<String, Digests>,
 ) -> Result<Vec<(String, Digests)>> {
-    let (store, id) = (folders.staging.store, folders.staging.id);
+    let (store, id) = (folders.staging.writer, folders.staging.id);
     folders.make(bag::DATA)?;
     let added: BTreeMap<String, &PathBuf> =
         changes.add.iter().map(|(from, to)| Ok((payload_path(to)?, from))).collect::<Result<_>>()?;
@@ -242,7 +240,7 @@ fn new_info(info: &BagInfo, changes: &Changes, history: History, payload: &[(Str
 
 /// Links the tag files the item keeps (`mets.xml`, `metadata/…`) and hashes them.
 fn stage_kept_tags(folders: &mut Folders, name: &RepositoryName, current: &Current) -> Result<Vec<(String, Digests)>> {
-    let (store, id) = (folders.staging.store, folders.staging.id);
+    let (store, id) = (folders.staging.writer, folders.staging.id);
     let mut kept = Vec::new();
     for rel in &current.kept_tags {
         folders.parent_of(rel)?;
@@ -276,7 +274,7 @@ fn check_changes(changes: &Changes) -> Result<()> {
 /// Makes version N+1 of the item `text` names, under the write lease.
 pub fn update(store: &dyn Store, text: &str, changes: &Changes, clock: &dyn Clock, wait: LockWait) -> Result<Updated> {
     check_changes(changes)?;
-    let _lease = lease_and_recover(store, wait)?;
+    let writer = store.begin_write(wait)?;
     let name = resolve(store, text)?;
     let info = item_info(store, &name)?;
     let history =
@@ -296,7 +294,7 @@ pub fn update(store: &dyn Store, text: &str, changes: &Changes, clock: &dyn Cloc
     let mut next = history.next(&since, &digest, &now);
     let purge = changes.withdraw.as_ref().is_some_and(|w| w.purge);
     next.withdrawn = changes.withdraw.as_ref().map(|w| Withdrawal { date: now.clone(), reason: w.reason.clone() });
-    let staging = Staging::new(store)?;
+    let staging = Staging::new(writer.as_ref())?;
     let mut folders = Folders { staging: &staging, made: BTreeSet::new() };
     if !purge {
         stage_history(&mut folders, &name, &current, history.version)?;
@@ -325,12 +323,12 @@ fn stage_bytes(staging: &Staging, file: &str, bytes: &[u8]) -> Result<()> {
     let mut reader = std::io::Cursor::new(bytes.to_vec());
     let origin = PathBuf::from(file);
     let source = FileSource { reader: &mut reader, origin: &origin, mtime: None, also: &[], progress: &|_| {} };
-    staging.store.stage_file(staging.id, file, source).map(drop).map_err(Error::from)
+    staging.writer.stage_file(staging.id, file, source).map(drop).map_err(Error::from)
 }
 
 /// Verifies the staged version (earlier versions included) and swaps it in.
 fn place_version(staging: &Staging, name: &RepositoryName, record: Option<ItemRecord>) -> Result<()> {
-    let store = staging.store;
+    let store = staging.writer;
     let check = bag::verify_bag(store.staged_files(staging.id).as_ref(), &name.to_string(), &|_| {});
     if let Some(problem) = check.problems.first() {
         let problem = format!("the new version did not verify, nothing changed: {problem}");

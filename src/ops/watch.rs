@@ -25,8 +25,8 @@ use crate::id::Minted;
 use crate::ops::deposit::{check_meta, deposit_batch, remove_moved, DepositOptions};
 use crate::ops::report::Reporter;
 use crate::ops::source::plan_paths;
-use crate::store::local::guard;
-use crate::store::{lease_and_recover, LockWait, Slot, Store};
+use crate::store::guard;
+use crate::store::{LockWait, Slot, Store};
 
 pub const DEPOSITED_DIR: &str = ".deposited";
 const RECEIPTS_DIR: &str = ".receipts";
@@ -194,14 +194,14 @@ impl HotFolder<'_> {
     }
 
     fn deposit_entry(&self, entry: &str) -> Result<Minted> {
-        let _lease = lease_and_recover(self.collection, LockWait::Forever)?;
+        let writer = self.collection.begin_write(LockWait::Forever)?;
         let plan = plan_paths(&[self.inbox.join(entry)], self.options.deposit.follow_symlinks)?;
         let mut deposit = self.options.deposit.clone();
         deposit.move_sources = false;
         let record = |m: &Minted| atomic_write(&self.pending_path(entry), format!("{}\n", m.record()).as_bytes());
         let plans = std::slice::from_ref(&plan);
         let outcome =
-            deposit_batch(self.collection, plans, &deposit, self.clock, self.reporter, Some(&record))?.remove(0);
+            deposit_batch(writer.as_ref(), plans, &deposit, self.clock, self.reporter, Some(&record))?.remove(0);
         let minted = outcome.deposited.minted;
         let line = minted.record();
         if outcome.deposited.already {

@@ -1,6 +1,9 @@
-//! The shared conformance suite: the same checks of the `Store` contract run
-//! against every backend (local folder, memory, far over pipes, object storage in memory). A new backend adds one line
-//! to `backends!` and must pass them all.
+//! The shared conformance suite: the checks of the `Store` and `Writer`
+//! contracts, run against every backend (local folder, memory, far over pipes,
+//! object storage in memory). Every change goes through a `Writer` taken with
+//! `begin_write`. A backend in this crate adds one line to `backends!`; one
+//! outside it calls `run_all` (public with the `conformance` feature) from its
+//! own tests, as `tests/it/out_of_tree.rs` does.
 
 use std::io::Cursor;
 use std::path::Path;
@@ -12,16 +15,13 @@ use crate::digest::Digests;
 use crate::error::Error;
 use crate::id::minter::ReplayClock;
 use crate::id::{Granularity, Minted, RepositoryName, Subsystem, Timestamp};
-use crate::store::local::config::CollectionConfig;
-use crate::store::local::Collection;
-use crate::store::memory::MemoryStore;
-use crate::store::s3::objects::Objects;
-use crate::store::s3::S3Store;
 use crate::store::{
-    identity_digest, FileSource, ItemRecord, Listed, LockWait, Placement, Slot, StageId, Status, Store,
+    identity_digest, AppendOnly, FileSource, ItemRecord, Listed, LockWait, Placement, Slot, StageId, Status, Store,
+    Writer,
 };
 
-pub(crate) fn subsystem() -> Subsystem {
+/// The subsystem every collection of the suite is made with.
+pub fn subsystem() -> Subsystem {
     Subsystem::new("conformance.example.org", 80, Some("192.0.2.7".parse().unwrap()), 800, Granularity::MILLISECOND)
         .unwrap()
 }
@@ -32,37 +32,41 @@ fn minted(seconds: i128) -> Minted {
     subsystem().identify(base.checked_add_nanos(seconds * 1_000_000_000)).unwrap()
 }
 
-fn stage_bytes(store: &dyn Store, stage: StageId, rel: &str, bytes: &[u8]) -> Digests {
+fn writer(store: &dyn Store) -> Box<dyn Writer + '_> {
+    store.begin_write(LockWait::No).expect("the lease is free")
+}
+
+fn stage_bytes(writer: &dyn Writer, stage: StageId, rel: &str, bytes: &[u8]) -> Digests {
     let mut reader = Cursor::new(bytes.to_vec());
     let source = FileSource { reader: &mut reader, origin: Path::new(rel), mtime: None, also: &[], progress: &|_| {} };
-    store.stage_file(stage, rel, source).map_err(Error::from).unwrap()
+    writer.stage_file(stage, rel, source).map_err(Error::from).unwrap()
 }
 
 /// Stages a complete bag for `m` holding `data/a.txt` = `content`.
-fn stage_bag(store: &dyn Store, m: &Minted, content: &[u8]) -> StageId {
-    stage_bag_in(store, store.stage().unwrap(), m, content)
+fn stage_bag(writer: &dyn Writer, m: &Minted, content: &[u8]) -> StageId {
+    stage_bag_in(writer, writer.stage().unwrap(), m, content)
 }
 
 /// Stages the bag into `stage`.
-fn stage_bag_in(store: &dyn Store, stage: StageId, m: &Minted, content: &[u8]) -> StageId {
-    store.stage_dir(stage, "data").unwrap();
-    let payload = vec![("data/a.txt".to_string(), stage_bytes(store, stage, "data/a.txt", content))];
+fn stage_bag_in(writer: &dyn Writer, stage: StageId, m: &Minted, content: &[u8]) -> StageId {
+    writer.stage_dir(stage, "data").unwrap();
+    let payload = vec![("data/a.txt".to_string(), stage_bytes(writer, stage, "data/a.txt", content))];
     let mut info = BagInfo::default();
     info.push("External-Identifier", m.name.to_string());
     info.push("External-Identifier", m.ibip.as_ref().unwrap().to_string());
     info.push("Payload-Oxum", format!("{}.1", content.len()));
     let contents = BagContents { info: &info, algorithms: &[], payload: &payload, tag_files: &[] };
     bag::write_tag_files_with(&contents, &mut |name, bytes| {
-        stage_bytes(store, stage, name, bytes);
+        stage_bytes(writer, stage, name, bytes);
         Ok(())
     })
     .unwrap();
     stage
 }
 
-fn place(store: &dyn Store, m: &Minted, stage: StageId, replace: bool) -> Result<(), Error> {
+fn place(writer: &dyn Writer, m: &Minted, stage: StageId, replace: bool) -> Result<(), Error> {
     let batch = [Placement { stage, name: m.name.clone(), ibip: m.ibip, replace, record: None }];
-    let mut outcomes = store.place(&batch).unwrap();
+    let mut outcomes = writer.place(&batch)?;
     assert_eq!(outcomes.len(), 1);
     outcomes.remove(0).1
 }
@@ -71,7 +75,8 @@ fn read_a(store: &dyn Store, name: &RepositoryName) -> Vec<u8> {
     store.item_files(name).read("data/a.txt").unwrap()
 }
 
-pub(crate) fn names(store: &dyn Store) -> Vec<RepositoryName> {
+/// The items a walk finds, strays left out.
+pub fn names(store: &dyn Store) -> Vec<RepositoryName> {
     store
         .walk()
         .filter_map(|l| match l.unwrap() {
@@ -82,27 +87,27 @@ pub(crate) fn names(store: &dyn Store) -> Vec<RepositoryName> {
 }
 
 pub fn placement_never_overwrites(store: &dyn Store) {
-    let _lease = store.lease(LockWait::No).unwrap();
+    let w = writer(store);
     let m = minted(1);
-    let first = stage_bag(store, &m, b"first");
-    assert!(verify_bag(store.staged_files(first).as_ref(), "staged", &|_| {}).problems.is_empty());
-    place(store, &m, first, false).unwrap();
-    let second = stage_bag(store, &m, b"second");
-    let refused = place(store, &m, second, false);
+    let first = stage_bag(w.as_ref(), &m, b"first");
+    assert!(verify_bag(w.staged_files(first).as_ref(), "staged", &|_| {}).problems.is_empty());
+    place(w.as_ref(), &m, first, false).unwrap();
+    let second = stage_bag(w.as_ref(), &m, b"second");
+    let refused = place(w.as_ref(), &m, second, false);
     assert!(matches!(refused, Err(Error::AlreadyExists { .. })), "a second placement is refused: {refused:?}");
     assert_eq!(read_a(store, &m.name), b"first");
-    let third = stage_bag(store, &m, b"third");
-    place(store, &m, third, true).unwrap();
+    let third = stage_bag(w.as_ref(), &m, b"third");
+    place(w.as_ref(), &m, third, true).unwrap();
     assert_eq!(read_a(store, &m.name), b"third", "a replacement replaces");
     assert!(verify_bag(store.item_files(&m.name).as_ref(), "placed", &|_| {}).problems.is_empty());
 }
 
 pub fn walk_is_in_name_order(store: &dyn Store) {
-    let _lease = store.lease(LockWait::No).unwrap();
+    let w = writer(store);
     let all: Vec<Minted> = [5, 1, 4, 2, 3, 600, 3_000_000].iter().map(|s| minted(*s)).collect();
     for m in &all {
-        let stage = stage_bag(store, m, m.name.to_string().as_bytes());
-        place(store, m, stage, false).unwrap();
+        let stage = stage_bag(w.as_ref(), m, m.name.to_string().as_bytes());
+        place(w.as_ref(), m, stage, false).unwrap();
     }
     let mut expected: Vec<RepositoryName> = all.iter().map(|m| m.name.clone()).collect();
     expected.sort();
@@ -110,53 +115,55 @@ pub fn walk_is_in_name_order(store: &dyn Store) {
 }
 
 pub fn aliases_follow_placement_and_removal(store: &dyn Store) {
-    let _lease = store.lease(LockWait::No).unwrap();
+    let w = writer(store);
     let m = minted(7);
     let ibip = m.ibip.unwrap();
     assert_eq!(store.alias(&ibip).unwrap(), None);
-    let stage = stage_bag(store, &m, b"x");
-    place(store, &m, stage, false).unwrap();
+    let stage = stage_bag(w.as_ref(), &m, b"x");
+    place(w.as_ref(), &m, stage, false).unwrap();
     assert_eq!(store.alias(&ibip).unwrap(), Some(m.name.clone()));
     assert_eq!(store.alias_problem(&ibip, &m.name), None);
     assert_eq!(store.slot(&m.name).unwrap(), Slot::Item);
     let before = identity_digest(store, &m.name).unwrap();
     assert_eq!(before.len(), 64);
     assert!(store.dangling_aliases().unwrap().is_empty());
-    store.restore_alias(&ibip, &m.name).unwrap();
+    w.restore_alias(&ibip, &m.name).unwrap();
     assert_eq!(store.alias(&ibip).unwrap(), Some(m.name.clone()), "restoring a right alias keeps it right");
-    store.remove(std::slice::from_ref(&m.name)).unwrap();
+    w.remove(std::slice::from_ref(&m.name)).unwrap();
     assert_eq!(store.alias(&ibip).unwrap(), None);
     assert!(store.dangling_aliases().unwrap().is_empty(), "removal takes the alias with it");
     assert_eq!(store.slot(&m.name).unwrap(), Slot::Empty);
     assert!(names(store).is_empty());
 }
 
+/// A second `begin_write` is refused (exit 75), at once or after waiting; dropping
+/// the `Writer` releases the lease.
 pub fn lease_is_exclusive(store: &dyn Store, other: &dyn Store) {
-    let held = store.lease(LockWait::No).unwrap();
-    assert!(matches!(other.lease(LockWait::No), Err(Error::Locked { .. })), "a second writer is refused");
-    let waited = other.lease(LockWait::For(std::time::Duration::from_millis(200)));
+    let held = writer(store);
+    assert!(matches!(other.begin_write(LockWait::No), Err(Error::Locked { .. })), "a second writer is refused");
+    let waited = other.begin_write(LockWait::For(Duration::from_millis(200)));
     assert!(matches!(waited, Err(Error::Locked { .. })), "and refused after waiting");
     drop(held);
-    other.lease(LockWait::No).expect("free once released");
+    other.begin_write(LockWait::No).expect("free once the writer is dropped");
 }
 
-/// Two placements of one name at once, from two threads of the lease holder.
+/// Two placements of one name at once, from two threads of the writer.
 pub fn one_of_two_concurrent_placements_wins(store: &dyn Store) {
-    let _lease = store.lease(LockWait::No).unwrap();
-    let other = store;
+    let w = writer(store);
+    let w = w.as_ref();
     for round in 0..20 {
         let m = minted(100 + round);
-        let a = stage_bag(store, &m, b"from a");
-        let b = stage_bag(other, &m, b"from b");
+        let a = stage_bag(w, &m, b"from a");
+        let b = stage_bag(w, &m, b"from b");
         let barrier = Barrier::new(2);
         let (ra, rb) = std::thread::scope(|s| {
             let ta = s.spawn(|| {
                 barrier.wait();
-                place(store, &m, a, false)
+                place(w, &m, a, false)
             });
             let tb = s.spawn(|| {
                 barrier.wait();
-                place(other, &m, b, false)
+                place(w, &m, b, false)
             });
             (ta.join().unwrap(), tb.join().unwrap())
         });
@@ -167,60 +174,60 @@ pub fn one_of_two_concurrent_placements_wins(store: &dyn Store) {
     }
 }
 
-/// A writer killed with an item staged: the next one's `recover` clears it, and it
-/// was never an item.
+/// A writer that ends with an item staged (its handle never cleans up, as a killed
+/// process): the next writer's recovery clears it, and it was never an item.
 pub fn recovery_clears_an_interrupted_batch(killed: Box<dyn Store>, next: &dyn Store) {
     let m = minted(9);
-    let lease = killed.lease(LockWait::No).unwrap();
-    let stage = stage_bag(killed.as_ref(), &m, b"never placed");
+    let w = writer(killed.as_ref());
+    let stage = stage_bag(w.as_ref(), &m, b"never placed");
     assert!(names(next).is_empty(), "staging is never an item");
     // A round trip after the staged files, so that none is still on its way when the writer "dies".
-    let _ = killed.staged_files(stage).entries();
-    drop(lease);
+    let _ = w.staged_files(stage).entries();
+    drop(w);
     std::mem::forget(killed);
     assert!(!next.leftovers().is_empty(), "the killed writer's staging is seen as left over");
-    let _lease = next.lease(LockWait::No).unwrap();
-    next.recover().unwrap();
-    assert!(next.leftovers().is_empty(), "nothing is left over");
+    let recovered = writer(next);
+    assert!(next.leftovers().is_empty(), "nothing is left over once a writer began");
     assert!(names(next).is_empty());
-    assert!(next.staged_files(stage).root_kind().is_err(), "the staged item is gone");
+    assert!(recovered.staged_files(stage).root_kind().is_err(), "the staged item is gone");
 }
 
 /// A stage made for a known name (`stage_for`) is unseen until placed, a second
 /// writer of the name never changes the placed item, and a killed writer's direct
-/// stage is cleared by `recover`, leaving nothing in a later item of that name.
+/// stage is cleared by the next writer, leaving nothing in a later item of that name.
 pub fn staging_for_a_name_is_unseen_until_placed(store: &dyn Store, other: &dyn Store, killed: Box<dyn Store>) {
     let m = minted(11);
-    let lease = store.lease(LockWait::No).unwrap();
-    let stage = stage_bag_in(store, store.stage_for(&m.name, false).unwrap(), &m, b"direct");
-    assert!(names(other).is_empty() && other.slot(&m.name).unwrap() == Slot::Empty, "unseen until placed");
-    place(store, &m, stage, false).unwrap();
-    drop(lease);
+    {
+        let w = writer(store);
+        let stage = stage_bag_in(w.as_ref(), w.stage_for(&m.name, false).unwrap(), &m, b"direct");
+        assert!(names(other).is_empty() && other.slot(&m.name).unwrap() == Slot::Empty, "unseen until placed");
+        place(w.as_ref(), &m, stage, false).unwrap();
+    }
     assert_eq!(read_a(other, &m.name), b"direct");
-    if let Ok(second) = other.stage_for(&m.name, false) {
-        other.stage_dir(second, "data").unwrap();
-        let mut reader = Cursor::new(b"intruder".to_vec());
-        let source =
-            FileSource { reader: &mut reader, origin: Path::new("x"), mtime: None, also: &[], progress: &|_| {} };
-        if other.stage_file(second, "data/a.txt", source).is_ok() {
-            // Refused for the name, or as a whole (a far server: this handle holds no lease).
-            let batch = [Placement { stage: second, name: m.name.clone(), ibip: m.ibip, replace: false, record: None }];
-            assert!(other.place(&batch).map_or(true, |o| o[0].1.is_err()), "the name is taken");
+    {
+        let second = writer(other);
+        if let Ok(stage) = second.stage_for(&m.name, false) {
+            // A backend that stages at the item's keys may refuse the file already.
+            second.stage_dir(stage, "data").unwrap();
+            let mut reader = Cursor::new(b"intruder".to_vec());
+            let source =
+                FileSource { reader: &mut reader, origin: Path::new("x"), mtime: None, also: &[], progress: &|_| {} };
+            if second.stage_file(stage, "data/a.txt", source).is_ok() {
+                assert!(place(second.as_ref(), &m, stage, false).is_err(), "the name is taken");
+            }
+            second.discard(stage);
         }
-        other.discard(second);
     }
     assert_eq!(read_a(store, &m.name), b"direct", "a second writer changed nothing");
     assert!(verify_bag(store.item_files(&m.name).as_ref(), "placed", &|_| {}).problems.is_empty());
 
-    let (writer, killed) = (killed, minted(12));
-    let lease = writer.lease(LockWait::No).unwrap();
-    let stage = stage_bag_in(writer.as_ref(), writer.stage_for(&killed.name, false).unwrap(), &killed, b"killed");
-    let mut reader = Cursor::new(b"left behind".to_vec());
-    let source = FileSource { reader: &mut reader, origin: Path::new("x"), mtime: None, also: &[], progress: &|_| {} };
-    writer.stage_file(stage, "data/extra.txt", source).map_err(Error::from).unwrap();
-    let _ = writer.staged_files(stage).entries();
-    drop(lease);
-    std::mem::forget(writer);
+    let gone = minted(12);
+    let w = writer(killed.as_ref());
+    let stage = stage_bag_in(w.as_ref(), w.stage_for(&gone.name, false).unwrap(), &gone, b"killed");
+    stage_bytes(w.as_ref(), stage, "data/extra.txt", b"left behind");
+    let _ = w.staged_files(stage).entries();
+    drop(w);
+    std::mem::forget(killed);
     // A far session's last frames may still be landing: give them a moment.
     let seen = (0..100).any(|_| {
         let found = !other.leftovers().is_empty();
@@ -230,15 +237,15 @@ pub fn staging_for_a_name_is_unseen_until_placed(store: &dyn Store, other: &dyn 
         found
     });
     assert!(seen, "the killed writer's stage is seen as left over");
-    let _lease = other.lease(LockWait::No).unwrap();
-    other.recover().unwrap();
-    assert!(other.leftovers().is_empty() && other.slot(&killed.name).unwrap() == Slot::Empty);
-    let again = stage_bag_in(other, other.stage_for(&killed.name, false).unwrap(), &killed, b"again");
-    place(other, &killed, again, false).unwrap();
-    let check = verify_bag(other.item_files(&killed.name).as_ref(), "again", &|_| {});
+    let w = writer(other);
+    assert!(other.leftovers().is_empty() && other.slot(&gone.name).unwrap() == Slot::Empty);
+    let again = stage_bag_in(w.as_ref(), w.stage_for(&gone.name, false).unwrap(), &gone, b"again");
+    place(w.as_ref(), &gone, again, false).unwrap();
+    let check = verify_bag(other.item_files(&gone.name).as_ref(), "again", &|_| {});
     assert!(check.problems.is_empty(), "nothing of the killed stage is left: {:?}", check.problems);
 }
 
+/// Two handles take turns at the lease, minting one date each time: no date twice.
 pub fn minter_state_never_repeats(store: &dyn Store, other: &dyn Store) {
     let start = Timestamp::parse_user("2026-01-01T00:00:00Z").unwrap();
     let dates: Vec<Vec<Timestamp>> = std::thread::scope(|s| {
@@ -246,7 +253,12 @@ pub fn minter_state_never_repeats(store: &dyn Store, other: &dyn Store) {
             .map(|st| {
                 s.spawn(move || {
                     let clock = ReplayClock::new(start);
-                    (0..100).flat_map(|_| st.mint_dates(1, &clock).unwrap()).collect()
+                    (0..50)
+                        .flat_map(|_| {
+                            let w = st.begin_write(LockWait::Forever).unwrap();
+                            w.mint_dates(1, &clock).unwrap()
+                        })
+                        .collect()
                 })
             })
             .map(|t| t.join().unwrap())
@@ -256,141 +268,247 @@ pub fn minter_state_never_repeats(store: &dyn Store, other: &dyn Store) {
     let mut all: Vec<Timestamp> = dates.concat();
     all.sort();
     all.dedup();
-    assert_eq!(all.len(), 200, "no date handed out twice");
+    assert_eq!(all.len(), 100, "no date handed out twice");
 }
 
 pub fn inventory_records_placement_replacement_and_removal(store: &dyn Store, other: &dyn Store) {
-    let _lease = store.lease(LockWait::No).unwrap();
     assert!(store.has_inventory() && store.collection_id().is_some_and(|id| id.starts_with("urn:uuid:")));
+    let w = writer(store);
     let (a, b) = (minted(1), minted(2));
-    place(store, &a, stage_bag(store, &a, b"first"), false).unwrap();
-    place(store, &b, stage_bag(store, &b, b"other"), false).unwrap();
+    place(w.as_ref(), &a, stage_bag(w.as_ref(), &a, b"first"), false).unwrap();
+    place(w.as_ref(), &b, stage_bag(w.as_ref(), &b, b"other"), false).unwrap();
     let records = other.records(&[a.name.clone(), b.name.clone(), minted(3).name]).unwrap();
     let first = records[0].as_ref().expect("a placed item is recorded, and another handle sees it");
     assert_eq!((first.status, first.ibip, first.versions.len()), (Status::Present, a.ibip, 1));
     assert_eq!(first.current().digest, identity_digest(store, &a.name).unwrap());
     assert!(records[1].is_some() && records[2].is_none());
-    place(store, &a, stage_bag(store, &a, b"replaced"), true).unwrap();
+    place(w.as_ref(), &a, stage_bag(w.as_ref(), &a, b"replaced"), true).unwrap();
     let replaced = store.records(std::slice::from_ref(&a.name)).unwrap().remove(0).unwrap();
     assert_eq!(replaced.current().digest, identity_digest(store, &a.name).unwrap());
     assert_ne!(replaced.current().digest, first.current().digest);
-    store.remove(std::slice::from_ref(&b.name)).unwrap();
+    w.remove(std::slice::from_ref(&b.name)).unwrap();
     let all: Vec<ItemRecord> = other.all_records().map(Result::unwrap).collect();
     let seen: Vec<(RepositoryName, Status)> = all.iter().map(|r| (r.name.clone(), r.status)).collect();
     assert_eq!(seen, [(a.name, Status::Present), (b.name, Status::Removed)], "a removed item stays known");
 }
 
-/// Runs every check against a backend: `$fresh` makes a new, empty collection and
-/// returns (a handle, a function that opens another handle on it).
-macro_rules! backends {
-    ($($backend:ident => $fresh:expr;)*) => {$(
-        mod $backend {
-            use super::*;
-
-            #[test]
-            fn placement_never_overwrites() {
-                let (store, _reopen, _dir) = $fresh;
-                super::placement_never_overwrites(&store);
+/// Reads while a writer replaces an item, again and again: each read sees the old
+/// item or the new one, never a half, and never an error.
+pub fn reads_during_a_write_see_old_or_new(store: &dyn Store, other: &dyn Store) {
+    let w = writer(store);
+    let m = minted(20);
+    place(w.as_ref(), &m, stage_bag(w.as_ref(), &m, b"old"), false).unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut reads = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) || reads == 0 {
+                let seen = other.item_files(&m.name).read("data/a.txt");
+                let seen = seen.unwrap_or_else(|e| panic!("a read during a write failed: {e}"));
+                assert!(seen == b"old" || seen == b"new", "a half-written item: {seen:?}");
+                reads += 1;
             }
-
-            #[test]
-            fn walk_is_in_name_order() {
-                let (store, _reopen, _dir) = $fresh;
-                super::walk_is_in_name_order(&store);
-            }
-
-            #[test]
-            fn aliases_follow_placement_and_removal() {
-                let (store, _reopen, _dir) = $fresh;
-                super::aliases_follow_placement_and_removal(&store);
-            }
-
-            #[test]
-            fn lease_is_exclusive() {
-                let (store, reopen, _dir) = $fresh;
-                super::lease_is_exclusive(&store, &reopen());
-            }
-
-            #[test]
-            fn one_of_two_concurrent_placements_wins() {
-                let (store, _reopen, _dir) = $fresh;
-                super::one_of_two_concurrent_placements_wins(&store);
-            }
-
-            #[test]
-            fn recovery_clears_an_interrupted_batch() {
-                let (store, reopen, _dir) = $fresh;
-                super::recovery_clears_an_interrupted_batch(Box::new(reopen()), &store);
-            }
-
-            #[test]
-            fn inventory_records_placement_replacement_and_removal() {
-                let (store, reopen, _dir) = $fresh;
-                super::inventory_records_placement_replacement_and_removal(&store, &reopen());
-            }
-
-            #[test]
-            fn staging_for_a_name_is_unseen_until_placed() {
-                let (store, reopen, _dir) = $fresh;
-                super::staging_for_a_name_is_unseen_until_placed(&store, &reopen(), Box::new(reopen()));
-            }
-
-            #[test]
-            fn minter_state_never_repeats() {
-                let (store, reopen, _dir) = $fresh;
-                super::minter_state_never_repeats(&store, &reopen());
-            }
+        });
+        for round in 0..10 {
+            let content: &[u8] = if round % 2 == 0 { b"new" } else { b"old" };
+            place(w.as_ref(), &m, stage_bag(w.as_ref(), &m, content), true).unwrap();
         }
-    )*};
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        reader.join().unwrap();
+    });
 }
 
-pub(crate) fn local() -> (Collection, impl Fn() -> Collection, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("c");
-    let minters = dir.path().join("minters");
-    let store = Collection::init(&root, subsystem(), None).unwrap().with_minter_dir(&minters);
-    (store, move || Collection::open(&root).unwrap().with_minter_dir(&minters), dir)
+/// The append-only wrapper adds items and refuses every replacement, removal,
+/// retirement and alias re-pointing, changing nothing.
+pub fn append_only_refuses_what_would_change(store: &dyn Store) {
+    let w = AppendOnly(writer(store));
+    let (a, b) = (minted(30), minted(31));
+    place(&w, &a, stage_bag(&w, &a, b"kept"), false).unwrap();
+    let replacing = w.stage_for(&a.name, true).map(|stage| stage_bag_in(&w, stage, &a, b"changed"));
+    if let Ok(stage) = replacing {
+        assert!(matches!(place(&w, &a, stage, true), Err(Error::Refused { .. })), "a replacement is refused");
+    }
+    assert!(matches!(w.remove(std::slice::from_ref(&a.name)), Err(Error::Refused { .. })));
+    assert!(matches!(w.retire(), Err(Error::Refused { .. })));
+    assert!(matches!(w.restore_alias(a.ibip.as_ref().unwrap(), &b.name), Err(Error::Refused { .. })));
+    assert_eq!(read_a(store, &a.name), b"kept");
+    assert_eq!(store.alias(a.ibip.as_ref().unwrap()).unwrap(), Some(a.name.clone()));
 }
 
-/// A far collection served by `far::serve` on a thread, over pipes: each handle is a session of its own.
-pub(crate) fn far() -> (crate::store::far::FarStore, impl Fn() -> crate::store::far::FarStore, tempfile::TempDir) {
-    use crate::store::far::{conn::Connection, serve, FarStore};
-    let (local, _, dir) = local();
-    let root = local.layout.root.clone();
-    let minters = dir.path().join("minters");
-    let session = move || {
-        let (from_client, to_server) = std::io::pipe().unwrap();
-        let (from_server, to_client) = std::io::pipe().unwrap();
-        let options = serve::ServeOptions { minter_dir: Some(minters.clone()), ..Default::default() };
-        std::thread::spawn(move || serve::serve(options, from_client, Box::new(to_client)));
-        let conn = Connection::over("lab:c".into(), from_server, to_server, "ibi").unwrap();
-        FarStore::open_on(conn, &root, "lab:c").unwrap()
-    };
-    (session(), session, dir)
+/// Every check, for a backend outside this crate: `fresh` makes a new, empty
+/// collection and returns a handle and a function that opens another handle on it.
+/// One check of `run_all`: its name, and how it runs on a handle and a reopener.
+type Check<'a, S, F> = (&'static str, &'a dyn Fn(&S, &F));
+
+pub fn run_all<S: Store + 'static, F: Fn() -> S>(fresh: impl Fn() -> (S, F)) {
+    let checks: [Check<S, F>; 11] = [
+        ("placement_never_overwrites", &|s, _| placement_never_overwrites(s)),
+        ("walk_is_in_name_order", &|s, _| walk_is_in_name_order(s)),
+        ("aliases_follow_placement_and_removal", &|s, _| aliases_follow_placement_and_removal(s)),
+        ("lease_is_exclusive", &|s, r| lease_is_exclusive(s, &r())),
+        ("one_of_two_concurrent_placements_wins", &|s, _| one_of_two_concurrent_placements_wins(s)),
+        ("recovery_clears_an_interrupted_batch", &|s, r| recovery_clears_an_interrupted_batch(Box::new(r()), s)),
+        ("inventory", &|s, r| inventory_records_placement_replacement_and_removal(s, &r())),
+        ("staging_for_a_name", &|s, r| staging_for_a_name_is_unseen_until_placed(s, &r(), Box::new(r()))),
+        ("minter_state_never_repeats", &|s, r| minter_state_never_repeats(s, &r())),
+        ("reads_during_a_write_see_old_or_new", &|s, r| reads_during_a_write_see_old_or_new(s, &r())),
+        ("append_only_refuses_what_would_change", &|s, _| append_only_refuses_what_would_change(s)),
+    ];
+    for (name, check) in checks {
+        let (store, reopen) = fresh();
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&store, &reopen)));
+        if let Err(panic) = ran {
+            let why =
+                panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()));
+            panic!("conformance check {name} failed: {}", why.unwrap_or_default());
+        }
+    }
 }
 
-fn memory() -> (MemoryStore, impl Fn() -> MemoryStore, ()) {
-    let store = MemoryStore::new(subsystem());
-    let other = store.handle();
-    (store, move || other.handle(), ())
+/// Fresh collections of each backend in this crate, for the suite and for tests
+/// of operations over any store.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use super::subsystem;
+    use crate::store::config::CollectionConfig;
+    use crate::store::local::Collection;
+    use crate::store::memory::MemoryStore;
+    use crate::store::s3::objects::Objects;
+    use crate::store::s3::S3Store;
+
+    pub fn local() -> (Collection, impl Fn() -> Collection, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("c");
+        let minters = dir.path().join("minters");
+        let store = Collection::init(&root, subsystem(), None).unwrap().with_minter_dir(&minters);
+        (store, move || Collection::open(&root).unwrap().with_minter_dir(&minters), dir)
+    }
+
+    /// A far collection served by `far::serve` on a thread, over pipes: each handle is a session of its own.
+    pub fn far() -> (crate::store::far::FarStore, impl Fn() -> crate::store::far::FarStore, tempfile::TempDir) {
+        use crate::store::far::{conn::Connection, serve, FarStore};
+        let (local, _, dir) = local();
+        let root = local.layout.root.clone();
+        let minters = dir.path().join("minters");
+        let session = move || {
+            let (from_client, to_server) = std::io::pipe().unwrap();
+            let (from_server, to_client) = std::io::pipe().unwrap();
+            let options = serve::ServeOptions { minter_dir: Some(minters.clone()), ..Default::default() };
+            std::thread::spawn(move || serve::serve(options, from_client, Box::new(to_client)));
+            let conn = Connection::over("lab:c".into(), from_server, to_server, "ibi").unwrap();
+            FarStore::open_on(conn, &root, "lab:c").unwrap()
+        };
+        (session(), session, dir)
+    }
+
+    pub fn memory() -> (MemoryStore, impl Fn() -> MemoryStore, ()) {
+        let store = MemoryStore::new(subsystem());
+        let other = store.handle();
+        (store, move || other.handle(), ())
+    }
+
+    /// The object-storage backend over `object_store`'s in-memory store (conditional
+    /// writes included); `tests/it/s3.rs` runs it against a real S3 server.
+    pub fn object_store_in_memory() -> (S3Store, impl Fn() -> S3Store, tempfile::TempDir) {
+        let memory: std::sync::Arc<dyn object_store::ObjectStore> =
+            std::sync::Arc::new(object_store::memory::InMemory::new());
+        let objects = Objects::new(memory, "s3://memory/c".into()).unwrap();
+        let config = CollectionConfig::new(&subsystem(), None);
+        let minters = tempfile::tempdir().unwrap();
+        let dir = minters.path().to_path_buf();
+        let store = S3Store::init_on(objects.clone(), "c", &config, false).unwrap().with_minter_dir(&dir);
+        (store, move || S3Store::open_on(objects.clone(), "c").unwrap().with_minter_dir(&dir), minters)
+    }
 }
 
-/// The object-storage backend over `object_store`'s in-memory store (conditional
-/// writes included); `tests/it/s3.rs` runs it against a real S3 server.
-pub(crate) fn object_store_in_memory() -> (S3Store, impl Fn() -> S3Store, tempfile::TempDir) {
-    let memory: std::sync::Arc<dyn object_store::ObjectStore> =
-        std::sync::Arc::new(object_store::memory::InMemory::new());
-    let objects = Objects::new(memory, "s3://memory/c".into()).unwrap();
-    let config = CollectionConfig::new(&subsystem(), None);
-    let minters = tempfile::tempdir().unwrap();
-    let dir = minters.path().to_path_buf();
-    let store = S3Store::init_on(objects.clone(), "c", &config, false).unwrap().with_minter_dir(&dir);
-    (store, move || S3Store::open_on(objects.clone(), "c").unwrap().with_minter_dir(&dir), minters)
-}
+#[cfg(test)]
+pub(crate) use fixtures::{far, local, object_store_in_memory};
 
-backends! {
-    local_folder => local();
-    object_store_in_memory => object_store_in_memory();
-    in_memory => memory();
-    far_over_pipes => far();
+#[cfg(test)]
+mod each_backend {
+    use super::fixtures::{far, local, memory, object_store_in_memory};
+    use super::*;
+
+    /// Runs every check against a backend: `$fresh` makes a new, empty collection and
+    /// returns (a handle, a function that opens another handle on it).
+    macro_rules! backends {
+        ($($backend:ident => $fresh:expr;)*) => {$(
+            mod $backend {
+                use super::*;
+
+                #[test]
+                fn placement_never_overwrites() {
+                    let (store, _reopen, _dir) = $fresh;
+                    super::placement_never_overwrites(&store);
+                }
+
+                #[test]
+                fn walk_is_in_name_order() {
+                    let (store, _reopen, _dir) = $fresh;
+                    super::walk_is_in_name_order(&store);
+                }
+
+                #[test]
+                fn aliases_follow_placement_and_removal() {
+                    let (store, _reopen, _dir) = $fresh;
+                    super::aliases_follow_placement_and_removal(&store);
+                }
+
+                #[test]
+                fn lease_is_exclusive() {
+                    let (store, reopen, _dir) = $fresh;
+                    super::lease_is_exclusive(&store, &reopen());
+                }
+
+                #[test]
+                fn one_of_two_concurrent_placements_wins() {
+                    let (store, _reopen, _dir) = $fresh;
+                    super::one_of_two_concurrent_placements_wins(&store);
+                }
+
+                #[test]
+                fn reads_during_a_write_see_old_or_new() {
+                    let (store, reopen, _dir) = $fresh;
+                    super::reads_during_a_write_see_old_or_new(&store, &reopen());
+                }
+
+                #[test]
+                fn append_only_refuses_what_would_change() {
+                    let (store, _reopen, _dir) = $fresh;
+                    super::append_only_refuses_what_would_change(&store);
+                }
+
+                #[test]
+                fn recovery_clears_an_interrupted_batch() {
+                    let (store, reopen, _dir) = $fresh;
+                    super::recovery_clears_an_interrupted_batch(Box::new(reopen()), &store);
+                }
+
+                #[test]
+                fn inventory_records_placement_replacement_and_removal() {
+                    let (store, reopen, _dir) = $fresh;
+                    super::inventory_records_placement_replacement_and_removal(&store, &reopen());
+                }
+
+                #[test]
+                fn staging_for_a_name_is_unseen_until_placed() {
+                    let (store, reopen, _dir) = $fresh;
+                    super::staging_for_a_name_is_unseen_until_placed(&store, &reopen(), Box::new(reopen()));
+                }
+
+                #[test]
+                fn minter_state_never_repeats() {
+                    let (store, reopen, _dir) = $fresh;
+                    super::minter_state_never_repeats(&store, &reopen());
+                }
+            }
+        )*};
+    }
+
+    backends! {
+        local_folder => local();
+        object_store_in_memory => object_store_in_memory();
+        in_memory => memory();
+        far_over_pipes => far();
+    }
 }

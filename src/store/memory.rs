@@ -3,7 +3,6 @@
 //! contract with locks instead of renames and fsyncs, which proves the seam and
 //! gives tests a fast collection. Nothing survives the process.
 
-use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, Read};
 use std::path::Path;
@@ -20,8 +19,8 @@ use crate::id::minter::MinterState;
 use crate::id::{Ibip, RepositoryName, Subsystem, Timestamp};
 use crate::problem::{Problem, ProblemKind};
 use crate::store::{
-    item_ibip, Capabilities, FileSource, ItemRecord, Lease, Listed, LockWait, Placement, Refusal, Slot, StageId,
-    Status, Store,
+    item_ibip, FileSource, ItemRecord, Lease, Leased, Listed, LockWait, Placed, Placement, Refusal, Slot, StageId,
+    Status, Store, WriteBackend, Writer,
 };
 use crate::sync::lock;
 
@@ -54,7 +53,7 @@ pub struct MemoryStore {
 
 impl MemoryStore {
     pub fn new(subsystem: Subsystem) -> MemoryStore {
-        MemoryStore { shared: Arc::default(), subsystem, id: crate::store::local::config::new_collection_id() }
+        MemoryStore { shared: Arc::default(), subsystem, id: crate::store::config::new_collection_id() }
     }
 
     /// Another handle on the same collection, as a second process would open it.
@@ -188,14 +187,6 @@ impl Store for MemoryStore {
         None
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { atomic_replace: true }
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
     fn as_dyn(&self) -> &dyn Store {
         self
     }
@@ -276,6 +267,16 @@ impl Store for MemoryStore {
         vec![Problem::new("staging", None, ProblemKind::Leftover, detail)]
     }
 
+    fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
+        Ok(lock(&self.shared.records).get(key).cloned())
+    }
+
+    fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
+        Leased::begin(self, wait)
+    }
+}
+
+impl WriteBackend for MemoryStore {
     fn lease(&self, wait: LockWait) -> Result<Lease> {
         self.take_lease(wait)
     }
@@ -287,10 +288,6 @@ impl Store for MemoryStore {
 
     fn minter_state(&self) -> Box<dyn MinterState + '_> {
         Box::new(MemoryMinter(&self.shared.minter))
-    }
-
-    fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
-        Ok(lock(&self.shared.records).get(key).cloned())
     }
 
     fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()> {
@@ -338,7 +335,7 @@ impl Store for MemoryStore {
         lock(&self.shared.stages).1.remove(&stage.0);
     }
 
-    fn place(&self, batch: &[Placement]) -> Result<Vec<(RepositoryName, std::result::Result<(), Refusal>)>> {
+    fn place(&self, batch: &[Placement]) -> Result<Placed> {
         let mut items = lock(&self.shared.items);
         batch.iter().map(|p| Ok((p.name.clone(), self.place_one(&mut items, p)?))).collect()
     }

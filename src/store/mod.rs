@@ -19,15 +19,19 @@
 //! server) or has no rename (object storage): staging is addressed by a token,
 //! placement takes a batch, and digests are computed where the bytes are.
 
+pub mod config;
 pub mod far;
+pub mod guard;
 pub mod inventory;
 pub mod local;
 pub mod location;
 pub mod memory;
 pub mod s3;
+pub mod state_file;
+pub mod write;
 
-#[cfg(test)]
-pub(crate) mod conformance;
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
 
 use std::any::Any;
 use std::io::Read;
@@ -35,13 +39,15 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use crate::bag::{BagCheck, BagFiles, BagInfo, TAGMANIFEST};
-use crate::digest::{Algorithm, Digests};
 use crate::error::{Error, Result};
-use crate::fsx::CopyError;
-use crate::id::minter::{Clock, Minter, MinterState};
-use crate::id::{Ibip, Identifier, Minted, RepositoryName, Subsystem, Timestamp};
+use crate::id::{Ibip, Identifier, RepositoryName, Subsystem};
 use crate::problem::{Problem, ProblemKind};
 pub use inventory::{ItemRecord, Status, VersionRecord};
+pub use state_file::StateFile;
+pub use write::{
+    mint, raise_minter, AppendOnly, FileSource, Leased, Placed, Placement, Refusal, StageId, Staging, WriteBackend,
+    Writer,
+};
 
 /// What a walk finds: an item's name, or an entry that is not an item.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,45 +83,6 @@ pub enum LockWait {
 /// The write lease: held while it lives.
 pub struct Lease(pub Box<dyn Any + Send>);
 
-/// A staged item under construction, by token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct StageId(pub u64);
-
-/// One staged item to place as `name`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Placement {
-    pub stage: StageId,
-    pub name: RepositoryName,
-    pub ibip: Option<Ibip>,
-    /// Swap it with whatever holds the name (a damaged or older copy).
-    pub replace: bool,
-    /// What the inventory is to record of it, when the caller built or checked the
-    /// bag and knows; otherwise the store reads it from the placed bag.
-    pub record: Option<ItemRecord>,
-}
-
-/// Why one placement of a batch was refused (the others go ahead): the name is
-/// taken (`Error::AlreadyExists`) or its place cannot hold an item (`Error::Data`).
-pub type Refusal = Error;
-
-/// What a backend can do, for callers that choose a strategy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Capabilities {
-    /// A replacement never leaves the name absent.
-    pub atomic_replace: bool,
-}
-
-/// A file to stage: its bytes, the source's modification time, the algorithms to
-/// hash with besides sha256, and a progress callback told of every chunk.
-pub struct FileSource<'a> {
-    pub reader: &'a mut (dyn Read + Send),
-    /// Where the bytes come from, for messages.
-    pub origin: &'a Path,
-    pub mtime: Option<SystemTime>,
-    pub also: &'a [Algorithm],
-    pub progress: &'a (dyn Fn(u64) + Sync),
-}
-
 /// A collection's storage.
 pub trait Store: Send + Sync {
     /// Where the collection is, for messages (a path, later a URL).
@@ -125,9 +92,6 @@ pub trait Store: Send + Sync {
     fn subsystem(&self) -> &Subsystem;
     /// Source-Organization for new items.
     fn organisation(&self) -> Option<&str>;
-    fn capabilities(&self) -> Capabilities;
-    /// For backend-specific fast paths (rename within one filesystem).
-    fn as_any(&self) -> &dyn Any;
 
     // Reading.
     /// Every item and stray, in `RepositoryName` order, streaming.
@@ -205,58 +169,14 @@ pub trait Store: Send + Sync {
     /// Every record, in `RepositoryName` order, streaming.
     fn all_records(&self) -> Box<dyn Iterator<Item = Result<ItemRecord>> + Send + '_>;
 
-    // Writing: the caller holds the lease.
-    fn lease(&self, wait: LockWait) -> Result<Lease>;
-    /// Completes or clears what an interrupted writer left.
-    fn recover(&self) -> Result<()>;
-    fn minter_state(&self) -> Box<dyn MinterState + '_>;
-    /// Mints `count` dates, each one its subsystem can encode, from the minter state
-    /// under its exclusion. A far backend overrides this: its server mints with its
-    /// own state and clock, and a client never writes a state.
-    fn mint_dates(&self, count: usize, clock: &dyn Clock) -> Result<Vec<Timestamp>> {
-        let state = self.minter_state();
-        let subsystem = self.subsystem();
-        let minter = Minter::new(state.as_ref(), subsystem.granularity, clock);
-        minter.mint_checked(count, &|date| subsystem.identify(date).map(drop))
-    }
-    /// Raises the minter state to at least `newest` (a name that arrived by copy). A
-    /// far backend's server raises its own as it places, so there this does nothing.
-    fn raise_minter_to(&self, newest: Timestamp) -> Result<()> {
-        self.minter_state().update(&mut |last| Ok(last.map_or(newest, |l| l.max(newest))))
-    }
     /// The name content `key` was deposited as, if recorded.
     fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>>;
-    /// Records names by content key; durable with the next placed batch.
-    fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()>;
-    fn stage(&self) -> Result<StageId>;
-    /// A stage for an item that will be placed as `name` (not over another unless
-    /// `replace`): a backend without rename may write the files at their place at
-    /// once, unseen until `place` commits the item. By default, `stage()`.
-    fn stage_for(&self, _name: &RepositoryName, _replace: bool) -> Result<StageId> {
-        self.stage()
-    }
-    fn stage_dir(&self, stage: StageId, rel: &str) -> Result<()>;
-    /// Writes a new file into the staged item, hashing as it writes.
-    fn stage_file(&self, stage: StageId, rel: &str, from: FileSource) -> std::result::Result<Digests, CopyError>;
-    /// Puts a file of item `name` into the staged item at `rel` unchanged, sharing its
-    /// bytes where the backend can (local: a hard link); by default, a copy.
-    fn stage_link(&self, stage: StageId, rel: &str, name: &RepositoryName, from: &str) -> Result<()> {
-        let origin = std::path::PathBuf::from(format!("{}/{name}/{from}", self.location()));
-        let (mut reader, mtime) = self.open(name, from).map_err(|e| Error::io("open", &origin, e))?;
-        let source = FileSource { reader: &mut reader, origin: &origin, mtime, also: &[], progress: &|_| {} };
-        self.stage_file(stage, rel, source).map(drop).map_err(Error::from)
-    }
-    /// The staged item's files, to verify before placing.
-    fn staged_files<'a>(&'a self, stage: StageId) -> Box<dyn BagFiles + 'a>;
-    /// Drops a staged item that will not be placed (nothing if it was placed).
-    fn discard(&self, stage: StageId);
-    /// Places a batch durably, never over an item unless `replace`; returns each
-    /// name with `Err(why)` when its place was refused.
-    fn place(&self, batch: &[Placement]) -> Result<Vec<(RepositoryName, std::result::Result<(), Refusal>)>>;
-    /// Creates or corrects the alias of an item the collection holds, durably.
-    fn restore_alias(&self, ibip: &Ibip, name: &RepositoryName) -> Result<()>;
-    /// Removes items (and their aliases) durably.
-    fn remove(&self, names: &[RepositoryName]) -> Result<()>;
+
+    // Writing.
+    /// Takes the collection's lease (waiting as `wait` says), completes what an
+    /// interrupted writer left, and returns the `Writer` that holds the lease until
+    /// it is dropped: the only way to change the collection.
+    fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>>;
 }
 
 /// Opens the collection at `location`: a local folder, or a far one (`HOST:PATH`,
@@ -287,11 +207,11 @@ pub fn init(
     Ok(match location::Location::parse(location)? {
         location::Location::Local(path) => Box::new(local::Collection::init(&path, subsystem, organisation)?),
         location::Location::Far(address) => {
-            let config = local::config::CollectionConfig::new(&subsystem, organisation);
+            let config = config::CollectionConfig::new(&subsystem, organisation);
             Box::new(far::FarStore::init(&address, connect, &config)?)
         }
         location::Location::Object(address) => {
-            let config = local::config::CollectionConfig::new(&subsystem, organisation);
+            let config = config::CollectionConfig::new(&subsystem, organisation);
             Box::new(s3::S3Store::init(&address, &config, options.unsafe_no_conditional_writes)?)
         }
     })
@@ -407,50 +327,4 @@ pub fn items(store: &dyn Store) -> impl Iterator<Item = Result<RepositoryName>> 
         Ok(Listed::Stray { .. }) => None,
         Err(e) => Some(Err(e)),
     })
-}
-
-/// Takes the lease and completes what an interrupted writer left: how every writer starts.
-pub fn lease_and_recover(store: &dyn Store, wait: LockWait) -> Result<Lease> {
-    let lease = store.lease(wait)?;
-    store.recover()?;
-    Ok(lease)
-}
-
-/// Mints `count` identifiers from the collection's own minter state. A date that
-/// cannot be encoded (an IBIp before 1995) fails the call and leaves the state as it was.
-pub fn mint(store: &dyn Store, count: usize, clock: &dyn Clock) -> Result<Vec<Minted>> {
-    let dates = store.mint_dates(count, clock)?;
-    dates.into_iter().map(|date| store.subsystem().identify(date)).collect()
-}
-
-/// Raises the minter state past the newest of `names` that belong to the store's own
-/// subsystem (items arriving by copy, mirror or migrate), so that no later mint can
-/// give out one of their names, even after they leave again.
-pub fn raise_minter(store: &dyn Store, names: &[RepositoryName]) -> Result<()> {
-    let own = store.subsystem().prefix();
-    let Some(newest) = names.iter().filter(|n| n.prefix() == own).map(|n| n.date()).max() else { return Ok(()) };
-    store.raise_minter_to(newest)
-}
-
-/// A staged item that is discarded when dropped, unless it was placed.
-pub struct Staging<'a> {
-    pub store: &'a dyn Store,
-    pub id: StageId,
-}
-
-impl<'a> Staging<'a> {
-    pub fn new(store: &'a dyn Store) -> Result<Staging<'a>> {
-        Ok(Staging { store, id: store.stage()? })
-    }
-
-    /// A staging for an item whose name is known (`Store::stage_for`).
-    pub fn for_item(store: &'a dyn Store, name: &RepositoryName, replace: bool) -> Result<Staging<'a>> {
-        Ok(Staging { store, id: store.stage_for(name, replace)? })
-    }
-}
-
-impl Drop for Staging<'_> {
-    fn drop(&mut self) {
-        self.store.discard(self.id);
-    }
 }

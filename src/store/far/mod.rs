@@ -14,7 +14,6 @@ pub mod conn;
 pub mod serve;
 pub mod wire;
 
-use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -30,10 +29,11 @@ use crate::fsx::CopyError;
 use crate::id::minter::{Clock, MinterState};
 use crate::id::{Ibip, RepositoryName, Subsystem, Timestamp};
 use crate::problem::Problem;
-use crate::store::local::config::CollectionConfig;
+use crate::store::config::CollectionConfig;
 use crate::store::location::FarAddress;
 use crate::store::{
-    Capabilities, FileSource, ItemRecord, Lease, Listed, LockWait, Placement, Refusal, Slot, StageId, Store,
+    FileSource, ItemRecord, Lease, Leased, Listed, LockWait, Placed, Placement, Slot, StageId, Store, WriteBackend,
+    Writer,
 };
 use crate::sync::lock;
 pub use conn::Connect;
@@ -333,14 +333,6 @@ impl Store for FarStore {
         self.config.organisation.as_deref()
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { atomic_replace: true }
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
     fn walk(&self) -> Box<dyn Iterator<Item = Result<Listed>> + Send + '_> {
         streamed(self, Request::Walk, |reply| match reply {
             Reply::Listed(page) => Ok(page.into_iter().map(Listed::from).collect()),
@@ -474,6 +466,39 @@ impl Store for FarStore {
         })
     }
 
+    fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
+        match self.call(&Request::DepositRecord(key.to_string()))? {
+            Reply::Name(name) => Ok(name),
+            other => Err(self.conn.unexpected(&other)),
+        }
+    }
+
+    fn check_item(&self, name: &RepositoryName, on_bytes: &(dyn Fn(u64) + Sync)) -> (BagCheck, Vec<Problem>) {
+        match self.call(&Request::CheckItem(name.clone())) {
+            Ok(Reply::Checked(c)) => {
+                on_bytes(c.bytes);
+                let check = BagCheck { problems: c.problems, info: c.info, files: c.files, bytes: c.bytes };
+                let mut problems = check.problems.clone();
+                problems.extend(c.identifiers);
+                (check, problems)
+            }
+            Ok(other) => failed_check(name, self.conn.unexpected(&other)),
+            Err(e) => failed_check(name, e),
+        }
+    }
+
+    fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
+        Leased::begin(self, wait)
+    }
+}
+
+impl WriteBackend for FarStore {
+    /// Retiring is done on the far machine itself, where its minter state is.
+    fn retire(&self) -> Result<()> {
+        let problem = format!("{} is far: run `ibi retire` on that machine itself", self.location());
+        Err(Error::Invalid { what: "retire".into(), problem })
+    }
+
     fn lease(&self, wait: LockWait) -> Result<Lease> {
         self.done(&Request::Lease(wait_to_wire(wait)))?;
         Ok(Lease(Box::new(FarLease(self.conn.clone()))))
@@ -498,13 +523,6 @@ impl Store for FarStore {
 
     fn raise_minter_to(&self, _newest: Timestamp) -> Result<()> {
         Ok(()) // The server raises its own floor as it places.
-    }
-
-    fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
-        match self.call(&Request::DepositRecord(key.to_string()))? {
-            Reply::Name(name) => Ok(name),
-            other => Err(self.conn.unexpected(&other)),
-        }
     }
 
     fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()> {
@@ -591,7 +609,7 @@ impl Store for FarStore {
         }
     }
 
-    fn place(&self, batch: &[Placement]) -> Result<Vec<(RepositoryName, std::result::Result<(), Refusal>)>> {
+    fn place(&self, batch: &[Placement]) -> Result<Placed> {
         let wire_batch = batch
             .iter()
             .map(|p| WirePlacement {
@@ -623,20 +641,6 @@ impl Store for FarStore {
 
     fn remove(&self, names: &[RepositoryName]) -> Result<()> {
         self.done(&Request::Remove(names.to_vec()))
-    }
-
-    fn check_item(&self, name: &RepositoryName, on_bytes: &(dyn Fn(u64) + Sync)) -> (BagCheck, Vec<Problem>) {
-        match self.call(&Request::CheckItem(name.clone())) {
-            Ok(Reply::Checked(c)) => {
-                on_bytes(c.bytes);
-                let check = BagCheck { problems: c.problems, info: c.info, files: c.files, bytes: c.bytes };
-                let mut problems = check.problems.clone();
-                problems.extend(c.identifiers);
-                (check, problems)
-            }
-            Ok(other) => failed_check(name, self.conn.unexpected(&other)),
-            Err(e) => failed_check(name, e),
-        }
     }
 }
 

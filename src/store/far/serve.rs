@@ -35,9 +35,11 @@ use crate::digest::{Algorithm, Digests};
 use crate::error::{Error, Result};
 use crate::fsx::CopyError;
 use crate::id::{Ibip, RepositoryName, Timestamp};
-use crate::store::local::config::CollectionConfig;
+use crate::store::config::CollectionConfig;
 use crate::store::local::Collection;
-use crate::store::{identifier_problems, FileSource, ItemRecord, Lease, LockWait, Placement, StageId, Store};
+use crate::store::{
+    identifier_problems, AppendOnly, FileSource, ItemRecord, LockWait, Placement, StageId, Store, Writer,
+};
 use crate::sync::lock;
 
 /// What a server admits.
@@ -89,11 +91,14 @@ struct Incoming {
 
 struct Session {
     options: ServeOptions,
-    collection: OnceLock<Collection>,
+    /// The open collection, for the life of the process (a session opens one).
+    collection: OnceLock<&'static Collection>,
     out: Mutex<Box<dyn Write + Send>>,
     stages: Mutex<HashMap<u64, StageState>>,
     stage_settled: Condvar,
-    lease: Mutex<Option<Lease>>,
+    /// The session's writer, which holds the lease: none until `Lease`, never on a
+    /// read-only server, wrapped in `AppendOnly` on an append-only one.
+    writer: Mutex<Option<Arc<dyn Writer>>>,
     /// Where requests that compute in parallel (verify, identities, placing) run: a
     /// pool of the session's own, so that they never wait behind work of the
     /// process's global pool (a client in the same process, in tests).
@@ -154,7 +159,7 @@ pub fn serve(options: ServeOptions, input: impl Read, output: Box<dyn Write + Se
         out: Mutex::new(Box::new(output)),
         stages: Mutex::default(),
         stage_settled: Condvar::new(),
-        lease: Mutex::default(),
+        writer: Mutex::default(),
         pool: pool("ibi-serve")?,
         writes: pool("ibi-serve-write")?,
         pinned: OnceLock::new(),
@@ -174,7 +179,7 @@ pub fn serve(options: ServeOptions, input: impl Read, output: Box<dyn Write + Se
     drop(queue);
     // The client is gone: its staged items are dropped, then the lease released.
     session.discard_all();
-    lock(&session.lease).take();
+    lock(&session.writer).take();
     Ok(())
 }
 
@@ -231,20 +236,20 @@ impl Session {
     fn discard_all(&self) {
         let stages: Vec<u64> = lock(&self.stages).keys().copied().collect();
         for stage in stages {
-            if let (Ok((sid, _)), Ok(c)) = (self.settled(stage), self.collection()) {
-                c.discard(sid);
+            if let (Ok((sid, _)), Ok(w)) = (self.settled(stage), self.writer("discarding")) {
+                w.discard(sid);
             }
         }
     }
 
-    /// Refuses `what` unless this session may write and holds the collection's lease.
-    fn require_lease(&self, what: &str) -> Result<()> {
+    /// The session's writer, for `what`: refused unless this session may write and
+    /// holds the collection's lease.
+    fn writer(&self, what: &str) -> Result<Arc<dyn Writer>> {
         self.refuse_writes(what)?;
-        if lock(&self.lease).is_none() {
-            let why = "this session does not hold the collection's write lease".into();
-            return Err(Error::Refused { what: what.into(), why });
-        }
-        Ok(())
+        lock(&self.writer).clone().ok_or_else(|| Error::Refused {
+            what: what.into(),
+            why: "this session does not hold the collection's write lease".into(),
+        })
     }
 
     /// Opens the admitted folder `real` (a realpath) with no symlink on the way and
@@ -269,7 +274,7 @@ impl Session {
     fn collection(&self) -> Result<&dyn Store> {
         self.collection
             .get()
-            .map(|c| c as &dyn Store)
+            .map(|c| *c as &dyn Store)
             .ok_or_else(|| Error::Invalid { what: "request".into(), problem: "no collection is open yet".into() })
     }
 
@@ -292,15 +297,6 @@ impl Session {
                 what: what.into(),
                 why: "this server is read-only (ibi serve --read-only)".into(),
             });
-        }
-        Ok(())
-    }
-
-    fn refuse_changes(&self, what: &str) -> Result<()> {
-        self.refuse_writes(what)?;
-        if self.options.append_only {
-            let why = "this server only accepts new items (ibi serve --append-only)".into();
-            return Err(Error::Refused { what: what.into(), why });
         }
         Ok(())
     }
@@ -379,10 +375,7 @@ impl Session {
     fn with_stage<T>(&self, stage: u64, f: impl FnOnce(&mut StageState) -> T) -> Option<T> {
         let mut stages = lock(&self.stages);
         let state = stages.entry(stage).or_insert_with(|| {
-            let made = self.collection().and_then(|c| {
-                self.require_lease("staging")?;
-                c.stage()
-            });
+            let made = self.writer("staging").and_then(|w| w.stage());
             let (id, error) = match made {
                 Ok(id) => (id, None),
                 Err(e) => (StageId(u64::MAX), Some(WireError::from(&e))),
@@ -400,7 +393,7 @@ impl Session {
 
     fn stage_dir(&self, stage: u64, rel: &str) {
         let Some((id, None)) = self.with_stage(stage, |s| (s.id, s.error.clone())) else { return };
-        if let Err(e) = check_rel(rel).and_then(|_| self.collection()).and_then(|c| c.stage_dir(id, rel)) {
+        if let Err(e) = check_rel(rel).and_then(|_| self.writer("staging")).and_then(|w| w.stage_dir(id, rel)) {
             self.fail_stage(stage, &e);
         }
     }
@@ -446,8 +439,8 @@ impl Session {
         reader: &mut (dyn Read + Send),
     ) {
         let target = self.with_stage(stage, |s| (s.id, s.error.is_none()));
-        let result = match (target, self.collection()) {
-            (Some((id, true)), Ok(collection)) => {
+        let result = match (target, self.writer("staging")) {
+            (Some((id, true)), Ok(writer)) => {
                 let origin = PathBuf::from(rel);
                 let source = FileSource {
                     reader,
@@ -456,7 +449,7 @@ impl Session {
                     also,
                     progress: &|_| {},
                 };
-                Some(collection.stage_file(id, rel, source))
+                Some(writer.stage_file(id, rel, source))
             }
             _ => {
                 let _ = io::copy(reader, &mut io::sink());
@@ -506,10 +499,8 @@ impl Session {
             Request::AllRecords => self.all_records(id),
             Request::Read { name, rel } => self.read(id, &name, &rel),
             Request::Discard { stage } => {
-                if let Ok((sid, _)) = self.settled(stage) {
-                    if let Ok(c) = self.collection() {
-                        c.discard(sid);
-                    }
+                if let (Ok((sid, _)), Ok(w)) = (self.settled(stage), self.writer("discarding")) {
+                    w.discard(sid);
                 }
                 lock(&self.stages).remove(&stage);
             }
@@ -544,36 +535,29 @@ impl Session {
             Request::Records(names) => Reply::Records(c()?.records(&names)?),
             Request::Lease(wait) => return done(self.take_lease(wait)),
             Request::Unlease => {
-                lock(&self.lease).take();
+                lock(&self.writer).take();
                 Reply::Done
             }
-            Request::Recover => return done(self.require_lease("recovery").and_then(|_| c()?.recover())),
+            // Taking the lease (`Lease`) recovered already.
+            Request::Recover => return done(self.writer("recovery").map(drop)),
             Request::Mint { count } => Reply::Minted(self.mint(count)?),
             Request::DepositRecord(key) => Reply::Name(c()?.deposit_record(&key)?),
             Request::WriteDepositRecords(records) => {
-                self.require_lease("deposit records")?;
-                return done(c()?.write_deposit_records(&records));
+                return done(self.writer("deposit records")?.write_deposit_records(&records));
             }
             Request::StageLink { stage, rel, name, from } => {
-                self.require_lease("staging")?;
+                let writer = self.writer("staging")?;
                 check_rel(&rel).and_then(|_| check_rel(&from))?;
                 let (sid, _) = self.settled(stage)?;
-                return done(c()?.stage_link(sid, &rel, &name, &from));
+                return done(writer.stage_link(sid, &rel, &name, &from));
             }
             Request::Place(batch) => return self.place(batch),
             Request::RestoreAlias(ibip, name) => {
-                self.require_lease("restoring an alias")?;
+                let writer = self.writer("restoring an alias")?;
                 restore_alias_problem(c()?, &ibip, &name)?;
-                if self.options.append_only && c()?.alias(&ibip)?.is_some_and(|n| n != name) {
-                    self.refuse_changes(&format!("re-pointing alias {ibip}"))?;
-                }
-                return done(c()?.restore_alias(&ibip, &name));
+                return done(writer.restore_alias(&ibip, &name));
             }
-            Request::Remove(names) => {
-                self.require_lease("removing items")?;
-                self.refuse_changes("removing items")?;
-                return done(c()?.remove(&names));
-            }
+            Request::Remove(names) => return done(self.writer("removing items")?.remove(&names)),
             Request::CheckItem(name) => Reply::Checked(self.check_item(&name)?),
             other => {
                 return Err(Error::Invalid {
@@ -588,7 +572,7 @@ impl Session {
     fn opened(&self, collection: Collection, real: &Path) -> Result<(Reply, Vec<u8>)> {
         let reply = Reply::Opened { config: collection.config.to_toml(), location: real.display().to_string() };
         self.collection
-            .set(collection)
+            .set(Box::leak(Box::new(collection)))
             .map_err(|_| Error::Invalid { what: "request".into(), problem: "a collection is already open".into() })?;
         Ok((reply, Vec::new()))
     }
@@ -619,11 +603,8 @@ impl Session {
     }
 
     /// Mints `count` dates with the collection's own state and this machine's clock.
-    /// Minting needs no lease (the minter state has its own exclusion), only a
-    /// session that may write.
     fn mint(&self, count: usize) -> Result<Vec<String>> {
-        self.refuse_writes("minting")?;
-        let dates = self.collection()?.mint_dates(count, &crate::id::minter::SystemClock)?;
+        let dates = self.writer("minting")?.mint_dates(count, &crate::id::minter::SystemClock)?;
         Ok(dates.into_iter().map(Timestamp::to_decimal).collect())
     }
 
@@ -634,8 +615,16 @@ impl Session {
             wire::Wait::Forever => LockWait::Forever,
             wire::Wait::Millis(ms) => LockWait::For(std::time::Duration::from_millis(ms)),
         };
-        let lease = self.collection()?.lease(wait)?;
-        *lock(&self.lease) = Some(lease);
+        let collection: &'static Collection = self
+            .collection
+            .get()
+            .ok_or_else(|| Error::Invalid { what: "request".into(), problem: "no collection is open yet".into() })?;
+        let writer = collection.begin_write(wait)?;
+        let writer: Arc<dyn Writer> = match self.options.append_only {
+            true => Arc::new(AppendOnly(writer)),
+            false => Arc::from(writer),
+        };
+        *lock(&self.writer) = Some(writer);
         Ok(())
     }
 
@@ -674,7 +663,8 @@ impl Session {
             Target::Item(name) => self.snapshot_of(c.item_files(name).as_ref(), Some(name), budget),
             Target::Stage(stage) => {
                 let (sid, arrived) = self.settled(*stage)?;
-                let (mut snapshot, payload) = self.snapshot_of(c.staged_files(sid).as_ref(), None, budget);
+                let writer = self.writer("reading a stage")?;
+                let (mut snapshot, payload) = self.snapshot_of(writer.staged_files(sid).as_ref(), None, budget);
                 snapshot.digests = arrived.into_iter().collect();
                 (snapshot, payload)
             }
@@ -695,12 +685,14 @@ impl Session {
     }
 
     fn digests(&self, target: &Target, rel: &str, also: &[Algorithm]) -> Result<Digests> {
-        let c = self.collection()?;
-        let files = match target {
-            Target::Item(name) => c.item_files(name),
-            Target::Stage(stage) => c.staged_files(self.settled(*stage)?.0),
-        };
-        files.digests(rel, also).map_err(|e| Error::io("hash", rel, e))
+        let hash = |files: Box<dyn BagFiles + '_>| files.digests(rel, also).map_err(|e| Error::io("hash", rel, e));
+        match target {
+            Target::Item(name) => hash(self.collection()?.item_files(name)),
+            Target::Stage(stage) => {
+                let sid = self.settled(*stage)?.0;
+                hash(self.writer("reading a stage")?.staged_files(sid))
+            }
+        }
     }
 
     fn check_item(&self, name: &RepositoryName) -> Result<WireCheck> {
@@ -719,7 +711,7 @@ impl Session {
     /// Checks each staged item (`admit_placement`), then places what passed, with
     /// records made here, and raises this collection's minter past the names placed.
     fn place(&self, batch: Vec<WirePlacement>) -> Result<(Reply, Vec<u8>)> {
-        self.require_lease("placing items")?;
+        let writer = self.writer("placing items")?;
         let c = self.collection()?;
         let held = c.records(&batch.iter().map(|p| p.name.clone()).collect::<Vec<_>>())?;
         let mut refused = Vec::new();
@@ -727,7 +719,7 @@ impl Session {
         for (p, held) in batch.into_iter().zip(held) {
             let (sid, arrived) = self.settled(p.stage)?;
             lock(&self.stages).remove(&p.stage);
-            match self.admit_placement(c, sid, &p, held.as_ref(), &arrived) {
+            match admit_placement(writer.as_ref(), sid, &p, held.as_ref(), &arrived) {
                 // The alias is the one bag-info records, which verify will expect.
                 Ok(record) => go.push(Placement {
                     stage: sid,
@@ -737,58 +729,16 @@ impl Session {
                     record: Some(record),
                 }),
                 Err(e) => {
-                    c.discard(sid);
+                    writer.discard(sid);
                     refused.push((p.name, Some(WireError::from(&e))));
                 }
             }
         }
-        let placed = c.place(&go)?;
+        let placed = writer.place(&go)?;
         let arrived: Vec<RepositoryName> = placed.iter().filter(|(_, r)| r.is_ok()).map(|(n, _)| n.clone()).collect();
-        crate::store::raise_minter(c, &arrived)?;
+        crate::store::raise_minter(writer.as_ref(), &arrived)?;
         refused.extend(placed.into_iter().map(|(name, r)| (name, r.err().as_ref().map(WireError::from))));
         Ok((Reply::Placed(refused), Vec::new()))
-    }
-
-    /// The record of a staged item that may be placed as asked: it arrived whole, its
-    /// bag-info names it, the alias it asks for is its own and free, and a new
-    /// placement of a name that has a record only takes back one of its own versions
-    /// (a repair, or an item coming back). Append-only refuses every replacement; a
-    /// key that may replace may also remove, so a replacement is not checked further.
-    fn admit_placement(
-        &self,
-        c: &dyn Store,
-        sid: StageId,
-        p: &WirePlacement,
-        held: Option<&ItemRecord>,
-        arrived: &HashMap<String, Digests>,
-    ) -> Result<ItemRecord> {
-        if p.replace {
-            self.refuse_changes(&format!("replacing {}", p.name))?;
-        }
-        let record = staged_record(c, sid, &p.name, arrived)?;
-        let refuse = |why: String| Err(Error::Refused { what: format!("placing {}", p.name), why });
-        if p.ibip.is_some() && p.ibip != record.ibip {
-            return refuse("the IBIp asked for is not the one its bag-info records".into());
-        }
-        if let Some(ibip) = &record.ibip {
-            if let Some(other) = c.alias(ibip)?.filter(|n| *n != p.name) {
-                return refuse(format!("alias {ibip} names another item, {other}"));
-            }
-        }
-        if p.replace {
-            return Ok(record);
-        }
-        if c.slot(&p.name)? != crate::store::Slot::Empty {
-            return Err(Error::AlreadyExists { path: PathBuf::from(p.name.to_string()) });
-        }
-        if let Some(held) = held.filter(|h| !h.versions.iter().any(|v| v.digest == record.current().digest)) {
-            let how = match held.status {
-                crate::store::Status::Removed => "held by another item, which moved away",
-                _ => "held by another item",
-            };
-            return refuse(format!("the name was {how}; it only ever takes back one of that item's versions"));
-        }
-        Ok(record)
     }
 
     fn walk(&self, id: u64) {
@@ -848,15 +798,54 @@ impl Session {
     }
 }
 
+/// The record of a staged item that may be placed as asked: it arrived whole, its
+/// bag-info names it, the alias it asks for is its own and free, and a new
+/// placement of a name that has a record only takes back one of its own versions
+/// (a repair, or an item coming back). A key that may replace may also remove, so
+/// a replacement is not checked further (append-only keys' writers refuse it).
+fn admit_placement(
+    writer: &dyn Writer,
+    sid: StageId,
+    p: &WirePlacement,
+    held: Option<&ItemRecord>,
+    arrived: &HashMap<String, Digests>,
+) -> Result<ItemRecord> {
+    let c = writer.store();
+    let record = staged_record(writer, sid, &p.name, arrived)?;
+    let refuse = |why: String| Err(Error::Refused { what: format!("placing {}", p.name), why });
+    if p.ibip.is_some() && p.ibip != record.ibip {
+        return refuse("the IBIp asked for is not the one its bag-info records".into());
+    }
+    if let Some(ibip) = &record.ibip {
+        if let Some(other) = c.alias(ibip)?.filter(|n| *n != p.name) {
+            return refuse(format!("alias {ibip} names another item, {other}"));
+        }
+    }
+    if p.replace {
+        return Ok(record);
+    }
+    if c.slot(&p.name)? != crate::store::Slot::Empty {
+        return Err(Error::AlreadyExists { path: PathBuf::from(p.name.to_string()) });
+    }
+    if let Some(held) = held.filter(|h| !h.versions.iter().any(|v| v.digest == record.current().digest)) {
+        let how = match held.status {
+            crate::store::Status::Removed => "held by another item, which moved away",
+            _ => "held by another item",
+        };
+        return refuse(format!("the name was {how}; it only ever takes back one of that item's versions"));
+    }
+    Ok(record)
+}
+
 /// The record a staged item's bag implies, once it is checked against its manifests
 /// with the digests taken as it arrived and its bag-info names it; otherwise why not.
 fn staged_record(
-    c: &dyn Store,
+    writer: &dyn Writer,
     sid: StageId,
     name: &RepositoryName,
     arrived: &HashMap<String, Digests>,
 ) -> Result<ItemRecord> {
-    let files = c.staged_files(sid);
+    let files = writer.staged_files(sid);
     let lookup = |rel: &str, also: &[Algorithm]| match arrived.get(rel) {
         Some(d) if also.iter().all(|a| d.get(*a).is_some()) => Ok(d.clone()),
         _ => files.digests(rel, also),

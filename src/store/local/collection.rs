@@ -10,14 +10,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-pub use super::config::CollectionConfig;
+use super::alias;
 pub use super::layout::Layout;
 pub use super::walk::{Entry, ItemWalker};
-use super::{alias, guard};
 use crate::bag::{self, BagInfo};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, atomic_write, create_dir_all_durable, fsync_dir, FileLock};
 use crate::id::{Ibip, Minted, RepositoryName, Subsystem};
+pub use crate::store::config::CollectionConfig;
+use crate::store::guard;
 pub use crate::store::LockWait;
 
 #[derive(Debug, Clone)]
@@ -210,9 +211,10 @@ impl Collection {
 
     /// Retires the collection: it keeps its items and serves them, copy, mirror and
     /// migrate read from it, but it mints no more names. Call with the write lock.
-    pub fn retire(&mut self) -> Result<()> {
-        self.config.retired = true;
-        atomic_write(&self.layout.config(), self.config.to_toml().as_bytes())
+    pub fn retire(&self) -> Result<()> {
+        let mut config = self.config.clone();
+        config.retired = true;
+        atomic_write(&self.layout.config(), config.to_toml().as_bytes())
     }
 
     /// Uses `dir` for the machine-wide minter states instead of the default (tests,

@@ -428,7 +428,7 @@ impl super::Collection {
     pub fn upgrade(&self) -> Result<()> {
         if self.id.get().is_none() {
             let mut config = self.config.clone();
-            let id = super::config::new_collection_id();
+            let id = crate::store::config::new_collection_id();
             config.id = Some(id.clone());
             fsx::atomic_write(&self.layout.config(), config.to_toml().as_bytes())?;
             let _ = self.id.set(id);

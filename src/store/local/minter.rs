@@ -11,11 +11,12 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::{Layout, StateFile};
+use super::Layout;
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{create_dir_all_durable, FileLock};
 use crate::id::minter::MinterState;
 use crate::id::{RepositoryName, Subsystem, Timestamp};
+use crate::store::StateFile;
 
 /// The environment variable that chooses the folder of the machine-wide states.
 pub const MINTER_DIR_ENV: &str = "IBI_MINTER_DIR";

@@ -1,17 +1,15 @@
 //! The local backend: a collection in a folder of a POSIX filesystem
 //! (ARCHITECTURE.md, "On-disk layout"). It owns the layout, the walk, the
 //! aliases, the write lock, staging, placement, the trash, the journal,
-//! recovery and the minter's state file, and implements `Store` with them.
+//! recovery and the minter's state file, and implements `Store` and `WriteBackend` with them. What every backend
+//! shares (the collection config, the state file, the overlap guard) is in `store/`.
 
 pub mod alias;
 pub mod collection;
-pub mod config;
-pub mod guard;
 pub mod inventory;
 pub mod layout;
 pub mod minter;
 pub mod place;
-pub mod state_file;
 mod store_impl;
 pub mod walk;
 
@@ -20,4 +18,3 @@ pub use collection::{
     LockWait, Slot, StagingDir,
 };
 pub use place::{move_all, place_all, remove_all, same_filesystem, Staged};
-pub use state_file::StateFile;

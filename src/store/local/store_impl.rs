@@ -2,7 +2,6 @@
 //! layout. Staged items are `.ibi/staging/` folders held by token until they
 //! are placed (`place_all`) or discarded; reads never follow a link.
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::fs;
 use std::io::Read;
@@ -10,7 +9,7 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use super::minter::{machine_state, newest_held, CollectionMinter};
-use super::{alias, place_all, remove_all, Collection, Entry, Item, Staged, StagingDir, StateFile};
+use super::{alias, place_all, remove_all, Collection, Entry, Item, Staged, StagingDir};
 use crate::bag::manifest::check_path;
 use crate::bag::{BagFiles, DirBag};
 use crate::digest::Digests;
@@ -19,8 +18,10 @@ use crate::fsx::{self, CopyError, CopyMode};
 use crate::id::minter::MinterState;
 use crate::id::{Ibip, RepositoryName, Subsystem};
 use crate::problem::{Problem, ProblemKind};
+use crate::store::StateFile;
 use crate::store::{
-    Capabilities, FileSource, ItemRecord, Lease, Listed, LockWait, Placement, Refusal, Slot, StageId, Store,
+    FileSource, ItemRecord, Lease, Leased, Listed, LockWait, Placed, Placement, Slot, StageId, Store, WriteBackend,
+    Writer,
 };
 
 /// The staging folders a collection handle holds, by token.
@@ -85,14 +86,6 @@ impl Store for Collection {
 
     fn organisation(&self) -> Option<&str> {
         self.config.organisation.as_deref()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { atomic_replace: true }
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 
     fn as_dyn(&self) -> &dyn Store {
@@ -205,6 +198,16 @@ impl Store for Collection {
         self.leftover_problems()
     }
 
+    fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
+        Collection::deposit_record(self, key)
+    }
+
+    fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
+        Leased::begin(self, wait)
+    }
+}
+
+impl WriteBackend for Collection {
     fn lease(&self, wait: LockWait) -> Result<Lease> {
         Ok(Lease(Box::new(self.lock_writes(wait)?)))
     }
@@ -227,10 +230,6 @@ impl Store for Collection {
             }),
             retired: self.config.retired.then(|| self.root().to_path_buf()),
         })
-    }
-
-    fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
-        Collection::deposit_record(self, key)
     }
 
     fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()> {
@@ -292,7 +291,7 @@ impl Store for Collection {
         drop(removed);
     }
 
-    fn place(&self, batch: &[Placement]) -> Result<Vec<(RepositoryName, std::result::Result<(), Refusal>)>> {
+    fn place(&self, batch: &[Placement]) -> Result<Placed> {
         let mut staged = Vec::with_capacity(batch.len());
         {
             let mut table = crate::sync::lock(&self.stages);
@@ -314,5 +313,21 @@ impl Store for Collection {
     fn remove(&self, names: &[RepositoryName]) -> Result<()> {
         let items: Vec<Item> = names.iter().map(|n| self.item(n)).collect();
         remove_all(self, &items)
+    }
+
+    fn retire(&self) -> Result<()> {
+        Collection::retire(self)
+    }
+
+    /// From a local collection on this filesystem: each item renamed into place
+    /// (`move_all`), never copied. The caller has verified them where they are.
+    fn adopt_from(&self, from: &dyn Writer, names: &[RepositoryName]) -> Result<Option<Placed>> {
+        let Some(root) = from.store().local_root() else { return Ok(None) };
+        let src = Collection::open(root)?;
+        if !super::place::same_filesystem(&src, self)? {
+            return Ok(None);
+        }
+        let items: Vec<Item> = names.iter().map(|n| src.item(n)).collect();
+        super::move_all(&src, self, &items).map(Some)
     }
 }

@@ -25,13 +25,28 @@ pub struct ObjectBag<'a> {
     pub known: Option<Vec<(String, u64)>>,
     /// Tag files this process wrote, by path: read without a request.
     pub cached: std::collections::HashMap<String, Vec<u8>>,
+    /// Where the item's files are once a placement in flight ends, when `base` is
+    /// its stage: a read that finds the stage gone (the placement ended meanwhile)
+    /// reads from here, so a reader sees the old item or the new, never an error.
+    pub settled: Option<Key>,
+}
+
+/// `base` with `rel` under it.
+pub fn key_under(base: &Key, rel: &str) -> Key {
+    let mut key = base.clone();
+    key.extend(rel.split('/'));
+    key
 }
 
 impl ObjectBag<'_> {
-    fn key(&self, rel: &str) -> Key {
-        let mut key = self.base.clone();
-        key.extend(rel.split('/'));
-        key
+    /// A reader of `rel`: from `base`, or from `settled` if the stage is gone.
+    pub fn reader(&self, rel: &str) -> io::Result<super::objects::ObjectReader> {
+        match (self.objects.reader(&key_under(&self.base, rel)), &self.settled) {
+            (Err(e), Some(settled)) if e.kind() == io::ErrorKind::NotFound => {
+                self.objects.reader(&key_under(settled, rel))
+            }
+            (result, _) => result,
+        }
     }
 }
 
@@ -77,7 +92,7 @@ impl BagFiles for ObjectBag<'_> {
             return Ok(bytes.clone());
         }
         let mut bytes = Vec::new();
-        self.objects.reader(&self.key(rel))?.take(MAX_TAG_FILE + 1).read_to_end(&mut bytes)?;
+        self.reader(rel)?.take(MAX_TAG_FILE + 1).read_to_end(&mut bytes)?;
         if bytes.len() as u64 > MAX_TAG_FILE {
             return Err(io::Error::other(format!("{rel} is larger than {MAX_TAG_FILE} bytes")));
         }
@@ -85,7 +100,7 @@ impl BagFiles for ObjectBag<'_> {
     }
 
     fn digests(&self, rel: &str, also: &[Algorithm]) -> io::Result<Digests> {
-        let mut reader = self.objects.reader(&self.key(rel))?;
+        let mut reader = self.reader(rel)?;
         let mut hasher = Hasher::new(also);
         let mut buf = vec![0u8; 256 * 1024];
         loop {

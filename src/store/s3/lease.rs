@@ -21,9 +21,9 @@ use crate::fsx::{create_dir_all_durable, FileLock};
 use crate::id::minter::MinterState;
 use crate::id::Timestamp;
 use crate::store::local::minter::MINTER_DIR_ENV;
-use crate::store::local::StateFile;
 use crate::store::s3::keys::Keys;
 use crate::store::s3::objects::{Lost, Objects};
+use crate::store::StateFile;
 use crate::store::{Lease, LockWait};
 
 /// How long a lease lasts unless renewed, and how often its holder renews it.

@@ -14,7 +14,6 @@ pub mod place;
 pub mod upload;
 pub mod walk;
 
-use std::any::Any;
 use std::collections::{BTreeSet, HashMap};
 use std::io::Read;
 use std::path::Path;
@@ -33,10 +32,11 @@ use crate::fsx::CopyError;
 use crate::id::minter::MinterState;
 use crate::id::{Ibip, RepositoryName, Subsystem};
 use crate::problem::{Problem, ProblemKind};
-use crate::store::local::config::CollectionConfig;
+use crate::store::config::CollectionConfig;
 use crate::store::location::ObjectAddress;
 use crate::store::{
-    item_ibip, Capabilities, FileSource, ItemRecord, Lease, Listed, LockWait, Placement, Refusal, Slot, StageId, Store,
+    item_ibip, FileSource, ItemRecord, Lease, Leased, Listed, LockWait, Placed, Placement, Refusal, Slot, StageId,
+    Store, WriteBackend, Writer,
 };
 use crate::sync::lock;
 use bag::ObjectBag;
@@ -104,7 +104,7 @@ impl S3Store {
 
     /// Marks the collection retired: it mints no more names (the config is
     /// rewritten with `If-Match`, so a concurrent change is never lost).
-    pub fn retire(&mut self) -> Result<()> {
+    pub fn retire(&self) -> Result<()> {
         let key = self.keys.config();
         let found = self.objects.run(self.objects.get(&key))?.ok_or_else(|| Error::Invalid {
             what: format!("collection {}", self.objects.place),
@@ -118,7 +118,6 @@ impl S3Store {
             what: format!("retire of {}", self.objects.place),
             problem: "its configuration changed meanwhile; run it again".into(),
         })?;
-        self.config = config;
         Ok(())
     }
 
@@ -183,6 +182,18 @@ impl S3Store {
             _ => self.keys.item(name),
         };
         Ok(Some((base, marker)))
+    }
+
+    /// The bag of the item `name`: at its stage while a placement is in flight (with
+    /// its own keys to fall back on once it ends), otherwise at its own keys.
+    fn item_bag(&self, name: &RepositoryName) -> ObjectBag<'_> {
+        let own = self.keys.item(name);
+        let (base, dirs, exists) = match self.item_base(name) {
+            Ok(Some((base, marker))) => (base, marker.dirs, true),
+            _ => (own.clone(), Vec::new(), false),
+        };
+        let settled = (base != own).then_some(own);
+        ObjectBag { objects: &self.objects, base, dirs, exists, known: None, cached: HashMap::new(), settled }
     }
 
     fn record_batch(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {

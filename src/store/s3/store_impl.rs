@@ -20,14 +20,6 @@ impl Store for S3Store {
         self.config.organisation.as_deref()
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { atomic_replace: true }
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
     fn as_dyn(&self) -> &dyn Store {
         self
     }
@@ -78,11 +70,7 @@ impl Store for S3Store {
     }
 
     fn item_files<'a>(&'a self, name: &RepositoryName) -> Box<dyn BagFiles + 'a> {
-        let (base, dirs, exists) = match self.item_base(name) {
-            Ok(Some((base, marker))) => (base, marker.dirs, true),
-            _ => (self.keys.item(name), Vec::new(), false),
-        };
-        Box::new(ObjectBag { objects: &self.objects, base, dirs, exists, known: None, cached: HashMap::new() })
+        Box::new(self.item_bag(name))
     }
 
     fn open(
@@ -90,12 +78,11 @@ impl Store for S3Store {
         name: &RepositoryName,
         rel: &str,
     ) -> std::io::Result<(Box<dyn Read + Send + '_>, Option<SystemTime>)> {
-        let (mut key, _) = self
-            .item_base(name)
-            .map_err(|e| std::io::Error::other(e.to_string()))?
-            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
-        key.extend(rel.split('/'));
-        Ok((Box::new(self.objects.reader(&key)?), None))
+        let bag = self.item_bag(name);
+        if !bag.exists {
+            return Err(std::io::Error::from(std::io::ErrorKind::NotFound));
+        }
+        Ok((Box::new(bag.reader(rel)?), None))
     }
 
     fn leftovers(&self) -> Vec<Problem> {
@@ -152,6 +139,24 @@ impl Store for S3Store {
         )
     }
 
+    fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
+        let digest = crate::digest::of_bytes(key.as_bytes(), &[]);
+        let Some(found) = self.objects.run(self.objects.get(&self.keys.deposit(digest.sha256())))? else {
+            return Ok(None);
+        };
+        Ok(RepositoryName::parse(String::from_utf8_lossy(&found.bytes).trim()).ok())
+    }
+
+    fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
+        Leased::begin(self, wait)
+    }
+}
+
+impl WriteBackend for S3Store {
+    fn retire(&self) -> Result<()> {
+        S3Store::retire(self)
+    }
+
     fn lease(&self, wait: LockWait) -> Result<Lease> {
         lease::take(&self.objects, &self.keys, wait)
     }
@@ -165,14 +170,6 @@ impl Store for S3Store {
             self.minter_dir.as_ref().map(|dir| crate::store::local::minter::machine_state(dir, &self.subsystem));
         let retired = self.config.retired.then(|| self.objects.place.clone());
         Box::new(lease::ObjectMinter { objects: &self.objects, keys: &self.keys, machine, retired })
-    }
-
-    fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
-        let digest = crate::digest::of_bytes(key.as_bytes(), &[]);
-        let Some(found) = self.objects.run(self.objects.get(&self.keys.deposit(digest.sha256())))? else {
-            return Ok(None);
-        };
-        Ok(RepositoryName::parse(String::from_utf8_lossy(&found.bytes).trim()).ok())
     }
 
     fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()> {
@@ -247,7 +244,7 @@ impl Store for S3Store {
             Some(meta) => (meta.dirs.into_iter().collect(), Some(meta.files), meta.tags),
             None => (Vec::new(), None, HashMap::new()),
         };
-        Box::new(ObjectBag { objects: &self.objects, base, dirs, exists, known, cached })
+        Box::new(ObjectBag { objects: &self.objects, base, dirs, exists, known, cached, settled: None })
     }
 
     fn discard(&self, stage: StageId) {
@@ -267,7 +264,7 @@ impl Store for S3Store {
         });
     }
 
-    fn place(&self, batch: &[Placement]) -> Result<Vec<(RepositoryName, std::result::Result<(), Refusal>)>> {
+    fn place(&self, batch: &[Placement]) -> Result<Placed> {
         let metas: Vec<StageMeta> = {
             let stages = lock(&self.stages);
             batch

@@ -1,0 +1,326 @@
+//! The write side of the seam. `Writer` is the only way to change a collection:
+//! `Store::begin_write` takes the collection's lease, completes what an
+//! interrupted writer left (`recover`), and hands out a `Writer` that holds the
+//! lease for as long as it lives and releases it when dropped, however the
+//! holder ends. Reading (`Store`) never needs one, so verify, list, show,
+//! export, resolve and `serve --listen` run with read-only credentials and while
+//! another process writes.
+//!
+//! A backend implements `WriteBackend` (the raw operations, which assume the
+//! lease) and answers `begin_write` with `Leased::begin`; nothing else reaches
+//! the raw operations. `AppendOnly` wraps a `Writer` for a far server's
+//! `--append-only` keys: it refuses every replacement, removal, retirement and
+//! alias re-pointing.
+
+use std::io::Read;
+use std::path::Path;
+use std::time::SystemTime;
+
+use crate::bag::BagFiles;
+use crate::digest::{Algorithm, Digests};
+use crate::error::{Error, Result};
+use crate::fsx::CopyError;
+use crate::id::minter::{Clock, Minter, MinterState};
+use crate::id::{Ibip, Minted, RepositoryName, Timestamp};
+use crate::store::{ItemRecord, Lease, LockWait, Store};
+
+/// A staged item under construction, by token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StageId(pub u64);
+
+/// One staged item to place as `name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub stage: StageId,
+    pub name: RepositoryName,
+    pub ibip: Option<Ibip>,
+    /// Swap it with whatever holds the name (a damaged or older copy).
+    pub replace: bool,
+    /// What the inventory is to record of it, when the caller built or checked the
+    /// bag and knows; otherwise the store reads it from the placed bag.
+    pub record: Option<ItemRecord>,
+}
+
+/// Why one placement of a batch was refused (the others go ahead): the name is
+/// taken (`Error::AlreadyExists`) or its place cannot hold an item (`Error::Data`).
+pub type Refusal = Error;
+
+/// Each name of a placed batch, with why its placement was refused, if it was.
+pub type Placed = Vec<(RepositoryName, std::result::Result<(), Refusal>)>;
+
+/// A file to stage: its bytes, the source's modification time, the algorithms to
+/// hash with besides sha256, and a progress callback told of every chunk.
+pub struct FileSource<'a> {
+    pub reader: &'a mut (dyn Read + Send),
+    /// Where the bytes come from, for messages.
+    pub origin: &'a Path,
+    pub mtime: Option<SystemTime>,
+    pub also: &'a [Algorithm],
+    pub progress: &'a (dyn Fn(u64) + Sync),
+}
+
+/// Holds a collection's lease for its lifetime; every change goes through it.
+pub trait Writer: Send + Sync {
+    /// The collection written: its read side.
+    fn store(&self) -> &dyn Store;
+    /// Mints `count` dates, each one the subsystem can encode, from the collection's
+    /// minter state (a far server mints with its own state and clock).
+    fn mint_dates(&self, count: usize, clock: &dyn Clock) -> Result<Vec<Timestamp>>;
+    /// Raises the minter state to at least `newest` (a name that arrived by copy).
+    fn raise_minter_to(&self, newest: Timestamp) -> Result<()>;
+    /// Records names by content key; durable with the next placed batch.
+    fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()>;
+    fn stage(&self) -> Result<StageId>;
+    /// A stage for an item that will be placed as `name` (not over another unless
+    /// `replace`): a backend without rename may write the files at their place at
+    /// once, unseen until `place` commits the item.
+    fn stage_for(&self, name: &RepositoryName, replace: bool) -> Result<StageId>;
+    fn stage_dir(&self, stage: StageId, rel: &str) -> Result<()>;
+    /// Writes a new file into the staged item, hashing as it writes.
+    fn stage_file(&self, stage: StageId, rel: &str, from: FileSource) -> std::result::Result<Digests, CopyError>;
+    /// Puts a file of item `name` into the staged item at `rel` unchanged, sharing
+    /// its bytes where the backend can (local: a hard link).
+    fn stage_link(&self, stage: StageId, rel: &str, name: &RepositoryName, from: &str) -> Result<()>;
+    /// The staged item's files, to verify before placing.
+    fn staged_files<'a>(&'a self, stage: StageId) -> Box<dyn BagFiles + 'a>;
+    /// Drops a staged item that will not be placed (nothing if it was placed).
+    fn discard(&self, stage: StageId);
+    /// Places a batch durably, never over an item unless `replace`.
+    fn place(&self, batch: &[Placement]) -> Result<Placed>;
+    /// Creates or corrects the alias of an item the collection holds, durably.
+    fn restore_alias(&self, ibip: &Ibip, name: &RepositoryName) -> Result<()>;
+    /// Removes items (and their aliases) durably.
+    fn remove(&self, names: &[RepositoryName]) -> Result<()>;
+    /// Stops the collection minting for good (`ibi retire`): it keeps and serves its
+    /// items. Other handles see it at their next open.
+    fn retire(&self) -> Result<()>;
+    /// Moves `names` from the collection `from` writes into this one without
+    /// copying bytes, when the backend can (local: a rename within one
+    /// filesystem); `None` when it cannot, and the caller copies instead. Asked
+    /// with no names, it says whether it can and moves nothing.
+    fn adopt_from(&self, _from: &dyn Writer, _names: &[RepositoryName]) -> Result<Option<Placed>> {
+        Ok(None)
+    }
+}
+
+/// The raw write operations of a backend, which assume the caller holds the lease
+/// and has recovered. Reached only through `Leased`, the `Writer` that holds it.
+pub trait WriteBackend: Store {
+    fn lease(&self, wait: LockWait) -> Result<Lease>;
+    /// Completes or clears what an interrupted writer left.
+    fn recover(&self) -> Result<()>;
+    fn minter_state(&self) -> Box<dyn MinterState + '_>;
+    fn mint_dates(&self, count: usize, clock: &dyn Clock) -> Result<Vec<Timestamp>> {
+        let state = self.minter_state();
+        let subsystem = self.subsystem();
+        let minter = Minter::new(state.as_ref(), subsystem.granularity, clock);
+        minter.mint_checked(count, &|date| subsystem.identify(date).map(drop))
+    }
+    fn raise_minter_to(&self, newest: Timestamp) -> Result<()> {
+        self.minter_state().update(&mut |last| Ok(last.map_or(newest, |l| l.max(newest))))
+    }
+    fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()>;
+    fn stage(&self) -> Result<StageId>;
+    fn stage_for(&self, _name: &RepositoryName, _replace: bool) -> Result<StageId> {
+        self.stage()
+    }
+    fn stage_dir(&self, stage: StageId, rel: &str) -> Result<()>;
+    fn stage_file(&self, stage: StageId, rel: &str, from: FileSource) -> std::result::Result<Digests, CopyError>;
+    /// By default, a copy of the file.
+    fn stage_link(&self, stage: StageId, rel: &str, name: &RepositoryName, from: &str) -> Result<()> {
+        let origin = std::path::PathBuf::from(format!("{}/{name}/{from}", self.location()));
+        let (mut reader, mtime) = self.open(name, from).map_err(|e| Error::io("open", &origin, e))?;
+        let source = FileSource { reader: &mut reader, origin: &origin, mtime, also: &[], progress: &|_| {} };
+        self.stage_file(stage, rel, source).map(drop).map_err(Error::from)
+    }
+    fn staged_files<'a>(&'a self, stage: StageId) -> Box<dyn BagFiles + 'a>;
+    fn discard(&self, stage: StageId);
+    fn place(&self, batch: &[Placement]) -> Result<Placed>;
+    fn restore_alias(&self, ibip: &Ibip, name: &RepositoryName) -> Result<()>;
+    fn remove(&self, names: &[RepositoryName]) -> Result<()>;
+    /// See `Writer::retire`; by default the backend cannot.
+    fn retire(&self) -> Result<()> {
+        let why = "this kind of collection cannot be retired from here".into();
+        Err(Error::Refused { what: format!("retiring {}", self.location()), why })
+    }
+    /// See `Writer::adopt_from`.
+    fn adopt_from(&self, _from: &dyn Writer, _names: &[RepositoryName]) -> Result<Option<Placed>> {
+        Ok(None)
+    }
+}
+
+/// The `Writer` of a `WriteBackend`: the lease, held until dropped.
+pub struct Leased<'a, B: WriteBackend + ?Sized> {
+    backend: &'a B,
+    /// Never touched, only dropped (a mutex makes it shareable between threads).
+    _lease: std::sync::Mutex<Lease>,
+}
+
+impl<'a, B: WriteBackend> Leased<'a, B> {
+    /// Takes the lease as `wait` says, then recovers: how every writer starts.
+    pub fn begin(backend: &'a B, wait: LockWait) -> Result<Box<dyn Writer + 'a>> {
+        let lease = backend.lease(wait)?;
+        backend.recover()?;
+        Ok(Box::new(Leased { backend, _lease: std::sync::Mutex::new(lease) }))
+    }
+}
+
+impl<B: WriteBackend> Writer for Leased<'_, B> {
+    fn store(&self) -> &dyn Store {
+        self.backend
+    }
+    fn mint_dates(&self, count: usize, clock: &dyn Clock) -> Result<Vec<Timestamp>> {
+        self.backend.mint_dates(count, clock)
+    }
+    fn raise_minter_to(&self, newest: Timestamp) -> Result<()> {
+        self.backend.raise_minter_to(newest)
+    }
+    fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()> {
+        self.backend.write_deposit_records(records)
+    }
+    fn stage(&self) -> Result<StageId> {
+        self.backend.stage()
+    }
+    fn stage_for(&self, name: &RepositoryName, replace: bool) -> Result<StageId> {
+        self.backend.stage_for(name, replace)
+    }
+    fn stage_dir(&self, stage: StageId, rel: &str) -> Result<()> {
+        self.backend.stage_dir(stage, rel)
+    }
+    fn stage_file(&self, stage: StageId, rel: &str, from: FileSource) -> std::result::Result<Digests, CopyError> {
+        self.backend.stage_file(stage, rel, from)
+    }
+    fn stage_link(&self, stage: StageId, rel: &str, name: &RepositoryName, from: &str) -> Result<()> {
+        self.backend.stage_link(stage, rel, name, from)
+    }
+    fn staged_files<'a>(&'a self, stage: StageId) -> Box<dyn BagFiles + 'a> {
+        self.backend.staged_files(stage)
+    }
+    fn discard(&self, stage: StageId) {
+        self.backend.discard(stage)
+    }
+    fn place(&self, batch: &[Placement]) -> Result<Placed> {
+        self.backend.place(batch)
+    }
+    fn restore_alias(&self, ibip: &Ibip, name: &RepositoryName) -> Result<()> {
+        self.backend.restore_alias(ibip, name)
+    }
+    fn remove(&self, names: &[RepositoryName]) -> Result<()> {
+        self.backend.remove(names)
+    }
+    fn retire(&self) -> Result<()> {
+        self.backend.retire()
+    }
+    fn adopt_from(&self, from: &dyn Writer, names: &[RepositoryName]) -> Result<Option<Placed>> {
+        self.backend.adopt_from(from, names)
+    }
+}
+
+/// A `Writer` that only adds: every replacement, removal and alias re-pointing is
+/// refused (`Error::Refused`), for a far server's `--append-only` keys.
+pub struct AppendOnly<'a>(pub Box<dyn Writer + 'a>);
+
+fn append_only_refusal(what: String) -> Error {
+    Error::Refused { what, why: "this server only accepts new items (ibi serve --append-only)".into() }
+}
+
+impl Writer for AppendOnly<'_> {
+    fn store(&self) -> &dyn Store {
+        self.0.store()
+    }
+    fn mint_dates(&self, count: usize, clock: &dyn Clock) -> Result<Vec<Timestamp>> {
+        self.0.mint_dates(count, clock)
+    }
+    fn raise_minter_to(&self, newest: Timestamp) -> Result<()> {
+        self.0.raise_minter_to(newest)
+    }
+    fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()> {
+        self.0.write_deposit_records(records)
+    }
+    fn stage(&self) -> Result<StageId> {
+        self.0.stage()
+    }
+    fn stage_for(&self, name: &RepositoryName, replace: bool) -> Result<StageId> {
+        if replace {
+            return Err(append_only_refusal(format!("replacing {name}")));
+        }
+        self.0.stage_for(name, replace)
+    }
+    fn stage_dir(&self, stage: StageId, rel: &str) -> Result<()> {
+        self.0.stage_dir(stage, rel)
+    }
+    fn stage_file(&self, stage: StageId, rel: &str, from: FileSource) -> std::result::Result<Digests, CopyError> {
+        self.0.stage_file(stage, rel, from)
+    }
+    fn stage_link(&self, stage: StageId, rel: &str, name: &RepositoryName, from: &str) -> Result<()> {
+        self.0.stage_link(stage, rel, name, from)
+    }
+    fn staged_files<'a>(&'a self, stage: StageId) -> Box<dyn BagFiles + 'a> {
+        self.0.staged_files(stage)
+    }
+    fn discard(&self, stage: StageId) {
+        self.0.discard(stage)
+    }
+    /// Replacements are refused one by one; the rest of the batch is placed.
+    fn place(&self, batch: &[Placement]) -> Result<Placed> {
+        let (replacing, adding): (Vec<Placement>, Vec<Placement>) = batch.iter().cloned().partition(|p| p.replace);
+        let mut placed = self.0.place(&adding)?;
+        for p in replacing {
+            self.0.discard(p.stage);
+            let why = append_only_refusal(format!("replacing {}", p.name));
+            placed.push((p.name, Err(why)));
+        }
+        Ok(placed)
+    }
+    fn restore_alias(&self, ibip: &Ibip, name: &RepositoryName) -> Result<()> {
+        if self.0.store().alias(ibip)?.is_some_and(|held| held != *name) {
+            return Err(append_only_refusal(format!("re-pointing alias {ibip}")));
+        }
+        self.0.restore_alias(ibip, name)
+    }
+    fn remove(&self, _names: &[RepositoryName]) -> Result<()> {
+        Err(append_only_refusal("removing items".into()))
+    }
+    fn retire(&self) -> Result<()> {
+        Err(append_only_refusal("retiring the collection".into()))
+    }
+}
+
+/// Mints `count` identifiers through the writer.
+pub fn mint(writer: &dyn Writer, count: usize, clock: &dyn Clock) -> Result<Vec<Minted>> {
+    let subsystem = writer.store().subsystem();
+    let dates = writer.mint_dates(count, clock)?;
+    dates.into_iter().map(|date| subsystem.identify(date)).collect()
+}
+
+/// Raises the minter state past the newest of `names` that belong to the store's own
+/// subsystem (items arriving by copy, mirror or migrate), so that no later mint can
+/// give out one of their names, even after they leave again.
+pub fn raise_minter(writer: &dyn Writer, names: &[RepositoryName]) -> Result<()> {
+    let own = writer.store().subsystem().prefix();
+    let Some(newest) = names.iter().filter(|n| n.prefix() == own).map(|n| n.date()).max() else { return Ok(()) };
+    writer.raise_minter_to(newest)
+}
+
+/// A staged item that is discarded when dropped, unless it was placed.
+pub struct Staging<'a> {
+    pub writer: &'a dyn Writer,
+    pub id: StageId,
+}
+
+impl<'a> Staging<'a> {
+    pub fn new(writer: &'a dyn Writer) -> Result<Staging<'a>> {
+        Ok(Staging { writer, id: writer.stage()? })
+    }
+
+    /// A staging for an item whose name is known (`Writer::stage_for`).
+    pub fn for_item(writer: &'a dyn Writer, name: &RepositoryName, replace: bool) -> Result<Staging<'a>> {
+        Ok(Staging { writer, id: writer.stage_for(name, replace)? })
+    }
+}
+
+impl Drop for Staging<'_> {
+    fn drop(&mut self) {
+        self.writer.discard(self.id);
+    }
+}
