@@ -22,7 +22,7 @@ use super::Outcome;
 
 pub fn init(global: GlobalArgs, args: &InitArgs) -> Result<Outcome> {
     let subsystem = subsystem_from_args(&args.subsystem)?;
-    let connect = ibi::store::far::Connect::from_env();
+    let connect = ibi::store::Connect::from_env();
     let options = ibi::store::InitOptions { unsafe_no_conditional_writes: args.unsafe_no_conditional_writes };
     let collection = ibi::store::init(&args.root, &connect, subsystem, args.org.clone(), options)?;
     let printer = Printer::new(global);

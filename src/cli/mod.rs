@@ -125,7 +125,7 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
 
 /// Opens a collection: local, far (`--rsh`, `--remote-ibi` or their variables say how) or in S3.
 pub fn open(location: &std::path::Path) -> ibi::Result<Box<dyn ibi::store::Store>> {
-    ibi::store::open(location, &ibi::store::far::Connect::from_env())
+    ibi::store::open(location, &ibi::store::Connect::from_env())
 }
 
 /// `ibi serve`: HTTP with `--listen`; otherwise one far session on stdin and stdout,

@@ -2,7 +2,7 @@
 //! collection, mirror into a local folder, on into a far one and into object storage,
 //! verify them all, and a damaged copy is found and repaired. Proof that ops need nothing but the `Store` seam.
 
-#[cfg(test)]
+#[cfg(all(test, feature = "far", feature = "s3"))]
 mod tests {
     use crate::id::minter::SystemClock;
     use crate::id::RepositoryName;

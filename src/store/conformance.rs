@@ -373,8 +373,8 @@ pub(crate) mod fixtures {
     use crate::store::config::CollectionConfig;
     use crate::store::local::Collection;
     use crate::store::memory::MemoryStore;
-    use crate::store::s3::objects::Objects;
-    use crate::store::s3::S3Store;
+    #[cfg(feature = "s3")]
+    use crate::store::s3::{objects::Objects, S3Store};
 
     pub fn local() -> (Collection, impl Fn() -> Collection, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
@@ -384,6 +384,7 @@ pub(crate) mod fixtures {
         (store, move || Collection::open(&root).unwrap().with_minter_dir(&minters), dir)
     }
 
+    #[cfg(feature = "far")]
     /// A far collection served by `far::serve` on a thread, over pipes: each handle is a session of its own.
     pub fn far() -> (crate::store::far::FarStore, impl Fn() -> crate::store::far::FarStore, tempfile::TempDir) {
         use crate::store::far::{conn::Connection, serve, FarStore};
@@ -407,6 +408,7 @@ pub(crate) mod fixtures {
         (store, move || other.handle(), ())
     }
 
+    #[cfg(feature = "s3")]
     /// The object-storage backend over `object_store`'s in-memory store (conditional
     /// writes included); `tests/it/s3.rs` runs it against a real S3 server.
     pub fn object_store_in_memory() -> (S3Store, impl Fn() -> S3Store, tempfile::TempDir) {
@@ -421,12 +423,16 @@ pub(crate) mod fixtures {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "far", feature = "s3"))]
 pub(crate) use fixtures::{far, local, object_store_in_memory};
 
 #[cfg(test)]
 mod each_backend {
-    use super::fixtures::{far, local, memory, object_store_in_memory};
+    #[cfg(feature = "far")]
+    use super::fixtures::far;
+    #[cfg(feature = "s3")]
+    use super::fixtures::object_store_in_memory;
+    use super::fixtures::{local, memory};
     use super::*;
 
     /// Runs every check against a backend: `$fresh` makes a new, empty collection and
@@ -507,8 +513,16 @@ mod each_backend {
 
     backends! {
         local_folder => local();
-        object_store_in_memory => object_store_in_memory();
         in_memory => memory();
+    }
+
+    #[cfg(feature = "s3")]
+    backends! {
+        object_store_in_memory => object_store_in_memory();
+    }
+
+    #[cfg(feature = "far")]
+    backends! {
         far_over_pipes => far();
     }
 }

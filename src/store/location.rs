@@ -141,6 +141,28 @@ impl Location {
     }
 }
 
+/// The command that reaches a far machine (default `ssh`).
+pub const RSH_ENV: &str = "IBI_RSH";
+/// The far `ibi` binary (default `ibi`).
+pub const REMOTE_IBI_ENV: &str = "IBI_REMOTE_IBI";
+
+/// How to reach far collections.
+#[derive(Debug, Clone)]
+pub struct Connect {
+    pub rsh: String,
+    pub remote_ibi: String,
+}
+
+impl Connect {
+    /// From `IBI_RSH` and `IBI_REMOTE_IBI`, defaulting to `ssh` and `ibi`.
+    pub fn from_env() -> Connect {
+        let get = |name: &str, default: &str| {
+            std::env::var(name).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_string())
+        };
+        Connect { rsh: get(RSH_ENV, "ssh"), remote_ibi: get(REMOTE_IBI_ENV, "ibi") }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,29 +16,8 @@ use std::time::{Duration, Instant};
 use super::wire::{self, Frame, Greeted, Reply, Request};
 use crate::error::{Error, Result};
 use crate::store::location::FarAddress;
+pub use crate::store::location::{Connect, REMOTE_IBI_ENV, RSH_ENV};
 use crate::sync::lock;
-
-/// The command that reaches a far machine (default `ssh`).
-pub const RSH_ENV: &str = "IBI_RSH";
-/// The far `ibi` binary (default `ibi`).
-pub const REMOTE_IBI_ENV: &str = "IBI_REMOTE_IBI";
-
-/// How to reach far collections.
-#[derive(Debug, Clone)]
-pub struct Connect {
-    pub rsh: String,
-    pub remote_ibi: String,
-}
-
-impl Connect {
-    /// From `IBI_RSH` and `IBI_REMOTE_IBI`, defaulting to `ssh` and `ibi`.
-    pub fn from_env() -> Connect {
-        let get = |name: &str, default: &str| {
-            std::env::var(name).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_string())
-        };
-        Connect { rsh: get(RSH_ENV, "ssh"), remote_ibi: get(REMOTE_IBI_ENV, "ibi") }
-    }
-}
 
 /// A reply and its raw bytes.
 pub type Answer = (Reply, Vec<u8>);
