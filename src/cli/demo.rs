@@ -14,8 +14,8 @@ use ibi::ops::list::{list, DateRange};
 use ibi::ops::mirror::{mirror, MirrorOptions};
 use ibi::ops::verify::verify;
 use ibi::ops::Silent;
-use ibi::store::local::Collection;
 use ibi::store::LockWait;
+use ibi::store::Store;
 use ibi::RepositoryName;
 use ibi::{Granularity, Subsystem};
 
@@ -59,7 +59,18 @@ fn write_samples(dir: &Path) -> Result<PathBuf> {
     Ok(sources)
 }
 
-fn print_list(printer: &Printer, collection: &Collection) -> Result<()> {
+/// A new local collection of the demo.
+fn init_local(root: &Path, subsystem: Subsystem, organisation: Option<String>) -> Result<Box<dyn Store>> {
+    let connect = ibi::store::Connect::from_env();
+    Ok(ibi::store::init(root, &connect, subsystem, organisation, Default::default())?)
+}
+
+/// Where an item of a local collection is: its name's four levels under the root.
+fn item_path(collection: &dyn Store, name: &RepositoryName) -> std::path::PathBuf {
+    collection.local_root().unwrap_or(Path::new(".")).join(name.to_string())
+}
+
+fn print_list(printer: &Printer, collection: &dyn Store) -> Result<()> {
     for entry in list(collection, DateRange::default(), false) {
         let (name, ibip, _) = entry?;
         printer.line(&ibi::Minted { name, ibip }.to_string());
@@ -68,35 +79,35 @@ fn print_list(printer: &Printer, collection: &Collection) -> Result<()> {
 }
 
 /// init, deposit --each, list and resolve by IBIp; returns the collection and the resolved item.
-fn deposit_steps(printer: &Printer, dir: &Path, sources: &Path) -> Result<(Collection, RepositoryName)> {
+fn deposit_steps(printer: &Printer, dir: &Path, sources: &Path) -> Result<(Box<dyn Store>, RepositoryName)> {
     let root = dir.join("collection-a");
     say(printer, &format!("ibi init {} --host demo-a.ibi.example.org --ip 192.0.2.10", root.display()));
     let subsystem =
         Subsystem::new("demo-a.ibi.example.org", 80, Some("192.0.2.10".parse()?), 800, Granularity::SECOND)?;
-    let collection = Collection::init(&root, subsystem, Some("ibi demo".into()))?;
-    printer.line(&format!("names will start with {}/", collection.subsystem.prefix()));
+    let collection = init_local(&root, subsystem, Some("ibi demo".into()))?;
+    printer.line(&format!("names will start with {}/", collection.subsystem().prefix()));
 
     say(printer, "ibi deposit --each (one item per folder; the minter may wait for the next free second)");
     let paths = vec![sources.join("report-2009"), sources.join("field-notes")];
     let options = DepositOptions { each: true, ..DepositOptions::default() };
     let mut minted = Vec::new();
-    deposit(&collection, &paths, &options, &SystemClock, &Silent, &mut |d| {
+    deposit(collection.as_ref(), &paths, &options, &SystemClock, &Silent, &mut |d| {
         printer.line(&d.minted.to_string());
         minted.push(d.minted.clone());
     })?;
 
     say(printer, "ibi list");
-    print_list(printer, &collection)?;
+    print_list(printer, collection.as_ref())?;
 
     let ibip = minted[0].ibip.context("the demo collection has an IP")?.to_string().to_lowercase();
     say(printer, &format!("ibi resolve {} {ibip}   (an IBIp, in lower case)", root.display()));
-    let name = ibi::store::resolve(&collection, &ibip)?;
-    printer.line(&collection.layout.item(&name).display().to_string());
+    let name = ibi::store::resolve(collection.as_ref(), &ibip)?;
+    printer.line(&item_path(collection.as_ref(), &name).display().to_string());
     Ok((collection, name))
 }
 
 /// verify the new collection.
-fn verify_steps(printer: &Printer, collection: &Collection) -> Result<u64> {
+fn verify_steps(printer: &Printer, collection: &dyn Store) -> Result<u64> {
     say(printer, "ibi verify");
     let summary = verify(collection, &[], printer)?;
     printer.line(&format!("{} items, {} files, {} problems", summary.items, summary.files, summary.problems));
@@ -105,18 +116,15 @@ fn verify_steps(printer: &Printer, collection: &Collection) -> Result<u64> {
 
 /// Flips one bit of an item in the mirror, shows verify catching it, and repairs it
 /// from the source with `mirror --checksum`.
-fn repair_steps(printer: &Printer, a: &Collection, b: &Collection, item: &RepositoryName) -> Result<u64> {
-    let victim = b.layout.item(item).join("data/measurements.csv");
+fn repair_steps(printer: &Printer, a: &dyn Store, b: &dyn Store, item: &RepositoryName) -> Result<u64> {
+    let victim = item_path(b, item).join("data/measurements.csv");
     let mut damaged = fs::read(&victim)?;
     damaged[10] ^= 0x01;
     fs::write(&victim, &damaged)?;
-    say(printer, &format!("flip one bit of {}, then ibi verify {}", victim.display(), b.root().display()));
+    say(printer, &format!("flip one bit of {}, then ibi verify {}", victim.display(), b.location()));
     let summary = verify(b, &[], printer)?;
     printer.line(&format!("{} problem(s) found", summary.problems));
-    say(
-        printer,
-        &format!("ibi mirror --checksum {} {}   (repairs from the source)", a.root().display(), b.root().display()),
-    );
+    say(printer, &format!("ibi mirror --checksum {} {}   (repairs from the source)", a.location(), b.location()));
     let options = MirrorOptions { dry_run: false, wait: LockWait::No, checksum: true };
     let s = mirror(a, b, &options, printer)?;
     printer.line(&format!("replaced {}", s.replaced));
@@ -126,27 +134,20 @@ fn repair_steps(printer: &Printer, a: &Collection, b: &Collection, item: &Reposi
 }
 
 /// mirror A to B twice (the second run is a no-op), then migrate B to C.
-fn transfer_steps(printer: &Printer, dir: &Path, a: &Collection, item: &RepositoryName) -> Result<u64> {
+fn transfer_steps(printer: &Printer, dir: &Path, a: &dyn Store, item: &RepositoryName) -> Result<u64> {
     let mirror_root = dir.join("collection-b");
     say(
         printer,
-        &format!(
-            "ibi mirror {} {}   (twice: the second run has nothing to do)",
-            a.root().display(),
-            mirror_root.display()
-        ),
+        &format!("ibi mirror {} {}   (twice: the second run has nothing to do)", a.location(), mirror_root.display()),
     );
-    let b = Collection::init(
-        &mirror_root,
-        Subsystem::new("demo-b.ibi.example.org", 80, None, 800, Granularity::SECOND)?,
-        None,
-    )?;
+    let b =
+        init_local(&mirror_root, Subsystem::new("demo-b.ibi.example.org", 80, None, 800, Granularity::SECOND)?, None)?;
     let options = MirrorOptions { dry_run: false, wait: LockWait::No, checksum: false };
     for _ in 0..2 {
-        let s = mirror(a, &b, &options, &Silent)?;
+        let s = mirror(a, b.as_ref(), &options, &Silent)?;
         printer.line(&format!("copied {}, skipped {}, {}", s.copied, s.skipped, printer.size(s.bytes)));
     }
-    let repaired = repair_steps(printer, a, &b, item)?;
+    let repaired = repair_steps(printer, a, b.as_ref(), item)?;
     let new_root = dir.join("collection-c");
     say(
         printer,
@@ -156,16 +157,12 @@ fn transfer_steps(printer: &Printer, dir: &Path, a: &Collection, item: &Reposito
             new_root.display()
         ),
     );
-    let c = Collection::init(
-        &new_root,
-        Subsystem::new("demo-c.ibi.example.org", 80, None, 800, Granularity::SECOND)?,
-        None,
-    )?;
+    let c = init_local(&new_root, Subsystem::new("demo-c.ibi.example.org", 80, None, 800, Granularity::SECOND)?, None)?;
     let options = TransferOptions { dry_run: false, wait: LockWait::No };
-    let s = transfer(TransferKind::Migrate, &b, &c, &[], options, &Silent)?;
+    let s = transfer(TransferKind::Migrate, b.as_ref(), c.as_ref(), &[], options, &Silent)?;
     printer.line(&format!("migrated {}; {} now holds:", s.migrated, new_root.display()));
-    print_list(printer, &c)?;
-    let summary = verify(&c, &[], &Silent)?;
+    print_list(printer, c.as_ref())?;
+    let summary = verify(c.as_ref(), &[], &Silent)?;
     printer.line(&format!("verify {}: {} items, {} problems", new_root.display(), summary.items, summary.problems));
     Ok(summary.problems + repaired)
 }
@@ -175,7 +172,8 @@ pub fn run(global: GlobalArgs, dir: Option<&Path>) -> Result<Outcome> {
     let dir = demo_dir(dir)?;
     let sources = write_samples(&dir)?;
     let (collection, item) = deposit_steps(&printer, &dir, &sources)?;
-    let problems = verify_steps(&printer, &collection)? + transfer_steps(&printer, &dir, &collection, &item)?;
+    let collection = collection.as_ref();
+    let problems = verify_steps(&printer, collection)? + transfer_steps(&printer, &dir, collection, &item)?;
     say(&printer, "done");
     printer.line(&format!("everything is in {}", dir.display()));
     Ok(if problems == 0 { Outcome::Success } else { Outcome::Problems })

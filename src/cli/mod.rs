@@ -147,13 +147,13 @@ fn serve(args: &args::ServeArgs) -> Result<Outcome> {
         };
         return http::serve(&args.roots, options).map(|_| Outcome::Success);
     }
-    let options = ibi::store::far::serve::ServeOptions {
+    let options = ibi::store::ServeOptions {
         restrict_to: args.restrict_to_path.clone(),
         read_only: args.read_only,
         append_only: args.append_only,
         minter_dir: None,
     };
-    ibi::store::far::serve::serve_stdio(options)?;
+    ibi::store::serve_stdio(options)?;
     Ok(Outcome::Success)
 }
 
@@ -190,7 +190,7 @@ pub fn on_interrupt() -> bool {
         return false;
     }
     // Held until the process ends, so no new staging folder appears meanwhile.
-    std::mem::forget(ibi::store::local::remove_live_staging());
+    std::mem::forget(ibi::store::remove_live_staging());
     stderr_line("ibi: interrupted; nothing half-done was left in staging");
     true
 }
@@ -200,10 +200,10 @@ pub fn run(install_interrupt_handler: impl FnOnce() -> std::result::Result<(), S
     let cli = Cli::parse();
     // The flags win over the variables; far stores read the variables (as rsync reads RSYNC_RSH).
     if let Some(rsh) = &cli.far.rsh {
-        std::env::set_var(ibi::store::far::conn::RSH_ENV, rsh);
+        std::env::set_var(ibi::store::location::RSH_ENV, rsh);
     }
     if let Some(remote) = &cli.far.remote_ibi {
-        std::env::set_var(ibi::store::far::conn::REMOTE_IBI_ENV, remote);
+        std::env::set_var(ibi::store::location::REMOTE_IBI_ENV, remote);
     }
     if let Err(e) = install_interrupt_handler() {
         stderr_line(&format!("ibi: warning: cannot handle interrupts: {e}"));

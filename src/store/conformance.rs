@@ -335,13 +335,53 @@ pub fn append_only_refuses_what_would_change(store: &dyn Store) {
     assert_eq!(store.alias(a.ibip.as_ref().unwrap()).unwrap(), Some(a.name.clone()));
 }
 
+/// The calls no other check makes answer as the contract says: reading a file
+/// whole and from an offset, identities and a check where the bytes are, the item
+/// stamp, prefetch, deposit records both ways, a link into a stage, raising the
+/// minter past a name, and asking whether items can be adopted.
+pub fn every_other_call_answers(store: &dyn Store, other: &dyn Store) {
+    assert!(!store.location().is_empty() && store.subsystem().prefix() == subsystem().prefix());
+    let _ = (store.organisation(), store.local_root());
+    let w = writer(store);
+    let m = minted(40);
+    place(w.as_ref(), &m, stage_bag(w.as_ref(), &m, b"0123456789"), false).unwrap();
+    let mut whole = Vec::new();
+    std::io::Read::read_to_end(&mut store.open(&m.name, "data/a.txt").unwrap().0, &mut whole).unwrap();
+    assert_eq!(whole, b"0123456789");
+    let mut tail = Vec::new();
+    std::io::Read::read_to_end(&mut store.open_from(&m.name, "data/a.txt", 7).unwrap().0, &mut tail).unwrap();
+    assert_eq!(tail, b"789");
+    let identity = identity_digest(store, &m.name).unwrap();
+    assert_eq!(other.identities(std::slice::from_ref(&m.name))[0].as_deref().unwrap(), identity);
+    let (check, problems) = other.check_item(&m.name, &|_| {});
+    assert!(problems.is_empty() && check.files == 1, "{problems:?}");
+    other.prefetch(std::slice::from_ref(&m.name));
+    let stamp = store.item_stamp(&m.name);
+    let linked = w.stage().unwrap();
+    w.stage_dir(linked, "data").unwrap();
+    w.stage_link(linked, "data/a.txt", &m.name, "data/a.txt").unwrap();
+    assert_eq!(w.staged_files(linked).read("data/a.txt").unwrap(), b"0123456789", "a linked file keeps its bytes");
+    w.discard(linked);
+    place(w.as_ref(), &m, stage_bag(w.as_ref(), &m, b"replaced"), true).unwrap();
+    if stamp.is_some() {
+        assert_ne!(store.item_stamp(&m.name), stamp, "a replacement changes the item's stamp");
+    }
+    w.write_deposit_records(&[("c0ffee".into(), m.name.clone())]).unwrap();
+    assert_eq!(other.deposit_record("c0ffee").unwrap(), Some(m.name.clone()));
+    assert_eq!(other.deposit_record("beef").unwrap(), None);
+    w.raise_minter_to(m.name.date()).unwrap();
+    let clock = ReplayClock::new(m.name.date().checked_add_nanos(100_000_000_000));
+    assert!(w.mint_dates(1, &clock).unwrap()[0] > m.name.date(), "no name at or before one raised past");
+    assert!(w.adopt_from(w.as_ref(), &[]).is_ok());
+}
+
 /// Every check, for a backend outside this crate: `fresh` makes a new, empty
 /// collection and returns a handle and a function that opens another handle on it.
 /// One check of `run_all`: its name, and how it runs on a handle and a reopener.
 type Check<'a, S, F> = (&'static str, &'a dyn Fn(&S, &F));
 
 pub fn run_all<S: Store + 'static, F: Fn() -> S>(fresh: impl Fn() -> (S, F)) {
-    let checks: [Check<S, F>; 11] = [
+    let checks: [Check<S, F>; 12] = [
         ("placement_never_overwrites", &|s, _| placement_never_overwrites(s)),
         ("walk_is_in_name_order", &|s, _| walk_is_in_name_order(s)),
         ("aliases_follow_placement_and_removal", &|s, _| aliases_follow_placement_and_removal(s)),
@@ -353,6 +393,7 @@ pub fn run_all<S: Store + 'static, F: Fn() -> S>(fresh: impl Fn() -> (S, F)) {
         ("minter_state_never_repeats", &|s, r| minter_state_never_repeats(s, &r())),
         ("reads_during_a_write_see_old_or_new", &|s, r| reads_during_a_write_see_old_or_new(s, &r())),
         ("append_only_refuses_what_would_change", &|s, _| append_only_refuses_what_would_change(s)),
+        ("every_other_call_answers", &|s, r| every_other_call_answers(s, &r())),
     ];
     for (name, check) in checks {
         let (store, reopen) = fresh();

@@ -27,6 +27,7 @@ pub mod inventory;
 pub mod local;
 pub mod location;
 pub mod memory;
+pub mod open;
 #[cfg(feature = "s3")]
 pub mod s3;
 pub mod state_file;
@@ -44,8 +45,12 @@ use crate::bag::{BagCheck, BagFiles, BagInfo, TAGMANIFEST};
 use crate::error::{Error, Result};
 use crate::id::{Ibip, Identifier, RepositoryName, Subsystem};
 use crate::problem::{Problem, ProblemKind};
+#[cfg(feature = "far")]
+pub use far::serve::{serve_stdio, ServeOptions};
 pub use inventory::{ItemRecord, Status, VersionRecord};
+pub use local::remove_live_staging;
 pub use location::Connect;
+pub use open::{init, open, InitOptions};
 pub use state_file::StateFile;
 pub use write::{
     mint, raise_minter, AppendOnly, FileSource, Leased, Placed, Placement, Refusal, StageId, Staging, WriteBackend,
@@ -180,64 +185,6 @@ pub trait Store: Send + Sync {
     /// interrupted writer left, and returns the `Writer` that holds the lease until
     /// it is dropped: the only way to change the collection.
     fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>>;
-}
-
-/// Opens the collection at `location`: a local folder, or a far one (`HOST:PATH`,
-/// `ssh://…`) reached as `connect` says.
-pub fn open(location: &Path, connect: &Connect) -> Result<Box<dyn Store>> {
-    Ok(match location::Location::parse(location)? {
-        location::Location::Local(path) => Box::new(local::Collection::open(&path)?),
-        #[cfg(feature = "far")]
-        location::Location::Far(address) => Box::new(far::FarStore::open(&address, connect)?),
-        #[cfg(feature = "s3")]
-        location::Location::Object(address) => Box::new(s3::S3Store::open(&address)?),
-        #[allow(unreachable_patterns)]
-        other => return Err(not_built(&other, connect)),
-    })
-}
-
-/// The error for a location whose backend this build leaves out (a cargo feature).
-fn not_built(location: &location::Location, _connect: &Connect) -> Error {
-    let (kind, feature) = match location {
-        location::Location::Far(_) => ("far collections (HOST:PATH)", "far"),
-        location::Location::Object(_) => ("collections in object storage (s3://)", "s3"),
-        location::Location::Local(_) => ("local collections", "default"),
-    };
-    let problem = format!("this ibi was built without {kind}: build it with the cargo feature `{feature}`");
-    Error::Invalid { what: "collection location".into(), problem }
-}
-
-/// How `init` may create a collection.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct InitOptions {
-    /// Create one in object storage whose server ignores conditional writes.
-    pub unsafe_no_conditional_writes: bool,
-}
-
-/// Creates a collection at `location` (local, far or in object storage) and opens it.
-pub fn init(
-    location: &Path,
-    connect: &Connect,
-    subsystem: Subsystem,
-    organisation: Option<String>,
-    options: InitOptions,
-) -> Result<Box<dyn Store>> {
-    let _ = options;
-    Ok(match location::Location::parse(location)? {
-        location::Location::Local(path) => Box::new(local::Collection::init(&path, subsystem, organisation)?),
-        #[cfg(feature = "far")]
-        location::Location::Far(address) => {
-            let config = config::CollectionConfig::new(&subsystem, organisation);
-            Box::new(far::FarStore::init(&address, connect, &config)?)
-        }
-        #[cfg(feature = "s3")]
-        location::Location::Object(address) => {
-            let config = config::CollectionConfig::new(&subsystem, organisation);
-            Box::new(s3::S3Store::init(&address, &config, options.unsafe_no_conditional_writes)?)
-        }
-        #[allow(unreachable_patterns)]
-        other => return Err(not_built(&other, connect)),
-    })
 }
 
 /// Problems of an item beyond its bag: the identifiers in bag-info and the alias link.

@@ -1,0 +1,71 @@
+//! The one place that names the backends: a location (a path, `HOST:PATH`,
+//! `s3://…`) becomes a collection of the backend it names, opened or created.
+//! A backend left out of the build (a cargo feature) is refused by name.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::id::Subsystem;
+#[cfg(feature = "far")]
+use crate::store::far;
+#[cfg(feature = "s3")]
+use crate::store::s3;
+use crate::store::{local, location, Connect, Store};
+
+/// Opens the collection at `location`: a local folder, or a far one (`HOST:PATH`,
+/// `ssh://…`) reached as `connect` says.
+pub fn open(location: &Path, connect: &Connect) -> Result<Box<dyn Store>> {
+    Ok(match location::Location::parse(location)? {
+        location::Location::Local(path) => Box::new(local::Collection::open(&path)?),
+        #[cfg(feature = "far")]
+        location::Location::Far(address) => Box::new(far::FarStore::open(&address, connect)?),
+        #[cfg(feature = "s3")]
+        location::Location::Object(address) => Box::new(s3::S3Store::open(&address)?),
+        #[allow(unreachable_patterns)]
+        other => return Err(not_built(&other, connect)),
+    })
+}
+
+/// The error for a location whose backend this build leaves out (a cargo feature).
+fn not_built(location: &location::Location, _connect: &Connect) -> Error {
+    let (kind, feature) = match location {
+        location::Location::Far(_) => ("far collections (HOST:PATH)", "far"),
+        location::Location::Object(_) => ("collections in object storage (s3://)", "s3"),
+        location::Location::Local(_) => ("local collections", "default"),
+    };
+    let problem = format!("this ibi was built without {kind}: build it with the cargo feature `{feature}`");
+    Error::Invalid { what: "collection location".into(), problem }
+}
+
+/// How `init` may create a collection.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InitOptions {
+    /// Create one in object storage whose server ignores conditional writes.
+    pub unsafe_no_conditional_writes: bool,
+}
+
+/// Creates a collection at `location` (local, far or in object storage) and opens it.
+pub fn init(
+    location: &Path,
+    connect: &Connect,
+    subsystem: Subsystem,
+    organisation: Option<String>,
+    options: InitOptions,
+) -> Result<Box<dyn Store>> {
+    let _ = options;
+    Ok(match location::Location::parse(location)? {
+        location::Location::Local(path) => Box::new(local::Collection::init(&path, subsystem, organisation)?),
+        #[cfg(feature = "far")]
+        location::Location::Far(address) => {
+            let config = crate::store::config::CollectionConfig::new(&subsystem, organisation);
+            Box::new(far::FarStore::init(&address, connect, &config)?)
+        }
+        #[cfg(feature = "s3")]
+        location::Location::Object(address) => {
+            let config = crate::store::config::CollectionConfig::new(&subsystem, organisation);
+            Box::new(s3::S3Store::init(&address, &config, options.unsafe_no_conditional_writes)?)
+        }
+        #[allow(unreachable_patterns)]
+        other => return Err(not_built(&other, connect)),
+    })
+}
