@@ -524,3 +524,28 @@ fn regress_verify_takes_a_write_lease() {
         assert!(status.success(), "ibi {args:?}: {status}");
     }
 }
+
+/// An inventory record with no versions, written into the bucket by another party,
+/// made S3 `verify` and `handles` panic (exit 101). It is now refused where it is
+/// read: a problem named, never a panic.
+#[test]
+fn regress_record_with_no_versions_panics_s3_verify() {
+    let env = TestEnv::new();
+    let moto = Moto::start("lib");
+    let p = moto.port;
+    let s3 = "s3://lib/main";
+    env.s3_collection(p, s3);
+    let src = env.write("src/a/a.txt", b"alpha\n");
+    let name = env.s3_ok(p, &["deposit", s3, src.parent().unwrap().to_str().unwrap()]).pairs()[0].0.clone();
+    let record =
+        format!(r#"{{"name":"{name}","ibip":null,"origin":null,"status":"present","versions":[],"withdrawn":null}}"#);
+    put_object(p, "lib", &format!("main/.ibi/inventory/{name}"), record.as_bytes());
+    for args in [
+        vec!["verify", s3],
+        vec!["handles", s3, "--prefix", "20.500.12345", "--url-base", "https://lib.example.org/"],
+        vec!["list", s3],
+    ] {
+        let run = env.s3_run(p, &args);
+        assert!(!run.stderr.contains("panicked") && run.code != 101, "ibi {args:?}: {}", run.stderr);
+    }
+}
