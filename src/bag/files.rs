@@ -54,11 +54,31 @@ pub trait BagFiles: Sync {
 /// A bag in a local folder.
 pub struct DirBag {
     pub path: PathBuf,
+    /// The folder the bag must lie beneath, and the bag's path inside it (a
+    /// collection root and an item's four levels): files are then opened beneath
+    /// the root, and a symlink anywhere on the way is refused, not followed.
+    pub beneath: Option<(PathBuf, String)>,
 }
 
 impl DirBag {
     pub fn new(path: &Path) -> DirBag {
-        DirBag { path: path.to_path_buf() }
+        DirBag { path: path.to_path_buf(), beneath: None }
+    }
+
+    /// The bag at `rel_dir` under `root`, reached only beneath `root`.
+    pub fn beneath(root: &Path, rel_dir: &str) -> DirBag {
+        DirBag { path: root.join(rel_dir), beneath: Some((root.to_path_buf(), rel_dir.to_string())) }
+    }
+
+    /// Whether a folder between the root and the bag is a symlink (or not a folder).
+    fn passes_a_link(&self) -> bool {
+        let Some((root, rel_dir)) = &self.beneath else { return false };
+        let mut at = root.clone();
+        let parts: Vec<&str> = rel_dir.split('/').collect();
+        parts[..parts.len().saturating_sub(1)].iter().any(|part| {
+            at.push(part);
+            !fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir())
+        })
     }
 }
 
@@ -74,10 +94,19 @@ fn kind_of(file_type: &fs::FileType, meta: Option<fs::Metadata>) -> FileKind {
 
 impl BagFiles for DirBag {
     fn root_kind(&self) -> io::Result<FileKind> {
+        if self.passes_a_link() {
+            return Ok(FileKind::Other("symlink"));
+        }
         fs::symlink_metadata(&self.path).map(|m| kind_of(&m.file_type(), Some(m)))
     }
 
     fn entries(&self) -> Vec<std::result::Result<TreeEntry, TreeError>> {
+        if self.passes_a_link() {
+            return vec![Err(TreeError {
+                rel: None,
+                why: "its place passes through a symlink (never followed)".into(),
+            })];
+        }
         let walk = WalkDir::new(&self.path).follow_links(false).follow_root_links(false).min_depth(1);
         walk.sort_by_file_name()
             .into_iter()
@@ -113,8 +142,12 @@ impl DirBag {
     fn open(&self, rel: &str) -> io::Result<RegularFile> {
         crate::bag::manifest::check_path(rel)
             .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, format!("{rel}: {why}")))?;
-        match open_beneath(&self.path, rel) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => open_beneath(&self.path, rel),
+        let open = || match &self.beneath {
+            Some((root, rel_dir)) => open_beneath(root, &format!("{rel_dir}/{rel}")),
+            None => open_beneath(&self.path, rel),
+        };
+        match open() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => open(),
             opened => opened,
         }
     }

@@ -505,3 +505,27 @@ fn regress_record_with_no_versions_panics_the_server() {
     lab.env.ok(&["-q", "verify", &lab.lib]);
     lab.env.ok(&["list", &lab.lib]);
 }
+
+/// A folder inside the collection (the first level of every name) replaced by a
+/// symlink to another collection's: hashing or reading an item through it used to
+/// reach the other collection's files.
+#[test]
+fn regress_symlink_in_the_root_reaches_outside() {
+    let lab = Lab::new();
+    let outside: Vec<String> = lab.names(&lab.other).into_iter().map(|p| p.0).collect();
+    let top = outside[0].split('/').next().unwrap().to_string();
+    let mut far = lab.serve(&["--read-only"]);
+    assert!(far.open(&lab.lib).0.get("Opened").is_some());
+    let planted = Path::new(&lab.lib).join(&top);
+    std::fs::rename(&planted, Path::new(&lab.lib).join(format!("{top}.moved"))).unwrap();
+    std::os::unix::fs::symlink(Path::new(&lab.other).join(&top), &planted).unwrap();
+    let digests = far.call(json!({"Digests": {"target": {"Item": outside[0]}, "rel": "bagit.txt", "also": []}}));
+    assert!(digests.0.get("Digests").is_none(), "hashed an outside item through a symlink: {:?}", digests.0);
+    let read = far.stream(json!({"Read": {"name": outside[0], "rel": "data/f0.txt"}}));
+    assert!(read.iter().all(|(_, bytes)| bytes.is_empty()), "read an outside item through a symlink");
+    let snapshot = far.call(json!({"Snapshot": {"target": {"Item": outside[0]}, "budget": 1048576}}));
+    assert!(snapshot.1.is_empty(), "sent outside bytes in a snapshot: {} bytes", snapshot.1.len());
+    let checked = far.call(json!({"CheckItem": outside[0]}));
+    let text = serde_json::to_string(&checked.0).unwrap();
+    assert!(!text.contains("\"files\":1,") || text.contains("symlink"), "verified an outside item: {text}");
+}

@@ -126,7 +126,7 @@ impl Store for Collection {
     }
 
     fn item_files<'a>(&'a self, name: &RepositoryName) -> Box<dyn BagFiles + 'a> {
-        Box::new(DirBag::new(&self.layout.item(name)))
+        Box::new(DirBag::beneath(&self.layout.root, &name.to_string()))
     }
 
     fn open(
@@ -283,7 +283,7 @@ impl WriteBackend for Collection {
         let table = crate::sync::lock(&self.stages);
         // An unknown token names a folder that cannot exist, never the current one.
         let path = table.dirs.get(&stage.0).map_or_else(|| self.layout.staging().join(".unknown"), |d| d.path.clone());
-        Box::new(DirBag { path })
+        Box::new(DirBag::new(&path))
     }
 
     fn discard(&self, stage: StageId) {

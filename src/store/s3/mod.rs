@@ -201,12 +201,17 @@ impl S3Store {
             stream::iter(names)
                 .map(|name| async move {
                     let key = self.keys.record(name);
-                    match self.objects.get(&key).await? {
-                        Some(found) => serde_json::from_slice(&found.bytes).map(Some).map_err(|e| {
-                            Error::CorruptState { path: self.objects.url(&key).into(), problem: e.to_string() }
-                        }),
-                        None => Ok(None),
+                    let corrupt =
+                        |problem: String| Error::CorruptState { path: self.objects.url(&key).into(), problem };
+                    let Some(found) = self.objects.get(&key).await? else { return Ok(None) };
+                    // One typed reading, which refuses a record with no versions (serde) and
+                    // one filed under another name (written by another party).
+                    let record: ItemRecord =
+                        serde_json::from_slice(&found.bytes).map_err(|e| corrupt(e.to_string()))?;
+                    if record.name != *name {
+                        return Err(corrupt(format!("it is filed under {name} but records {}", record.name)));
                     }
+                    Ok(Some(record))
                 })
                 .buffered(IN_FLIGHT)
                 .try_collect(),
