@@ -20,7 +20,7 @@ use crate::digest::Digests;
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, open_regular, CopyMode, Stamp};
 use crate::id::minter::Clock;
-use crate::id::Minted;
+use crate::id::{Minted, RepositoryName};
 use crate::ops::foreign_bag::plan_bag;
 use crate::ops::report::{NoticedClock, Outcome, Reporter, Task};
 use crate::ops::source::{plan_paths, PlannedFile, SourcePlan};
@@ -29,7 +29,7 @@ use crate::ops::transfer::BATCH;
 use crate::ops::transfer::{place_staged, StagedItem};
 use crate::store::guard;
 use crate::store::{
-    item_ibip, mint, FileSource, ItemRecord, LockWait, Placement, Slot, StageId, Staging, Store, Writer,
+    item_ibip, mint, FileSource, ItemRecord, LockWait, Placement, Slot, StageId, Staging, Status, Store, Writer,
 };
 
 #[derive(Debug, Clone, Default)]
@@ -300,13 +300,37 @@ fn content_key(payload: &Payload, plan: &SourcePlan, options: &DepositOptions) -
     fsx::hash_bytes(text.as_bytes())
 }
 
-/// The item this content was deposited as, if the collection still holds it.
-fn deposited_as(collection: &dyn Store, key: &str) -> Result<Option<Minted>> {
+/// The item this content was deposited as, if the collection still has it in
+/// service with exactly these bytes. The record only says where to look: the item
+/// must be present (not withdrawn, purged or moved away), its current manifest must
+/// list exactly the payload's files and digests, and, when the sources are to be
+/// removed, its bytes must verify. Otherwise the content is deposited anew, so a
+/// stale or forged record can never cause a source to be removed.
+fn deposited_as(collection: &dyn Store, key: &str, payload: &Payload, checked: bool) -> Result<Option<Minted>> {
     let Some(name) = collection.deposit_record(key)? else { return Ok(None) };
-    match collection.slot(&name)? {
-        Slot::Item => Ok(Some(Minted { ibip: item_ibip(collection, &name).ok().flatten(), name })),
-        _ => Ok(None),
+    if collection.slot(&name)? != Slot::Item {
+        return Ok(None);
     }
+    let record = match collection.records(std::slice::from_ref(&name))?.pop().flatten() {
+        Some(record) => record,
+        None => ItemRecord::from_bag(collection.item_files(&name).as_ref(), &name)?,
+    };
+    if record.status != Status::Present || !holds_exactly(collection, &name, &payload.files) {
+        return Ok(None);
+    }
+    if checked && !collection.check_item(&name, &|_| {}).1.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Minted { ibip: item_ibip(collection, &name).ok().flatten(), name }))
+}
+
+/// Whether the item's current sha256 manifest lists exactly `files` (path and digest).
+fn holds_exactly(collection: &dyn Store, name: &RepositoryName, files: &[(String, Digests)]) -> bool {
+    let Ok(bytes) = collection.item_files(name).read(bag::MANIFEST) else { return false };
+    let (entries, problems) = manifest::parse(&String::from_utf8_lossy(&bytes), 64);
+    let listed: BTreeSet<(String, String)> = entries.into_iter().map(|e| (e.path, e.digest)).collect();
+    let ours: BTreeSet<(String, String)> = files.iter().map(|(p, d)| (p.clone(), d.sha256().to_string())).collect();
+    problems.is_empty() && listed == ours
 }
 
 /// Called with the minted identifiers just before the items are renamed into place.
@@ -329,8 +353,9 @@ pub fn deposit_batch(
         plans.par_iter().map(|plan| stage_payload(writer, plan, reporter)).collect::<Result<_>>()?;
     let keys: Vec<String> = payloads.iter().zip(plans).map(|(p, plan)| content_key(p, plan, options)).collect();
     let mut known = Vec::with_capacity(plans.len());
-    for key in &keys {
-        known.push(if options.duplicate { None } else { deposited_as(collection, key)? });
+    for (key, payload) in keys.iter().zip(&payloads) {
+        let check = options.move_sources;
+        known.push(if options.duplicate { None } else { deposited_as(collection, key, payload, check)? });
     }
     let fresh = known.iter().filter(|k| k.is_none()).count();
     let mut minted = mint(writer, fresh, &NoticedClock { clock, reporter })?.into_iter();

@@ -4,6 +4,7 @@
 
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::Path;
 use std::process::Command;
 
 use crate::env::{bagit_py, control_empty, ibi_bin, sh, unprivileged_ibi, TestEnv};
@@ -233,4 +234,60 @@ fn four_processes_times_25_deposits_give_100_distinct_valid_items() {
     assert_eq!(items(&env, &root).len(), 100);
     let run = env.ok(&["verify", &root]);
     assert!(run.stderr.contains("verified 100 item(s), 100 file(s)"), "{}", run.stderr);
+}
+
+/// Whether a present item of `root` holds `content` at `data/<file>`.
+fn in_service(env: &TestEnv, root: &str, file: &str, content: &[u8]) -> bool {
+    items(env, root)
+        .iter()
+        .any(|(name, _)| fs::read(Path::new(root).join(name).join("data").join(file)).ok().as_deref() == Some(content))
+}
+
+/// "Already deposited" trusted the deposit record: after a withdrawal (with or
+/// without --purge) or an update that removed the file, `deposit --move` of the same
+/// files said "already deposited", exited 0 and deleted the originals, leaving the
+/// bytes nowhere in service. Now they are deposited anew, and only then removed.
+#[test]
+fn regress_already_deposited_deletes_the_only_copy() {
+    for how in ["withdraw", "withdraw --purge", "update --remove"] {
+        let env = TestEnv::new();
+        let root = env.collection("col");
+        env.write("src/keep.txt", b"keep");
+        env.write("src/precious.txt", b"the only copy");
+        let name = env.ok(&["deposit", &root, "src"]).pairs()[0].0.clone();
+        let mut args: Vec<&str> = how.split(' ').collect();
+        args.insert(1, &root);
+        args.insert(2, &name);
+        match args[0] {
+            "update" => args.push("precious.txt"),
+            _ => args.extend(["--reason", "test"]),
+        }
+        env.ok(&args);
+        assert!(!in_service(&env, &root, "precious.txt", b"the only copy"), "{how}: the content left service");
+        let run = env.ok(&["deposit", &root, "src", "--move"]);
+        assert!(!env.path("src").exists(), "{how}: --move removes the originals once its item is durable");
+        assert!(!run.stderr.contains("already deposited"), "{how}: {}", run.stderr);
+        assert!(in_service(&env, &root, "precious.txt", b"the only copy"), "{how}: the bytes are nowhere in service");
+        env.ok(&["-q", "verify", &root]);
+    }
+}
+
+/// A deposit record that names an item holding other bytes (written by another
+/// party, or left by a changed item) never makes a deposit "already deposited".
+#[test]
+fn regress_a_forged_deposit_record_removes_the_source() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    env.write("other/x.txt", b"other content");
+    let other = env.ok(&["deposit", &root, "other"]).pairs()[0].0.clone();
+    env.write("src/precious.txt", b"the only copy");
+    env.ok(&["deposit", &root, "src"]);
+    // Every record now names the other item.
+    for entry in fs::read_dir(Path::new(&root).join(".ibi/deposited")).unwrap() {
+        fs::write(entry.unwrap().path(), format!("{other}\n")).unwrap();
+    }
+    env.write("again/precious.txt", b"the only copy");
+    env.ok(&["deposit", &root, "again", "--move"]);
+    assert!(!env.path("again").exists());
+    assert_eq!(items(&env, &root).len(), 3, "deposited anew, not taken for the other item");
 }
