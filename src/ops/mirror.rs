@@ -167,9 +167,14 @@ impl Planner<'_> {
         let label = name.to_string();
         let record = |store: &dyn Store| ItemRecord::from_bag(store.item_files(&name).as_ref(), &name);
         let why = match (record(self.src), record(self.dst)) {
-            (Ok(src), Ok(dst)) if src.follows(&dst.current().digest) => {
-                return Plan::Replace(name, "SRC holds a later version");
-            }
+            (Ok(src), Ok(dst)) if src.follows(&dst.current().digest) => match self.carries(&name, &src, &dst) {
+                true => return Plan::Replace(name, "SRC holds a later version"),
+                false => format!(
+                    "SRC's later version does not carry the bytes of DST's version {} (purged, or its history was \
+                     made by hand): replacing would drop a version only DST holds",
+                    dst.current().number
+                ),
+            },
             (Ok(src), Ok(dst)) if dst.follows(&src.current().digest) => {
                 format!("DST is ahead: version {} there, {} in SRC", dst.current().number, src.current().number)
             }
@@ -184,6 +189,17 @@ impl Planner<'_> {
         let detail = format!("{why}; DST's copy is left untouched");
         self.tally.report(self.reporter, &Problem::new(&label, None, ProblemKind::Conflict, detail));
         Plan::Settled(name, false)
+    }
+
+    /// Whether SRC's item carries DST's current version among its earlier versions
+    /// (`ibi-versions/<N>/`, whose identity is DST's): only then may it replace DST's
+    /// copy, which would otherwise lose bytes that SRC does not hold.
+    fn carries(&self, name: &RepositoryName, src: &ItemRecord, dst: &ItemRecord) -> bool {
+        let digest = &dst.current().digest;
+        let Some(version) = src.versions.iter().find(|v| v.digest == *digest) else { return false };
+        let tags = crate::bag::history::History::version_dir(version.number);
+        let found = self.src.item_files(name).digests(&format!("{tags}/{}", crate::bag::TAGMANIFEST), &[]);
+        found.is_ok_and(|d| d.sha256() == digest)
     }
 
     /// An item DST holds and SRC does not is never deleted. When SRC's inventory

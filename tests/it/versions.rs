@@ -211,3 +211,34 @@ fn a_name_migrated_away_is_never_minted_again() {
     let minted = minted.split('\t').next().unwrap().trim();
     assert!(minted > name.as_str(), "after losing its state, A mints {minted}, not again {name}");
 }
+
+/// A tombstone in SRC whose earlier versions are gone (`withdraw --purge`, or a
+/// history written by hand) listed DST's identity as an earlier version, so mirror
+/// replaced DST's item with it and the only remaining copy of those bytes was
+/// destroyed, exit 0. Such a replacement is now a conflict, and DST keeps its copy.
+#[test]
+fn regress_purged_tombstone_drops_dsts_only_copy() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 1, 1);
+    let b = env.collection("b");
+    env.ok(&["-q", "mirror", &a, &b]);
+    let name = env.ok(&["list", &a]).pairs()[0].0.clone();
+    let data = std::path::Path::new(&b).join(&name).join("data/f0.txt");
+    let bytes = std::fs::read(&data).unwrap();
+    env.ok(&["-q", "withdraw", &a, &name, "--reason", "taken down", "--purge"]);
+    let run = env.fails(&["mirror", &a, &b], 1);
+    assert!(
+        run.stdout.contains("drop a version only DST holds") || run.stderr.contains("drop a version only DST holds"),
+        "{run:?}"
+    );
+    assert_eq!(std::fs::read(&data).unwrap(), bytes, "DST's only copy of the bytes was destroyed");
+    // A withdrawal that keeps the bytes as an earlier version still goes forward.
+    let c = env.filled("c", 1, 1);
+    let d = env.collection("d");
+    env.ok(&["-q", "mirror", &c, &d]);
+    let kept = env.ok(&["list", &c]).pairs()[0].0.clone();
+    env.ok(&["-q", "withdraw", &c, &kept, "--reason", "taken down"]);
+    env.ok(&["-q", "mirror", &c, &d]);
+    assert!(env.run(&["list", &d]).stdout.is_empty(), "the withdrawal reached DST");
+    env.ok(&["-q", "verify", &d]);
+}
