@@ -61,12 +61,26 @@ pub struct Stamp {
     pub ino: u64,
     pub size: u64,
     pub mtime: (i64, i64),
+    /// The change time: a file rewritten in place with its mtime put back still
+    /// gets a new one (no process can set it).
+    pub ctime: (i64, i64),
 }
 
 impl Stamp {
     pub fn of(meta: &fs::Metadata) -> Stamp {
         use std::os::unix::fs::MetadataExt;
-        Stamp { dev: meta.dev(), ino: meta.ino(), size: meta.size(), mtime: (meta.mtime(), meta.mtime_nsec()) }
+        Stamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// Equal but for the change time, which a rename of the file itself moves.
+    pub fn same_but_renamed(&self, other: &Stamp) -> bool {
+        Stamp { ctime: other.ctime, ..*self } == *other
     }
 
     /// The stamp of what is at `path` now (a symlink is stamped itself, never followed).
@@ -129,6 +143,68 @@ pub fn open_beneath(root: &Path, rel: &str) -> io::Result<RegularFile> {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("is a {kind}, not a regular file")));
     }
     Ok(RegularFile { file, meta })
+}
+
+/// The longest of `roots` that `path` lies under, and the rest of the path.
+fn split_under<'a>(roots: &'a [PathBuf], path: &'a Path) -> Option<(&'a Path, String)> {
+    let root = roots.iter().filter(|r| path.starts_with(r)).max_by_key(|r| r.as_os_str().len())?;
+    let rel = path.strip_prefix(root).ok()?.to_str()?.to_string();
+    Some((root, rel))
+}
+
+/// Opens a source file that lies under one of `roots` (the folders given on the
+/// command line) beneath that folder, never through a symlink below it, so a
+/// folder swapped for a symlink meanwhile is refused, not followed. A path that is
+/// itself a root (a file given on the command line) is opened without following.
+pub fn open_source(roots: &[PathBuf], path: &Path) -> io::Result<RegularFile> {
+    match split_under(roots, path) {
+        Some((root, rel)) if !rel.is_empty() => open_beneath(root, &rel),
+        _ => open_regular(path, false),
+    }
+}
+
+/// What `remove_source` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Removal {
+    Removed,
+    /// Something else stands there now (another file, or it changed): kept.
+    Changed,
+    Gone,
+}
+
+/// Removes a source file that lies under one of `roots`, only if it still has
+/// `stamp`: its folder is opened beneath the root with no symlink on the way, and
+/// the stamp read and the file unlinked relative to that folder, never by path.
+pub fn remove_source(roots: &[PathBuf], path: &Path, stamp: &Stamp) -> io::Result<Removal> {
+    use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
+    let name = path.file_name().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
+    let folder_flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let dir = match split_under(roots, path) {
+        Some((root, rel)) if rel.contains('/') => {
+            let parent = &rel[..rel.rfind('/').expect("holds a slash")];
+            let root = rustix::fs::open(root, folder_flags, Mode::empty())?;
+            let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+            match rustix::fs::openat2(&root, parent, folder_flags | OFlags::NOFOLLOW, Mode::empty(), how) {
+                Err(rustix::io::Errno::LOOP | rustix::io::Errno::XDEV) => return Ok(Removal::Changed),
+                Err(rustix::io::Errno::NOENT) => return Ok(Removal::Gone),
+                other => other?,
+            }
+        }
+        _ => rustix::fs::open(parent_dir(path), folder_flags, Mode::empty())?,
+    };
+    let now = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Err(rustix::io::Errno::NOENT) => return Ok(Removal::Gone),
+        other => other?,
+    };
+    let same = (now.st_dev, now.st_ino, now.st_size as u64) == (stamp.dev, stamp.ino, stamp.size)
+        && (now.st_mtime, now.st_mtime_nsec as i64) == stamp.mtime
+        && (now.st_ctime, now.st_ctime_nsec as i64) == stamp.ctime
+        && rustix::fs::FileType::from_raw_mode(now.st_mode) == rustix::fs::FileType::RegularFile;
+    if !same {
+        return Ok(Removal::Changed);
+    }
+    rustix::fs::unlinkat(&dir, name, AtFlags::empty())?;
+    Ok(Removal::Removed)
 }
 
 fn symlink_refused() -> io::Error {

@@ -180,8 +180,16 @@ fn warn_about_names(plan: &SourcePlan, reporter: &dyn Reporter) {
 
 /// Copies one planned file to `staging/<path>`, hashing it in every algorithm, and
 /// checks the digests a source bag promised.
-fn copy_planned(file: &PlannedFile, staging: &Staging, mode: CopyMode) -> Result<(HashedFile, SourceStamp)> {
-    let opened = open_regular(&file.source, mode.follow).with_path("open", &file.source)?;
+fn copy_planned(
+    (file, roots): (&PlannedFile, &[PathBuf]),
+    staging: &Staging,
+    mode: CopyMode,
+) -> Result<(HashedFile, SourceStamp)> {
+    let opened = match mode.follow {
+        true => open_regular(&file.source, true),
+        false => fsx::open_source(roots, &file.source),
+    };
+    let opened = opened.with_path("open", &file.source)?;
     let stamp = Stamp::of(&opened.meta);
     let mut reader = opened.file;
     let source = FileSource {
@@ -215,7 +223,9 @@ fn stage_payload<'a>(writer: &'a dyn Writer, plan: &SourcePlan, reporter: &dyn R
     let progress = |n: u64| reporter.bytes(n);
     let mode = CopyMode { follow: plan.follow_symlinks, sync: false, progress: &progress, also: &plan.algorithms };
     let copy_all = |files: &[PlannedFile]| -> Result<(Vec<HashedFile>, Vec<SourceStamp>)> {
-        let copied: Vec<_> = files.par_iter().map(|f| copy_planned(f, &staging, mode)).collect::<Result<_>>()?;
+        let roots = plan.originals.as_slice();
+        let copied: Vec<_> =
+            files.par_iter().map(|f| copy_planned((f, roots), &staging, mode)).collect::<Result<_>>()?;
         Ok(copied.into_iter().unzip())
     };
     let (files, mut stamps) = copy_all(&plan.files)?;
@@ -401,16 +411,16 @@ pub fn deposit_batch(
 pub fn remove_moved(plan: &SourcePlan, stamps: &[(PathBuf, Stamp)], reporter: &dyn Reporter) {
     let mut touched = BTreeSet::new();
     for (path, stamp) in stamps {
-        match Stamp::at(path) {
-            Ok(now) if now == *stamp => match fs::remove_file(path) {
-                Ok(()) => {
-                    touched.insert(fsx::parent_dir(path).to_path_buf());
-                }
-                Err(e) => reporter.warning(&format!("kept {}: cannot remove it: {e}", path.display())),
-            },
-            Ok(_) => reporter.warning(&format!("kept {}: it changed after it was copied", path.display())),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => reporter.warning(&format!("kept {}: {e}", path.display())),
+        match fsx::remove_source(&plan.originals, path, stamp) {
+            Ok(fsx::Removal::Removed) => {
+                touched.insert(fsx::parent_dir(path).to_path_buf());
+            }
+            Ok(fsx::Removal::Changed) => reporter.warning(&format!(
+                "kept {}: it changed after it was copied (or a folder on its way is now a symlink)",
+                path.display()
+            )),
+            Ok(fsx::Removal::Gone) => {}
+            Err(e) => reporter.warning(&format!("kept {}: cannot remove it: {e}", path.display())),
         }
     }
     for dir in plan.source_dirs.iter().rev() {

@@ -63,12 +63,13 @@ fn unchanged_since_read(read_at: &Path, now_at: &Path, stamps: &[(PathBuf, Stamp
     let files = WalkDir::new(now_at).follow_links(false).into_iter().flatten().filter(|e| !e.file_type().is_dir());
     files.count() == stamps.len()
         && stamps.iter().all(|(path, stamp)| {
-            let now = match path.strip_prefix(read_at) {
-                Ok(rel) if rel.as_os_str().is_empty() => now_at.to_path_buf(),
-                Ok(rel) => now_at.join(rel),
-                Err(_) => path.clone(),
+            let (now, renamed) = match path.strip_prefix(read_at) {
+                Ok(rel) if rel.as_os_str().is_empty() => (now_at.to_path_buf(), true),
+                Ok(rel) => (now_at.join(rel), false),
+                Err(_) => (path.clone(), false),
             };
-            Stamp::at(&now).ok() == Some(*stamp)
+            // The entry itself was just renamed, which moves its change time.
+            Stamp::at(&now).is_ok_and(|now| if renamed { now.same_but_renamed(stamp) } else { now == *stamp })
         })
 }
 

@@ -209,14 +209,19 @@ fn regress_meta_forges_reserved_labels() {
 /// A deposit killed at any moment, then run again, never deposits the same content twice.
 #[test]
 fn regress_deposit_rerun_duplicates() {
-    for when in [1, 2, 3, 5] {
+    // strace counts each system call on its own: `unlink` is ibi's own temporary files
+    // and journal, `unlinkat` the sources removed beneath their folder.
+    for (call, when) in [("unlink", 1), ("unlink", 2), ("unlink", 4), ("unlinkat", 1), ("unlinkat", 2), ("unlinkat", 3)]
+    {
         let env = TestEnv::new();
         let root = env.collection("col");
         for f in ["f1", "f2", "f3"] {
             env.write(f, format!("content of {f}").as_bytes());
         }
+        let when = format!("{call} {when}");
+        let (call, nth) = when.split_once(' ').unwrap();
         let script = format!(
-            "strace -f -qq -o /dev/null -e trace=unlink,unlinkat -e inject=unlink,unlinkat:signal=KILL:when={when} \"$IBI\" deposit {root} f1 f2 f3 --each --move"
+            "strace -f -qq -o /dev/null -e trace=unlink,unlinkat -e inject={call}:signal=KILL:when={nth} \"$IBI\" deposit {root} f1 f2 f3 --each --move"
         );
         let killed = sh_in(env.root(), &script);
         assert_ne!(killed.code, 0, "when={when}: the kill happened: {}", killed.stderr);
@@ -1097,4 +1102,61 @@ fn regress_far_collection_unreachable() {
     let dst = env.collection("dst");
     env.far_ok(&rsh, &["-q", "mirror", &src, &format!("lab:{dst}")]);
     assert_eq!(env.identities(&dst), env.identities(&src));
+}
+
+/// `deposit --move` read and removed its sources by path: a source folder swapped
+/// for a symlink after planning made ibi copy the outside file into the item, then
+/// delete it. Driven through the library, so that the swap falls exactly between
+/// planning and copying: the outside file must be neither deposited nor removed.
+#[test]
+fn regress_move_follows_a_source_folder_swapped_for_a_symlink() {
+    use ibi::ops::deposit::{deposit_batch, remove_moved, DepositOptions};
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    env.write("src/keep.txt", b"keep");
+    env.write("src/sub/f.txt", b"inside");
+    let outside = env.write("outside/f.txt", b"SECRET");
+    let plan = ibi::ops::source::plan_paths(&[env.path("src")], false).unwrap();
+    fs::rename(env.path("src/sub"), env.path("sub.moved")).unwrap();
+    std::os::unix::fs::symlink(env.path("outside"), env.path("src/sub")).unwrap();
+    let store = ibi::store::local::Collection::open(Path::new(&root)).unwrap();
+    let writer = ibi::store::Store::begin_write(&store, ibi::store::LockWait::No).unwrap();
+    let options = DepositOptions { move_sources: true, ..DepositOptions::default() };
+    let clock = ibi::id::minter::SystemClock;
+    let done = deposit_batch(writer.as_ref(), std::slice::from_ref(&plan), &options, &clock, &ibi::ops::Silent, None);
+    if let Ok(outcomes) = &done {
+        remove_moved(&plan, &outcomes[0].stamps, &ibi::ops::Silent);
+    }
+    drop(writer);
+    assert_eq!(fs::read(&outside).unwrap(), b"SECRET", "the outside file was removed through the symlink");
+    for line in env.ok(&["list", &root]).lines() {
+        let name = line.split('\t').next().unwrap();
+        let copied = fs::read(Path::new(&root).join(name).join("data/sub/f.txt")).unwrap_or_default();
+        assert_ne!(copied, b"SECRET", "the outside file was deposited through the symlink");
+    }
+}
+
+/// A file rewritten in place with its modification time put back looked unchanged
+/// to `--move`, which deleted it although its bytes were never deposited.
+#[test]
+fn regress_move_removes_a_file_rewritten_with_its_mtime_restored() {
+    use ibi::ops::deposit::{deposit_batch, remove_moved, DepositOptions};
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    let file = env.write("src/f.txt", b"version one");
+    let plan = ibi::ops::source::plan_paths(&[env.path("src")], false).unwrap();
+    let store = ibi::store::local::Collection::open(Path::new(&root)).unwrap();
+    let writer = ibi::store::Store::begin_write(&store, ibi::store::LockWait::No).unwrap();
+    let options = DepositOptions { move_sources: true, ..DepositOptions::default() };
+    let clock = ibi::id::minter::SystemClock;
+    let outcomes =
+        deposit_batch(writer.as_ref(), std::slice::from_ref(&plan), &options, &clock, &ibi::ops::Silent, None).unwrap();
+    drop(writer);
+    // Rewritten in place, same length, its mtime put back (as `cp -p` or `touch -r` would).
+    let mtime = fs::metadata(&file).unwrap().modified().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    fs::write(&file, b"version two").unwrap();
+    fs::File::options().write(true).open(&file).unwrap().set_modified(mtime).unwrap();
+    remove_moved(&plan, &outcomes[0].stamps, &ibi::ops::Silent);
+    assert_eq!(fs::read(&file).unwrap(), b"version two", "a file changed after its copy was removed");
 }
