@@ -73,7 +73,7 @@ pub fn stdout_failure() -> Option<String> {
 
 /// One line on stderr; a stderr that cannot be written is ignored, never a panic.
 pub fn stderr_line(text: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "{text}");
+    let _ = writeln!(std::io::stderr().lock(), "{}", printer::escape_controls(text));
 }
 
 fn exit_code_for(error: &anyhow::Error) -> u8 {

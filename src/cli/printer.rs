@@ -65,6 +65,7 @@ impl Printer {
 
     /// Prints a line on stdout without tearing a progress bar.
     pub fn line(&self, text: &str) {
+        let text = escape_controls(text);
         let print = || super::write_stdout(&format!("{text}\n")).unwrap_or(());
         match self.bar() {
             Some(bar) => bar.suspend(print),
@@ -212,4 +213,22 @@ impl Reporter for Printer {
     fn wants_totals(&self) -> bool {
         self.mode == Mode::Bars
     }
+}
+
+/// Text for a terminal: control characters other than newline and tab (ESC, BEL,
+/// the C1 controls, DEL), which bag-info or a file name may carry, are written as
+/// `\x1b`-style escapes, so what an item holds can never drive the terminal.
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let escaped = text
+        .chars()
+        .map(|c| match c {
+            '\n' | '\t' => c.to_string(),
+            c if c.is_control() => format!("\\x{:02x}", c as u32),
+            c => c.to_string(),
+        })
+        .collect();
+    std::borrow::Cow::Owned(escaped)
 }

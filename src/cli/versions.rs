@@ -150,7 +150,8 @@ pub fn handles(global: GlobalArgs, args: &super::args::HandlesArgs) -> Result<Ou
         admin: args.admin.clone(),
         suffix,
         since,
-    };
+    }
+    .checked()?;
     let store = super::open(&args.root)?;
     let mut batch = Vec::new();
     let summary = export_handles(store.as_ref(), &options, &mut batch)?;

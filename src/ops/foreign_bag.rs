@@ -44,34 +44,50 @@ fn refuse(bag: &Path, problem: impl std::fmt::Display) -> Error {
 /// Reads a tag file as UTF-8 text, never through a link, capped, with its stamp.
 fn read_tag(bag: &Path, name: &str) -> std::result::Result<ReadTag, String> {
     let path = bag.join(name);
-    let opened = open_regular(&path, false).map_err(|e| format!("cannot read {name}: {e}"))?;
+    let opened = open_regular(&path, false).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => format!("has no {name}"),
+        _ => format!("has an unreadable {name} ({e})"),
+    })?;
     if opened.meta.len() > MAX_TAG_FILE {
-        return Err(format!("{name} is larger than the {MAX_TAG_FILE} bytes ibi reads into memory"));
+        return Err(format!("has a {name} larger than the {MAX_TAG_FILE} bytes ibi reads into memory"));
     }
     let mut bytes = Vec::new();
-    opened.file.take(MAX_TAG_FILE + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read {name}: {e}"))?;
-    let text = String::from_utf8(bytes).map_err(|_| format!("{name} is not UTF-8"))?;
+    opened
+        .file
+        .take(MAX_TAG_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("has an unreadable {name} ({e})"))?;
+    let text = String::from_utf8(bytes).map_err(|_| format!("has a {name} that is not UTF-8"))?;
     Ok(ReadTag { text, stamp: Stamp::of(&opened.meta) })
 }
 
 /// Checks bagit.txt: a bag, of a version ibi reads, in UTF-8.
 fn check_declaration(bag: &Path, declaration: &str) -> Result<()> {
+    if declaration.starts_with('\u{feff}') {
+        return Err(refuse(bag, format!("has a {BAGIT_TXT} that starts with a byte-order mark, which BagIt forbids")));
+    }
     let declared = BagInfo::parse(declaration)
         .map_err(|line| refuse(bag, format!("has a malformed {BAGIT_TXT} (line {line})")))?;
-    let version = declared.first("BagIt-Version").unwrap_or("");
+    let Some(version) = declared.first("BagIt-Version") else {
+        return Err(refuse(bag, format!("has a {BAGIT_TXT} that declares no BagIt-Version")));
+    };
     if !matches!(version, "0.97" | "1.0") {
         return Err(refuse(bag, format!("declares BagIt-Version {version:?}; ibi reads 0.97 and 1.0")));
     }
-    if !declared.first("Tag-File-Character-Encoding").is_some_and(|e| e.eq_ignore_ascii_case("UTF-8")) {
-        return Err(refuse(bag, "does not declare Tag-File-Character-Encoding UTF-8"));
+    match declared.first("Tag-File-Character-Encoding") {
+        Some(e) if e.eq_ignore_ascii_case("UTF-8") => Ok(()),
+        Some(other) => Err(refuse(bag, format!("declares Tag-File-Character-Encoding {other}; ibi reads UTF-8 bags"))),
+        None => Err(refuse(bag, "declares no Tag-File-Character-Encoding (ibi reads UTF-8 bags)")),
     }
-    Ok(())
 }
 
 /// Sorts out the top of the bag and reads the tag files ibi rewrites.
 fn read_top(bag: &Path) -> Result<Top> {
     let mut top = Top::default();
-    let declaration = read_tag(bag, BAGIT_TXT).map_err(|e| refuse(bag, format!("is not a BagIt bag: {e}")))?;
+    let declaration = read_tag(bag, BAGIT_TXT).map_err(|e| {
+        let needs = "a bag holds bagit.txt, a data/ folder and a manifest-<algorithm>.txt";
+        refuse(bag, format!("is not a BagIt bag: it {e} ({needs})"))
+    })?;
     check_declaration(bag, &declaration.text)?;
     top.read.insert(BAGIT_TXT.into(), declaration);
     let mut names: Vec<String> = Vec::new();
@@ -93,15 +109,14 @@ fn read_top(bag: &Path) -> Result<Top> {
             }
             TopLevel::Manifest(a) => {
                 top.manifests.insert(a);
-                top.read.insert(name.clone(), read_tag(bag, &name).map_err(|e| refuse(bag, format!("has {e}")))?);
+                top.read.insert(name.clone(), read_tag(bag, &name).map_err(|e| refuse(bag, e.to_string()))?);
             }
             TopLevel::TagManifest(a) => {
                 top.tagmanifests.insert(a);
-                top.read.insert(name.clone(), read_tag(bag, &name).map_err(|e| refuse(bag, format!("has {e}")))?);
+                top.read.insert(name.clone(), read_tag(bag, &name).map_err(|e| refuse(bag, e.to_string()))?);
             }
             TopLevel::TagFile if name == BAG_INFO_TXT => {
-                let info =
-                    read_tag(bag, &name).map_err(|e| refuse(bag, format!("has an unreadable {BAG_INFO_TXT}: {e}")))?;
+                let info = read_tag(bag, &name).map_err(|e| refuse(bag, e.to_string()))?;
                 top.read.insert(name, info);
             }
             TopLevel::TagFile => top.kept.push(name),

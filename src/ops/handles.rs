@@ -113,9 +113,68 @@ fn invalid(problem: String) -> Error {
     Error::Invalid { what: "handle export".into(), problem }
 }
 
+/// The admin index used when `--admin` names none: 300, what this export always
+/// wrote (HANDLE.NET's own tools default to 300 for a prefix's admin too), so that
+/// re-exporting an existing batch changes no value.
+const DEFAULT_ADMIN_INDEX: u32 = 300;
+
 fn admin_line(options: &HandleExport) -> String {
     let admin = options.admin.clone().unwrap_or_else(|| format!("0.NA/{}", options.prefix));
-    format!("100 HS_ADMIN {TTL_AND_PERMS} ADMIN 300:111111111111:{admin}\n")
+    let admin = if admin.contains(':') { admin } else { format!("{DEFAULT_ADMIN_INDEX}:{admin}") };
+    let (index, handle) = admin.split_once(':').expect("holds a colon");
+    format!("100 HS_ADMIN {TTL_AND_PERMS} ADMIN {index}:111111111111:{handle}\n")
+}
+
+impl HandleExport {
+    /// The options checked and put in their one form: the prefix is one segment, a
+    /// URL base (and each mirror) is `http(s)://host/…` and ends with `/` (one is
+    /// added), the admin is `HANDLE` or `INDEX:HANDLE`. Anything else is refused,
+    /// naming the option and the value.
+    pub fn checked(mut self) -> Result<HandleExport> {
+        let bad = |what: &str, value: &str, why: &str| Error::Invalid {
+            what: what.to_string(),
+            problem: format!("{value:?} {why}"),
+        };
+        let segment_ok = |p: &str| !p.is_empty() && p.chars().all(|c| c.is_ascii_graphic() && c != '/');
+        if !segment_ok(&self.prefix) {
+            return Err(bad(
+                "--prefix",
+                &self.prefix,
+                "is not one handle prefix segment (like 10.1000 or 20.500.12345)",
+            ));
+        }
+        self.url_base = url_base(&self.url_base).map_err(|why| bad("--url-base", &self.url_base, why))?;
+        for mirror in &mut self.mirrors {
+            *mirror = url_base(mirror).map_err(|why| bad("--mirror", mirror, why))?;
+        }
+        if let Some(admin) = &self.admin {
+            let (index, handle) = admin.split_once(':').map_or((None, admin.as_str()), |(i, h)| (Some(i), h));
+            let index_ok = index.is_none_or(|i| i.parse::<u32>().is_ok_and(|i| i > 0));
+            let handle_ok = handle.split_once('/').is_some_and(|(p, s)| segment_ok(p) && !s.is_empty());
+            if !index_ok || !handle_ok {
+                return Err(bad(
+                    "--admin",
+                    admin,
+                    "is not HANDLE or INDEX:HANDLE (like 0.NA/10.1000 or 200:0.NA/10.1000)",
+                ));
+            }
+        }
+        Ok(self)
+    }
+}
+
+/// A URL base in its one form: `http://` or `https://`, a host, no spaces, ending with `/`.
+fn url_base(text: &str) -> std::result::Result<String, &'static str> {
+    let rest = text.strip_prefix("https://").or_else(|| text.strip_prefix("http://"));
+    let Some(rest) = rest else { return Err("is not an http:// or https:// URL") };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if host.is_empty() || text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("has no host, or holds spaces");
+    }
+    if text.contains(['?', '#']) {
+        return Err("has a query or fragment: a name is appended to it");
+    }
+    Ok(if text.ends_with('/') { text.to_string() } else { format!("{text}/") })
 }
 
 /// The 10320/loc value: one `<location>` per place, the primary at weight 1.

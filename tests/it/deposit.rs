@@ -291,3 +291,26 @@ fn regress_a_forged_deposit_record_removes_the_source() {
     assert!(!env.path("again").exists());
     assert_eq!(items(&env, &root).len(), 3, "deposited anew, not taken for the other item");
 }
+
+/// "not a bag" ended in "(os error 2)", and a bag declaring another encoding was
+/// said to declare "": the message now names the missing file and what a bag needs,
+/// or what the bag declares.
+#[test]
+fn regress_not_a_bag_says_os_error() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    env.write("plain/data/a.txt", b"a");
+    let run = env.fails(&["deposit", "--bag", &root, "plain"], 2);
+    assert!(!run.stderr.contains("os error"), "{}", run.stderr);
+    assert!(run.stderr.contains("has no bagit.txt") && run.stderr.contains("data/"), "{}", run.stderr);
+    for (declaration, said) in [
+        ("BagIt-Version: 1.0\nTag-File-Character-Encoding: ISO-8859-1\n", "ISO-8859-1"),
+        ("\u{feff}BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n", "byte-order mark"),
+        ("Tag-File-Character-Encoding: UTF-8\n", "no BagIt-Version"),
+    ] {
+        env.write("odd/bagit.txt", declaration.as_bytes());
+        env.write("odd/data/a.txt", b"a");
+        let run = env.fails(&["deposit", "--bag", &root, "odd"], 2);
+        assert!(run.stderr.contains(said), "{said}: {}", run.stderr);
+    }
+}

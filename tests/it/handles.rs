@@ -136,3 +136,47 @@ fn an_oid_written_as_a_handle_is_explained() {
     let plain = env.ok(&["--json", "parse", "10.1000/182"]);
     assert!(!plain.stdout.contains("oid"), "a plain handle is no OID: {}", plain.stdout);
 }
+
+/// `--url-base https://host` (no trailing slash) wrote `https://hostexample.org/…`
+/// for every handle, silently. A base now gets its slash; bad prefixes, bases,
+/// mirrors and admins are refused with exit 2, naming the option.
+#[test]
+fn regress_url_base_without_a_slash_joins_host_and_name() {
+    let env = TestEnv::new();
+    let root = env.filled("lib", 1, 1);
+    let name = env.ok(&["list", &root]).pairs()[0].0.clone();
+    let run = env.ok(&["handles", &root, "--prefix", "10.1000", "--url-base", "https://lib.example.org", "-q"]);
+    assert!(run.stdout.contains(&format!("UTF8 https://lib.example.org/{name}\n")), "{}", run.stdout);
+    let run = env.ok(&[
+        "handles",
+        &root,
+        "--prefix",
+        "10.1000",
+        "--url-base",
+        "https://h.org/",
+        "--admin",
+        "200:0.NA/10.1000",
+    ]);
+    assert!(run.stdout.contains("ADMIN 200:111111111111:0.NA/10.1000"), "{}", run.stdout);
+    for (flag, value) in [
+        ("--url-base", "lib.example.org"),
+        ("--url-base", "ftp://lib.example.org/"),
+        ("--url-base", "https://"),
+        ("--url-base", "https://h.org/?q="),
+        ("--mirror", "mirror.example.org"),
+        ("--prefix", "10.1000/x"),
+        ("--admin", "nobody"),
+        ("--admin", "x:0.NA/10.1000"),
+    ] {
+        let mut args = vec!["handles", root.as_str(), "--prefix", "10.1000", "--url-base", "https://h.org/"];
+        if flag == "--prefix" {
+            args[3] = value;
+        } else if flag == "--url-base" {
+            args[5] = value;
+        } else {
+            args.extend([flag, value]);
+        }
+        let run = env.fails(&args, 2);
+        assert!(run.stderr.contains(flag) || run.stderr.contains("prefix"), "{flag} {value}: {}", run.stderr);
+    }
+}

@@ -1160,3 +1160,26 @@ fn regress_move_removes_a_file_rewritten_with_its_mtime_restored() {
     remove_moved(&plan, &outcomes[0].stamps, &ibi::ops::Silent);
     assert_eq!(fs::read(&file).unwrap(), b"version two", "a file changed after its copy was removed");
 }
+
+/// `ibi show` wrote ESC and BEL from bag-info straight to the terminal (a title
+/// can set the window title or worse). Control characters are now escaped in every
+/// human output.
+#[test]
+fn regress_terminal_escapes_from_bag_info() {
+    use sha2::{Digest, Sha256};
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    let payload = b"payload\n";
+    env.write("bag/bagit.txt", b"BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n");
+    env.write("bag/bag-info.txt", "Contact-Name: \u{1b}]0;owned\u{7}\u{1b}[31mred\n".as_bytes());
+    env.write("bag/data/a.txt", payload);
+    env.write("bag/manifest-sha256.txt", format!("{:x}  data/a.txt\n", Sha256::digest(payload)).as_bytes());
+    let name = env.ok(&["deposit", "--bag", &root, "bag"]).pairs()[0].0.clone();
+    let shown = env.ok(&["show", &root, &name]).stdout;
+    assert!(shown.contains("Contact-Name"), "{shown}");
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains('\u{7}'),
+        "raw control characters reached the terminal: {shown:?}"
+    );
+    assert!(shown.contains("\\x1b]0;owned\\x07"), "{shown:?}");
+}

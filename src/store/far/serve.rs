@@ -177,7 +177,9 @@ pub fn serve(options: ServeOptions, input: impl Read, output: Box<dyn Write + Se
         }
     }
     drop(queue);
-    // The client is gone: its staged items are dropped, then the lease released.
+    // The client is gone: files it never finished end now, its staged items are
+    // dropped, then the lease released.
+    drop(incoming);
     session.discard_all();
     lock(&session.writer).take();
     Ok(())
@@ -232,13 +234,12 @@ impl Session {
         Ok(to)
     }
 
-    /// Discards every stage of the session (it ended), once its files have landed.
+    /// Discards every stage of the session (it ended). It does not wait for their
+    /// files: a file the client never finished never will.
     fn discard_all(&self) {
-        let stages: Vec<u64> = lock(&self.stages).keys().copied().collect();
-        for stage in stages {
-            if let (Ok((sid, _)), Ok(w)) = (self.settled(stage), self.writer("discarding")) {
-                w.discard(sid);
-            }
+        let stages: Vec<StageId> = lock(&self.stages).drain().map(|(_, state)| state.id).collect();
+        if let Ok(writer) = self.writer("discarding") {
+            stages.into_iter().for_each(|sid| writer.discard(sid));
         }
     }
 
