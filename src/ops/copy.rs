@@ -112,6 +112,11 @@ pub fn transfer(
     let dst_writer = if options.dry_run { None } else { Some(dst.begin_write(options.wait)?) };
     let src_writer = if options.dry_run || !migrate { None } else { Some(src.begin_write(options.wait)?) };
     let (dst_writer, src_writer) = (dst_writer.as_deref(), src_writer.as_deref());
+    // A SRC that will refuse the removals (an append-only far key) refuses before
+    // anything is copied: asked to remove nothing, it says so.
+    if let Some(src_writer) = src_writer {
+        src_writer.remove(&[])?;
+    }
     let tally = Tally::default();
     let driver = Driver { src, dst, writer: dst_writer, tally: &tally, reporter };
     // Asked with no names, `adopt_from` says whether DST can take SRC's items by rename.

@@ -399,3 +399,18 @@ fn reading_commands_work_through_a_read_only_key() {
     assert!(refused.stderr.contains("read-only"), "{}", refused.stderr);
     assert_eq!(crate::env::snapshot(Path::new(&a)), before, "a read-only key changed the collection");
 }
+
+/// Migrating out of a collection behind an append-only key copied every item into
+/// DST, then exited 2 "refused" at the first removal. The refusal now comes first,
+/// and DST is left as it was.
+#[test]
+fn regress_refused_migrate_copies_first() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 4, 1);
+    let dst = env.collection("dst");
+    let append = env.shim("ao", "", Some(&format!("{} serve --stdio --append-only", ibi_bin().display())));
+    let run = env.far_fails(&append, &["migrate", &far(&a), &dst], 2);
+    assert!(run.stderr.contains("append-only"), "{}", run.stderr);
+    assert!(env.ok(&["list", &dst]).stdout.is_empty(), "a refused migrate copied items into DST");
+    assert_eq!(env.ok(&["list", &a]).lines().len(), 4);
+}
