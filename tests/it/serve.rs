@@ -601,3 +601,21 @@ fn pages_render_in_headless_chromium() {
         assert!(dom.contains(name.as_str()) && dom.contains(ibip.as_str()), "{page}: the identifiers show: {dom}");
     }
 }
+
+/// Pages that switch between HTML and JSON on `Accept` sent no `Vary: Accept`, so
+/// a shared cache could hand JSON to a browser or HTML to a script.
+#[test]
+fn regress_negotiated_pages_without_vary_accept() {
+    let env = TestEnv::new();
+    let (root, names) = library(&env);
+    let server = env.serve(&[&root], &[]);
+    for path in [format!("/{}", names[0]), format!("/{}??", names[0]), "/".to_string()] {
+        for accept in ["text/html", "application/json"] {
+            let answer = get(&server.url(&path), &[("Accept", accept)]);
+            assert_eq!(answer.status, 200, "{path} {accept}");
+            let vary = answer.header("vary").to_ascii_lowercase();
+            assert!(vary.contains("accept"), "{path} as {accept}: Vary is {vary:?}");
+            assert!(vary.split(',').any(|v| v.trim() == "accept"), "{path} as {accept}: Vary is {vary:?}");
+        }
+    }
+}

@@ -38,12 +38,13 @@ fn page(title: &str, body: &str) -> String {
     )
 }
 
+/// Pages switch between HTML and JSON on `Accept`, so every one says so to caches.
 fn html(status: StatusCode, body: String) -> Response {
-    (status, [(header::CONTENT_TYPE, HTML)], body).into_response()
+    (status, [(header::CONTENT_TYPE, HTML), (header::VARY, "Accept")], body).into_response()
 }
 
 fn json_response(status: StatusCode, value: serde_json::Value) -> Response {
-    (status, axum::Json(value)).into_response()
+    (status, [(header::VARY, "Accept")], axum::Json(value)).into_response()
 }
 
 /// A page saying what is wrong with a request, and where.
