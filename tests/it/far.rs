@@ -414,3 +414,21 @@ fn regress_refused_migrate_copies_first() {
     assert!(env.ok(&["list", &dst]).stdout.is_empty(), "a refused migrate copied items into DST");
     assert_eq!(env.ok(&["list", &a]).lines().len(), 4);
 }
+
+/// `HOST:~/library` made a folder named `~` wherever the far side started, instead
+/// of meaning the far account's home folder, as scp and rsync read it.
+#[test]
+fn regress_home_folder_path_makes_a_tilde_folder() {
+    let env = TestEnv::new();
+    let home = env.path("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let rsh = env.shim("rsh", &format!("export HOME='{}'", home.display()), None);
+    let mut args = init_args("lab:~/library");
+    args[0] = "-q";
+    env.far_ok(&rsh, &args);
+    assert!(home.join("library/.ibi/collection.toml").is_file(), "the collection is in the far home folder");
+    assert!(!env.path("~").exists(), "a folder named ~ was made");
+    env.write("src/a.txt", b"a");
+    env.far_ok(&rsh, &["-q", "deposit", "lab:~/library", env.path("src").to_str().unwrap()]);
+    assert_eq!(env.far_ok(&rsh, &["list", "lab:~/library"]).lines().len(), 1);
+}

@@ -579,14 +579,14 @@ impl Session {
     }
 
     fn open(&self, path: &Path) -> Result<(Reply, Vec<u8>)> {
-        let real = self.admit(path, false)?;
+        let real = self.admit(&home_expanded(path)?, false)?;
         let collection = Collection::open(&self.pin(&real)?)?;
         self.opened(self.configured(collection), &real)
     }
 
     fn init(&self, path: &Path, config: &str) -> Result<(Reply, Vec<u8>)> {
         self.refuse_writes("creating a collection")?;
-        let real = self.admit(path, true)?;
+        let real = self.admit(&home_expanded(path)?, true)?;
         let (config, subsystem) = CollectionConfig::parse(config, "the client's collection config")?;
         drop(Collection::init(&real, subsystem, config.organisation)?);
         self.open(&real)
@@ -868,6 +868,20 @@ fn staged_record(
     }
     let identity = lookup(bag::TAGMANIFEST, &[]).map_err(|e| Error::io("hash", bag::TAGMANIFEST, e))?;
     ItemRecord::from_info(name, &info, identity.sha256())
+}
+
+/// `~` or `~/…` at the start of a far path is this user's home folder, as scp and
+/// rsync read `HOST:~/library`; any other path is taken as it is.
+fn home_expanded(path: &Path) -> Result<PathBuf> {
+    let rest = match path.strip_prefix("~") {
+        Ok(rest) => rest,
+        Err(_) => return Ok(path.to_path_buf()),
+    };
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).ok_or_else(|| Error::Invalid {
+        what: format!("collection {}", path.display()),
+        problem: "it starts with ~, but this far account has no HOME".into(),
+    })?;
+    Ok(PathBuf::from(home).join(rest))
 }
 
 /// Refuses a path a request names unless it is plain and relative (no `..`, no `/` first).
