@@ -549,3 +549,31 @@ fn regress_record_with_no_versions_panics_s3_verify() {
         assert!(!run.stderr.contains("panicked") && run.code != 101, "ibi {args:?}: {}", run.stderr);
     }
 }
+
+/// `ibi serve` of an S3 collection panicked on SIGTERM or SIGINT ("Cannot drop a
+/// runtime in a context where blocking is not allowed", exit 101). It stops as a
+/// local one does: exit 0.
+#[test]
+fn regress_serving_s3_panics_on_sigterm() {
+    let env = TestEnv::new();
+    let moto = Moto::start("lib");
+    let p = moto.port;
+    let s3 = "s3://lib/served";
+    env.s3_collection(p, s3);
+    let src = env.write("src/a/a.txt", b"alpha\n");
+    let name = env.s3_ok(p, &["deposit", s3, src.parent().unwrap().to_str().unwrap()]).pairs()[0].0.clone();
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let mut command = env.s3_command(p, &["serve", s3, "--listen", "127.0.0.1:0"]);
+        command.env_remove("NO_PROXY");
+        let mut server = crate::serve::Server::start(command);
+        assert_eq!(crate::serve::get(&server.url(&format!("/{name}/data/a.txt")), &[]).status, 200);
+        // SAFETY: kill only sends a signal to the server this test started.
+        assert_eq!(unsafe { libc::kill(server.pid(), signal) }, 0);
+        let child = server.reaper.0.as_mut().unwrap();
+        assert!(wait_until(20, || child.try_wait().unwrap().is_some()), "the server stops");
+        let code = child.try_wait().unwrap().unwrap().code();
+        let stderr = server.stderr.lock().unwrap().clone();
+        assert!(!stderr.contains("panicked"), "signal {signal}: {stderr}");
+        assert_eq!(code, Some(0), "signal {signal}: {stderr}");
+    }
+}

@@ -79,7 +79,13 @@ pub fn serve(roots: &[PathBuf], options: Options) -> Result<()> {
         .thread_name("ibi-http")
         .build()
         .context("cannot start the HTTP server's runtime")?;
-    runtime.block_on(run(app, listen))
+    // The stores may hold a runtime of their own (object storage), which must not be
+    // dropped inside this one: the last reference is dropped here, after it stopped.
+    let kept = app.clone();
+    let served = runtime.block_on(run(app, listen));
+    runtime.shutdown_timeout(DRAIN);
+    drop(kept);
+    served
 }
 
 /// Lifts the soft limit on open files to the hard one: every connection is a file.
