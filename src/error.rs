@@ -62,8 +62,12 @@ pub enum Error {
     #[error("cannot encode {what}: {problem}")]
     NotEncodable { what: String, problem: String },
 
-    #[error("{} is locked by another run; try later", path.display())]
-    Locked { path: PathBuf },
+    #[error("{} is locked by {}; try later", path.display(), holder.as_deref().unwrap_or("another run"))]
+    Locked {
+        path: PathBuf,
+        /// Who holds it and since when, when the lock says.
+        holder: Option<String>,
+    },
 
     #[error("invalid {what}: {problem}")]
     Invalid { what: String, problem: String },

@@ -555,7 +555,7 @@ impl FileLock {
         let file = open_lock_file(path)?;
         match file.try_lock() {
             Ok(()) => Ok(FileLock { file, path: path.to_path_buf() }),
-            Err(fs::TryLockError::WouldBlock) => Err(Error::Locked { path: path.to_path_buf() }),
+            Err(fs::TryLockError::WouldBlock) => Err(Error::Locked { path: path.to_path_buf(), holder: None }),
             Err(fs::TryLockError::Error(e)) => Err(Error::io("lock", path, e)),
         }
     }

@@ -130,7 +130,7 @@ impl Drop for MemoryLease {
 
 impl MemoryStore {
     fn take_lease(&self, wait: LockWait) -> Result<Lease> {
-        let busy = || Error::Locked { path: "memory collection".into() };
+        let busy = || Error::Locked { path: "memory collection".into(), holder: None };
         let start = Instant::now();
         let mut leased = lock(&self.shared.leased);
         while *leased {

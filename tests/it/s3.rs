@@ -577,3 +577,31 @@ fn regress_serving_s3_panics_on_sigterm() {
         assert_eq!(code, Some(0), "signal {signal}: {stderr}");
     }
 }
+
+/// A lease object written by a dead holder whose clock ran far ahead claimed to
+/// last for ever: `deposit` waited silently for ever and `mirror` exited 75 on every
+/// run (which cron lines treat as success). The refusal now names the holder and
+/// since when, and a lease nobody renews is taken over once it is seen unchanged
+/// for longer than a lease lasts, whatever expiry it claims.
+#[test]
+fn regress_far_future_lease_blocks_for_ever() {
+    let env = TestEnv::new();
+    let moto = Moto::start("lib");
+    let p = moto.port;
+    let s3 = "s3://lib/main";
+    env.s3_collection(p, s3);
+    let lease =
+        r#"{"holder":"dead","host":"elsewhere","pid":4242,"expires_ms":99999999999999,"since_ms":1700000000000}"#;
+    put_object(p, "lib", "main/.ibi/lease", lease.as_bytes());
+    let refused = env.s3_fails(p, &["mirror", &env.collection("local"), s3], 75);
+    assert!(refused.stderr.contains("4242") && refused.stderr.contains("elsewhere"), "{}", refused.stderr);
+    assert!(refused.stderr.contains("2023-11-14"), "since when: {}", refused.stderr);
+    let src = env.write("src/a/a.txt", b"alpha\n");
+    let mut deposit = env.s3_command(p, &["-q", "deposit", s3, src.parent().unwrap().to_str().unwrap()]);
+    let mut child = deposit.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let finished = wait_until(90, || child.try_wait().unwrap().is_some());
+    let _ = child.kill();
+    assert!(finished, "a lease nobody renews blocked the deposit for ever");
+    assert!(child.wait().unwrap().success());
+    assert_eq!(env.s3_ok(p, &["list", s3]).lines().len(), 1);
+}

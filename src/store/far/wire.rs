@@ -417,14 +417,40 @@ impl From<WireSlot> for Slot {
 /// rest keep their class (and so the exit code) and their message.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum WireError {
-    Locked { path: PathBuf },
-    AlreadyExists { path: PathBuf },
-    NotFound { what: String, name: String, place: PathBuf },
-    Invalid { what: String, problem: String },
-    Data { what: String, problem: String },
-    Withdrawn { name: String, date: String, reason: String },
-    Refused { what: String, why: String },
-    Other { class: WireClass, message: String },
+    Locked {
+        path: PathBuf,
+        #[serde(default)]
+        holder: Option<String>,
+    },
+    AlreadyExists {
+        path: PathBuf,
+    },
+    NotFound {
+        what: String,
+        name: String,
+        place: PathBuf,
+    },
+    Invalid {
+        what: String,
+        problem: String,
+    },
+    Data {
+        what: String,
+        problem: String,
+    },
+    Withdrawn {
+        name: String,
+        date: String,
+        reason: String,
+    },
+    Refused {
+        what: String,
+        why: String,
+    },
+    Other {
+        class: WireClass,
+        message: String,
+    },
 }
 
 /// An error's class as sent.
@@ -439,7 +465,7 @@ pub enum WireClass {
 impl From<&Error> for WireError {
     fn from(error: &Error) -> WireError {
         match error {
-            Error::Locked { path } => WireError::Locked { path: path.clone() },
+            Error::Locked { path, holder } => WireError::Locked { path: path.clone(), holder: holder.clone() },
             Error::AlreadyExists { path } => WireError::AlreadyExists { path: path.clone() },
             Error::NotFound { what, name, place } => {
                 WireError::NotFound { what: what.to_string(), name: name.clone(), place: place.clone() }
@@ -467,7 +493,7 @@ impl WireError {
     /// The error on this side; `place` names the far collection for errors that lost their shape.
     pub fn into_error(self, place: &str) -> Error {
         match self {
-            WireError::Locked { path } => Error::Locked { path },
+            WireError::Locked { path, holder } => Error::Locked { path, holder },
             WireError::AlreadyExists { path } => Error::AlreadyExists { path },
             WireError::NotFound { what, name, place } => {
                 let what = ["item", "collection", "file", "alias", "staged item"]

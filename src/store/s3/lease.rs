@@ -38,6 +38,9 @@ struct Holder {
     host: String,
     pid: u32,
     expires_ms: u128,
+    /// When the holder took it (kept as it renews).
+    #[serde(default)]
+    since_ms: u128,
 }
 
 fn now_ms() -> u128 {
@@ -49,9 +52,21 @@ fn this_host() -> String {
 }
 
 impl Holder {
-    fn new(holder: &str) -> Holder {
+    fn new(holder: &str, since_ms: u128) -> Holder {
         let expires_ms = now_ms() + LEASE_FOR.as_millis();
-        Holder { holder: holder.to_string(), host: this_host(), pid: std::process::id(), expires_ms }
+        Holder { holder: holder.to_string(), host: this_host(), pid: std::process::id(), expires_ms, since_ms }
+    }
+
+    /// Who holds it and since when, for a message.
+    fn describe(&self) -> String {
+        let since = chrono::DateTime::from_timestamp_millis(self.since_ms as i64)
+            .filter(|_| self.since_ms > 0)
+            .map_or("an unknown time".to_string(), |t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string());
+        format!(
+            "ibi process {} on {} since {since}",
+            self.pid,
+            if self.host.is_empty() { "an unknown host" } else { &self.host }
+        )
     }
 
     /// Whether nobody holds it any more: expired, or held by a dead process of this machine.
@@ -93,19 +108,50 @@ impl Drop for HeldLease {
     }
 }
 
-/// One try: the lease when it was free or stale, `None` when another holds it.
-fn try_take(objects: &Objects, keys: &Keys, token: &str) -> Result<Option<UpdateVersion>> {
+/// A lease object seen unchanged (one version) since `since`, by this process.
+struct Watched {
+    version: UpdateVersion,
+    since: Instant,
+}
+
+/// What one try found.
+enum Try {
+    Taken(UpdateVersion),
+    /// Another holds it: who, for the message.
+    Held(Option<String>),
+}
+
+/// One try: the lease when it was free or stale, else who holds it. A live holder
+/// renews every `RENEW_EVERY`, so a lease seen unchanged for longer than `LEASE_FOR`,
+/// or last written more than twice `LEASE_FOR` ago by the server's clock, is stale
+/// whatever expiry it claims (a dead holder whose clock ran ahead).
+fn try_take(objects: &Objects, keys: &Keys, token: &str, watched: &mut Option<Watched>) -> Result<Try> {
     let key = keys.lease();
-    let body = || serde_json::to_vec(&Holder::new(token)).expect("a lease serializes");
+    let body = || serde_json::to_vec(&Holder::new(token, now_ms())).expect("a lease serializes");
     if let Ok(version) = objects.run(objects.put(&key, body(), PutMode::Create))? {
-        return Ok(Some(version));
+        return Ok(Try::Taken(version));
     }
-    let Some(current) = objects.run(objects.get(&key))? else { return Ok(None) };
-    let stale = serde_json::from_slice::<Holder>(&current.bytes).map_or(true, |h| h.is_stale());
+    let Some(current) = objects.run(objects.get(&key))? else { return Ok(Try::Held(None)) };
+    let holder = serde_json::from_slice::<Holder>(&current.bytes).ok();
+    let unchanged_for = match watched {
+        Some(w) if w.version == current.version => w.since.elapsed(),
+        _ => {
+            *watched = Some(Watched { version: current.version.clone(), since: Instant::now() });
+            Duration::ZERO
+        }
+    };
+    // Not renewed for twice its duration by the server's own clock: dead, whatever it claims.
+    let unrenewed = chrono::Utc::now().signed_duration_since(current.modified).to_std().unwrap_or_default();
+    let stale = holder.as_ref().is_none_or(|h| h.is_stale())
+        || unchanged_for > LEASE_FOR + RENEW_EVERY
+        || unrenewed > 2 * LEASE_FOR;
     if !stale {
-        return Ok(None);
+        return Ok(Try::Held(holder.map(|h| h.describe())));
     }
-    Ok(objects.run(objects.put(&key, body(), PutMode::Update(current.version)))?.ok())
+    match objects.run(objects.put(&key, body(), PutMode::Update(current.version)))? {
+        Ok(version) => Ok(Try::Taken(version)),
+        Err(Lost) => Ok(Try::Held(None)),
+    }
 }
 
 /// Whether a live writer holds the lease, found by reading it (never by taking
@@ -119,22 +165,25 @@ pub fn is_held(objects: &Objects, keys: &Keys) -> Result<bool> {
 pub fn take(objects: &Objects, keys: &Keys, wait: LockWait) -> Result<Lease> {
     let token = uuid::Uuid::new_v4().to_string();
     let start = Instant::now();
+    let mut watched = None;
     let version = loop {
-        if let Some(version) = try_take(objects, keys, &token)? {
-            break version;
-        }
+        let holder = match try_take(objects, keys, &token, &mut watched)? {
+            Try::Taken(version) => break version,
+            Try::Held(holder) => holder,
+        };
         let waited_out = match wait {
             LockWait::No => true,
             LockWait::Forever => false,
             LockWait::For(limit) => start.elapsed() >= limit,
         };
         if waited_out {
-            return Err(Error::Locked { path: format!("{}/.ibi/lease", objects.place).into() });
+            return Err(Error::Locked { path: format!("{}/.ibi/lease", objects.place).into(), holder });
         }
         std::thread::sleep(POLL);
     };
     let stop = Arc::new(AtomicBool::new(false));
-    let renewer = spawn_renewer(objects.clone(), keys.clone(), token.clone(), version, stop.clone());
+    let since = now_ms();
+    let renewer = spawn_renewer(objects.clone(), keys.clone(), (token.clone(), since), version, stop.clone());
     let held = HeldLease { stop, renewer: Some(renewer), objects: objects.clone(), key: keys.lease(), token };
     Ok(Lease(Box::new(held)))
 }
@@ -142,7 +191,7 @@ pub fn take(objects: &Objects, keys: &Keys, wait: LockWait) -> Result<Lease> {
 fn spawn_renewer(
     objects: Objects,
     keys: Keys,
-    token: String,
+    (token, since): (String, u128),
     mut version: UpdateVersion,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<()> {
@@ -151,7 +200,7 @@ fn spawn_renewer(
         if stop.load(Ordering::SeqCst) {
             return;
         }
-        let body = serde_json::to_vec(&Holder::new(&token)).expect("a lease serializes");
+        let body = serde_json::to_vec(&Holder::new(&token, since)).expect("a lease serializes");
         match objects.run(objects.put(&keys.lease(), body, PutMode::Update(version.clone()))) {
             Ok(Ok(next)) => version = next,
             Ok(Err(Lost)) => return,

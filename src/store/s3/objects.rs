@@ -39,6 +39,8 @@ pub struct Objects {
 pub struct Fetched {
     pub bytes: Bytes,
     pub version: UpdateVersion,
+    /// When the server last wrote it (its clock).
+    pub modified: chrono::DateTime<chrono::Utc>,
 }
 
 /// A conditional write that lost: the object exists, or changed since it was read.
@@ -94,8 +96,9 @@ impl Objects {
         match self.store.get(key).await {
             Ok(got) => {
                 let version = UpdateVersion { e_tag: got.meta.e_tag.clone(), version: got.meta.version.clone() };
+                let modified = got.meta.last_modified;
                 let bytes = got.bytes().await.map_err(|e| self.error(key, e))?;
-                Ok(Some(Fetched { bytes, version }))
+                Ok(Some(Fetched { bytes, version, modified }))
             }
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(self.error(key, e)),
