@@ -185,11 +185,23 @@ pub fn recovery_clears_an_interrupted_batch(killed: Box<dyn Store>, next: &dyn S
     let _ = w.staged_files(stage).entries();
     drop(w);
     std::mem::forget(killed);
-    assert!(!next.leftovers().is_empty(), "the killed writer's staging is seen as left over");
+    assert!(seen_as_left_over(next), "the killed writer's staging is seen as left over");
     let recovered = writer(next);
     assert!(next.leftovers().is_empty(), "nothing is left over once a writer began");
     assert!(names(next).is_empty());
     assert!(recovered.staged_files(stage).root_kind().is_err(), "the staged item is gone");
+}
+
+/// Whether `store` reports leftovers within two seconds: a far session's last
+/// frames, and the release of its lease, may still be landing when its writer "dies".
+fn seen_as_left_over(store: &dyn Store) -> bool {
+    (0..100).any(|_| {
+        let found = !store.leftovers().is_empty();
+        if !found {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        found
+    })
 }
 
 /// A stage made for a known name (`stage_for`) is unseen until placed, a second
@@ -228,15 +240,7 @@ pub fn staging_for_a_name_is_unseen_until_placed(store: &dyn Store, other: &dyn 
     let _ = w.staged_files(stage).entries();
     drop(w);
     std::mem::forget(killed);
-    // A far session's last frames may still be landing: give them a moment.
-    let seen = (0..100).any(|_| {
-        let found = !other.leftovers().is_empty();
-        if !found {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        found
-    });
-    assert!(seen, "the killed writer's stage is seen as left over");
+    assert!(seen_as_left_over(other), "the killed writer's stage is seen as left over");
     let w = writer(other);
     assert!(other.leftovers().is_empty() && other.slot(&gone.name).unwrap() == Slot::Empty);
     let again = stage_bag_in(w.as_ref(), w.stage_for(&gone.name, false).unwrap(), &gone, b"again");
