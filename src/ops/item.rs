@@ -86,7 +86,11 @@ pub fn export(store: &dyn Store, text: &str, target: &Path, version: Option<u32>
     let record = ItemRecord::from_bag(store.item_files(&name).as_ref(), &name)?;
     let (number, prefix) = version_prefix(&name, &record, version)?;
     if std::fs::symlink_metadata(target).is_ok() {
-        return Err(Error::AlreadyExists { path: target.to_path_buf() });
+        // The request names a place that is taken: invalid input (exit 2), as an
+        // unknown name is; nothing in the collection is wrong.
+        let problem =
+            format!("{} already exists; export never writes over anything: name a new folder", target.display());
+        return Err(Error::Invalid { what: "export target".into(), problem });
     }
     let parent = fsx::parent_dir(target);
     let building = tempfile::Builder::new().prefix(".ibi-export-").tempdir_in(parent).with_path("create in", parent)?;

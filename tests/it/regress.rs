@@ -1037,6 +1037,8 @@ fn regress_wrong_src_empties_the_mirror() {
 /// Two collections that minted one name for different items (as two collections
 /// of one subsystem could, each with its own minter state): mirror replaced DST's
 /// item with SRC's and said "replaced 1". Now it is a conflict and DST's item stays.
+/// (Minute granularity: both deposits take the minute's name even when a loaded
+/// machine lets the faked clock pass a second between them.)
 #[test]
 fn regress_mirror_replaces_an_unrelated_item() {
     let env = TestEnv::new();
@@ -1044,7 +1046,7 @@ fn regress_mirror_replaces_an_unrelated_item() {
     for (root, content) in [(&a, "item of A"), (&b, "item of B")] {
         let root = root.display();
         let script = format!(
-            "\"$IBI\" -q init {root} --host shared.example.org --ip 192.0.2.9 && echo '{content}' > f.txt && \
+            "\"$IBI\" -q init {root} --host shared.example.org --ip 192.0.2.9 --granularity 60 && echo '{content}' > f.txt && \
              IBI_MINTER_DIR={root}-minters faketime '2026-03-01 12:00:00' \"$IBI\" -q deposit {root} f.txt"
         );
         assert_code(&sh_in(env.root(), &script), 0, "deposit at one faked instant");
@@ -1182,4 +1184,23 @@ fn regress_terminal_escapes_from_bag_info() {
         "raw control characters reached the terminal: {shown:?}"
     );
     assert!(shown.contains("\\x1b]0;owned\\x07"), "{shown:?}");
+}
+
+/// Exit codes disagreed between commands for one kind of request: an export to a
+/// folder that exists said 1 (problems in data) while an unknown name said 2. The
+/// rule: what the command names is missing or taken is invalid input, exit 2;
+/// exit 1 is for problems found in the data.
+#[test]
+fn regress_exit_codes_disagree_across_commands() {
+    let env = TestEnv::new();
+    let root = env.filled("lib", 1, 1);
+    let name = env.ok(&["list", &root]).pairs()[0].0.clone();
+    let unknown = "ibi.example.org/test/2001/01.01.00.00";
+    for args in [vec!["resolve", &root, unknown], vec!["show", &root, unknown], vec!["export", &root, unknown, "x"]] {
+        env.fails(&args, 2);
+    }
+    fs::create_dir_all(env.path("taken")).unwrap();
+    let taken = env.path("taken").to_string_lossy().into_owned();
+    let run = env.fails(&["export", &root, &name, &taken], 2);
+    assert!(run.stderr.contains("already exists"), "{}", run.stderr);
 }

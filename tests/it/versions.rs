@@ -53,7 +53,7 @@ fn update_makes_a_new_version_and_keeps_every_earlier_one() {
     assert_eq!(fs::read(env.path("v1/data/b.txt")).unwrap(), b"second file\n");
     assert_eq!(fs::read(env.path("v2/data/notes/errata.txt")).unwrap(), b"errata\n");
     assert!(!env.path("v2/ibi-versions").exists());
-    let run = env.fails(&["export", &lib, &name, env.path("v1").to_str().unwrap()], 1);
+    let run = env.fails(&["export", &lib, &name, env.path("v1").to_str().unwrap()], 2);
     assert!(run.stderr.contains("already exists"), "{}", run.stderr);
     let run = env.fails(&["export", &lib, &name, env.path("v9").to_str().unwrap(), "--version", "9"], 2);
     assert!(run.stderr.contains("versions 1 to 2"), "{}", run.stderr);
