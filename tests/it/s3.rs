@@ -440,6 +440,17 @@ fn an_s3_collection_is_served_over_http() {
     assert_eq!((part.status, part.body.as_slice()), (206, &b"56789"[..]));
 }
 
+/// A moto server with a collection at `s3://lib/main` holding one item (`data/a.txt`
+/// = "alpha"), for the tests of one S3 behaviour; its name.
+fn one_item_collection(env: &TestEnv) -> (Moto, String) {
+    let moto = Moto::start("lib");
+    env.s3_collection(moto.port, "s3://lib/main");
+    let src = env.write("src/a/a.txt", b"alpha\n");
+    let deposited = env.s3_ok(moto.port, &["deposit", "s3://lib/main", src.parent().unwrap().to_str().unwrap()]);
+    let name = deposited.pairs()[0].0.clone();
+    (moto, name)
+}
+
 /// An S3 endpoint whose credentials may only read: `tests/readonly_s3_proxy.py` in
 /// front of `target`, answering every write with 403 AccessDenied.
 struct ReadOnlyS3 {
@@ -477,11 +488,8 @@ impl ReadOnlyS3 {
 #[test]
 fn reading_commands_work_with_read_only_s3_credentials() {
     let env = TestEnv::new();
-    let moto = Moto::start("lib");
+    let (moto, name) = one_item_collection(&env);
     let s3 = "s3://lib/main";
-    env.s3_collection(moto.port, s3);
-    let src = env.write("src/a/a.txt", b"alpha\n");
-    let name = env.s3_ok(moto.port, &["deposit", s3, src.parent().unwrap().to_str().unwrap()]).pairs()[0].0.clone();
     let reader = ReadOnlyS3::start(moto.port);
     let p = reader.port;
     assert_eq!(env.s3_ok(p, &["list", s3]).pairs()[0].0, name);
@@ -508,11 +516,8 @@ fn reading_commands_work_with_read_only_s3_credentials() {
 #[test]
 fn regress_verify_takes_a_write_lease() {
     let env = TestEnv::new();
-    let moto = Moto::start("lib");
+    let (moto, _) = one_item_collection(&env);
     let s3 = "s3://lib/main";
-    env.s3_collection(moto.port, s3);
-    let src = env.write("src/a/a.txt", b"alpha\n");
-    env.s3_ok(moto.port, &["-q", "deposit", s3, src.parent().unwrap().to_str().unwrap()]);
     let degraded = ReadOnlyS3::hanging(moto.port);
     for args in [["verify", s3], ["list", s3]] {
         let mut child =
@@ -531,12 +536,8 @@ fn regress_verify_takes_a_write_lease() {
 #[test]
 fn regress_record_with_no_versions_panics_s3_verify() {
     let env = TestEnv::new();
-    let moto = Moto::start("lib");
-    let p = moto.port;
-    let s3 = "s3://lib/main";
-    env.s3_collection(p, s3);
-    let src = env.write("src/a/a.txt", b"alpha\n");
-    let name = env.s3_ok(p, &["deposit", s3, src.parent().unwrap().to_str().unwrap()]).pairs()[0].0.clone();
+    let (moto, name) = one_item_collection(&env);
+    let (p, s3) = (moto.port, "s3://lib/main");
     let record =
         format!(r#"{{"name":"{name}","ibip":null,"origin":null,"status":"present","versions":[],"withdrawn":null}}"#);
     put_object(p, "lib", &format!("main/.ibi/inventory/{name}"), record.as_bytes());
@@ -556,12 +557,8 @@ fn regress_record_with_no_versions_panics_s3_verify() {
 #[test]
 fn regress_serving_s3_panics_on_sigterm() {
     let env = TestEnv::new();
-    let moto = Moto::start("lib");
-    let p = moto.port;
-    let s3 = "s3://lib/served";
-    env.s3_collection(p, s3);
-    let src = env.write("src/a/a.txt", b"alpha\n");
-    let name = env.s3_ok(p, &["deposit", s3, src.parent().unwrap().to_str().unwrap()]).pairs()[0].0.clone();
+    let (moto, name) = one_item_collection(&env);
+    let (p, s3) = (moto.port, "s3://lib/main");
     for signal in [libc::SIGTERM, libc::SIGINT] {
         let mut command = env.s3_command(p, &["serve", s3, "--listen", "127.0.0.1:0"]);
         command.env_remove("NO_PROXY");
