@@ -242,3 +242,36 @@ fn regress_purged_tombstone_drops_dsts_only_copy() {
     assert!(env.run(&["list", &d]).stdout.is_empty(), "the withdrawal reached DST");
     env.ok(&["-q", "verify", &d]);
 }
+
+/// A truncated, non-SQLite or zero-byte inventory made commands exit 1 with
+/// SQLite's words ("file is not a database", "no such table"), as if data were
+/// damaged. It is corrupt state: exit 3, saying what to do.
+#[test]
+fn regress_damaged_inventory_exits_1_with_sqlites_words() {
+    let env = TestEnv::new();
+    let lib = env.filled("lib", 2, 1);
+    let inventory = Path::new(&lib).join(".ibi/inventory.sqlite");
+    let whole = fs::read(&inventory).unwrap();
+    for (what, bytes) in [
+        ("empty", Vec::new()),
+        ("not sqlite", b"not a database at all".repeat(50)),
+        ("truncated", whole[..100].to_vec()),
+    ] {
+        sh(&format!("rm -f '{lib}'/.ibi/inventory.sqlite*"));
+        fs::write(&inventory, &bytes).unwrap();
+        for args in [vec!["list", &lib], vec!["verify", &lib]] {
+            let run = env.fails(&args, 3);
+            assert!(
+                run.stderr.contains("move it aside") && run.stderr.contains("rebuilds"),
+                "{what} {args:?}: {}",
+                run.stderr
+            );
+        }
+    }
+    // Moved aside, as the message says: the next write rebuilds it.
+    fs::rename(&inventory, inventory.with_extension("sqlite.damaged")).unwrap();
+    let extra = env.write("extra.txt", b"extra\n");
+    env.ok(&["-q", "deposit", &lib, extra.to_str().unwrap()]);
+    assert_eq!(env.ok(&["list", &lib]).lines().len(), 3);
+    env.ok(&["-q", "verify", &lib]);
+}

@@ -35,7 +35,21 @@ CREATE TABLE IF NOT EXISTS items (
 const PAGE: usize = 4096;
 
 fn sql_error(path: &Path, e: rusqlite::Error) -> Error {
-    Error::Data { what: format!("inventory {}", path.display()), problem: e.to_string() }
+    use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
+    match e.sqlite_error_code() {
+        Some(NotADatabase | DatabaseCorrupt) => damaged(path, &e.to_string()),
+        _ => Error::Data { what: format!("inventory {}", path.display()), problem: e.to_string() },
+    }
+}
+
+/// A damaged inventory: corrupt state (exit 3), with what to do about it.
+fn damaged(path: &Path, why: &str) -> Error {
+    let problem = format!(
+        "the inventory is damaged ({why}); move it aside (mv {0} {0}.damaged) and the next writing command \
+         rebuilds it from the bags (items that vanished before then are no longer known)",
+        path.display()
+    );
+    Error::CorruptState { path: path.to_path_buf(), problem }
 }
 
 /// An open inventory.
@@ -95,7 +109,22 @@ impl Inventory {
         let conn = Connection::open_with_flags(path, flags).map_err(|e| sql_error(path, e))?;
         let inventory = Inventory { path: path.to_path_buf(), conn };
         inventory.setup("PRAGMA busy_timeout = 60000; PRAGMA synchronous = FULL;")?;
+        inventory.check_schema()?;
         Ok(Some(inventory))
+    }
+
+    /// Refuses a file that is SQLite but not an inventory (an empty file is an empty
+    /// database): corrupt state, never "no such table" from deep inside a command.
+    fn check_schema(&self) -> Result<()> {
+        let found: Option<i64> = self
+            .conn
+            .query_row("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'items'", [], |row| row.get(0))
+            .optional()
+            .map_err(|e| sql_error(&self.path, e))?;
+        match found {
+            Some(_) => Ok(()),
+            None => Err(damaged(&self.path, "it holds no items table")),
+        }
     }
 
     /// Opens the inventory to read without writing any file: with SQLite's
@@ -116,6 +145,7 @@ impl Inventory {
         let conn = Connection::open_with_flags(&uri, flags).map_err(|e| sql_error(path, e))?;
         let inventory = Inventory { path: path.to_path_buf(), conn };
         inventory.setup("PRAGMA busy_timeout = 60000;")?;
+        inventory.check_schema()?;
         Ok(Some(inventory))
     }
 
