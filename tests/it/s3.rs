@@ -602,3 +602,29 @@ fn regress_far_future_lease_blocks_for_ever() {
     assert!(child.wait().unwrap().success());
     assert_eq!(env.s3_ok(p, &["list", s3]).lines().len(), 1);
 }
+
+/// The S3 minter had no floor of held names: with its minter object restored from
+/// an older backup (and another machine's minter folder), a deposit in the same
+/// minute minted a name the bucket held, and failed with exit 1. It now never
+/// mints at or before the newest name the inventory records.
+#[test]
+fn regress_restored_s3_minter_mints_a_held_name() {
+    let env = TestEnv::new();
+    let moto = Moto::start("lib");
+    let p = moto.port;
+    let s3 = "s3://lib/main";
+    let args = ["-q", "init", s3, "--host", "test.ibi.example.org", "--ip", "192.0.2.30", "--granularity", "60"];
+    env.s3_ok(p, &args);
+    let first = env.write("one/a.txt", b"first\n");
+    let held = env.s3_ok(p, &["deposit", s3, first.parent().unwrap().to_str().unwrap()]).pairs()[0].0.clone();
+    // The minter object as an old backup had it, and a machine that never minted here.
+    put_object(p, "lib", "main/.ibi/minter", b"1000000000");
+    let second = env.write("two/b.txt", b"second\n");
+    let mut deposit = env.s3_command(p, &["deposit", s3, second.parent().unwrap().to_str().unwrap()]);
+    let run: crate::env::Run =
+        deposit.env(crate::env::MINTER_DIR_ENV, env.path("other-machine")).output().unwrap().into();
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let minted = run.pairs()[0].0.clone();
+    assert!(minted > held, "{minted} is not after the held {held}");
+    assert_eq!(env.s3_ok(p, &["list", s3]).lines().len(), 2);
+}

@@ -217,6 +217,8 @@ pub struct ObjectMinter<'a> {
     pub machine: Option<StateFile>,
     /// Set for a retired collection: it refuses to mint, naming itself.
     pub retired: Option<String>,
+    /// The newest name the collection holds or held, found when first asked.
+    pub floor: Box<dyn Fn() -> Result<Option<Timestamp>> + 'a>,
 }
 
 impl MinterState for ObjectMinter<'_> {
@@ -231,7 +233,7 @@ impl MinterState for ObjectMinter<'_> {
         })?;
         create_dir_all_durable(crate::fsx::parent_dir(&machine.state))?;
         let _machine_lock = FileLock::acquire(&machine.lock)?;
-        let shared = machine.read()?;
+        let shared = machine.read()?.max((self.floor)()?);
         let key = self.keys.minter();
         let next = loop {
             let current = self.objects.run(self.objects.get(&key))?;

@@ -54,6 +54,9 @@ pub struct S3Store {
     stages: Mutex<HashMap<u64, StageMeta>>,
     /// The folder of the machine-wide minter states (`local::minter::machine_dir`).
     minter_dir: Option<std::path::PathBuf>,
+    /// The newest name of its own subsystem the collection's inventory records,
+    /// found once: the minter never goes at or before it (a restored bucket).
+    held_floor: std::sync::OnceLock<Option<crate::id::Timestamp>>,
 }
 
 /// What this handle knows of one of its stages.
@@ -99,7 +102,8 @@ impl S3Store {
         let text = String::from_utf8_lossy(&found.bytes);
         let (config, subsystem) = CollectionConfig::parse(&text, &format!("{}/.ibi/collection.toml", objects.place))?;
         let minter_dir = crate::store::local::minter::machine_dir();
-        Ok(S3Store { objects, keys, config, subsystem, stages: Mutex::default(), minter_dir })
+        let held_floor = std::sync::OnceLock::new();
+        Ok(S3Store { objects, keys, config, subsystem, stages: Mutex::default(), minter_dir, held_floor })
     }
 
     /// Marks the collection retired: it mints no more names (the config is

@@ -169,7 +169,8 @@ impl WriteBackend for S3Store {
         let machine =
             self.minter_dir.as_ref().map(|dir| crate::store::local::minter::machine_state(dir, &self.subsystem));
         let retired = self.config.retired.then(|| self.objects.place.clone());
-        Box::new(lease::ObjectMinter { objects: &self.objects, keys: &self.keys, machine, retired })
+        let floor = Box::new(|| self.held_floor());
+        Box::new(lease::ObjectMinter { objects: &self.objects, keys: &self.keys, machine, retired, floor })
     }
 
     fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()> {
@@ -310,6 +311,25 @@ impl WriteBackend for S3Store {
 }
 
 impl S3Store {
+    /// The newest name of the collection's own subsystem its inventory records (held,
+    /// withdrawn or moved away), listed once per handle: a minter state restored from
+    /// an older bucket never hands one out again.
+    fn held_floor(&self) -> Result<Option<crate::id::Timestamp>> {
+        if let Some(floor) = self.held_floor.get() {
+            return Ok(*floor);
+        }
+        let own = self.subsystem.prefix();
+        let mut newest = None;
+        for listed in walk::leaves(&self.objects, self.keys.at(keys::INVENTORY)) {
+            if let Listed::Item(name) = listed? {
+                if name.prefix() == own {
+                    newest = newest.max(Some(name.date()));
+                }
+            }
+        }
+        Ok(*self.held_floor.get_or_init(|| newest))
+    }
+
     /// The name an alias object holds; a body that is no name is corrupt state.
     async fn alias_async(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
         let key = self.keys.alias(ibip);
