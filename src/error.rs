@@ -107,6 +107,18 @@ pub enum Error {
     #[error("{place}: {message}")]
     Far { place: String, class: ErrorClass, message: String },
 
+    /// A collection that does not mint its subsystem's names was asked for one.
+    #[error("{place} mints no names: {why}")]
+    NotMinting { place: String, why: String },
+
+    /// Two collections both mint one subsystem's names (RTC-10 allows one).
+    #[error(
+        "{first} ({first_id}) and {second} ({second_id}) both mint the names of {subsystem}, and only one may: \
+         move minting from one to the other with `ibi handover FROM TO`, or re-create one with \
+         `ibi init ROOT --like OTHER`; nothing was changed"
+    )]
+    TwoMinting { subsystem: String, first: String, first_id: String, second: String, second_id: String },
+
     /// Talking to a far collection failed: the connection, the greeting or the protocol.
     #[error("{place}: {problem}")]
     Connection { place: String, problem: String },
@@ -125,7 +137,9 @@ impl Error {
             | Error::Invalid { .. }
             | Error::NotFound { .. }
             | Error::Unbaggable { .. }
-            | Error::Refused { .. } => ErrorClass::Input,
+            | Error::Refused { .. }
+            | Error::NotMinting { .. }
+            | Error::TwoMinting { .. } => ErrorClass::Input,
             Error::Far { class, .. } => *class,
             Error::Connection { .. } => ErrorClass::Operational,
             Error::Io { .. } | Error::CorruptState { .. } | Error::ClockBehind { .. } | Error::Watch { .. } => {

@@ -172,13 +172,20 @@ Examples:
   # a backup server a compromised source cannot wipe, in ~/.ssh/authorized_keys:
   command=\"ibi serve --stdio --restrict-to-path /srv/library --append-only\",restrict ssh-ed25519 AAAA…")]
     Serve(ServeArgs),
-    /// Retire a collection after a migration: it keeps serving its items but mints no names.
+    /// Retire a collection that simply stops: it keeps serving its items but mints no names.
     #[command(after_help = "Examples:
-  ibi migrate /srv/old/library /srv/new/library && ibi retire /srv/old/library")]
+  ibi retire /srv/old/library                          # to move minting elsewhere, use `ibi handover`")]
     Retire {
         /// The collection's root folder.
         root: PathBuf,
     },
+    /// Move minting from FROM to TO (one subsystem): FROM stops, TO mints after FROM's newest name.
+    #[command(after_help = "Examples:
+  ibi init new:/srv/library --like /srv/library        # a copy that does not mint
+  ibi mirror /srv/library new:/srv/library             # while the old one stays in service
+  ibi handover /srv/library new:/srv/library --forward-url https://new.example.org/
+  ibi migrate /srv/library new:/srv/library")]
+    Handover(HandoverArgs),
     /// Hot folder: deposit each new entry of INBOX once it stops changing.
     #[command(after_help = "Examples:
   ibi watch /srv/inbox /srv/library                    # originals go to INBOX/.deposited/
@@ -363,11 +370,29 @@ impl FromStr for Seconds {
 }
 
 #[derive(Debug, Args)]
+pub struct HandoverArgs {
+    /// The collection that mints now.
+    pub from: PathBuf,
+    /// The collection that will mint (made with `init --like FROM`).
+    pub to: PathBuf,
+    /// TO's public base URL: the old server's resolver sends names there.
+    #[arg(long, value_name = "URL")]
+    pub forward_url: Option<String>,
+    /// Wait for the collections' write locks instead of failing at once.
+    #[arg(long)]
+    pub wait: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct InitArgs {
     /// The new collection's root folder (absent or empty).
     pub root: PathBuf,
     #[command(flatten)]
     pub subsystem: SubsystemArgs,
+    /// Make a collection of OTHER's subsystem that does not mint: it follows the
+    /// collection that does, and holds copies (mirror, migrate) until a handover.
+    #[arg(long, value_name = "OTHER", conflicts_with_all = ["host", "ip", "port", "ibip_port", "granularity"])]
+    pub like: Option<PathBuf>,
     /// Organisation recorded as Source-Organization in every item.
     #[arg(long)]
     pub org: Option<String>,

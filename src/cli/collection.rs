@@ -1,5 +1,5 @@
-//! The collection commands: `init`, `deposit`, `verify`, `list`, `resolve`
-//! and `watch`. Each opens the collection, calls the library operation with
+//! The collection commands: `init`, `deposit`, `verify`, `list`, `resolve`,
+//! `watch`, `retire` and `handover`. Each opens the collection, calls the library operation with
 //! the `Printer` as its reporter, prints results and a summary, and returns
 //! the outcome that selects the exit code.
 
@@ -10,26 +10,42 @@ use anyhow::Result;
 use ibi::id::minter::SystemClock;
 use ibi::ops::deposit::{deposit as deposit_items, DepositOptions, Deposited};
 use ibi::ops::list::{list as list_items, DateRange};
+use ibi::ops::minting::{HandedOver, HandoverOptions};
 use ibi::ops::verify::verify as verify_items;
 use ibi::ops::watch::{watch as watch_inbox, WatchOptions};
 use ibi::Minted;
 use serde_json::json;
 
-use super::args::{DepositArgs, GlobalArgs, InitArgs, ListArgs, VerifyArgs, WatchArgs};
+use super::args::{DepositArgs, GlobalArgs, HandoverArgs, InitArgs, ListArgs, VerifyArgs, WatchArgs};
 use super::ident::subsystem_from_args;
 use super::printer::Printer;
 use super::Outcome;
 
 pub fn init(global: GlobalArgs, args: &InitArgs) -> Result<Outcome> {
-    let subsystem = subsystem_from_args(&args.subsystem)?;
     let connect = ibi::store::Connect::from_env();
-    let options = ibi::store::InitOptions { unsafe_no_conditional_writes: args.unsafe_no_conditional_writes };
-    let collection = ibi::store::init(&args.root, &connect, subsystem, args.org.clone(), options)?;
+    let mut options = ibi::store::InitOptions {
+        unsafe_no_conditional_writes: args.unsafe_no_conditional_writes,
+        ..Default::default()
+    };
+    let (subsystem, org) = match &args.like {
+        Some(other) => {
+            let other = super::open(other)?;
+            options.follows = Some(ibi::ops::minting::peer_to_follow(other.as_ref())?);
+            (other.subsystem().clone(), args.org.clone().or_else(|| other.organisation().map(String::from)))
+        }
+        None => (subsystem_from_args(&args.subsystem)?, args.org.clone()),
+    };
+    let collection = ibi::store::init(&args.root, &connect, subsystem, org, options.clone())?;
     let printer = Printer::new(global);
     let prefix = collection.subsystem().prefix().to_string();
+    let (who, follows) = match &options.follows {
+        Some(peer) => (format!("it follows {} ({}), which mints them", peer.location, peer.id), Some(peer)),
+        None => ("it mints them".to_string(), None),
+    };
     printer.summary(
-        &format!("created collection {} (names {prefix}/…)", args.root.display()),
-        json!({"root": args.root, "prefix": prefix}),
+        &format!("created collection {} (names {prefix}/…); {who}", args.root.display()),
+        json!({"root": args.root, "prefix": prefix, "mints": follows.is_none(),
+               "follows": follows.map(|p| json!({"id": p.id, "location": p.location}))}),
     );
     Ok(Outcome::Success)
 }
@@ -174,12 +190,41 @@ pub fn watch(global: GlobalArgs, args: &WatchArgs) -> Result<Outcome> {
 }
 
 pub fn retire(global: GlobalArgs, root: &Path) -> Result<Outcome> {
-    if let ibi::store::location::Location::Far(far) = ibi::store::location::Location::parse(root)? {
-        let problem = format!("{far} is far: run `ibi retire {}` on {} itself", far.path, far.host);
-        return Err(ibi::Error::Invalid { what: "retire".into(), problem }.into());
-    }
     let collection = super::open(root)?;
-    collection.begin_write(ibi::store::LockWait::No)?.retire()?;
+    ibi::ops::minting::retire(collection.as_ref(), ibi::store::LockWait::No)?;
     Printer::new(global).note(&format!("retired {}: it mints no more names", collection.location()));
     Ok(Outcome::Success)
+}
+
+pub fn handover(global: GlobalArgs, args: &HandoverArgs) -> Result<Outcome> {
+    let (from, to) = (super::open(&args.from)?, super::open(&args.to)?);
+    let wait = if args.wait { ibi::store::LockWait::Forever } else { ibi::store::LockWait::No };
+    let options = HandoverOptions { forward_url: args.forward_url.clone(), wait: Some(wait) };
+    if let Some(url) = &options.forward_url {
+        check_forward_url(url)?;
+    }
+    let done = ibi::ops::minting::handover(from.as_ref(), to.as_ref(), &options)?;
+    let printer = Printer::new(global);
+    let (from, to) = (from.location(), to.location());
+    let (text, floor) = match done {
+        HandedOver::Already => (format!("{to} already mints; {from} handed over to it earlier"), None),
+        HandedOver::Moved { floor } => {
+            let after = floor.map_or("".into(), |f| format!(", after {}", f.to_rfc3339()));
+            (format!("{to} now mints the names {from} minted{after}; {from} mints no more"), floor)
+        }
+    };
+    printer.summary(&text, json!({"from": from, "to": to, "floor": floor.map(|f| f.to_rfc3339())}));
+    Ok(Outcome::Success)
+}
+
+/// A forwarding URL is an absolute http(s) URL ending in a slash (names are appended).
+pub fn check_forward_url(url: &str) -> Result<()> {
+    let good = (url.starts_with("https://") || url.starts_with("http://"))
+        && url.ends_with('/')
+        && !url.contains(char::is_whitespace);
+    if good {
+        return Ok(());
+    }
+    let problem = format!("\"{url}\" is not an http(s) URL ending in \"/\" (names are appended to it)");
+    Err(ibi::Error::Invalid { what: "--forward-url".into(), problem }.into())
 }

@@ -41,6 +41,7 @@ pub fn mint(global: GlobalArgs, args: &MintArgs) -> Result<Outcome> {
         let clock = clock_for(args.at);
         let printer = Printer::new(global);
         let noticed = NoticedClock { clock: clock.as_ref(), reporter: &printer };
+        ibi::store::refuse_unless_minting(collection.as_ref())?;
         let writer = collection.begin_write(ibi::store::LockWait::Forever)?;
         let minted = ibi::store::mint(writer.as_ref(), args.count, &noticed)?;
         let dates: Vec<ibi::Timestamp> = minted.iter().map(|m| m.name.date()).collect();

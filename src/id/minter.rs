@@ -70,6 +70,8 @@ pub trait MinterState {
     /// Runs `step` on the stored date while no other minter of this state can, and
     /// stores the date it returns; nothing is stored if `step` fails.
     fn update(&self, step: &mut dyn FnMut(Option<Timestamp>) -> Result<Timestamp>) -> Result<()>;
+    /// The stored date (and any floor the state keeps), changing nothing.
+    fn last(&self) -> Result<Option<Timestamp>>;
 }
 
 /// Runs `step` through `state.update`, returning what `step` made besides the date.
@@ -176,6 +178,9 @@ impl MinterState for CellState {
     fn update(&self, step: &mut dyn FnMut(Option<Timestamp>) -> Result<Timestamp>) -> Result<()> {
         self.0.set(Some(step(self.0.get())?));
         Ok(())
+    }
+    fn last(&self) -> Result<Option<Timestamp>> {
+        Ok(self.0.get())
     }
 }
 

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 
 use crate::error::Result;
 use crate::id::RepositoryName;
-use crate::ops::driver::{check_distinct, next_chunk, pipeline, plan_copy, Driver, Plan, Tally};
+use crate::ops::driver::{check_pair, next_chunk, pipeline, plan_copy, Driver, Plan, Tally};
 pub use crate::ops::driver::{TransferOptions, TransferSummary};
 use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
@@ -108,7 +108,7 @@ pub fn transfer(
     reporter: &dyn Reporter,
 ) -> Result<TransferSummary> {
     let migrate = kind == TransferKind::Migrate;
-    check_distinct(src, dst)?;
+    check_pair(src, dst)?;
     let dst_writer = if options.dry_run { None } else { Some(dst.begin_write(options.wait)?) };
     let src_writer = if options.dry_run || !migrate { None } else { Some(src.begin_write(options.wait)?) };
     let (dst_writer, src_writer) = (dst_writer.as_deref(), src_writer.as_deref());

@@ -90,6 +90,7 @@ pub fn deposit(
     on_durable: &mut dyn FnMut(&Deposited),
 ) -> Result<u64> {
     check_meta(&options.meta)?;
+    crate::store::refuse_unless_minting(collection)?;
     for path in paths {
         if let Some(root) = collection.local_root() {
             guard::check_source("deposit source", path, root)?;

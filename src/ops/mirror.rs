@@ -17,7 +17,7 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::id::RepositoryName;
-use crate::ops::driver::{check_distinct, pipeline, plan_copy, Driver, Plan, Tally, TransferSummary};
+use crate::ops::driver::{check_pair, pipeline, plan_copy, Driver, Plan, Tally, TransferSummary};
 use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::transfer::BATCH;
@@ -389,7 +389,7 @@ pub fn mirror(
     options: &MirrorOptions,
     reporter: &dyn Reporter,
 ) -> Result<TransferSummary> {
-    check_distinct(src, dst)?;
+    check_pair(src, dst)?;
     let writer = if options.dry_run { None } else { Some(dst.begin_write(options.wait)?) };
     sync(src, (dst, writer.as_deref()), options, reporter)
 }
@@ -405,7 +405,7 @@ pub fn mirror_watch(
     debounce: Duration,
     on_pass: &mut dyn FnMut(&TransferSummary),
 ) -> Result<()> {
-    check_distinct(src, dst)?;
+    check_pair(src, dst)?;
     let writer = if options.dry_run { None } else { Some(dst.begin_write(options.wait)?) };
     let dst = (dst, writer.as_deref());
     let root = src.local_root().ok_or_else(|| Error::Invalid {

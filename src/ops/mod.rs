@@ -9,6 +9,7 @@ pub mod foreign_bag;
 pub mod handles;
 pub mod item;
 pub mod list;
+pub mod minting;
 pub mod mirror;
 mod over_any_store;
 pub mod repair;

@@ -11,9 +11,10 @@ mod tests {
     use crate::ops::mirror::{mirror, MirrorOptions};
     use crate::ops::verify::verify;
     use crate::ops::Silent;
+    use crate::store::config::Peer;
     use crate::store::conformance::{far, local, names, object_store_in_memory, subsystem};
     use crate::store::memory::MemoryStore;
-    use crate::store::{identity_digest, LockWait, Store};
+    use crate::store::{identity_digest, LockWait, Minting, Store};
 
     #[test]
     fn deposit_copy_mirror_and_verify_across_backends() {
@@ -33,12 +34,14 @@ mod tests {
         assert_eq!(verify(&a, &[], &Silent).unwrap().problems, 0);
 
         let b = MemoryStore::new(subsystem());
+        follow(&b, &a);
         let copy = TransferOptions { dry_run: false, wait: LockWait::No };
         let summary = transfer(TransferKind::Copy, &a, &b, &[], copy, &Silent).unwrap();
         assert_eq!((summary.copied, summary.problems), (5, 0));
         assert_eq!(names(&b), names(&a));
 
         let (c, _reopen, _dir) = local();
+        follow(&c, &a);
         let options = MirrorOptions { dry_run: false, wait: LockWait::No, checksum: true };
         assert_eq!(mirror(&b, &c, &options, &Silent).unwrap().copied, 5);
         assert_eq!(verify(&c, &[], &Silent).unwrap().problems, 0);
@@ -57,6 +60,7 @@ mod tests {
         // A far collection (served over pipes): mirror into it, damage it there, verify
         // finds it, mirror --checksum repairs it.
         let (d, _reopen, far_dir) = far();
+        follow(&d, &a);
         assert_eq!(mirror(&c, &d, &options, &Silent).unwrap().copied, 5);
         assert_eq!(verify(&d, &[], &Silent).unwrap().problems, 0);
         std::fs::write(far_dir.path().join("c").join(victim.to_string()).join("data/sub/f.txt"), b"rotten").unwrap();
@@ -72,12 +76,19 @@ mod tests {
         assert!(names(&a).is_empty(), "migrate removed what B verifiably holds");
     }
 
+    /// Makes `store` follow `minting`: one subsystem has one minting collection.
+    fn follow(store: &dyn Store, minting: &dyn Store) {
+        let peer = Peer { id: minting.collection_id().unwrap(), location: minting.location() };
+        store.begin_write(LockWait::No).unwrap().set_minting(&Minting::Follows(peer)).unwrap();
+    }
+
     /// A collection in object storage (object_store's in-memory store): mirror into
     /// it, overwrite an object behind ibi's back, verify names it, mirror repairs it,
     /// migrate empties it.
     fn object_storage_is_mirrored_damaged_repaired_and_migrated_out(d: &dyn Store, victim: &RepositoryName) {
         let options = MirrorOptions { dry_run: false, wait: LockWait::No, checksum: true };
         let (e, _reopen, _minters) = object_store_in_memory();
+        follow(&e, d);
         assert_eq!(mirror(d, &e, &options, &Silent).unwrap().copied, 5);
         assert_eq!(verify(&e, &[], &Silent).unwrap().problems, 0);
         let key = e.keys.item_file(victim, "data/sub/f.txt");
@@ -86,6 +97,7 @@ mod tests {
         assert_eq!(mirror(d, &e, &options, &Silent).unwrap().replaced, 1);
         assert_eq!(verify(&e, &[], &Silent).unwrap().problems, 0);
         let f = MemoryStore::new(subsystem());
+        follow(&f, d);
         let copy = TransferOptions { dry_run: false, wait: LockWait::No };
         let summary = transfer(TransferKind::Migrate, &e, &f, &[], copy, &Silent).unwrap();
         assert_eq!((summary.migrated, summary.problems), (5, 0));

@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 use crate::error::Result;
 use crate::id::RepositoryName;
-use crate::ops::driver::{check_distinct, next_chunk, pipeline, Driver, Plan, Tally, TransferSummary};
+use crate::ops::driver::{check_pair, next_chunk, pipeline, Driver, Plan, Tally, TransferSummary};
 use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::verify::verify_item;
 use crate::problem::{Problem, ProblemKind};
@@ -119,7 +119,7 @@ pub fn repair(
     options: RepairOptions,
     reporter: &dyn Reporter,
 ) -> Result<TransferSummary> {
-    check_distinct(from, root)?;
+    check_pair(from, root)?;
     let writer = if options.dry_run { None } else { Some(root.begin_write(options.wait)?) };
     let writer = writer.as_deref();
     let tally = Tally::default();

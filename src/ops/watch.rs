@@ -310,6 +310,7 @@ pub fn watch(
     on_deposit: &mut dyn FnMut(&str, &Minted),
 ) -> Result<u64> {
     check_meta(&options.deposit.meta)?;
+    crate::store::refuse_unless_minting(collection)?;
     if let Some(root) = collection.local_root() {
         guard::check_source("inbox", inbox, root)?;
     }

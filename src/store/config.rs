@@ -1,7 +1,8 @@
 //! `.ibi/collection.toml`: the format version, the identification subsystem
-//! (host, port, ip, ibip_port, granularity), the organisation, and whether the
-//! collection is retired (mints no more names). This module
-//! owns reading, checking and writing it.
+//! (host, port, ip, ibip_port, granularity), the organisation, and the
+//! collection's part in minting: it mints the subsystem's names, follows the
+//! collection that does (`init --like`), or has stopped (`retire`, or `handover`
+//! to a successor). This module owns reading, checking and writing it.
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -23,9 +24,17 @@ pub struct CollectionConfig {
     pub id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub organisation: Option<String>,
-    /// A retired collection mints no names (its successor does); `ibi retire` sets it.
+    /// A retired collection mints no names (its successor does); `ibi retire` and
+    /// `ibi handover` set it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub retired: bool,
+    /// The minting collection this one follows (`init --like`): it holds copies of
+    /// the subsystem's items and never mints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follows: Option<Peer>,
+    /// Where minting went when this collection handed it over (`ibi handover`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub successor: Option<Successor>,
     pub subsystem: SubsystemConfig,
 }
 
@@ -42,6 +51,60 @@ pub struct SubsystemConfig {
     /// Decimal seconds, exact: "60", "1", "0.001".
     #[serde(default = "default_granularity")]
     pub granularity: String,
+}
+
+/// Another collection, as a config names it: its id and where it was.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Peer {
+    pub id: String,
+    pub location: String,
+}
+
+/// The collection minting passed to: who, since when (RFC 3339, UTC), and its
+/// public base URL if the handover gave one (resolvers send names there).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Successor {
+    pub id: String,
+    pub location: String,
+    pub since: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_url: Option<String>,
+}
+
+/// A collection's part in minting its subsystem's names (RTC-10: one label
+/// generator per identification subsystem, so exactly one collection mints).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Minting {
+    /// It mints (every collection made before `--like` existed does).
+    Mints,
+    /// It holds copies and follows the collection that mints.
+    Follows(Peer),
+    /// It stopped minting, and handed over to a successor if it names one.
+    Retired(Option<Successor>),
+}
+
+impl Minting {
+    pub fn mints(&self) -> bool {
+        matches!(self, Minting::Mints)
+    }
+
+    /// Why a collection in this state mints no names, and what to do instead.
+    pub fn why_not(&self, place: &str) -> String {
+        match self {
+            Minting::Mints => format!("{place} mints"),
+            Minting::Follows(peer) => format!(
+                "it follows {} ({}), the collection that mints this subsystem's names: deposit there, \
+                 or move minting here with `ibi handover {} {place}`",
+                peer.location, peer.id, peer.location
+            ),
+            Minting::Retired(Some(next)) => {
+                format!("it handed minting over to {} ({}) on {}: deposit there", next.location, next.id, next.since)
+            }
+            Minting::Retired(None) => "it is retired: deposit into the collection that replaced it".into(),
+        }
+    }
 }
 
 fn default_port() -> u16 {
@@ -66,6 +129,8 @@ impl CollectionConfig {
             id: Some(new_collection_id()),
             organisation,
             retired: false,
+            follows: None,
+            successor: None,
             subsystem: SubsystemConfig {
                 host: subsystem.host.clone(),
                 port: subsystem.port,
@@ -97,6 +162,26 @@ impl CollectionConfig {
         let subsystem =
             Subsystem::new(&s.host, s.port, s.ip, s.ibip_port, granularity).map_err(|e| invalid(e.to_string()))?;
         Ok((config, subsystem))
+    }
+
+    /// The collection's part in minting.
+    pub fn minting(&self) -> Minting {
+        match (&self.follows, self.retired) {
+            (_, true) => Minting::Retired(self.successor.clone()),
+            (Some(peer), false) => Minting::Follows(peer.clone()),
+            (None, false) => Minting::Mints,
+        }
+    }
+
+    /// This config with its part in minting set to `minting`.
+    pub fn with_minting(&self, minting: &Minting) -> CollectionConfig {
+        let mut config = self.clone();
+        (config.retired, config.follows, config.successor) = match minting {
+            Minting::Mints => (false, None, None),
+            Minting::Follows(peer) => (false, Some(peer.clone()), None),
+            Minting::Retired(next) => (true, None, next.clone()),
+        };
+        config
     }
 
     pub fn to_toml(&self) -> String {

@@ -15,6 +15,7 @@ use crate::digest::Digests;
 use crate::error::Error;
 use crate::id::minter::ReplayClock;
 use crate::id::{Granularity, Minted, RepositoryName, Subsystem, Timestamp};
+use crate::store::config::{Minting, Peer, Successor};
 use crate::store::{
     identity_digest, AppendOnly, FileSource, ItemRecord, Listed, LockWait, Placement, Slot, StageId, Status, Store,
     Writer,
@@ -275,6 +276,33 @@ pub fn minter_state_never_repeats(store: &dyn Store, other: &dyn Store) {
     assert_eq!(all.len(), 100, "no date handed out twice");
 }
 
+/// A collection's part in minting is stored, seen by another handle at once, and
+/// obeyed: one that follows or retired mints nothing and keeps its state; raising
+/// its minter still works (copies arrive); minting again starts after the raise.
+pub fn minting_role_is_kept_and_obeyed(store: &dyn Store, other: &dyn Store) {
+    assert_eq!(store.minting().unwrap(), Minting::Mints, "a new collection mints");
+    let clock = ReplayClock::new(Timestamp::parse_user("2026-01-01T00:00:00Z").unwrap());
+    let w = writer(store);
+    let first = w.mint_dates(1, &clock).unwrap()[0];
+    let peer = Peer { id: "urn:uuid:00000000-0000-4000-8000-000000000001".into(), location: "elsewhere".into() };
+    w.set_minting(&Minting::Follows(peer.clone())).unwrap();
+    assert_eq!(other.minting().unwrap(), Minting::Follows(peer), "another handle sees the change");
+    assert!(matches!(w.mint_dates(1, &clock), Err(Error::NotMinting { .. })), "a follower mints nothing");
+    assert_eq!(w.minted_up_to().unwrap(), Some(first), "a refused mint leaves the state alone");
+    // A far server mints with its own clock, so `first` may be today.
+    let later = first.checked_add_nanos(1_000_000);
+    w.raise_minter_to(later).unwrap();
+    assert_eq!(w.minted_up_to().unwrap(), Some(later));
+    let next =
+        Successor { id: "x".into(), location: "y".into(), since: "2026-06-01T00:00:00Z".into(), forward_url: None };
+    w.set_minting(&Minting::Retired(Some(next.clone()))).unwrap();
+    assert_eq!(store.minting().unwrap(), Minting::Retired(Some(next)));
+    assert!(matches!(w.mint_dates(1, &clock), Err(Error::NotMinting { .. })), "a retired collection mints nothing");
+    w.set_minting(&Minting::Mints).unwrap();
+    let clock = ReplayClock::new(later);
+    assert!(w.mint_dates(1, &clock).unwrap()[0] > later, "minting resumes after the raised floor");
+}
+
 pub fn inventory_records_placement_replacement_and_removal(store: &dyn Store, other: &dyn Store) {
     assert!(store.has_inventory() && store.collection_id().is_some_and(|id| id.starts_with("urn:uuid:")));
     let w = writer(store);
@@ -333,7 +361,8 @@ pub fn append_only_refuses_what_would_change(store: &dyn Store) {
         assert!(matches!(place(&w, &a, stage, true), Err(Error::Refused { .. })), "a replacement is refused");
     }
     assert!(matches!(w.remove(std::slice::from_ref(&a.name)), Err(Error::Refused { .. })));
-    assert!(matches!(w.retire(), Err(Error::Refused { .. })));
+    assert!(matches!(w.set_minting(&Minting::Retired(None)), Err(Error::Refused { .. })));
+    assert!(store.minting().unwrap().mints(), "an append-only writer never changes who mints");
     assert!(matches!(w.restore_alias(a.ibip.as_ref().unwrap(), &b.name), Err(Error::Refused { .. })));
     assert_eq!(read_a(store, &a.name), b"kept");
     assert_eq!(store.alias(a.ibip.as_ref().unwrap()).unwrap(), Some(a.name.clone()));
@@ -385,7 +414,8 @@ pub fn every_other_call_answers(store: &dyn Store, other: &dyn Store) {
 type Check<'a, S, F> = (&'static str, &'a dyn Fn(&S, &F));
 
 pub fn run_all<S: Store + 'static, F: Fn() -> S>(fresh: impl Fn() -> (S, F)) {
-    let checks: [Check<S, F>; 12] = [
+    let checks: [Check<S, F>; 13] = [
+        ("minting_role_is_kept_and_obeyed", &|s, r| minting_role_is_kept_and_obeyed(s, &r())),
         ("placement_never_overwrites", &|s, _| placement_never_overwrites(s)),
         ("walk_is_in_name_order", &|s, _| walk_is_in_name_order(s)),
         ("aliases_follow_placement_and_removal", &|s, _| aliases_follow_placement_and_removal(s)),
@@ -425,7 +455,8 @@ pub(crate) mod fixtures {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("c");
         let minters = dir.path().join("minters");
-        let store = Collection::init(&root, subsystem(), None).unwrap().with_minter_dir(&minters);
+        let config = crate::store::config::CollectionConfig::new(&subsystem(), None);
+        let store = Collection::init(&root, &config, Some(minters.clone())).unwrap();
         (store, move || Collection::open(&root).unwrap().with_minter_dir(&minters), dir)
     }
 
@@ -551,6 +582,12 @@ mod each_backend {
                 fn minter_state_never_repeats() {
                     let (store, reopen, _dir) = $fresh;
                     super::minter_state_never_repeats(&store, &reopen());
+                }
+
+                #[test]
+                fn minting_role_is_kept_and_obeyed() {
+                    let (store, reopen, _dir) = $fresh;
+                    super::minting_role_is_kept_and_obeyed(&store, &reopen());
                 }
             }
         )*};

@@ -18,6 +18,7 @@ use crate::fsx::CopyError;
 use crate::id::minter::MinterState;
 use crate::id::{Ibip, RepositoryName, Subsystem, Timestamp};
 use crate::problem::{Problem, ProblemKind};
+use crate::store::config::Minting;
 use crate::store::{
     item_ibip, FileSource, ItemRecord, Lease, Leased, Listed, LockWait, Placed, Placement, Refusal, Slot, StageId,
     Status, Store, WriteBackend, Writer,
@@ -41,6 +42,8 @@ struct Shared {
     minter: Mutex<Option<Timestamp>>,
     records: Mutex<HashMap<String, RepositoryName>>,
     inventory: Mutex<BTreeMap<RepositoryName, ItemRecord>>,
+    /// `None` until set: a new collection mints.
+    minting: Mutex<Option<Minting>>,
 }
 
 /// A collection in memory.
@@ -115,6 +118,9 @@ impl MinterState for MemoryMinter<'_> {
         let mut last = lock(self.0);
         *last = Some(step(*last)?);
         Ok(())
+    }
+    fn last(&self) -> Result<Option<Timestamp>> {
+        Ok(*lock(self.0))
     }
 }
 
@@ -241,6 +247,10 @@ impl Store for MemoryStore {
         Some(self.id.clone())
     }
 
+    fn minting(&self) -> Result<Minting> {
+        Ok(lock(&self.shared.minting).clone().unwrap_or(Minting::Mints))
+    }
+
     fn has_inventory(&self) -> bool {
         true
     }
@@ -277,6 +287,11 @@ impl Store for MemoryStore {
 }
 
 impl WriteBackend for MemoryStore {
+    fn set_minting(&self, minting: &Minting) -> Result<()> {
+        *lock(&self.shared.minting) = Some(minting.clone());
+        Ok(())
+    }
+
     fn lease(&self, wait: LockWait) -> Result<Lease> {
         self.take_lease(wait)
     }

@@ -45,6 +45,7 @@ use crate::bag::{BagCheck, BagFiles, BagInfo, TAGMANIFEST};
 use crate::error::{Error, Result};
 use crate::id::{Ibip, Identifier, RepositoryName, Subsystem};
 use crate::problem::{Problem, ProblemKind};
+pub use config::Minting;
 #[cfg(feature = "far")]
 pub use far::serve::{serve_stdio, ServeOptions};
 pub use inventory::{ItemRecord, Status, VersionRecord};
@@ -53,8 +54,8 @@ pub use location::Connect;
 pub use open::{init, open, InitOptions};
 pub use state_file::StateFile;
 pub use write::{
-    mint, raise_minter, AppendOnly, FileSource, Leased, Placed, Placement, Refusal, StageId, Staging, WriteBackend,
-    Writer,
+    mint, raise_minter, refuse_unless_minting, AppendOnly, FileSource, Leased, Placed, Placement, Refusal, StageId,
+    Staging, WriteBackend, Writer,
 };
 
 /// What a walk finds: an item's name, or an entry that is not an item.
@@ -170,6 +171,8 @@ pub trait Store: Send + Sync {
     /// The collection's own id (a UUID URN), given at init, or on the first write
     /// of a collection made before ids.
     fn collection_id(&self) -> Option<String>;
+    /// The collection's part in minting its subsystem's names, as stored now.
+    fn minting(&self) -> Result<config::Minting>;
     /// Whether the collection keeps an inventory yet (an older one gets it on its first write).
     fn has_inventory(&self) -> bool;
     /// The records of `names`, in the order asked; `None` for a name never held.

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 use crate::id::Subsystem;
+use crate::store::config::{CollectionConfig, Peer};
 #[cfg(feature = "far")]
 use crate::store::far;
 #[cfg(feature = "s3")]
@@ -38,10 +39,12 @@ fn not_built(location: &location::Location, _connect: &Connect) -> Error {
 }
 
 /// How `init` may create a collection.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct InitOptions {
     /// Create one in object storage whose server ignores conditional writes.
     pub unsafe_no_conditional_writes: bool,
+    /// The minting collection the new one follows (`init --like`): it will not mint.
+    pub follows: Option<Peer>,
 }
 
 /// Creates a collection at `location` (local, far or in object storage) and opens it.
@@ -52,17 +55,16 @@ pub fn init(
     organisation: Option<String>,
     options: InitOptions,
 ) -> Result<Box<dyn Store>> {
-    let _ = options;
+    let mut config = CollectionConfig::new(&subsystem, organisation);
+    config.follows = options.follows.clone();
     Ok(match location::Location::parse(location)? {
-        location::Location::Local(path) => Box::new(local::Collection::init(&path, subsystem, organisation)?),
-        #[cfg(feature = "far")]
-        location::Location::Far(address) => {
-            let config = crate::store::config::CollectionConfig::new(&subsystem, organisation);
-            Box::new(far::FarStore::init(&address, connect, &config)?)
+        location::Location::Local(path) => {
+            Box::new(local::Collection::init(&path, &config, local::minter::machine_dir())?)
         }
+        #[cfg(feature = "far")]
+        location::Location::Far(address) => Box::new(far::FarStore::init(&address, connect, &config)?),
         #[cfg(feature = "s3")]
         location::Location::Object(address) => {
-            let config = crate::store::config::CollectionConfig::new(&subsystem, organisation);
             Box::new(s3::S3Store::init(&address, &config, options.unsafe_no_conditional_writes)?)
         }
         #[allow(unreachable_patterns)]

@@ -67,6 +67,10 @@ impl MinterState for StateFile {
         }
         Ok(())
     }
+    fn last(&self) -> Result<Option<Timestamp>> {
+        let _lock = FileLock::acquire(&self.lock)?;
+        self.read()
+    }
 }
 
 #[cfg(test)]

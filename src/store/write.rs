@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::fsx::CopyError;
 use crate::id::minter::{Clock, Minter, MinterState};
 use crate::id::{Ibip, Minted, RepositoryName, Timestamp};
+use crate::store::config::Minting;
 use crate::store::{ItemRecord, Lease, LockWait, Store};
 
 /// A staged item under construction, by token.
@@ -66,8 +67,12 @@ pub trait Writer: Send + Sync {
     /// Mints `count` dates, each one the subsystem can encode, from the collection's
     /// minter state (a far server mints with its own state and clock).
     fn mint_dates(&self, count: usize, clock: &dyn Clock) -> Result<Vec<Timestamp>>;
-    /// Raises the minter state to at least `newest` (a name that arrived by copy).
+    /// Raises the minter state to at least `newest` (a name that arrived by copy, or
+    /// the last one a predecessor minted).
     fn raise_minter_to(&self, newest: Timestamp) -> Result<()>;
+    /// The newest date the collection's minter has handed out or holds (its state
+    /// and its floor), minting nothing.
+    fn minted_up_to(&self) -> Result<Option<Timestamp>>;
     /// Records names by content key; durable with the next placed batch.
     fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()>;
     fn stage(&self) -> Result<StageId>;
@@ -91,9 +96,9 @@ pub trait Writer: Send + Sync {
     fn restore_alias(&self, ibip: &Ibip, name: &RepositoryName) -> Result<()>;
     /// Removes items (and their aliases) durably.
     fn remove(&self, names: &[RepositoryName]) -> Result<()>;
-    /// Stops the collection minting for good (`ibi retire`): it keeps and serves its
-    /// items. Other handles see it at their next open.
-    fn retire(&self) -> Result<()>;
+    /// Sets the collection's part in minting (`ibi retire`, `ibi handover`), durably.
+    /// Every later mint reads it afresh, so another handle's next mint sees it.
+    fn set_minting(&self, minting: &Minting) -> Result<()>;
     /// Moves `names` from the collection `from` writes into this one without
     /// copying bytes, when the backend can (local: a rename within one
     /// filesystem); `None` when it cannot, and the caller copies instead. Asked
@@ -110,7 +115,9 @@ pub trait WriteBackend: Store {
     /// Completes or clears what an interrupted writer left.
     fn recover(&self) -> Result<()>;
     fn minter_state(&self) -> Box<dyn MinterState + '_>;
+    /// Mints only while the collection mints its subsystem's names (read afresh).
     fn mint_dates(&self, count: usize, clock: &dyn Clock) -> Result<Vec<Timestamp>> {
+        refuse_unless_minting(self)?;
         let state = self.minter_state();
         let subsystem = self.subsystem();
         let minter = Minter::new(state.as_ref(), subsystem.granularity, clock);
@@ -118,6 +125,9 @@ pub trait WriteBackend: Store {
     }
     fn raise_minter_to(&self, newest: Timestamp) -> Result<()> {
         self.minter_state().update(&mut |last| Ok(last.map_or(newest, |l| l.max(newest))))
+    }
+    fn minted_up_to(&self) -> Result<Option<Timestamp>> {
+        self.minter_state().last()
     }
     fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()>;
     fn stage(&self) -> Result<StageId>;
@@ -138,10 +148,10 @@ pub trait WriteBackend: Store {
     fn place(&self, batch: &[Placement]) -> Result<Placed>;
     fn restore_alias(&self, ibip: &Ibip, name: &RepositoryName) -> Result<()>;
     fn remove(&self, names: &[RepositoryName]) -> Result<()>;
-    /// See `Writer::retire`; by default the backend cannot.
-    fn retire(&self) -> Result<()> {
-        let why = "this kind of collection cannot be retired from here".into();
-        Err(Error::Refused { what: format!("retiring {}", self.location()), why })
+    /// See `Writer::set_minting`; by default the backend cannot.
+    fn set_minting(&self, _minting: &Minting) -> Result<()> {
+        let why = "this kind of collection keeps no minting role".into();
+        Err(Error::Refused { what: format!("changing who mints in {}", self.location()), why })
     }
     /// See `Writer::adopt_from`.
     fn adopt_from(&self, _from: &dyn Writer, _names: &[RepositoryName]) -> Result<Option<Placed>> {
@@ -208,8 +218,11 @@ impl<B: WriteBackend> Writer for Leased<'_, B> {
     fn remove(&self, names: &[RepositoryName]) -> Result<()> {
         self.backend.remove(names)
     }
-    fn retire(&self) -> Result<()> {
-        self.backend.retire()
+    fn minted_up_to(&self) -> Result<Option<Timestamp>> {
+        self.backend.minted_up_to()
+    }
+    fn set_minting(&self, minting: &Minting) -> Result<()> {
+        self.backend.set_minting(minting)
     }
     fn adopt_from(&self, from: &dyn Writer, names: &[RepositoryName]) -> Result<Option<Placed>> {
         self.backend.adopt_from(from, names)
@@ -281,8 +294,19 @@ impl Writer for AppendOnly<'_> {
     fn remove(&self, _names: &[RepositoryName]) -> Result<()> {
         Err(append_only_refusal("removing items".into()))
     }
-    fn retire(&self) -> Result<()> {
-        Err(append_only_refusal("retiring the collection".into()))
+    fn minted_up_to(&self) -> Result<Option<Timestamp>> {
+        self.0.minted_up_to()
+    }
+    fn set_minting(&self, _minting: &Minting) -> Result<()> {
+        Err(append_only_refusal("changing who mints".into()))
+    }
+}
+
+/// Refuses, naming the way out, when the store does not mint its subsystem's names.
+pub fn refuse_unless_minting(store: &(impl Store + ?Sized)) -> Result<()> {
+    match store.minting()? {
+        Minting::Mints => Ok(()),
+        other => Err(Error::NotMinting { place: store.location(), why: other.why_not(&store.location()) }),
     }
 }
 

@@ -6,6 +6,9 @@ use std::process::{Command, Output};
 
 pub struct TestEnv {
     pub dir: tempfile::TempDir,
+    /// The env's minting collection: `collection` makes the first, and every later
+    /// one follows it (`init --like`), as one subsystem has one minting collection.
+    minting: std::sync::Mutex<Option<String>>,
 }
 
 /// `ibi mint` for the subsystem of the standard's Examples 1 and 2 (host
@@ -81,7 +84,7 @@ pub fn is_root() -> bool {
 
 impl TestEnv {
     pub fn new() -> Self {
-        TestEnv { dir: tempfile::tempdir().expect("temp dir") }
+        TestEnv { dir: tempfile::tempdir().expect("temp dir"), minting: Default::default() }
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
@@ -166,21 +169,25 @@ pub fn wait_until(seconds: u64, mut check: impl FnMut() -> bool) -> bool {
 }
 
 impl TestEnv {
-    /// `ibi init NAME --host … --ip … --granularity 0.001` and returns the root path as text.
+    /// `ibi init NAME --host … --ip … --granularity 0.001` for the env's first
+    /// collection, `ibi init NAME --like FIRST` for every later one; returns the
+    /// root path as text.
     pub fn collection(&self, name: &str) -> String {
         let root = self.path(name).to_string_lossy().into_owned();
-        self.ok(&[
-            "-q",
-            "init",
-            &root,
-            "--host",
-            "test.ibi.example.org",
-            "--ip",
-            "192.0.2.30",
-            "--granularity",
-            "0.001",
-        ]);
+        let mut minting = self.minting.lock().unwrap();
+        match minting.as_ref() {
+            Some(first) => drop(self.ok(&["-q", "init", &root, "--like", first])),
+            None => {
+                self.minting_collection(&root, "test.ibi.example.org");
+                *minting = Some(root.clone());
+            }
+        }
         root
+    }
+
+    /// `ibi init ROOT --host HOST --ip … --granularity 0.001`: a minting collection.
+    pub fn minting_collection(&self, root: &str, host: &str) {
+        self.ok(&["-q", "init", &root, "--host", host, "--ip", "192.0.2.30", "--granularity", "0.001"]);
     }
 
     /// Writes a file (creating parents) under the temp dir.

@@ -71,6 +71,9 @@ impl Store for Shell {
     fn collection_id(&self) -> Option<String> {
         self.0.collection_id()
     }
+    fn minting(&self) -> ibi::Result<ibi::store::Minting> {
+        self.0.minting()
+    }
     fn has_inventory(&self) -> bool {
         self.0.has_inventory()
     }

@@ -29,7 +29,7 @@ use crate::fsx::CopyError;
 use crate::id::minter::{Clock, MinterState};
 use crate::id::{Ibip, RepositoryName, Subsystem, Timestamp};
 use crate::problem::Problem;
-use crate::store::config::CollectionConfig;
+use crate::store::config::{CollectionConfig, Minting};
 use crate::store::location::FarAddress;
 use crate::store::{
     FileSource, ItemRecord, Lease, Leased, Listed, LockWait, Placed, Placement, Slot, StageId, Store, WriteBackend,
@@ -249,6 +249,9 @@ impl MinterState for FarMinter<'_> {
         let why = "the far server keeps its minter state; a client asks it for names".into();
         Err(Error::Refused { what: format!("the minter state of {}", self.0.location()), why })
     }
+    fn last(&self) -> Result<Option<Timestamp>> {
+        self.0.minted_up_to()
+    }
 }
 
 /// Unleases when dropped.
@@ -441,6 +444,13 @@ impl Store for FarStore {
         }
     }
 
+    fn minting(&self) -> Result<Minting> {
+        match self.call(&Request::Minting)? {
+            Reply::Minting(minting) => Ok(minting),
+            other => Err(self.conn.unexpected(&other)),
+        }
+    }
+
     fn collection_id(&self) -> Option<String> {
         match self.call(&Request::Inventory) {
             Ok(Reply::Inventory { id, .. }) => id,
@@ -494,9 +504,15 @@ impl Store for FarStore {
 
 impl WriteBackend for FarStore {
     /// Retiring is done on the far machine itself, where its minter state is.
-    fn retire(&self) -> Result<()> {
-        let problem = format!("{} is far: run `ibi retire` on that machine itself", self.location());
-        Err(Error::Invalid { what: "retire".into(), problem })
+    fn set_minting(&self, minting: &Minting) -> Result<()> {
+        self.done(&Request::SetMinting(minting.clone()))
+    }
+
+    fn minted_up_to(&self) -> Result<Option<Timestamp>> {
+        match self.call(&Request::MintedUpTo)? {
+            Reply::Date(date) => Ok(date.as_deref().map(Timestamp::parse_decimal).transpose()?),
+            other => Err(self.conn.unexpected(&other)),
+        }
     }
 
     fn lease(&self, wait: LockWait) -> Result<Lease> {
@@ -512,7 +528,10 @@ impl WriteBackend for FarStore {
         Box::new(FarMinter(self))
     }
 
+    /// Asked first here, so that the refusal names this side's address; the server
+    /// refuses on its own as well.
     fn mint_dates(&self, count: usize, _clock: &dyn Clock) -> Result<Vec<Timestamp>> {
+        crate::store::refuse_unless_minting(self)?;
         match self.conn.call(&Request::Mint { count })?.0 {
             Reply::Minted(dates) => {
                 Ok(dates.iter().map(|d| Timestamp::parse_decimal(d)).collect::<std::result::Result<_, _>>()?)
@@ -521,8 +540,9 @@ impl WriteBackend for FarStore {
         }
     }
 
-    fn raise_minter_to(&self, _newest: Timestamp) -> Result<()> {
-        Ok(()) // The server raises its own floor as it places.
+    /// The server raises its own floor as it places; a handover asks it outright.
+    fn raise_minter_to(&self, newest: Timestamp) -> Result<()> {
+        self.done(&Request::RaiseMinter(newest.to_decimal()))
     }
 
     fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()> {

@@ -542,6 +542,12 @@ impl Session {
             // Taking the lease (`Lease`) recovered already.
             Request::Recover => return done(self.writer("recovery").map(drop)),
             Request::Mint { count } => Reply::Minted(self.mint(count)?),
+            Request::MintedUpTo => {
+                Reply::Date(self.writer("reading the minter")?.minted_up_to()?.map(Timestamp::to_decimal))
+            }
+            Request::RaiseMinter(date) => return done(self.raise_minter(&date)),
+            Request::Minting => Reply::Minting(c()?.minting()?),
+            Request::SetMinting(minting) => return done(self.writer("changing who mints")?.set_minting(&minting)),
             Request::DepositRecord(key) => Reply::Name(c()?.deposit_record(&key)?),
             Request::WriteDepositRecords(records) => {
                 return done(self.writer("deposit records")?.write_deposit_records(&records));
@@ -580,15 +586,19 @@ impl Session {
 
     fn open(&self, path: &Path) -> Result<(Reply, Vec<u8>)> {
         let real = self.admit(&home_expanded(path)?, false)?;
-        let collection = Collection::open(&self.pin(&real)?)?;
+        let collection = Collection::open(&self.pin(&real)?)?.known_as(&real);
         self.opened(self.configured(collection), &real)
     }
 
     fn init(&self, path: &Path, config: &str) -> Result<(Reply, Vec<u8>)> {
         self.refuse_writes("creating a collection")?;
         let real = self.admit(&home_expanded(path)?, true)?;
-        let (config, subsystem) = CollectionConfig::parse(config, "the client's collection config")?;
-        drop(Collection::init(&real, subsystem, config.organisation)?);
+        let (asked, subsystem) = CollectionConfig::parse(config, "the client's collection config")?;
+        // The server gives the id; the client chooses only what a collection is.
+        let mut config = CollectionConfig::new(&subsystem, asked.organisation.clone());
+        config.follows = asked.follows;
+        let minter_dir = self.options.minter_dir.clone().or_else(crate::store::local::minter::machine_dir);
+        drop(Collection::init(&real, &config, minter_dir)?);
         self.open(&real)
     }
 
@@ -607,6 +617,18 @@ impl Session {
     fn mint(&self, count: usize) -> Result<Vec<String>> {
         let dates = self.writer("minting")?.mint_dates(count, &crate::id::minter::SystemClock)?;
         Ok(dates.into_iter().map(Timestamp::to_decimal).collect())
+    }
+
+    /// Raises the minter for a handover; never past a day beyond this server's
+    /// clock, so a client cannot push the names it mints into the far future.
+    fn raise_minter(&self, date: &str) -> Result<()> {
+        let date = Timestamp::parse_decimal(date)?;
+        let limit = Timestamp::from_nanos(Timestamp::now().nanos() + 86_400 * 1_000_000_000);
+        if date > limit {
+            let problem = format!("{} is more than a day past this server's clock", date.to_decimal());
+            return Err(Error::Invalid { what: "minter date".into(), problem });
+        }
+        self.writer("raising the minter")?.raise_minter_to(date)
     }
 
     fn take_lease(&self, wait: wire::Wait) -> Result<()> {

@@ -19,7 +19,7 @@ use crate::digest::{Algorithm, Digests};
 use crate::error::{Error, ErrorClass};
 use crate::id::{Ibip, RepositoryName};
 use crate::problem::Problem;
-use crate::store::{ItemRecord, Listed, Slot};
+use crate::store::{ItemRecord, Listed, Minting, Slot};
 
 /// The first word of the server's greeting.
 pub const GREETING: &str = "IBI-SERVE";
@@ -27,7 +27,7 @@ pub const GREETING: &str = "IBI-SERVE";
 pub const ANSWER: &str = "IBI-CLIENT";
 /// The protocol versions this build speaks.
 /// Version 2: the server mints with its own state (`Mint`); a client never writes one.
-pub const VERSIONS: (u32, u32) = (2, 2);
+pub const VERSIONS: (u32, u32) = (3, 3);
 /// Replaces `VERSIONS` (`MIN-MAX` or `N`), to test version skew.
 pub const VERSIONS_ENV: &str = "IBI_PROTOCOL_VERSIONS";
 /// How much a far shell may print before the greeting.
@@ -204,6 +204,13 @@ pub enum Request {
     Mint {
         count: usize,
     },
+    /// The newest date the server's minter has handed out or holds.
+    MintedUpTo,
+    /// Raises the server's minter state to this date (decimal seconds): a handover.
+    RaiseMinter(String),
+    /// The collection's part in minting, as stored now.
+    Minting,
+    SetMinting(Minting),
     DepositRecord(String),
     WriteDepositRecords(Vec<(String, RepositoryName)>),
     // Staging: sent without waiting for a reply; a failure is kept with the stage
@@ -381,6 +388,9 @@ pub enum Reply {
     Records(Vec<Option<ItemRecord>>),
     /// Minted dates, as decimal seconds.
     Minted(Vec<String>),
+    /// A date, as decimal seconds, or none.
+    Date(Option<String>),
+    Minting(Minting),
     Placed(Vec<(RepositoryName, Option<WireError>)>),
     Checked(WireCheck),
 }
@@ -447,6 +457,10 @@ pub enum WireError {
         what: String,
         why: String,
     },
+    NotMinting {
+        place: String,
+        why: String,
+    },
     Other {
         class: WireClass,
         message: String,
@@ -476,6 +490,7 @@ impl From<&Error> for WireError {
                 WireError::Withdrawn { name: name.clone(), date: date.clone(), reason: reason.clone() }
             }
             Error::Refused { what, why } => WireError::Refused { what: what.clone(), why: why.clone() },
+            Error::NotMinting { place, why } => WireError::NotMinting { place: place.clone(), why: why.clone() },
             other => {
                 let class = match other.class() {
                     ErrorClass::Input => WireClass::Input,
@@ -506,6 +521,7 @@ impl WireError {
             WireError::Data { what, problem } => Error::Data { what, problem },
             WireError::Withdrawn { name, date, reason } => Error::Withdrawn { name, date, reason },
             WireError::Refused { what, why } => Error::Refused { what, why },
+            WireError::NotMinting { place, why } => Error::NotMinting { place, why },
             WireError::Other { class, message } => {
                 let class = match class {
                     WireClass::Input => ErrorClass::Input,

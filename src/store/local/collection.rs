@@ -17,7 +17,7 @@ use crate::bag::{self, BagInfo};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, atomic_write, create_dir_all_durable, fsync_dir, FileLock};
 use crate::id::{Ibip, Minted, RepositoryName, Subsystem};
-pub use crate::store::config::CollectionConfig;
+pub use crate::store::config::{CollectionConfig, Minting, Peer};
 use crate::store::guard;
 pub use crate::store::LockWait;
 
@@ -40,6 +40,14 @@ pub struct Collection {
     /// Opened to read only (`ibi serve --stdio --read-only`): it takes no lock and
     /// creates no file, not even SQLite's write-ahead log.
     pub(crate) read_only: bool,
+    /// The path this machine knows the collection by, when `layout.root` reaches
+    /// it through a far server's pinned handle (for the minting registry).
+    pub(crate) known_as: Option<PathBuf>,
+}
+
+/// `path` made absolute against the working folder (not resolved: no link is followed).
+pub fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 fn id_of(config: &CollectionConfig) -> std::sync::OnceLock<String> {
@@ -160,25 +168,41 @@ fn refuse_symlink(path: &Path) -> Result<()> {
 
 impl Collection {
     /// Creates a collection at `root` (which may exist, but must not be a collection).
-    pub fn init(root: &Path, subsystem: Subsystem, organisation: Option<String>) -> Result<Collection> {
+    /// Creates a collection with `config` at `root` (absent or empty). A minting
+    /// one is refused when the registry in `minter_dir` names another collection
+    /// minting the subsystem on this machine, and is registered there.
+    pub fn init(root: &Path, config: &CollectionConfig, minter_dir: Option<PathBuf>) -> Result<Collection> {
+        let (_, subsystem) = CollectionConfig::parse(&config.to_toml(), "the new collection's config")?;
         let layout = Layout::new(root);
         guard::check_new_root(root)?;
+        let registry = match (&minter_dir, config.minting().mints()) {
+            (Some(dir), true) => {
+                let lock = super::minter::registry_lock(dir, &subsystem)?;
+                super::minter::refuse_second_minter(dir, &subsystem, &absolute(root), config.id.as_deref())?;
+                Some((dir, lock))
+            }
+            _ => None,
+        };
         for dir in [layout.staging(), layout.trash(), layout.journal(), layout.aliases()] {
             create_dir_all_durable(&dir)?;
         }
-        let config = CollectionConfig::new(&subsystem, organisation);
         super::inventory::Inventory::create(&layout.inventory(), std::iter::empty())?;
         atomic_write(&layout.config(), config.to_toml().as_bytes())?;
+        if let (Some((dir, _lock)), Some(id)) = (&registry, &config.id) {
+            let peer = Peer { id: id.clone(), location: absolute(root).display().to_string() };
+            super::minter::register_minter(dir, &subsystem, &peer)?;
+        }
         Ok(Collection {
             layout,
-            id: id_of(&config),
+            id: id_of(config),
             inventory: Default::default(),
-            config,
+            config: config.clone(),
             subsystem,
             stages: Default::default(),
             held_floor: Default::default(),
-            minter_dir: super::minter::machine_dir(),
+            minter_dir,
             read_only: false,
+            known_as: None,
         })
     }
 
@@ -206,15 +230,40 @@ impl Collection {
             held_floor: Default::default(),
             minter_dir: super::minter::machine_dir(),
             read_only: false,
+            known_as: None,
         })
     }
 
-    /// Retires the collection: it keeps its items and serves them, copy, mirror and
-    /// migrate read from it, but it mints no more names. Call with the write lock.
-    pub fn retire(&self) -> Result<()> {
-        let mut config = self.config.clone();
-        config.retired = true;
-        atomic_write(&self.layout.config(), config.to_toml().as_bytes())
+    /// The collection's part in minting, as its config says now (another process
+    /// may have handed minting over since this handle opened it).
+    pub fn minting(&self) -> Result<Minting> {
+        Ok(CollectionConfig::read(&self.layout.config())?.0.minting())
+    }
+
+    /// Sets the collection's part in minting (retire, handover), durably: a retired
+    /// collection keeps its items and serves them, copy, mirror and migrate read
+    /// from it, but it mints no more names. Call with the write lock.
+    /// A collection that starts minting is refused when another collection mints
+    /// its subsystem on this machine, and is registered as the one that does.
+    pub fn set_minting(&self, minting: &Minting) -> Result<()> {
+        let (config, _) = CollectionConfig::read(&self.layout.config())?;
+        let config = config.with_minting(minting);
+        let (Some(dir), true) = (&self.minter_dir, minting.mints()) else {
+            return atomic_write(&self.layout.config(), config.to_toml().as_bytes());
+        };
+        let where_known = self.known_as.clone().unwrap_or_else(|| absolute(self.root()));
+        let _lock = super::minter::registry_lock(dir, &self.subsystem)?;
+        let id = self.id.get().cloned().or(config.id.clone()).unwrap_or_else(|| where_known.display().to_string());
+        super::minter::refuse_second_minter(dir, &self.subsystem, &where_known, Some(&id))?;
+        atomic_write(&self.layout.config(), config.to_toml().as_bytes())?;
+        super::minter::register_minter(dir, &self.subsystem, &Peer { id, location: where_known.display().to_string() })
+    }
+
+    /// Names the path this machine knows the collection by (a far server pins the
+    /// folder and reaches it through `/proc/self/fd`).
+    pub fn known_as(mut self, real: &Path) -> Collection {
+        self.known_as = Some(real.to_path_buf());
+        self
     }
 
     /// Uses `dir` for the machine-wide minter states instead of the default (tests,

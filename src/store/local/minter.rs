@@ -16,6 +16,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::fsx::{create_dir_all_durable, FileLock};
 use crate::id::minter::MinterState;
 use crate::id::{RepositoryName, Subsystem, Timestamp};
+use crate::store::config::{CollectionConfig, Peer};
 use crate::store::StateFile;
 
 /// The environment variable that chooses the folder of the machine-wide states.
@@ -41,6 +42,59 @@ pub fn machine_dir() -> Option<PathBuf> {
 /// The machine-wide state file of a subsystem, in `dir`.
 pub fn machine_state(dir: &Path, subsystem: &Subsystem) -> StateFile {
     StateFile::beside(&dir.join(format!("{}_{}.state", subsystem.host, subsystem.port)))
+}
+
+/// The file that names the collection minting `subsystem` on this machine.
+fn registry_path(dir: &Path, subsystem: &Subsystem) -> PathBuf {
+    dir.join(format!("{}_{}.minting", subsystem.host, subsystem.port))
+}
+
+/// The collection the machine-wide registry in `dir` says mints `subsystem` here,
+/// if that collection is still there, is the one registered, and still mints.
+pub fn live_minter(dir: &Path, subsystem: &Subsystem) -> Result<Option<Peer>> {
+    let path = registry_path(dir, subsystem);
+    let text = match fs::read_to_string(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        other => other.with_path("read", &path)?,
+    };
+    let Ok(peer) = toml::from_str::<Peer>(&text) else { return Ok(None) };
+    let config = Layout::new(Path::new(&peer.location)).config();
+    let Ok((config, _)) = CollectionConfig::read(&config) else { return Ok(None) };
+    let same = config.id.as_deref() == Some(peer.id.as_str()) && config.minting().mints();
+    Ok(same.then_some(peer))
+}
+
+/// Refuses when another collection mints `subsystem` on this machine (the
+/// registry in `dir` names it); `root` is the collection that wants to.
+pub fn refuse_second_minter(dir: &Path, subsystem: &Subsystem, root: &Path, id: Option<&str>) -> Result<()> {
+    let Some(peer) = live_minter(dir, subsystem)? else { return Ok(()) };
+    if Path::new(&peer.location) == root || id == Some(peer.id.as_str()) {
+        return Ok(());
+    }
+    let problem = format!(
+        "{} ({}) already mints the names of {} on this machine, and one subsystem has one minting collection: \
+         make this one follow it with `ibi init {} --like {}`, or move minting later with `ibi handover`; \
+         nothing was created",
+        peer.location,
+        peer.id,
+        subsystem.prefix(),
+        root.display(),
+        peer.location
+    );
+    Err(Error::Invalid { what: "collection".into(), problem })
+}
+
+/// Records `peer` as the collection minting `subsystem` on this machine.
+pub fn register_minter(dir: &Path, subsystem: &Subsystem, peer: &Peer) -> Result<()> {
+    create_dir_all_durable(dir)?;
+    let text = toml::to_string(peer).expect("a peer always serialises");
+    crate::fsx::atomic_write(&registry_path(dir, subsystem), text.as_bytes())
+}
+
+/// The lock that orders registrations of `subsystem` in `dir` (the machine-wide state's).
+pub fn registry_lock(dir: &Path, subsystem: &Subsystem) -> Result<FileLock> {
+    create_dir_all_durable(dir)?;
+    FileLock::acquire(&machine_state(dir, subsystem).lock)
 }
 
 /// The newest date among the names of `subsystem` that the collection holds:
@@ -80,18 +134,10 @@ pub struct CollectionMinter<'a> {
     pub own: StateFile,
     /// The newest date held, computed under the locks (once per collection handle).
     pub floor: Box<dyn Fn() -> Result<Option<Timestamp>> + 'a>,
-    /// Set for a retired collection: it refuses to mint, naming itself.
-    pub retired: Option<PathBuf>,
 }
 
 impl MinterState for CollectionMinter<'_> {
     fn update(&self, step: &mut dyn FnMut(Option<Timestamp>) -> Result<Timestamp>) -> Result<()> {
-        if let Some(root) = &self.retired {
-            return Err(Error::Invalid {
-                what: "collection".into(),
-                problem: format!("{} is retired and mints no names: deposit into its successor", root.display()),
-            });
-        }
         let machine = self.machine.as_ref().ok_or_else(|| Error::Invalid {
             what: "minter".into(),
             problem: format!("no folder for the machine-wide minter state: set {MINTER_DIR_ENV} or HOME"),
@@ -110,5 +156,12 @@ impl MinterState for CollectionMinter<'_> {
             self.own.write(next)?;
         }
         Ok(())
+    }
+    fn last(&self) -> Result<Option<Timestamp>> {
+        let machine = match &self.machine {
+            Some(machine) => machine.last()?,
+            None => None,
+        };
+        Ok([machine, self.own.last()?, (self.floor)()?].into_iter().flatten().max())
     }
 }

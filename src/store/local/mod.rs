@@ -14,7 +14,7 @@ mod store_impl;
 pub mod walk;
 
 pub use collection::{
-    remove_live_staging, staging_guard, Collection, CollectionConfig, Entry, Intent, Item, ItemWalker, Layout,
-    LockWait, Slot, StagingDir,
+    absolute, remove_live_staging, staging_guard, Collection, CollectionConfig, Entry, Intent, Item, ItemWalker,
+    Layout, LockWait, Slot, StagingDir,
 };
 pub use place::{move_all, place_all, remove_all, same_filesystem, Staged};

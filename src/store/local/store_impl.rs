@@ -18,6 +18,7 @@ use crate::fsx::{self, CopyError, CopyMode};
 use crate::id::minter::MinterState;
 use crate::id::{Ibip, RepositoryName, Subsystem};
 use crate::problem::{Problem, ProblemKind};
+use crate::store::config::Minting;
 use crate::store::StateFile;
 use crate::store::{
     FileSource, ItemRecord, Lease, Leased, Listed, LockWait, Placed, Placement, Slot, StageId, Store, WriteBackend,
@@ -182,6 +183,10 @@ impl Store for Collection {
         self.id.get().cloned()
     }
 
+    fn minting(&self) -> Result<Minting> {
+        Collection::minting(self)
+    }
+
     fn has_inventory(&self) -> bool {
         self.layout.inventory().is_file()
     }
@@ -228,7 +233,6 @@ impl WriteBackend for Collection {
                     Ok(*self.held_floor.get_or_init(|| floor))
                 }
             }),
-            retired: self.config.retired.then(|| self.root().to_path_buf()),
         })
     }
 
@@ -315,8 +319,8 @@ impl WriteBackend for Collection {
         remove_all(self, &items)
     }
 
-    fn retire(&self) -> Result<()> {
-        Collection::retire(self)
+    fn set_minting(&self, minting: &Minting) -> Result<()> {
+        Collection::set_minting(self, minting)
     }
 
     /// From a local collection on this filesystem: each item renamed into place

@@ -215,18 +215,12 @@ pub struct ObjectMinter<'a> {
     pub objects: &'a Objects,
     pub keys: &'a Keys,
     pub machine: Option<StateFile>,
-    /// Set for a retired collection: it refuses to mint, naming itself.
-    pub retired: Option<String>,
     /// The newest name the collection holds or held, found when first asked.
     pub floor: Box<dyn Fn() -> Result<Option<Timestamp>> + 'a>,
 }
 
 impl MinterState for ObjectMinter<'_> {
     fn update(&self, step: &mut dyn FnMut(Option<Timestamp>) -> Result<Timestamp>) -> Result<()> {
-        if let Some(place) = &self.retired {
-            let problem = format!("{place} is retired and mints no names: deposit into its successor");
-            return Err(Error::Invalid { what: "collection".into(), problem });
-        }
         let machine = self.machine.as_ref().ok_or_else(|| Error::Invalid {
             what: "minter".into(),
             problem: format!("no folder for the machine-wide minter state: set {MINTER_DIR_ENV} or HOME"),
@@ -251,6 +245,17 @@ impl MinterState for ObjectMinter<'_> {
             machine.write(next)?;
         }
         Ok(())
+    }
+    fn last(&self) -> Result<Option<Timestamp>> {
+        let machine = match &self.machine {
+            Some(machine) => machine.last()?,
+            None => None,
+        };
+        let own = match self.objects.run(self.objects.get(&self.keys.minter()))? {
+            Some(found) => Some(parse_state(&found.bytes, &self.objects.place)?),
+            None => None,
+        };
+        Ok([machine, own, (self.floor)()?].into_iter().flatten().max())
     }
 }
 

@@ -32,7 +32,7 @@ use crate::fsx::CopyError;
 use crate::id::minter::MinterState;
 use crate::id::{Ibip, RepositoryName, Subsystem};
 use crate::problem::{Problem, ProblemKind};
-use crate::store::config::CollectionConfig;
+use crate::store::config::{CollectionConfig, Minting};
 use crate::store::location::ObjectAddress;
 use crate::store::{
     item_ibip, FileSource, ItemRecord, Lease, Leased, Listed, LockWait, Placed, Placement, Refusal, Slot, StageId,
@@ -106,21 +106,33 @@ impl S3Store {
         Ok(S3Store { objects, keys, config, subsystem, stages: Mutex::default(), minter_dir, held_floor })
     }
 
-    /// Marks the collection retired: it mints no more names (the config is
-    /// rewritten with `If-Match`, so a concurrent change is never lost).
-    pub fn retire(&self) -> Result<()> {
+    /// The config as stored now, with its version for a conditional rewrite.
+    fn stored_config(&self) -> Result<(CollectionConfig, object_store::UpdateVersion)> {
         let key = self.keys.config();
         let found = self.objects.run(self.objects.get(&key))?.ok_or_else(|| Error::Invalid {
             what: format!("collection {}", self.objects.place),
             problem: "its .ibi/collection.toml is gone".into(),
         })?;
-        let mut config = self.config.clone();
-        config.retired = true;
-        let written =
-            self.objects.run(self.objects.put(&key, config.to_toml().into_bytes(), PutMode::Update(found.version)))?;
-        written.map_err(|Lost| Error::Invalid {
-            what: format!("retire of {}", self.objects.place),
-            problem: "its configuration changed meanwhile; run it again".into(),
+        let text = String::from_utf8_lossy(&found.bytes);
+        let (config, _) = CollectionConfig::parse(&text, &format!("{}/.ibi/collection.toml", self.objects.place))?;
+        Ok((config, found.version))
+    }
+
+    /// The collection's part in minting, as the bucket holds it now.
+    pub fn minting_now(&self) -> Result<Minting> {
+        Ok(self.stored_config()?.0.minting())
+    }
+
+    /// Sets the collection's part in minting (the config is rewritten with
+    /// `If-Match`, so a concurrent change is never lost).
+    pub fn set_minting(&self, minting: &Minting) -> Result<()> {
+        let (config, version) = self.stored_config()?;
+        let config = config.with_minting(minting);
+        let key = self.keys.config();
+        let put = self.objects.put(&key, config.to_toml().into_bytes(), PutMode::Update(version));
+        self.objects.run(put)?.map_err(|Lost| Error::Invalid {
+            what: format!("the config of {}", self.objects.place),
+            problem: "it changed meanwhile; run the command again".into(),
         })?;
         Ok(())
     }

@@ -107,6 +107,10 @@ impl Store for S3Store {
         self.config.id.clone()
     }
 
+    fn minting(&self) -> Result<Minting> {
+        self.minting_now()
+    }
+
     fn has_inventory(&self) -> bool {
         true
     }
@@ -153,8 +157,8 @@ impl Store for S3Store {
 }
 
 impl WriteBackend for S3Store {
-    fn retire(&self) -> Result<()> {
-        S3Store::retire(self)
+    fn set_minting(&self, minting: &Minting) -> Result<()> {
+        S3Store::set_minting(self, minting)
     }
 
     fn lease(&self, wait: LockWait) -> Result<Lease> {
@@ -168,9 +172,8 @@ impl WriteBackend for S3Store {
     fn minter_state(&self) -> Box<dyn MinterState + '_> {
         let machine =
             self.minter_dir.as_ref().map(|dir| crate::store::local::minter::machine_state(dir, &self.subsystem));
-        let retired = self.config.retired.then(|| self.objects.place.clone());
         let floor = Box::new(|| self.held_floor());
-        Box::new(lease::ObjectMinter { objects: &self.objects, keys: &self.keys, machine, retired, floor })
+        Box::new(lease::ObjectMinter { objects: &self.objects, keys: &self.keys, machine, floor })
     }
 
     fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()> {

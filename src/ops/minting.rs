@@ -1,0 +1,151 @@
+//! Minting authority (ARCHITECTURE.md, "One minting collection per subsystem"):
+//! RTC-10 gives an identification subsystem one label generator, so exactly one
+//! collection mints a subsystem's names and every other one follows it. This
+//! module owns the three places `ibi` keeps that rule across collections: the
+//! peer a new collection follows (`init --like`), the refusal of two minting
+//! collections at first contact (copy, mirror, migrate, repair, handover), and
+//! the handover of minting from one collection to another.
+
+use crate::error::{Error, Result};
+use crate::id::Timestamp;
+use crate::store::config::{Minting, Peer, Successor};
+use crate::store::{LockWait, Store};
+
+/// Where a collection is, as another collection's config records it: a local
+/// root made absolute, else the location as given (`HOST:PATH`, `s3://…`).
+pub fn peer_location(store: &dyn Store) -> String {
+    match store.local_root() {
+        Some(root) => crate::store::local::absolute(root).display().to_string(),
+        None => store.location(),
+    }
+}
+
+/// The collection's id, or its location for a collection made before ids.
+fn id_or_location(store: &dyn Store) -> String {
+    store.collection_id().unwrap_or_else(|| peer_location(store))
+}
+
+/// The minting collection a new collection made `--like` `other` follows: `other`
+/// itself, or the collection `other` follows or handed minting over to.
+pub fn peer_to_follow(other: &dyn Store) -> Result<Peer> {
+    Ok(match other.minting()? {
+        Minting::Follows(peer) => peer,
+        Minting::Retired(Some(next)) => Peer { id: next.id, location: next.location },
+        Minting::Mints | Minting::Retired(None) => Peer { id: id_or_location(other), location: peer_location(other) },
+    })
+}
+
+/// Refuses two collections that both mint one subsystem's names (exit 2, naming
+/// both and the fix), before anything is changed. Two handles on one collection
+/// (one id) are not two minters.
+pub fn refuse_two_minters(a: &dyn Store, b: &dyn Store) -> Result<()> {
+    if a.subsystem().prefix() != b.subsystem().prefix() || !a.minting()?.mints() || !b.minting()?.mints() {
+        return Ok(());
+    }
+    let (first_id, second_id) = (a.collection_id(), b.collection_id());
+    if first_id.is_some() && first_id == second_id {
+        return Ok(());
+    }
+    Err(Error::TwoMinting {
+        subsystem: a.subsystem().prefix().to_string(),
+        first: a.location(),
+        first_id: first_id.unwrap_or_else(|| "no id yet".into()),
+        second: b.location(),
+        second_id: second_id.unwrap_or_else(|| "no id yet".into()),
+    })
+}
+
+/// How to hand over.
+#[derive(Debug, Clone, Default)]
+pub struct HandoverOptions {
+    /// TO's public base URL, recorded with FROM's successor for resolvers.
+    pub forward_url: Option<String>,
+    pub wait: Option<LockWait>,
+}
+
+/// What a handover did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HandedOver {
+    /// Minting moved; TO's minter starts after this date (FROM's newest).
+    Moved { floor: Option<Timestamp> },
+    /// An earlier run had finished it: nothing to do.
+    Already,
+}
+
+/// Where a handover stands, read from both configs.
+enum Stage {
+    Start,
+    /// FROM has stopped and names TO; TO does not mint yet (a killed run).
+    FromStopped,
+    Done,
+}
+
+fn stage_of(from: &dyn Store, to: &dyn Store, to_id: &str) -> Result<Stage> {
+    let refuse = |problem: String| Err(Error::Invalid { what: "handover".into(), problem });
+    match (from.minting()?, to.minting()?) {
+        (Minting::Mints, Minting::Mints) => Err(two_minters(from, to)),
+        (Minting::Mints, Minting::Follows(_)) => Ok(Stage::Start),
+        (Minting::Retired(Some(next)), Minting::Follows(_)) if next.id == to_id => Ok(Stage::FromStopped),
+        (Minting::Retired(Some(next)), Minting::Mints) if next.id == to_id => Ok(Stage::Done),
+        (Minting::Mints, Minting::Retired(_)) => {
+            refuse(format!("{} is retired: a retired collection never mints again", to.location()))
+        }
+        (from_minting, _) => refuse(format!("{} mints no names, so it has none to hand over: {}", from.location(), {
+            from_minting.why_not(&from.location())
+        })),
+    }
+}
+
+fn two_minters(a: &dyn Store, b: &dyn Store) -> Error {
+    refuse_two_minters(a, b).err().unwrap_or_else(|| Error::Invalid {
+        what: "handover".into(),
+        problem: "both collections mint; nothing was changed".into(),
+    })
+}
+
+/// Moves minting authority from `from` to `to` (one subsystem). FROM stops first
+/// and names TO as its successor; then TO's minter is raised past everything FROM
+/// minted or holds; then TO mints. A kill between the steps leaves no collection
+/// minting, never two, and a rerun completes the handover.
+pub fn handover(from: &dyn Store, to: &dyn Store, options: &HandoverOptions) -> Result<HandedOver> {
+    if from.subsystem().prefix() != to.subsystem().prefix() {
+        let problem = format!(
+            "{} mints {} and {} holds {}: a handover stays within one subsystem",
+            from.location(),
+            from.subsystem().prefix(),
+            to.location(),
+            to.subsystem().prefix()
+        );
+        return Err(Error::Invalid { what: "handover".into(), problem });
+    }
+    crate::ops::driver::check_distinct(from, to)?;
+    let wait = options.wait.unwrap_or(LockWait::No);
+    let from_writer = from.begin_write(wait)?;
+    let to_writer = to.begin_write(wait)?;
+    let to_id = id_or_location(to);
+    let stage = stage_of(from, to, &to_id)?;
+    if let Stage::Done = stage {
+        return Ok(HandedOver::Already);
+    }
+    if let Stage::Start = stage {
+        let since = Timestamp::now().to_rfc3339();
+        let next =
+            Successor { id: to_id, location: peer_location(to), since, forward_url: options.forward_url.clone() };
+        from_writer.set_minting(&Minting::Retired(Some(next)))?;
+    }
+    let floor = from_writer.minted_up_to()?;
+    if let Some(floor) = floor {
+        to_writer.raise_minter_to(floor)?;
+    }
+    to_writer.set_minting(&Minting::Mints)?;
+    Ok(HandedOver::Moved { floor })
+}
+
+/// Stops `store` minting for good, keeping the successor a handover recorded.
+pub fn retire(store: &dyn Store, wait: LockWait) -> Result<()> {
+    let writer = store.begin_write(wait)?;
+    match store.minting()? {
+        Minting::Retired(_) => Ok(()),
+        _ => writer.set_minting(&Minting::Retired(None)),
+    }
+}
