@@ -111,6 +111,11 @@ pub enum Error {
     #[error("{place} mints no names: {why}")]
     NotMinting { place: String, why: String },
 
+    /// The item is no longer here: migrate moved it (or a handover sent the
+    /// subsystem's names) to `to` on `date`, reachable at `url` when one was given.
+    #[error("{name} is not here: it moved to {to} on {date}{}", url.as_ref().map_or(String::new(), |u| format!(" ({u}{name})")))]
+    Moved { name: String, to: String, date: String, url: Option<String> },
+
     /// Two collections both mint one subsystem's names (RTC-10 allows one).
     #[error(
         "{first} ({first_id}) and {second} ({second_id}) both mint the names of {subsystem}, and only one may: \
@@ -145,7 +150,9 @@ impl Error {
             Error::Io { .. } | Error::CorruptState { .. } | Error::ClockBehind { .. } | Error::Watch { .. } => {
                 ErrorClass::Operational
             }
-            Error::AlreadyExists { .. } | Error::Data { .. } | Error::Withdrawn { .. } => ErrorClass::Data,
+            Error::AlreadyExists { .. } | Error::Data { .. } | Error::Withdrawn { .. } | Error::Moved { .. } => {
+                ErrorClass::Data
+            }
             Error::Locked { .. } => ErrorClass::Busy,
         }
     }

@@ -179,7 +179,7 @@ Examples:
         /// The collection's root folder.
         root: PathBuf,
     },
-    /// Move minting from FROM to TO (one subsystem): FROM stops, TO mints after FROM's newest name.
+    /// Move minting to another collection of the subsystem: FROM stops, TO starts.
     #[command(after_help = "Examples:
   ibi init new:/srv/library --like /srv/library        # a copy that does not mint
   ibi mirror /srv/library new:/srv/library             # while the old one stays in service
@@ -588,6 +588,10 @@ pub struct CopyArgs {
     pub names: Vec<String>,
     #[command(flatten)]
     pub flags: TransferFlags,
+    /// Migrate only: DST's public base URL; SRC's resolver answers a moved item's
+    /// name with a redirect there (otherwise with 410 and where it went).
+    #[arg(long, value_name = "URL")]
+    pub forward_url: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -158,7 +158,7 @@ fn transfer_steps(printer: &Printer, dir: &Path, a: &dyn Store, item: &Repositor
         ),
     );
     let c = init_local(&new_root, Subsystem::new("demo-c.ibi.example.org", 80, None, 800, Granularity::SECOND)?, None)?;
-    let options = TransferOptions { dry_run: false, wait: LockWait::No };
+    let options = TransferOptions { dry_run: false, wait: LockWait::No, forward_url: None };
     let s = transfer(TransferKind::Migrate, b.as_ref(), c.as_ref(), &[], options, &Silent)?;
     printer.line(&format!("migrated {}; {} now holds:", s.migrated, new_root.display()));
     print_list(printer, c.as_ref())?;

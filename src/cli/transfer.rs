@@ -56,9 +56,20 @@ pub fn copy(global: GlobalArgs, args: &CopyArgs, migrate: bool) -> Result<Outcom
     let (src, dst) = (super::open(&args.src)?, super::open(&args.dst)?);
     let (src, dst) = (src.as_ref(), dst.as_ref());
     let printer = Printer::new(global);
-    let options = TransferOptions { dry_run: args.flags.dry_run, wait: lock_wait(&args.flags) };
+    if let Some(url) = &args.forward_url {
+        if !migrate {
+            let problem = "--forward-url is for migrate: a copy leaves the item in SRC".to_string();
+            return Err(ibi::Error::Invalid { what: "--forward-url".into(), problem }.into());
+        }
+        super::collection::check_forward_url(url)?;
+    }
+    let options = TransferOptions {
+        dry_run: args.flags.dry_run,
+        wait: lock_wait(&args.flags),
+        forward_url: args.forward_url.clone(),
+    };
     let kind = if migrate { TransferKind::Migrate } else { TransferKind::Copy };
-    let summary = transfer(kind, src, dst, &args.names, options, &printer)?;
+    let summary = transfer(kind, src, dst, &args.names, options.clone(), &printer)?;
     Ok(finish(&printer, if migrate { "migrate" } else { "copy" }, &summary, options.dry_run))
 }
 

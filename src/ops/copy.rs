@@ -18,12 +18,13 @@ use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::verify::verify_item;
 use crate::problem::{Problem, ProblemKind};
+use crate::store::inventory::Forward;
 use crate::store::{raise_minter, selected, Store, Writer};
 
 /// Migrate's last step for a chunk: re-verify each copy in DST, then remove from SRC
 /// the items whose copies are sound.
 fn finish_migration(
-    src: &dyn Writer,
+    (src, forward): (&dyn Writer, &Forward),
     dst: &dyn Store,
     in_dst: Vec<RepositoryName>,
     tally: &Tally,
@@ -42,6 +43,7 @@ fn finish_migration(
         })
         .collect();
     if !sound.is_empty() {
+        src.note_moved(&sound, forward)?;
         src.remove(&sound)?;
     }
     for name in &sound {
@@ -55,6 +57,7 @@ fn finish_migration(
 /// sound ones into DST (the bytes never move, so the check holds for DST).
 fn move_chunk(
     (src, dst): (&dyn Writer, &dyn Writer),
+    forward: &Forward,
     plans: Vec<Plan>,
     tally: &Tally,
     reporter: &dyn Reporter,
@@ -80,6 +83,9 @@ fn move_chunk(
             problems.is_empty()
         })
         .collect();
+    if !sound.is_empty() {
+        src.note_moved(&sound, forward)?;
+    }
     let moved = dst.adopt_from(src, &sound)?.unwrap_or_default();
     let arrived: Vec<RepositoryName> = moved.iter().filter(|(_, o)| o.is_ok()).map(|(n, _)| n.clone()).collect();
     raise_minter(dst, &arrived)?;
@@ -117,6 +123,11 @@ pub fn transfer(
     if let Some(src_writer) = src_writer {
         src_writer.remove(&[])?;
     }
+    let forward = Forward {
+        to: crate::ops::minting::peer_location(dst),
+        date: crate::id::Timestamp::now().to_rfc3339(),
+        url: options.forward_url.clone(),
+    };
     let tally = Tally::default();
     let driver = Driver { src, dst, writer: dst_writer, tally: &tally, reporter };
     // Asked with no names, `adopt_from` says whether DST can take SRC's items by rename.
@@ -137,13 +148,13 @@ pub fn transfer(
         };
         if let Some(local) = by_rename {
             while let Some(plans) = next_plans()? {
-                let in_dst = move_chunk(local, plans, &tally, reporter)?;
-                finish_migration(local.0, dst, in_dst, &tally, reporter)?;
+                let in_dst = move_chunk(local, &forward, plans, &tally, reporter)?;
+                finish_migration((local.0, &forward), dst, in_dst, &tally, reporter)?;
             }
         } else {
             pipeline(&driver, next_plans, |in_dst| {
                 if let Some(src_writer) = src_writer {
-                    finish_migration(src_writer, dst, in_dst, &tally, reporter)?;
+                    finish_migration((src_writer, &forward), dst, in_dst, &tally, reporter)?;
                 }
                 Ok(())
             })?;

@@ -18,11 +18,13 @@ use crate::problem::{Problem, ProblemKind};
 use crate::store::guard;
 use crate::store::{raise_minter, LockWait, Slot, Store, Writer};
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct TransferOptions {
     /// Say what would happen; change nothing.
     pub dry_run: bool,
     pub wait: LockWait,
+    /// Migrate: DST's public base URL, recorded in SRC for resolvers to send names to.
+    pub forward_url: Option<String>,
 }
 
 /// What a copy, migrate or mirror run did.

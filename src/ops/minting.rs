@@ -84,12 +84,12 @@ fn stage_of(from: &dyn Store, to: &dyn Store, to_id: &str) -> Result<Stage> {
     let refuse = |problem: String| Err(Error::Invalid { what: "handover".into(), problem });
     match (from.minting()?, to.minting()?) {
         (Minting::Mints, Minting::Mints) => Err(two_minters(from, to)),
-        (Minting::Mints, Minting::Follows(_)) => Ok(Stage::Start),
-        (Minting::Retired(Some(next)), Minting::Follows(_)) if next.id == to_id => Ok(Stage::FromStopped),
-        (Minting::Retired(Some(next)), Minting::Mints) if next.id == to_id => Ok(Stage::Done),
-        (Minting::Mints, Minting::Retired(_)) => {
-            refuse(format!("{} is retired: a retired collection never mints again", to.location()))
+        // TO may be retired: minting handed back (an aborted move) starts after FROM's names.
+        (Minting::Mints | Minting::Retired(None), Minting::Follows(_) | Minting::Retired(_)) => Ok(Stage::Start),
+        (Minting::Retired(Some(next)), Minting::Follows(_) | Minting::Retired(_)) if next.id == to_id => {
+            Ok(Stage::FromStopped)
         }
+        (Minting::Retired(Some(next)), Minting::Mints) if next.id == to_id => Ok(Stage::Done),
         (from_minting, _) => refuse(format!("{} mints no names, so it has none to hand over: {}", from.location(), {
             from_minting.why_not(&from.location())
         })),
@@ -119,6 +119,9 @@ pub fn handover(from: &dyn Store, to: &dyn Store, options: &HandoverOptions) -> 
         return Err(Error::Invalid { what: "handover".into(), problem });
     }
     crate::ops::driver::check_distinct(from, to)?;
+    // Refused before any lease is taken, so that a refusal changes nothing; asked
+    // again under both leases, where the answer holds.
+    stage_of(from, to, &id_or_location(to))?;
     let wait = options.wait.unwrap_or(LockWait::No);
     let from_writer = from.begin_write(wait)?;
     let to_writer = to.begin_write(wait)?;

@@ -35,8 +35,8 @@ mod tests {
 
         let b = MemoryStore::new(subsystem());
         follow(&b, &a);
-        let copy = TransferOptions { dry_run: false, wait: LockWait::No };
-        let summary = transfer(TransferKind::Copy, &a, &b, &[], copy, &Silent).unwrap();
+        let copy = TransferOptions { dry_run: false, wait: LockWait::No, forward_url: None };
+        let summary = transfer(TransferKind::Copy, &a, &b, &[], copy.clone(), &Silent).unwrap();
         assert_eq!((summary.copied, summary.problems), (5, 0));
         assert_eq!(names(&b), names(&a));
 
@@ -98,7 +98,7 @@ mod tests {
         assert_eq!(verify(&e, &[], &Silent).unwrap().problems, 0);
         let f = MemoryStore::new(subsystem());
         follow(&f, d);
-        let copy = TransferOptions { dry_run: false, wait: LockWait::No };
+        let copy = TransferOptions { dry_run: false, wait: LockWait::No, forward_url: None };
         let summary = transfer(TransferKind::Migrate, &e, &f, &[], copy, &Silent).unwrap();
         assert_eq!((summary.migrated, summary.problems), (5, 0));
         assert!(names(&e).is_empty() && names(&f).len() == 5, "migrated out of object storage");

@@ -17,6 +17,7 @@ use crate::bag::history::Withdrawal;
 use crate::bag::{self, manifest, BagFiles};
 use crate::error::{Error, Result};
 use crate::id::{Ibip, RepositoryName};
+use crate::store::inventory::Forward;
 use crate::store::{Slot, Status, Store, VersionRecord};
 
 /// How long a view of an item in a store without stamps is trusted.
@@ -77,6 +78,8 @@ pub enum Resolution {
     /// Another spelling of a name held (an IBIp, other letter case, an `@port`
     /// prefix): the canonical name to go to.
     Redirect(RepositoryName),
+    /// A collection here sent it away (migrate, or a handover of the subsystem).
+    Moved { name: RepositoryName, to: Forward },
     /// No collection holds or held it.
     Unknown,
 }
@@ -113,6 +116,13 @@ impl Resolver {
                     return Ok(Resolution::Redirect(name));
                 }
             }
+            for store in &self.stores {
+                if let Some(name) = crate::store::own_name_for(store.as_ref(), &ibip) {
+                    if let Some(to) = crate::store::forward_of(store.as_ref(), &name)? {
+                        return Ok(Resolution::Moved { name, to });
+                    }
+                }
+            }
             return Ok(Resolution::Unknown);
         }
         let name = RepositoryName::parse(text)?;
@@ -135,6 +145,11 @@ impl Resolver {
                 Status::Withdrawn => Resolution::Withdrawn { store: index, view },
                 Status::Removed => continue,
             });
+        }
+        for store in &self.stores {
+            if let Some(to) = crate::store::forward_of(store.as_ref(), name)? {
+                return Ok(Resolution::Moved { name: name.clone(), to });
+            }
         }
         Ok(Resolution::Unknown)
     }

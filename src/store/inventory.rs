@@ -54,6 +54,17 @@ pub struct VersionRecord {
     pub digest: String,
 }
 
+/// Where an item went when `migrate` moved it away: the collection (as its
+/// location), the date (RFC 3339, UTC), and that collection's public base URL
+/// (`migrate --forward-url`), to which a resolver sends the name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Forward {
+    pub to: String,
+    pub date: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
 /// What a collection knows of one item.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ItemRecord {
@@ -67,6 +78,16 @@ pub struct ItemRecord {
     #[serde(deserialize_with = "at_least_one_version")]
     pub versions: Vec<VersionRecord>,
     pub withdrawn: Option<Withdrawal>,
+    /// Where the item went, once `migrate` moved it (also noted just before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved: Option<Forward>,
+}
+
+impl ItemRecord {
+    /// Where the item went, if it is no longer here because migrate moved it.
+    pub fn gone_to(&self) -> Option<&Forward> {
+        self.moved.as_ref().filter(|_| self.status == Status::Removed)
+    }
 }
 
 fn at_least_one_version<'de, D: serde::Deserializer<'de>>(
@@ -120,6 +141,7 @@ impl ItemRecord {
             status,
             versions,
             withdrawn: history.withdrawn,
+            moved: None,
         })
     }
 }

@@ -19,6 +19,7 @@ use crate::id::minter::MinterState;
 use crate::id::{Ibip, RepositoryName, Subsystem, Timestamp};
 use crate::problem::{Problem, ProblemKind};
 use crate::store::config::Minting;
+use crate::store::inventory::Forward;
 use crate::store::{
     item_ibip, FileSource, ItemRecord, Lease, Leased, Listed, LockWait, Placed, Placement, Refusal, Slot, StageId,
     Status, Store, WriteBackend, Writer,
@@ -307,6 +308,16 @@ impl WriteBackend for MemoryStore {
 
     fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()> {
         lock(&self.shared.records).extend(records.iter().cloned());
+        Ok(())
+    }
+
+    fn note_moved(&self, names: &[RepositoryName], to: &Forward) -> Result<()> {
+        let mut inventory = lock(&self.shared.inventory);
+        for name in names {
+            if let Some(record) = inventory.get_mut(name) {
+                record.moved = Some(to.clone());
+            }
+        }
         Ok(())
     }
 

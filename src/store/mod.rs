@@ -260,7 +260,16 @@ pub fn resolve(store: &dyn Store, text: &str) -> Result<RepositoryName> {
     }
     let name = match Identifier::parse(text)? {
         Identifier::Name(name) => name,
-        Identifier::Ibip(ibip) => store.alias(&ibip)?.ok_or_else(not_found)?,
+        Identifier::Ibip(ibip) => match store.alias(&ibip)? {
+            Some(name) => name,
+            None => {
+                let forward = own_name_for(store, &ibip).map(|n| Ok::<_, Error>((forward_of(store, &n)?, n)));
+                return Err(match forward.transpose()? {
+                    Some((Some(to), name)) => moved(&name, to),
+                    _ => not_found(),
+                });
+            }
+        },
         other => {
             let problem = format!("{text} is a {}, not a repository name or IBIp", other.kind());
             return Err(Error::Invalid { what: "item".into(), problem });
@@ -268,12 +277,46 @@ pub fn resolve(store: &dyn Store, text: &str) -> Result<RepositoryName> {
     };
     match store.slot(&name)? {
         Slot::Item => Ok(name),
-        Slot::Empty => Err(not_found()),
+        Slot::Empty => match forward_of(store, &name)? {
+            Some(to) => Err(moved(&name, to)),
+            None => Err(not_found()),
+        },
         Slot::Foreign(place) => Err(Error::Data {
             what: format!("item {name}"),
             problem: format!("{place} is a symlink or a file, not an item folder; refusing to use it"),
         }),
     }
+}
+
+fn moved(name: &RepositoryName, to: inventory::Forward) -> Error {
+    Error::Moved { name: name.to_string(), to: to.to, date: to.date, url: to.url }
+}
+
+/// Where `name` went, if this collection sent it away: migrate's note in its
+/// record, or, for a name of its own subsystem it never held, the successor its
+/// handover named (names minted there after the handover).
+pub fn forward_of(store: &dyn Store, name: &RepositoryName) -> Result<Option<inventory::Forward>> {
+    let record = store.records(std::slice::from_ref(name))?.pop().flatten();
+    if let Some(record) = &record {
+        return Ok(record.gone_to().cloned());
+    }
+    if name.prefix() != store.subsystem().prefix() {
+        return Ok(None);
+    }
+    Ok(match store.minting()? {
+        Minting::Retired(Some(next)) => {
+            Some(inventory::Forward { to: next.location, date: next.since, url: next.forward_url })
+        }
+        _ => None,
+    })
+}
+
+/// The name an IBIp of this collection's own subsystem stands for (the two encode
+/// one date), when the IBIp is one: how a moved item's IBIp is forwarded after its
+/// alias left with it.
+pub fn own_name_for(store: &dyn Store, ibip: &Ibip) -> Option<RepositoryName> {
+    let minted = store.subsystem().identify(ibip.date()).ok()?;
+    (minted.ibip.as_ref() == Some(ibip)).then_some(minted.name)
 }
 
 /// The items named (by repository name or IBIp; each once, in the order given), or

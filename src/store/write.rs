@@ -23,6 +23,7 @@ use crate::fsx::CopyError;
 use crate::id::minter::{Clock, Minter, MinterState};
 use crate::id::{Ibip, Minted, RepositoryName, Timestamp};
 use crate::store::config::Minting;
+use crate::store::inventory::Forward;
 use crate::store::{ItemRecord, Lease, LockWait, Store};
 
 /// A staged item under construction, by token.
@@ -96,6 +97,9 @@ pub trait Writer: Send + Sync {
     fn restore_alias(&self, ibip: &Ibip, name: &RepositoryName) -> Result<()>;
     /// Removes items (and their aliases) durably.
     fn remove(&self, names: &[RepositoryName]) -> Result<()>;
+    /// Notes in the inventory where items are going (migrate, just before it
+    /// removes them), so that resolvers forward their names; durable on return.
+    fn note_moved(&self, names: &[RepositoryName], to: &Forward) -> Result<()>;
     /// Sets the collection's part in minting (`ibi retire`, `ibi handover`), durably.
     /// Every later mint reads it afresh, so another handle's next mint sees it.
     fn set_minting(&self, minting: &Minting) -> Result<()>;
@@ -148,6 +152,7 @@ pub trait WriteBackend: Store {
     fn place(&self, batch: &[Placement]) -> Result<Placed>;
     fn restore_alias(&self, ibip: &Ibip, name: &RepositoryName) -> Result<()>;
     fn remove(&self, names: &[RepositoryName]) -> Result<()>;
+    fn note_moved(&self, names: &[RepositoryName], to: &Forward) -> Result<()>;
     /// See `Writer::set_minting`; by default the backend cannot.
     fn set_minting(&self, _minting: &Minting) -> Result<()> {
         let why = "this kind of collection keeps no minting role".into();
@@ -217,6 +222,9 @@ impl<B: WriteBackend> Writer for Leased<'_, B> {
     }
     fn remove(&self, names: &[RepositoryName]) -> Result<()> {
         self.backend.remove(names)
+    }
+    fn note_moved(&self, names: &[RepositoryName], to: &Forward) -> Result<()> {
+        self.backend.note_moved(names, to)
     }
     fn minted_up_to(&self) -> Result<Option<Timestamp>> {
         self.backend.minted_up_to()
@@ -293,6 +301,9 @@ impl Writer for AppendOnly<'_> {
     }
     fn remove(&self, _names: &[RepositoryName]) -> Result<()> {
         Err(append_only_refusal("removing items".into()))
+    }
+    fn note_moved(&self, _names: &[RepositoryName], _to: &Forward) -> Result<()> {
+        Err(append_only_refusal("noting items moved away".into()))
     }
     fn minted_up_to(&self) -> Result<Option<Timestamp>> {
         self.0.minted_up_to()

@@ -8,7 +8,10 @@ pub struct TestEnv {
     pub dir: tempfile::TempDir,
     /// The env's minting collection: `collection` makes the first, and every later
     /// one follows it (`init --like`), as one subsystem has one minting collection.
-    minting: std::sync::Mutex<Option<String>>,
+    pub(crate) minting: std::sync::Mutex<Option<String>>,
+    /// The S3 server's port once an S3 collection is made: every command gets the
+    /// AWS environment, so that `init --like s3://…` reaches it.
+    pub(crate) aws_port: std::sync::Mutex<Option<u16>>,
 }
 
 /// `ibi mint` for the subsystem of the standard's Examples 1 and 2 (host
@@ -84,7 +87,11 @@ pub fn is_root() -> bool {
 
 impl TestEnv {
     pub fn new() -> Self {
-        TestEnv { dir: tempfile::tempdir().expect("temp dir"), minting: Default::default() }
+        TestEnv {
+            dir: tempfile::tempdir().expect("temp dir"),
+            minting: Default::default(),
+            aws_port: Default::default(),
+        }
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
@@ -102,6 +109,13 @@ impl TestEnv {
             .current_dir(self.dir.path())
             .env(MINTER_DIR_ENV, minter_dir(self.root()))
             .env_remove("RUST_BACKTRACE");
+        if let Some(port) = *self.aws_port.lock().unwrap() {
+            cmd.env("AWS_ACCESS_KEY_ID", "test")
+                .env("AWS_SECRET_ACCESS_KEY", "test")
+                .env("AWS_REGION", "us-east-1")
+                .env("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}"))
+                .env("AWS_ALLOW_HTTP", "true");
+        }
         cmd
     }
 
@@ -185,6 +199,15 @@ impl TestEnv {
         root
     }
 
+    /// A collection that mints a subsystem of its own, `NAME.ibi.example.org` (its
+    /// names share the first folder, `ibi.example.org`, with the test subsystem's).
+    pub fn own_subsystem(&self, name: &str) -> String {
+        let root = self.path(name).to_string_lossy().into_owned();
+        let label: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+        self.minting_collection(&root, &format!("{label}.ibi.example.org"));
+        root
+    }
+
     /// `ibi init ROOT --host HOST --ip … --granularity 0.001`: a minting collection.
     pub fn minting_collection(&self, root: &str, host: &str) {
         self.ok(&["-q", "init", &root, "--host", host, "--ip", "192.0.2.30", "--granularity", "0.001"]);
@@ -201,8 +224,12 @@ impl TestEnv {
 
 impl TestEnv {
     /// A collection holding `n` items of `files` small files each; returns its root.
+    /// The env's first collection mints `test.ibi.example.org`; a later one mints a
+    /// subsystem of its own (`NAME.ibi.example.org`), one subsystem having one
+    /// minting collection.
     pub fn filled(&self, name: &str, n: usize, files: usize) -> String {
-        let root = self.collection(name);
+        let first = self.minting.lock().unwrap().is_none();
+        let root = if first { self.collection(name) } else { self.own_subsystem(name) };
         let mut paths = Vec::new();
         for i in 0..n {
             for j in 0..files {

@@ -66,7 +66,7 @@ fn mirror_copy_and_migrate_in_both_directions() {
     let a = env.filled("a", 12, 3);
     let expected = env.identities(&a);
     let b = env.path("b").to_string_lossy().into_owned();
-    env.far_ok(&rsh, &init_args(&far(&b)));
+    env.far_ok(&rsh, &["-q", "init", &far(&b), "--like", &a]);
     env.far_ok(&rsh, &["-q", "mirror", &a, &far(&b)]);
     assert_eq!(env.identities(&b), expected, "local -> far");
     env.far_ok(&rsh, &["-q", "verify", &far(&b)]);
@@ -78,7 +78,7 @@ fn mirror_copy_and_migrate_in_both_directions() {
     assert_eq!(env.identities(&c), expected, "far -> local");
 
     let d = env.path("d").to_string_lossy().into_owned();
-    env.far_ok(&rsh, &init_args(&far(&d)));
+    env.far_ok(&rsh, &["-q", "init", &far(&d), "--like", &a]);
     env.far_ok(&rsh, &["-q", "copy", &far(&b), &far(&d)]);
     assert_eq!(env.identities(&d), expected, "far -> far through this machine");
 
@@ -116,7 +116,7 @@ fn every_collection_command_works_on_a_far_collection() {
     env.far_ok(&rsh, &["-q", "verify", &lib]);
 
     // Damage the far item behind ibi's back: verify there finds it, repair restores it from a mirror.
-    let backup = env.collection("backup");
+    let backup = env.own_subsystem("backup");
     env.far_ok(&rsh, &["-q", "mirror", &lib, &backup]);
     std::fs::write(Path::new(&root).join(&name).join("data/report.txt"), b"changed\n").unwrap_or_default();
     let damaged = env.far_fails(&rsh, &["verify", &lib], 1);
@@ -315,7 +315,7 @@ fn mirror_over_real_ssh_both_ways() {
     let sshd = Sshd::new(&env, None);
     let a = env.filled("a", 8, 2);
     let b = env.path("b").to_string_lossy().into_owned();
-    env.far_ok(&sshd.rsh(), &init_args(&far(&b)));
+    env.far_ok(&sshd.rsh(), &["-q", "init", &far(&b), "--like", &a]);
     env.far_ok(&sshd.rsh(), &["-q", "mirror", &a, &far(&b)]);
     assert_eq!(env.identities(&b), env.identities(&a));
     let c = env.collection("c");
@@ -357,11 +357,17 @@ fn mirror_watch_delivers_to_a_far_collection() {
     env.ok(&["-q", "verify", &dst]);
 }
 
+/// Retire (and handover) reach a far collection: its server changes its own config.
 #[test]
-fn retire_of_a_far_collection_says_where_to_run_it() {
+fn retire_of_a_far_collection_stops_its_minting() {
     let env = TestEnv::new();
-    let run = env.far_fails("false", &["retire", "lab:/srv/library"], 2);
-    assert!(run.stderr.contains("on lab itself"), "{}", run.stderr);
+    let rsh = env.shim("rsh", "", None);
+    let lib = far(&env.path("lib").to_string_lossy());
+    env.far_ok(&rsh, &init_args(&lib));
+    env.far_ok(&rsh, &["-q", "retire", &lib]);
+    let file = env.write("f.txt", b"f").to_string_lossy().into_owned();
+    let run = env.far_fails(&rsh, &["deposit", &lib, &file], 2);
+    assert!(run.stderr.contains("retired"), "{}", run.stderr);
 }
 
 #[test]

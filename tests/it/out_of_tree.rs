@@ -128,6 +128,12 @@ impl WriteBackend for Shell {
     fn remove(&self, names: &[RepositoryName]) -> Result<()> {
         self.0.remove(names)
     }
+    fn note_moved(&self, names: &[RepositoryName], to: &ibi::store::inventory::Forward) -> Result<()> {
+        self.0.note_moved(names, to)
+    }
+    fn set_minting(&self, minting: &ibi::store::Minting) -> Result<()> {
+        self.0.set_minting(minting)
+    }
 }
 
 #[test]

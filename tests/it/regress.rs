@@ -308,7 +308,7 @@ fn regress_symlinked_internals() {
         (".ibi/minter.lock", true),
         (".ibi/deposited", false),
     ] {
-        let root = env.collection(&format!("col-{}", own.replace(['/', '.'], "")));
+        let root = env.own_subsystem(&format!("col-{}", own.replace(['/', '.'], "")));
         let path = Path::new(&root).join(own);
         let _ = fs::remove_dir_all(&path);
         let _ = fs::remove_file(&path);
@@ -319,7 +319,7 @@ fn regress_symlinked_internals() {
         assert_eq!(crate::env::snapshot(&outside), before, "{own}: nothing written outside");
     }
     // A symlinked alias folder `.ibip/<PREFIX>`.
-    let root = env.collection("col-prefix");
+    let root = env.own_subsystem("col-prefix");
     env.write("y", b"y");
     env.ok(&["deposit", &root, "y"]);
     let prefix_dir = fs::read_dir(Path::new(&root).join(".ibip")).unwrap().next().unwrap().unwrap().path();
@@ -849,17 +849,24 @@ fn regress_hotfolder_changed_during_deposit() {
 fn regress_two_collections_of_one_subsystem_share_names() {
     let env = TestEnv::new();
     let roots: Vec<String> = ["a", "b"].iter().map(|n| env.path(n).to_string_lossy().into_owned()).collect();
-    for root in &roots {
-        env.ok(&["-q", "init", root, "--host", "shared.example.org", "--granularity", "1"]);
-    }
+    // Two collections made minting before one machine refused the second (the
+    // second is made with another machine's minter folder, so its init passes):
+    // both share this machine's distributor state when they mint here.
+    let init = |root: &str, granularity: &str, machine: &str| {
+        let args = ["-q", "init", root, "--host", "shared.example.org", "--granularity", granularity];
+        let out = env.command(&args).env(crate::env::MINTER_DIR_ENV, env.path(machine)).output().unwrap();
+        assert_code(&crate::env::Run::from(out), 0, "init");
+    };
+    init(&roots[0], "1", ".ibi-minters");
+    init(&roots[1], "1", "other-machine");
     let at = "2026-03-01T12:00:00Z";
     let first = env.ok(&["mint", "-C", &roots[0], "--at", at]).stdout;
     let second = env.ok(&["mint", "-C", &roots[1], "--at", at]).stdout;
     assert_ne!(first, second, "one instant, two collections of one subsystem, two names");
 
-    for root in &roots {
+    for (root, machine) in roots.iter().zip([".ibi-minters", "other-machine"]) {
         std::fs::remove_dir_all(root).unwrap();
-        env.ok(&["-q", "init", root, "--host", "shared.example.org", "--granularity", "0.01"]);
+        init(root, "0.01", machine);
     }
     let workers: Vec<_> = (0..4)
         .map(|p| {
@@ -910,12 +917,10 @@ fn regress_minter_behind_held_names() {
 
     // A migration to a new machine: the new collection's states know nothing of the items.
     let new = env.path("new").to_string_lossy().into_owned();
-    let run = fresh_machine(
-        &["-q", "init", &new, "--host", "test.ibi.example.org", "--ip", "192.0.2.30", "--granularity", "0.001"],
-        "new-machine",
-    );
+    let run = fresh_machine(&["-q", "init", &new, "--like", &root], "new-machine");
     assert_code(&run, 0, "init on the new machine");
     assert_code(&fresh_machine(&["-q", "migrate", &root, &new], "new-machine"), 0, "migrate");
+    assert_code(&fresh_machine(&["-q", "handover", &root, &new], "new-machine"), 0, "handover");
     let run = fresh_machine(&["mint", "-C", &new, "--at", &date], "new-machine");
     let minted = run.stdout.split('\t').next().unwrap().trim().to_string();
     assert!(minted > held, "after a migration the new collection mints after {held}, not {minted}");
@@ -1010,6 +1015,7 @@ fn regress_old_collection_keeps_minting() {
     env.ok(&["verify", &old]);
     assert_eq!(env.ok(&["list", &old]).lines().len(), 2);
     env.ok(&["mirror", &old, &new]);
+    env.ok(&["handover", &old, &new]);
     env.ok(&["deposit", &new, "late.txt"]);
 }
 
@@ -1046,13 +1052,16 @@ fn regress_mirror_replaces_an_unrelated_item() {
     for (root, content) in [(&a, "item of A"), (&b, "item of B")] {
         let root = root.display();
         let script = format!(
-            "\"$IBI\" -q init {root} --host shared.example.org --ip 192.0.2.9 --granularity 60 && echo '{content}' > f.txt && \
+            "IBI_MINTER_DIR={root}-minters \"$IBI\" -q init {root} --host shared.example.org --ip 192.0.2.9 --granularity 60 && echo '{content}' > f.txt && \
              IBI_MINTER_DIR={root}-minters faketime '2026-03-01 12:00:00' \"$IBI\" -q deposit {root} f.txt"
         );
         assert_code(&sh_in(env.root(), &script), 0, "deposit at one faked instant");
     }
     let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
     assert_eq!(first_name(&env, a), first_name(&env, b), "the same name, for different items");
+    // Two minting collections are refused at first contact now; B stops minting, so
+    // that mirror meets the clash its two machines made before it could see them.
+    env.ok(&["retire", b]);
     let before = env.identities(b);
     let run = env.run(&["mirror", a, b]);
     assert_code(&run, 1, "mirror of an unrelated item under one name");

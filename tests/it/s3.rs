@@ -173,11 +173,19 @@ impl TestEnv {
         run
     }
 
-    /// `ibi init` of an S3 collection with the test subsystem.
+    /// `ibi init` of an S3 collection with the test subsystem: minting if it is the
+    /// env's first collection, else following the first (one minting collection).
     pub fn s3_collection(&self, port: u16, url: &str) {
+        self.aws_port.lock().unwrap().get_or_insert(port);
+        let mut minting = self.minting.lock().unwrap();
+        if let Some(first) = minting.as_ref() {
+            self.s3_ok(port, &["-q", "init", url, "--like", first]);
+            return;
+        }
         let args =
             ["-q", "init", url, "--host", "test.ibi.example.org", "--ip", "192.0.2.30", "--granularity", "0.001"];
         self.s3_ok(port, &args);
+        *minting = Some(url.to_string());
     }
 
     /// name -> identity digest, through `ibi show --json` (works on any collection).

@@ -4,7 +4,9 @@
 
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
+use ibi::id::RepositoryName;
 use ibi::ops::resolution::{BrowsePage, BrowseQuery, ItemView};
+use ibi::store::inventory::Forward;
 use serde_json::json;
 
 pub const HTML: &str = "text/html; charset=utf-8";
@@ -64,6 +66,22 @@ pub fn not_found_response(asked: &str, why: &str) -> Response {
         esc(why)
     );
     html(StatusCode::NOT_FOUND, page("Not found", &body))
+}
+
+/// 410 for an item that moved to another collection with no public URL recorded:
+/// where it went and when.
+pub fn moved_response(name: &RepositoryName, to: &Forward, json: bool) -> Response {
+    if json {
+        let body = json!({"name": name.to_string(), "status": "moved", "moved": {"to": to.to, "date": to.date}});
+        return json_response(StatusCode::GONE, body);
+    }
+    let body = format!(
+        "<h1>Moved</h1><p><code>{}</code> is no longer here: it moved to <code>{}</code> on {}.</p>",
+        esc(&name.to_string()),
+        esc(&to.to),
+        esc(&to.date)
+    );
+    html(StatusCode::GONE, page("Moved", &body))
 }
 
 /// 410 for a withdrawn item: its identifiers and its tombstone.

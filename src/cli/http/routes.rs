@@ -146,9 +146,29 @@ async fn item_route(State(app): State<Arc<App>>, request: Request) -> Response {
             pages::not_found_response(&asked.identifier, "no collection served here holds or held it")
         }
         Ok(Resolution::Redirect(name)) => redirect(&name, &asked, uri.query()),
+        Ok(Resolution::Moved { name, to }) => match &to.url {
+            Some(url) => forward(&format!("{url}{name}"), &asked),
+            None => pages::moved_response(&name, &to, wants_json(headers)),
+        },
         Ok(Resolution::Withdrawn { view, .. }) => pages::gone_response(&view, wants_json(headers)),
         Ok(Resolution::Item { store, view }) => serve_item(&app, store, view, &asked, uri.query(), headers).await,
     }
+}
+
+/// 301 to where a moved item now lives (its name under the new server's URL,
+/// with the file or `.zip` asked for).
+fn forward(base: &str, asked: &Asked) -> Response {
+    let mut location = format!("{base}{}", if asked.zip { ".zip" } else { "" });
+    if !asked.rest.is_empty() {
+        location.push('/');
+        location.push_str(&pages::percent_path(&asked.rest.join("/")));
+    }
+    let mut response = StatusCode::MOVED_PERMANENTLY.into_response();
+    match HeaderValue::from_str(&location) {
+        Ok(value) => response.headers_mut().insert(header::LOCATION, value),
+        Err(_) => return refuse(StatusCode::BAD_REQUEST, "path", "it cannot be redirected"),
+    };
+    response
 }
 
 fn redirect(name: &ibi::id::RepositoryName, asked: &Asked, query: Option<&str>) -> Response {

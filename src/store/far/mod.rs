@@ -30,6 +30,7 @@ use crate::id::minter::{Clock, MinterState};
 use crate::id::{Ibip, RepositoryName, Subsystem, Timestamp};
 use crate::problem::Problem;
 use crate::store::config::{CollectionConfig, Minting};
+use crate::store::inventory::Forward;
 use crate::store::location::FarAddress;
 use crate::store::{
     FileSource, ItemRecord, Lease, Leased, Listed, LockWait, Placed, Placement, Slot, StageId, Store, WriteBackend,
@@ -661,6 +662,10 @@ impl WriteBackend for FarStore {
 
     fn remove(&self, names: &[RepositoryName]) -> Result<()> {
         self.done(&Request::Remove(names.to_vec()))
+    }
+
+    fn note_moved(&self, names: &[RepositoryName], to: &Forward) -> Result<()> {
+        self.done(&Request::NoteMoved(names.to_vec(), to.clone()))
     }
 }
 

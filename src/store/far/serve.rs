@@ -565,6 +565,7 @@ impl Session {
                 return done(writer.restore_alias(&ibip, &name));
             }
             Request::Remove(names) => return done(self.writer("removing items")?.remove(&names)),
+            Request::NoteMoved(names, to) => return done(self.writer("noting moves")?.note_moved(&names, &to)),
             Request::CheckItem(name) => Reply::Checked(self.check_item(&name)?),
             other => {
                 return Err(Error::Invalid {

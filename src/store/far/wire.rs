@@ -19,6 +19,7 @@ use crate::digest::{Algorithm, Digests};
 use crate::error::{Error, ErrorClass};
 use crate::id::{Ibip, RepositoryName};
 use crate::problem::Problem;
+use crate::store::inventory::Forward;
 use crate::store::{ItemRecord, Listed, Minting, Slot};
 
 /// The first word of the server's greeting.
@@ -245,6 +246,7 @@ pub enum Request {
     Place(Vec<WirePlacement>),
     RestoreAlias(Ibip, RepositoryName),
     Remove(Vec<RepositoryName>),
+    NoteMoved(Vec<RepositoryName>, Forward),
     CheckItem(RepositoryName),
 }
 

@@ -15,7 +15,7 @@ use crate::bag::history::Withdrawal;
 use crate::error::{Error, Result};
 use crate::fsx;
 use crate::id::{Ibip, RepositoryName};
-use crate::store::inventory::{ItemRecord, Status, VersionRecord};
+use crate::store::inventory::{Forward, ItemRecord, Status, VersionRecord};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS items (
@@ -27,6 +27,7 @@ CREATE TABLE IF NOT EXISTS items (
     digest TEXT NOT NULL,
     versions TEXT NOT NULL,
     withdrawn TEXT,
+    moved TEXT,
     PRIMARY KEY (prefix, suffix)
 ) WITHOUT ROWID;
 ";
@@ -35,9 +36,16 @@ CREATE TABLE IF NOT EXISTS items (
 const PAGE: usize = 4096;
 
 fn sql_error(path: &Path, e: rusqlite::Error) -> Error {
-    use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
+    use rusqlite::ErrorCode::{DatabaseCorrupt, DiskFull, NotADatabase, SystemIoFailure};
     match e.sqlite_error_code() {
         Some(NotADatabase | DatabaseCorrupt) => damaged(path, &e.to_string()),
+        // The disk failed or filled: operational (exit 3), like any other write.
+        Some(SystemIoFailure | DiskFull) => {
+            let synced = matches!(&e, rusqlite::Error::SqliteFailure(f, _)
+                if [rusqlite::ffi::SQLITE_IOERR_FSYNC, rusqlite::ffi::SQLITE_IOERR_DIR_FSYNC].contains(&f.extended_code));
+            let action = if synced { "fsync" } else { "write" };
+            Error::io(action, path, std::io::Error::other(e.to_string()))
+        }
         _ => Error::Data { what: format!("inventory {}", path.display()), problem: e.to_string() },
     }
 }
@@ -58,12 +66,13 @@ pub struct Inventory {
     conn: Connection,
 }
 
-const COLUMNS: &str = "prefix, suffix, ibip, origin, status, digest, versions, withdrawn";
+const COLUMNS: &str = "prefix, suffix, ibip, origin, status, digest, versions, withdrawn, moved";
 
 fn row_to_record(row: &rusqlite::Row) -> rusqlite::Result<std::result::Result<ItemRecord, String>> {
     let (prefix, suffix): (String, String) = (row.get(0)?, row.get(1)?);
     let (ibip, origin, status): (Option<String>, Option<String>, String) = (row.get(2)?, row.get(3)?, row.get(4)?);
     let (versions, withdrawn): (String, Option<String>) = (row.get(6)?, row.get(7)?);
+    let moved: Option<String> = row.get(8)?;
     let text = format!("{prefix}/{suffix}");
     Ok((|| {
         let name = RepositoryName::parse(&text).map_err(|e| format!("{text}: {e}"))?;
@@ -81,6 +90,7 @@ fn row_to_record(row: &rusqlite::Row) -> rusqlite::Result<std::result::Result<It
                 let (date, reason) = w.split_once(' ').unwrap_or((&w, ""));
                 Withdrawal { date: date.into(), reason: reason.into() }
             }),
+            moved: moved.map(|m| serde_json::from_str(&m).map_err(|e| format!("{text}: moved: {e}"))).transpose()?,
         })
     })())
 }
@@ -110,6 +120,9 @@ impl Inventory {
         let inventory = Inventory { path: path.to_path_buf(), conn };
         inventory.setup("PRAGMA busy_timeout = 60000; PRAGMA synchronous = FULL;")?;
         inventory.check_schema()?;
+        if !inventory.has_moved_column()? {
+            inventory.setup("ALTER TABLE items ADD COLUMN moved TEXT;")?;
+        }
         Ok(Some(inventory))
     }
 
@@ -146,7 +159,26 @@ impl Inventory {
         let inventory = Inventory { path: path.to_path_buf(), conn };
         inventory.setup("PRAGMA busy_timeout = 60000;")?;
         inventory.check_schema()?;
+        if !inventory.has_moved_column()? {
+            // An inventory from before forwarding, which this handle must not change:
+            // a view in memory (temp names come first) reads it with no forwards.
+            inventory.setup(
+                "PRAGMA temp_store = MEMORY; CREATE TEMP VIEW items AS SELECT prefix, suffix, ibip, origin, \
+                 status, digest, versions, withdrawn, NULL AS moved FROM main.items;",
+            )?;
+        }
         Ok(Some(inventory))
+    }
+
+    /// Whether the items table has the `moved` column (inventories made before
+    /// forwarding addresses lack it; a writing open adds it).
+    fn has_moved_column(&self) -> Result<bool> {
+        let found: Option<i64> = self
+            .conn
+            .query_row("SELECT 1 FROM pragma_table_info('items') WHERE name = 'moved'", [], |row| row.get(0))
+            .optional()
+            .map_err(|e| sql_error(&self.path, e))?;
+        Ok(found.is_some())
     }
 
     fn setup(&self, sql: &str) -> Result<()> {
@@ -191,11 +223,12 @@ impl Inventory {
         let path = self.path.clone();
         let tx = self.conn.transaction().map_err(|e| sql_error(&path, e))?;
         {
-            let sql = format!("INSERT OR REPLACE INTO items ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+            let sql = format!("INSERT OR REPLACE INTO items ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
             let mut insert = tx.prepare_cached(&sql).map_err(|e| sql_error(&path, e))?;
             for r in records {
                 let versions = serde_json::to_string(&r.versions).expect("versions serialise");
                 let withdrawn = r.withdrawn.as_ref().map(|w| format!("{} {}", w.date, w.reason));
+                let moved = r.moved.as_ref().map(|m| serde_json::to_string(m).expect("a forward serialises"));
                 insert
                     .execute(params![
                         r.name.prefix().to_string(),
@@ -205,8 +238,28 @@ impl Inventory {
                         r.status.as_str(),
                         r.current().digest,
                         versions,
-                        withdrawn
+                        withdrawn,
+                        moved
                     ])
+                    .map_err(|e| sql_error(&path, e))?;
+            }
+        }
+        tx.commit().map_err(|e| sql_error(&path, e))
+    }
+
+    /// Notes where items went (or are going: migrate notes it before it removes),
+    /// in one durable transaction.
+    pub fn note_moved(&mut self, names: &[RepositoryName], to: &Forward) -> Result<()> {
+        let path = self.path.clone();
+        let text = serde_json::to_string(to).expect("a forward serialises");
+        let tx = self.conn.transaction().map_err(|e| sql_error(&path, e))?;
+        {
+            let mut update = tx
+                .prepare_cached("UPDATE items SET moved = ?3 WHERE prefix = ?1 AND suffix = ?2")
+                .map_err(|e| sql_error(&path, e))?;
+            for name in names {
+                update
+                    .execute(params![name.prefix().to_string(), name.suffix().to_string(), text])
                     .map_err(|e| sql_error(&path, e))?;
             }
         }
@@ -446,6 +499,11 @@ impl super::Collection {
             .filter_map(|record| record.ok())
             .collect();
         self.with_inventory(|inventory| inventory.put(&records)).map(drop)
+    }
+
+    /// Notes where items went (`Writer::note_moved`).
+    pub fn record_moved(&self, names: &[RepositoryName], to: &Forward) -> Result<()> {
+        self.with_inventory(|inventory| inventory.note_moved(names, to)).map(drop)
     }
 
     /// Records items taken away on purpose.

@@ -19,6 +19,7 @@ use crate::id::minter::MinterState;
 use crate::id::{Ibip, RepositoryName, Subsystem};
 use crate::problem::{Problem, ProblemKind};
 use crate::store::config::Minting;
+use crate::store::inventory::Forward;
 use crate::store::StateFile;
 use crate::store::{
     FileSource, ItemRecord, Lease, Leased, Listed, LockWait, Placed, Placement, Slot, StageId, Store, WriteBackend,
@@ -321,6 +322,10 @@ impl WriteBackend for Collection {
 
     fn set_minting(&self, minting: &Minting) -> Result<()> {
         Collection::set_minting(self, minting)
+    }
+
+    fn note_moved(&self, names: &[RepositoryName], to: &Forward) -> Result<()> {
+        self.record_moved(names, to)
     }
 
     /// From a local collection on this filesystem: each item renamed into place

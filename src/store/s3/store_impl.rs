@@ -2,6 +2,7 @@
 //! of `place`, and runs its requests concurrently where it has many.
 
 use super::*;
+use crate::store::inventory::Forward;
 
 impl Store for S3Store {
     fn location(&self) -> String {
@@ -159,6 +160,17 @@ impl Store for S3Store {
 impl WriteBackend for S3Store {
     fn set_minting(&self, minting: &Minting) -> Result<()> {
         S3Store::set_minting(self, minting)
+    }
+
+    /// Each record is rewritten with where the item went (under the lease).
+    fn note_moved(&self, names: &[RepositoryName], to: &Forward) -> Result<()> {
+        let records = self.record_batch(names)?;
+        let writes = records.into_iter().flatten().map(|mut record| {
+            record.moved = Some(to.clone());
+            let key = self.keys.record(&record.name);
+            async move { self.objects.overwrite(&key, serde_json::to_vec(&record).expect("a record serialises")).await }
+        });
+        self.objects.run(stream::iter(writes).buffer_unordered(IN_FLIGHT).try_collect::<()>())
     }
 
     fn lease(&self, wait: LockWait) -> Result<Lease> {
