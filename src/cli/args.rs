@@ -184,7 +184,7 @@ Examples:
   ibi init new:/srv/library --like /srv/library        # a copy that does not mint
   ibi mirror /srv/library new:/srv/library             # while the old one stays in service
   ibi handover /srv/library new:/srv/library --forward-url https://new.example.org/
-  ibi migrate /srv/library new:/srv/library")]
+  ibi migrate /srv/library new:/srv/library --forward-url https://new.example.org/")]
     Handover(HandoverArgs),
     /// Hot folder: deposit each new entry of INBOX once it stops changing.
     #[command(after_help = "Examples:
@@ -391,7 +391,8 @@ pub struct InitArgs {
     pub subsystem: SubsystemArgs,
     /// Make a collection of OTHER's subsystem that does not mint: it follows the
     /// collection that does, and holds copies (mirror, migrate) until a handover.
-    #[arg(long, value_name = "OTHER", conflicts_with_all = ["host", "ip", "port", "ibip_port", "granularity"])]
+    /// `--ip` may give this server's own IP (for the IBIps it mints after one).
+    #[arg(long, value_name = "OTHER", conflicts_with_all = ["host", "port", "ibip_port", "granularity"])]
     pub like: Option<PathBuf>,
     /// Organisation recorded as Source-Organization in every item.
     #[arg(long)]

@@ -31,7 +31,10 @@ pub fn init(global: GlobalArgs, args: &InitArgs) -> Result<Outcome> {
         Some(other) => {
             let other = super::open(other)?;
             options.follows = Some(ibi::ops::minting::peer_to_follow(other.as_ref())?);
-            (other.subsystem().clone(), args.org.clone().or_else(|| other.organisation().map(String::from)))
+            let s = other.subsystem();
+            let ip = args.subsystem.ip.or(s.ip);
+            let subsystem = ibi::Subsystem::new(&s.host, s.port, ip, s.ibip_port, s.granularity)?;
+            (subsystem, args.org.clone().or_else(|| other.organisation().map(String::from)))
         }
         None => (subsystem_from_args(&args.subsystem)?, args.org.clone()),
     };

@@ -297,7 +297,8 @@ fn killed_s3_transfers_complete_on_rerun() {
         .collect();
     let (s3, c, d) = ("s3://lib/b", env.collection("c"), "s3://lib/d");
     env.s3_collection(p, s3);
-    env.s3_collection(p, d);
+    // Deposits go to a collection minting a subsystem of its own.
+    env.s3_ok(p, &["-q", "init", d, "--host", "d.ibi.example.org", "--ip", "192.0.2.30", "--granularity", "0.001"]);
     let mut deposit = vec!["-q", "deposit", "--each", d];
     deposit.extend(files.iter().map(String::as_str));
     let mut dice = crate::crash::Dice::new();
