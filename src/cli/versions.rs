@@ -13,7 +13,7 @@ use super::Outcome;
 use ibi::id::minter::SystemClock;
 use ibi::ops::item::{export as export_item, show as show_item, ItemView};
 use ibi::ops::update::{update as update_item, Changes, Updated, Withdraw};
-use ibi::store::LockWait;
+use ibi::store::{LockWait, Minting};
 
 fn lock_wait(wait: Option<Seconds>) -> LockWait {
     wait.map_or(LockWait::No, |secs| LockWait::For(secs.0))
@@ -60,13 +60,36 @@ fn view_text(printer: &Printer, view: &ItemView) {
 pub fn show(global: GlobalArgs, root: &Path, name: &str) -> Result<Outcome> {
     let store = super::open(root)?;
     let view = show_item(store.as_ref(), name)?;
+    let minting = store.minting()?;
     let printer = Printer::new(global);
     if printer.json() {
-        printer.line(&view_json(&view).to_string());
+        let mut json = view_json(&view);
+        json["collection"] = minting_json(&minting);
+        printer.line(&json.to_string());
     } else {
         view_text(&printer, &view);
+        printer.line(&format!("minting:  {}", minting_text(&minting)));
     }
     Ok(Outcome::Success)
+}
+
+/// Which collection mints the subsystem, as `show` says it.
+fn minting_text(minting: &Minting) -> String {
+    match minting {
+        Minting::Mints => "this collection mints its subsystem's names".into(),
+        Minting::Follows(peer) => format!("{} ({}) mints; this collection follows it", peer.location, peer.id),
+        Minting::Retired(Some(next)) => format!("handed over to {} ({}) on {}", next.location, next.id, next.since),
+        Minting::Retired(None) => "retired: this collection mints no names".into(),
+    }
+}
+
+fn minting_json(minting: &Minting) -> serde_json::Value {
+    match minting {
+        Minting::Mints => json!({"mints": true}),
+        Minting::Follows(peer) => json!({"mints": false, "follows": {"id": peer.id, "location": peer.location}}),
+        Minting::Retired(next) => json!({"mints": false, "retired": true,
+            "successor": next.as_ref().map(|n| json!({"id": n.id, "location": n.location, "since": n.since}))}),
+    }
 }
 
 fn print_updated(printer: &Printer, updated: &Updated, what: &str) {

@@ -210,7 +210,7 @@ impl TestEnv {
 
     /// `ibi init ROOT --host HOST --ip … --granularity 0.001`: a minting collection.
     pub fn minting_collection(&self, root: &str, host: &str) {
-        self.ok(&["-q", "init", &root, "--host", host, "--ip", "192.0.2.30", "--granularity", "0.001"]);
+        self.ok(&["-q", "init", root, "--host", host, "--ip", "192.0.2.30", "--granularity", "0.001"]);
     }
 
     /// Writes a file (creating parents) under the temp dir.

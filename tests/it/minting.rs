@@ -43,13 +43,9 @@ fn regress_two_machines_mint_one_name() {
     let rsh = far_machine(&env);
     let here = env.path("library").to_string_lossy().into_owned();
     env.ok(&strs(&init_args(&here, "60")));
-    let copy = format!("lab:{}", env.path("copy").display());
-    env.far_ok(&rsh, &["-q", "init", &copy, "--like", &here]);
     let (a, b) = (env.write("a/a.txt", b"item a"), env.write("b/b.txt", b"item b"));
-    let refused = env.far_fails(&rsh, &["deposit", &copy, &b.to_string_lossy()], 2);
-    assert!(refused.stderr.contains("ibi handover") && refused.stderr.contains(&here), "{}", refused.stderr);
-    assert!(!env.path("far-minters").exists(), "the refused deposit made no minter state");
 
+    // Made as the old README made them: both minting, on two machines.
     let rogue_root = env.path("rogue");
     let rogue = format!("lab:{}", rogue_root.display());
     env.far_ok(&rsh, &strs(&init_args(&rogue, "60")));
@@ -60,6 +56,14 @@ fn regress_two_machines_mint_one_name() {
     assert!(run.stderr.contains("both mint") && run.stderr.contains("ibi handover"), "{}", run.stderr);
     assert_eq!(snapshot(&rogue_root), before, "first contact changed nothing");
     env.far_fails(&rsh, &["copy", &rogue, &here], 2);
+
+    // As the README makes them now: the far one follows, and refuses deposits.
+    let copy = format!("lab:{}", env.path("copy").display());
+    env.far_ok(&rsh, &["-q", "init", &copy, "--like", &here]);
+    let refused = env.far_fails(&rsh, &["deposit", &copy, &b.to_string_lossy()], 2);
+    assert!(refused.stderr.contains("ibi handover") && refused.stderr.contains(&here), "{}", refused.stderr);
+    assert!(control_empty(&env.path("copy").to_string_lossy(), "staging"), "the refused deposit staged nothing");
+    env.far_ok(&rsh, &["-q", "mirror", &here, &copy]);
 }
 
 /// Issue 21's second clash: the migration guide's new server took a deposit
@@ -87,6 +91,11 @@ fn regress_migration_window_mints_one_name_twice() {
     let minted = env.ok(&["deposit", &new, &files[2]]).stdout;
     let name = minted.split_whitespace().next().unwrap();
     assert!(old_names.iter().all(|held| name > held.as_str()), "{name} sorts after {old_names:?}");
+    let shown: serde_json::Value = serde_json::from_str(&env.ok(&["--json", "show", &new, name]).stdout).unwrap();
+    assert_eq!(shown["collection"]["mints"], true, "show says which collection mints: {shown}");
+    let shown: serde_json::Value =
+        serde_json::from_str(&env.ok(&["--json", "show", &old, &old_names[0]]).stdout).unwrap();
+    assert_eq!(shown["collection"]["successor"]["location"], new.as_str(), "{shown}");
     env.ok(&["migrate", &old, &new]);
 }
 

@@ -250,33 +250,24 @@ impl Inventory {
     /// Notes where items went (or are going: migrate notes it before it removes),
     /// in one durable transaction.
     pub fn note_moved(&mut self, names: &[RepositoryName], to: &Forward) -> Result<()> {
-        let path = self.path.clone();
-        let text = serde_json::to_string(to).expect("a forward serialises");
-        let tx = self.conn.transaction().map_err(|e| sql_error(&path, e))?;
-        {
-            let mut update = tx
-                .prepare_cached("UPDATE items SET moved = ?3 WHERE prefix = ?1 AND suffix = ?2")
-                .map_err(|e| sql_error(&path, e))?;
-            for name in names {
-                update
-                    .execute(params![name.prefix().to_string(), name.suffix().to_string(), text])
-                    .map_err(|e| sql_error(&path, e))?;
-            }
-        }
-        tx.commit().map_err(|e| sql_error(&path, e))
+        self.set_column(names, "moved", &serde_json::to_string(to).expect("a forward serialises"))
     }
 
     /// Marks items as taken away on purpose, in one durable transaction.
     pub fn mark_removed(&mut self, names: &[RepositoryName]) -> Result<()> {
+        self.set_column(names, "status", Status::Removed.as_str())
+    }
+
+    /// Sets one column of the rows of `names` to `value`, in one durable transaction.
+    fn set_column(&mut self, names: &[RepositoryName], column: &'static str, value: &str) -> Result<()> {
         let path = self.path.clone();
         let tx = self.conn.transaction().map_err(|e| sql_error(&path, e))?;
         {
-            let mut update = tx
-                .prepare_cached("UPDATE items SET status = 'removed' WHERE prefix = ?1 AND suffix = ?2")
-                .map_err(|e| sql_error(&path, e))?;
+            let sql = format!("UPDATE items SET {column} = ?3 WHERE prefix = ?1 AND suffix = ?2");
+            let mut update = tx.prepare_cached(&sql).map_err(|e| sql_error(&path, e))?;
             for name in names {
                 update
-                    .execute(params![name.prefix().to_string(), name.suffix().to_string()])
+                    .execute(params![name.prefix().to_string(), name.suffix().to_string(), value])
                     .map_err(|e| sql_error(&path, e))?;
             }
         }
