@@ -386,8 +386,11 @@ pub fn deposit_batch(
                     tag_files: &payload.tag_files,
                 };
                 let identity = write_tags(writer, payload.staging.id, &contents)?;
+                let record = ItemRecord::from_info(&m.name, &info, &identity).ok().map(|mut record| {
+                    record.deposit_keys = vec![key.clone()];
+                    record
+                });
                 records.push((key, m.name.clone()));
-                let record = ItemRecord::from_info(&m.name, &info, &identity).ok();
                 let placement =
                     Placement { stage: payload.staging.id, name: m.name.clone(), ibip: m.ibip, replace: false, record };
                 staged.push(StagedItem { staging: payload.staging, placement, bytes: payload.oxum.octets });
@@ -427,6 +430,8 @@ pub fn remove_moved(plan: &SourcePlan, stamps: &[(PathBuf, Stamp)], reporter: &d
     for dir in plan.source_dirs.iter().rev() {
         match fs::remove_dir(dir) {
             Ok(()) => {
+                // Gone itself: its parent's fsync makes the removal durable.
+                touched.remove(dir);
                 touched.insert(fsx::parent_dir(dir).to_path_buf());
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}

@@ -189,7 +189,28 @@ impl<'a> Driver<'a> {
                 }
             }
         }
+        if let Err(e) = self.carry_deposit_keys(&copying, &mut staged) {
+            first_error.get_or_insert(e);
+        }
         (staged, first_error)
+    }
+
+    /// SRC's content keys of the items copied go with them, in each placement's
+    /// record; `place` files them in DST's records of deposits once the items are
+    /// placed, so that DST recognises a repeated deposit of what it holds by copy.
+    fn carry_deposit_keys(&self, copying: &[RepositoryName], staged: &mut [StagedItem]) -> Result<()> {
+        let keys: HashMap<RepositoryName, Vec<String>> = copying
+            .iter()
+            .cloned()
+            .zip(self.src.records(copying)?)
+            .filter_map(|(name, record)| Some((name, record?.deposit_keys)).filter(|(_, k)| !k.is_empty()))
+            .collect();
+        for item in staged.iter_mut() {
+            if let (Some(found), Some(record)) = (keys.get(&item.placement.name), item.placement.record.as_mut()) {
+                record.deposit_keys = found.clone();
+            }
+        }
+        Ok(())
     }
 
     fn stage_one(&self, writer: &'a dyn Writer, plan: &Plan) -> Result<Option<StagedItem<'a>>> {
@@ -216,6 +237,11 @@ impl<'a> Driver<'a> {
     fn place(&self, writer: &dyn Writer, staged: Vec<StagedItem>) -> Result<HashSet<String>> {
         let sizes: HashMap<String, (u64, bool)> =
             staged.iter().map(|s| (s.name().to_string(), (s.bytes, s.placement.replace))).collect();
+        let keys: Vec<(String, RepositoryName)> = staged
+            .iter()
+            .filter_map(|s| s.placement.record.as_ref())
+            .flat_map(|r| r.deposit_keys.iter().map(|k| (k.clone(), r.name.clone())))
+            .collect();
         let mut placed = HashSet::new();
         let mut arrived = Vec::new();
         for (name, outcome) in place_staged(writer, staged)? {
@@ -237,6 +263,12 @@ impl<'a> Driver<'a> {
             }
         }
         raise_minter(writer, &arrived)?;
+        let keys: Vec<_> = keys.into_iter().filter(|(_, n)| placed.contains(&n.to_string())).collect();
+        // Only a convenience for a later deposit (the items' records carry the keys
+        // too): a failure to file them is told, and the copies stand.
+        if let Err(e) = writer.write_deposit_records(&keys) {
+            self.reporter.warning(&format!("the copied items' deposit records were not filed: {e}"));
+        }
         Ok(placed)
     }
 

@@ -81,6 +81,12 @@ pub struct ItemRecord {
     /// Where the item went, once `migrate` moved it (also noted just before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moved: Option<Forward>,
+    /// The content keys of the deposits made as this item, so that a collection
+    /// holding it by any route (copy, mirror, migrate) recognises a repeated
+    /// deposit. They only say where to look: a deposit is "already deposited" only
+    /// when the item's current manifest holds exactly its bytes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deposit_keys: Vec<String>,
 }
 
 impl ItemRecord {
@@ -142,6 +148,7 @@ impl ItemRecord {
             versions,
             withdrawn: history.withdrawn,
             moved: None,
+            deposit_keys: Vec::new(),
         })
     }
 }

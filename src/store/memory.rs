@@ -166,7 +166,8 @@ impl MemoryStore {
         if items.contains_key(&p.name) && !p.replace {
             return Ok(Err(Error::AlreadyExists { path: format!("memory:{}", p.name).into() }));
         }
-        if let Ok(record) = ItemRecord::from_bag(&MemoryBag(Some(bag.clone())), &p.name) {
+        if let Ok(mut record) = ItemRecord::from_bag(&MemoryBag(Some(bag.clone())), &p.name) {
+            record.deposit_keys = p.record.as_ref().map(|r| r.deposit_keys.clone()).unwrap_or_default();
             lock(&self.shared.inventory).insert(p.name.clone(), record);
         }
         items.insert(p.name.clone(), bag);

@@ -248,3 +248,64 @@ fn moved_items_leave_forwarding_addresses() {
     assert_eq!(answer.status, 301);
     assert_eq!(answer.headers.get("location").unwrap().to_str().unwrap(), format!("https://new.example.org/{late}"));
 }
+
+/// A deposit repeated where its item went (by mirror, then by migrate, each
+/// followed by a handover) is "already deposited as NAME": the content keys travel
+/// in the item's record, to local and far collections alike.
+#[test]
+fn repeated_deposits_are_recognised_wherever_the_item_went() {
+    for far in [false, true] {
+        let env = TestEnv::new();
+        let rsh = env.shim("rsh", "", None);
+        let place = |name: &str| {
+            let path = env.path(name).to_string_lossy().into_owned();
+            if far {
+                format!("lab:{path}")
+            } else {
+                path
+            }
+        };
+        let a = env.collection("a");
+        env.write("src/doc.txt", b"the thesis");
+        let name = env.ok(&["deposit", &a, "src"]).pairs()[0].0.clone();
+        let (b, c) = (place("b"), place("c"));
+        env.far_ok(&rsh, &["-q", "init", &b, "--like", &a]);
+        env.far_ok(&rsh, &["-q", "mirror", &a, &b]);
+        env.far_ok(&rsh, &["-q", "handover", &a, &b]);
+        let again = env.far_ok(&rsh, &["deposit", &b, "src"]);
+        assert!(again.stdout.contains(&name) && again.stderr.contains("already"), "far={far}: {again:?}");
+        env.far_ok(&rsh, &["-q", "init", &c, "--like", &b]);
+        env.far_ok(&rsh, &["-q", "migrate", &b, &c]);
+        env.far_ok(&rsh, &["-q", "handover", &b, &c]);
+        let again = env.far_ok(&rsh, &["deposit", &c, "src", "--move"]);
+        assert!(again.stdout.contains(&name) && again.stderr.contains("already"), "far={far}: {again:?}");
+        assert_eq!(env.far_ok(&rsh, &["list", &c]).lines().len(), 1, "far={far}: no second item");
+        assert!(!env.path("src").exists(), "far={far}: --move removed the source, whose bytes c holds");
+        assert!(!again.stderr.contains("fsync"), "far={far}: a removed folder is not fsynced: {}", again.stderr);
+    }
+}
+
+/// Issue 21, case 6: a far deposit whose clocks disagree with the far minter
+/// state failed with "invalid minter update: abandoned by the client", exit 2.
+/// Since the far server mints with its own clock (issue 20, so this passes on
+/// 1ffc5af too), a client clock a day behind changes nothing, and a far clock
+/// behind its state gives the local message (both dates, the wait), exit 3.
+#[test]
+fn far_clocks_behind_never_abandon_a_deposit() {
+    let env = TestEnv::new();
+    let rsh = env.shim("rsh", "unset LD_PRELOAD FAKETIME", None);
+    let lib = format!("lab:{}", env.path("lib").display());
+    env.far_ok(&rsh, &strs(&init_args(&lib, "1")));
+    let file = env.write("f.txt", b"f").to_string_lossy().into_owned();
+    env.far_ok(&rsh, &["-q", "deposit", &lib, &file]);
+    let late = crate::env::sh_in(
+        env.root(),
+        &format!(
+            "IBI_RSH='{rsh}' IBI_REMOTE_IBI=\"$IBI\" faketime -f -1d \"$IBI\" -q deposit --duplicate {lib} {file}"
+        ),
+    );
+    crate::env::assert_code(&late, 0, "a client clock a day behind");
+    let far_behind = env.shim("rsh-behind", "", Some("faketime -f -1d \"$@\""));
+    let run = env.far_fails(&far_behind, &["deposit", "--duplicate", &lib, &file], 3);
+    assert!(run.stderr.contains("is behind the minter state") && run.stderr.contains("wait"), "{}", run.stderr);
+}

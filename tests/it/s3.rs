@@ -637,3 +637,22 @@ fn regress_restored_s3_minter_mints_a_held_name() {
     assert!(minted > held, "{minted} is not after the held {held}");
     assert_eq!(env.s3_ok(p, &["list", s3]).lines().len(), 2);
 }
+
+/// A deposit repeated in an S3 collection that holds the item by mirror (then
+/// minting, after a handover) is "already deposited as NAME", no second item.
+#[test]
+fn a_repeated_deposit_is_recognised_in_s3_after_a_mirror() {
+    let env = TestEnv::new();
+    let moto = Moto::start("lib");
+    let p = moto.port;
+    let a = env.collection("a");
+    env.write("src/doc.txt", b"the thesis");
+    let name = env.ok(&["deposit", &a, "src"]).pairs()[0].0.clone();
+    let s3 = "s3://lib/copy";
+    env.s3_collection(p, s3);
+    env.s3_ok(p, &["-q", "mirror", &a, s3]);
+    env.s3_ok(p, &["-q", "handover", &a, s3]);
+    let again = env.s3_ok(p, &["deposit", s3, "src"]);
+    assert!(again.stdout.contains(&name) && again.stderr.contains("already"), "{again:?}");
+    assert_eq!(env.s3_ok(p, &["list", s3]).lines().len(), 1, "no second item");
+}

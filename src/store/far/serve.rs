@@ -835,7 +835,15 @@ fn admit_placement(
     arrived: &HashMap<String, Digests>,
 ) -> Result<ItemRecord> {
     let c = writer.store();
-    let record = staged_record(writer, sid, &p.name, arrived)?;
+    let mut record = staged_record(writer, sid, &p.name, arrived)?;
+    // The client's content keys only say where to look (a deposit checks the bytes).
+    record.deposit_keys = p.record.as_ref().map(|r| r.deposit_keys.clone()).unwrap_or_default();
+    if record.deposit_keys.len() > 64 || record.deposit_keys.iter().any(|k| !is_content_key(k)) {
+        return Err(Error::Refused {
+            what: format!("placing {}", p.name),
+            why: "its content keys are malformed".into(),
+        });
+    }
     let refuse = |why: String| Err(Error::Refused { what: format!("placing {}", p.name), why });
     if p.ibip.is_some() && p.ibip != record.ibip {
         return refuse("the IBIp asked for is not the one its bag-info records".into());
@@ -863,6 +871,11 @@ fn admit_placement(
 
 /// The record a staged item's bag implies, once it is checked against its manifests
 /// with the digests taken as it arrived and its bag-info names it; otherwise why not.
+/// A content key as deposit makes them: a sha256 in lower-case hex.
+fn is_content_key(key: &str) -> bool {
+    key.len() == 64 && key.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 fn staged_record(
     writer: &dyn Writer,
     sid: StageId,

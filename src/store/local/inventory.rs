@@ -28,6 +28,7 @@ CREATE TABLE IF NOT EXISTS items (
     versions TEXT NOT NULL,
     withdrawn TEXT,
     moved TEXT,
+    keys TEXT,
     PRIMARY KEY (prefix, suffix)
 ) WITHOUT ROWID;
 ";
@@ -66,13 +67,13 @@ pub struct Inventory {
     conn: Connection,
 }
 
-const COLUMNS: &str = "prefix, suffix, ibip, origin, status, digest, versions, withdrawn, moved";
+const COLUMNS: &str = "prefix, suffix, ibip, origin, status, digest, versions, withdrawn, moved, keys";
 
 fn row_to_record(row: &rusqlite::Row) -> rusqlite::Result<std::result::Result<ItemRecord, String>> {
     let (prefix, suffix): (String, String) = (row.get(0)?, row.get(1)?);
     let (ibip, origin, status): (Option<String>, Option<String>, String) = (row.get(2)?, row.get(3)?, row.get(4)?);
     let (versions, withdrawn): (String, Option<String>) = (row.get(6)?, row.get(7)?);
-    let moved: Option<String> = row.get(8)?;
+    let (moved, keys): (Option<String>, Option<String>) = (row.get(8)?, row.get(9)?);
     let text = format!("{prefix}/{suffix}");
     Ok((|| {
         let name = RepositoryName::parse(&text).map_err(|e| format!("{text}: {e}"))?;
@@ -91,6 +92,10 @@ fn row_to_record(row: &rusqlite::Row) -> rusqlite::Result<std::result::Result<It
                 Withdrawal { date: date.into(), reason: reason.into() }
             }),
             moved: moved.map(|m| serde_json::from_str(&m).map_err(|e| format!("{text}: moved: {e}"))).transpose()?,
+            deposit_keys: keys
+                .map(|k| serde_json::from_str(&k).map_err(|e| format!("{text}: keys: {e}")))
+                .transpose()?
+                .unwrap_or_default(),
         })
     })())
 }
@@ -117,11 +122,15 @@ impl Inventory {
         }
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | nofollow(path) | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags).map_err(|e| sql_error(path, e))?;
-        let inventory = Inventory { path: path.to_path_buf(), conn };
+        let mut inventory = Inventory { path: path.to_path_buf(), conn };
         inventory.setup("PRAGMA busy_timeout = 60000; PRAGMA synchronous = FULL;")?;
         inventory.check_schema()?;
-        if !inventory.has_moved_column()? {
+        if !inventory.has_column("moved")? {
             inventory.setup("ALTER TABLE items ADD COLUMN moved TEXT;")?;
+        }
+        if !inventory.has_column("keys")? {
+            inventory.setup("ALTER TABLE items ADD COLUMN keys TEXT;")?;
+            inventory.adopt_old_deposit_records()?;
         }
         Ok(Some(inventory))
     }
@@ -159,26 +168,49 @@ impl Inventory {
         let inventory = Inventory { path: path.to_path_buf(), conn };
         inventory.setup("PRAGMA busy_timeout = 60000;")?;
         inventory.check_schema()?;
-        if !inventory.has_moved_column()? {
-            // An inventory from before forwarding, which this handle must not change:
-            // a view in memory (temp names come first) reads it with no forwards.
-            inventory.setup(
+        if !inventory.has_column("keys")? {
+            // An inventory from before forwarding or deposit keys, which this handle
+            // must not change: a view in memory (temp names come first) reads it.
+            let moved = if inventory.has_column("moved")? { "moved" } else { "NULL AS moved" };
+            inventory.setup(&format!(
                 "PRAGMA temp_store = MEMORY; CREATE TEMP VIEW items AS SELECT prefix, suffix, ibip, origin, \
-                 status, digest, versions, withdrawn, NULL AS moved FROM main.items;",
-            )?;
+                 status, digest, versions, withdrawn, {moved}, NULL AS keys FROM main.items;"
+            ))?;
         }
         Ok(Some(inventory))
     }
 
-    /// Whether the items table has the `moved` column (inventories made before
-    /// forwarding addresses lack it; a writing open adds it).
-    fn has_moved_column(&self) -> Result<bool> {
+    /// Whether the items table has `column` (inventories made before forwarding
+    /// addresses and deposit keys lack `moved` and `keys`; a writing open adds them).
+    fn has_column(&self, column: &str) -> Result<bool> {
         let found: Option<i64> = self
             .conn
-            .query_row("SELECT 1 FROM pragma_table_info('items') WHERE name = 'moved'", [], |row| row.get(0))
+            .query_row("SELECT 1 FROM pragma_table_info('items') WHERE name = ?1", [column], |row| row.get(0))
             .optional()
             .map_err(|e| sql_error(&self.path, e))?;
         Ok(found.is_some())
+    }
+
+    /// Once, when the `keys` column is added: the content records of `.ibi/deposited/`
+    /// (one file per key, holding the name) go into the records of the items they
+    /// name, so that copies carry them from now on.
+    fn adopt_old_deposit_records(&mut self) -> Result<()> {
+        let dir = fsx::parent_dir(&self.path).join("deposited");
+        let Ok(entries) = std::fs::read_dir(&dir) else { return Ok(()) };
+        let mut by_name: std::collections::BTreeMap<RepositoryName, Vec<String>> = Default::default();
+        for entry in entries.flatten() {
+            let key = entry.file_name().to_string_lossy().into_owned();
+            let text = fsx::read_capped(&entry.path(), 4096).ok().and_then(|b| String::from_utf8(b).ok());
+            if let Some(name) = text.and_then(|t| RepositoryName::parse(t.trim()).ok()) {
+                by_name.entry(name).or_default().push(key);
+            }
+        }
+        let names: Vec<RepositoryName> = by_name.keys().cloned().collect();
+        let mut records: Vec<ItemRecord> = self.get(&names)?.into_iter().flatten().collect();
+        for record in &mut records {
+            record.deposit_keys = by_name.remove(&record.name).unwrap_or_default();
+        }
+        self.put(&records)
     }
 
     fn setup(&self, sql: &str) -> Result<()> {
@@ -223,12 +255,14 @@ impl Inventory {
         let path = self.path.clone();
         let tx = self.conn.transaction().map_err(|e| sql_error(&path, e))?;
         {
-            let sql = format!("INSERT OR REPLACE INTO items ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+            let sql =
+                format!("INSERT OR REPLACE INTO items ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
             let mut insert = tx.prepare_cached(&sql).map_err(|e| sql_error(&path, e))?;
             for r in records {
                 let versions = serde_json::to_string(&r.versions).expect("versions serialise");
                 let withdrawn = r.withdrawn.as_ref().map(|w| format!("{} {}", w.date, w.reason));
                 let moved = r.moved.as_ref().map(|m| serde_json::to_string(m).expect("a forward serialises"));
+                let keys = (!r.deposit_keys.is_empty()).then(|| serde_json::to_string(&r.deposit_keys).expect("keys"));
                 insert
                     .execute(params![
                         r.name.prefix().to_string(),
@@ -239,7 +273,8 @@ impl Inventory {
                         r.current().digest,
                         versions,
                         withdrawn,
-                        moved
+                        moved,
+                        keys
                     ])
                     .map_err(|e| sql_error(&path, e))?;
             }
@@ -495,6 +530,33 @@ impl super::Collection {
     /// Notes where items went (`Writer::note_moved`).
     pub fn record_moved(&self, names: &[RepositoryName], to: &Forward) -> Result<()> {
         self.with_inventory(|inventory| inventory.note_moved(names, to)).map(drop)
+    }
+
+    /// Records items moved in from `src` (a rename, `move_all`), with the content
+    /// keys `src` recorded for them, in the records and the records of deposits.
+    pub fn record_arrived_from(&self, src: &super::Collection, names: &[RepositoryName]) -> Result<()> {
+        let held = src.with_inventory(|inventory| inventory.get(names))?.unwrap_or_default();
+        let keys: std::collections::HashMap<RepositoryName, Vec<String>> = held
+            .into_iter()
+            .flatten()
+            .filter(|r| !r.deposit_keys.is_empty())
+            .map(|r| (r.name, r.deposit_keys))
+            .collect();
+        let pairs: Vec<(String, RepositoryName)> =
+            keys.iter().flat_map(|(name, ks)| ks.iter().map(move |k| (k.clone(), name.clone()))).collect();
+        self.write_deposit_records(&pairs)?;
+        self.record_placed(names)?;
+        let arrived: Vec<RepositoryName> = keys.keys().cloned().collect();
+        let records = self.with_inventory(|inventory| inventory.get(&arrived))?.unwrap_or_default();
+        let records: Vec<ItemRecord> = records
+            .into_iter()
+            .flatten()
+            .map(|mut record| {
+                record.deposit_keys = keys.get(&record.name).cloned().unwrap_or_default();
+                record
+            })
+            .collect();
+        self.with_inventory(|inventory| inventory.put(&records)).map(drop)
     }
 
     /// Records items taken away on purpose.

@@ -216,7 +216,7 @@ pub fn move_all(
     }
     alias_dirs.iter().try_for_each(|dir| fsync_dir(dir))?;
     let moved = placed_names(&outcomes);
-    dst.record_placed(&moved)?;
+    dst.record_arrived_from(src, &moved)?;
     src.record_removed(&moved)?;
     dst.end_journal(&dst_record)?;
     src.end_journal(&src_record)?;
