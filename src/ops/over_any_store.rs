@@ -4,11 +4,14 @@
 
 #[cfg(all(test, feature = "far", feature = "s3"))]
 mod tests {
+    use crate::error::{Error, Result};
     use crate::id::minter::SystemClock;
     use crate::id::RepositoryName;
     use crate::ops::copy::{transfer, TransferKind, TransferOptions};
     use crate::ops::deposit::{deposit, DepositOptions};
+    use crate::ops::minting::{handover, HandoverOptions};
     use crate::ops::mirror::{mirror, MirrorOptions};
+    use crate::ops::repair::{repair, RepairOptions};
     use crate::ops::verify::verify;
     use crate::ops::Silent;
     use crate::store::config::Peer;
@@ -102,5 +105,48 @@ mod tests {
         let summary = transfer(TransferKind::Migrate, &e, &f, &[], copy, &Silent).unwrap();
         assert_eq!((summary.migrated, summary.problems), (5, 0));
         assert!(names(&e).is_empty() && names(&f).len() == 5, "migrated out of object storage");
+    }
+
+    /// A fresh minting collection of every backend the conformance suite covers
+    /// (the temp dirs keep them alive).
+    fn one_of_each() -> (Vec<Box<dyn Store>>, Vec<tempfile::TempDir>) {
+        let (l, _, l_dir) = local();
+        let (f, _, f_dir) = far();
+        let (o, _, o_dir) = object_store_in_memory();
+        let stores: Vec<Box<dyn Store>> =
+            vec![Box::new(l), Box::new(f), Box::new(o), Box::new(MemoryStore::new(subsystem()))];
+        (stores, vec![l_dir, f_dir, o_dir])
+    }
+
+    /// Every two-collection operation refuses two minting collections of one
+    /// subsystem, in every ordered pair of backends, and changes nothing.
+    #[test]
+    fn two_minting_collections_are_refused_at_first_contact_in_every_backend_pair() {
+        let (stores, _dirs) = one_of_each();
+        let sources = tempfile::tempdir().unwrap();
+        for (i, a) in stores.iter().enumerate() {
+            let file = sources.path().join(format!("{i}.txt"));
+            std::fs::write(&file, format!("item of {}", a.location())).unwrap();
+            let options = DepositOptions::default();
+            deposit(a.as_ref(), &[file.clone()], &options, &SystemClock, &Silent, &mut |_| {}).unwrap();
+            std::fs::remove_file(&file).unwrap();
+        }
+        for (i, a) in stores.iter().enumerate() {
+            for (j, b) in stores.iter().enumerate().filter(|(j, _)| *j != i) {
+                let (a, b) = (a.as_ref(), b.as_ref());
+                let two = |r: Result<crate::ops::driver::TransferSummary>| matches!(r, Err(Error::TwoMinting { .. }));
+                let copy = TransferOptions { dry_run: false, wait: LockWait::No, forward_url: None };
+                assert!(two(transfer(TransferKind::Copy, a, b, &[], copy.clone(), &Silent)), "copy {i} -> {j}");
+                assert!(two(transfer(TransferKind::Migrate, a, b, &[], copy, &Silent)), "migrate {i} -> {j}");
+                let mirroring = MirrorOptions { dry_run: false, wait: LockWait::No, checksum: false };
+                assert!(two(mirror(a, b, &mirroring, &Silent)), "mirror {i} -> {j}");
+                let repairing = RepairOptions { dry_run: false, wait: LockWait::No };
+                assert!(two(repair(b, a, &[], repairing, &Silent)), "repair {j} from {i}");
+                let handed = handover(a, b, &HandoverOptions::default());
+                assert!(matches!(handed, Err(Error::TwoMinting { .. })), "handover {i} -> {j}");
+                assert_eq!((names(a).len(), names(b).len()), (1, 1), "{i}, {j}: nothing moved");
+                assert!(a.minting().unwrap().mints() && b.minting().unwrap().mints(), "{i}, {j}: nothing changed");
+            }
+        }
     }
 }
