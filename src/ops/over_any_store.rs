@@ -128,7 +128,7 @@ mod tests {
             let file = sources.path().join(format!("{i}.txt"));
             std::fs::write(&file, format!("item of {}", a.location())).unwrap();
             let options = DepositOptions::default();
-            deposit(a.as_ref(), &[file.clone()], &options, &SystemClock, &Silent, &mut |_| {}).unwrap();
+            deposit(a.as_ref(), std::slice::from_ref(&file), &options, &SystemClock, &Silent, &mut |_| {}).unwrap();
             std::fs::remove_file(&file).unwrap();
         }
         for (i, a) in stores.iter().enumerate() {
