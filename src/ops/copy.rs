@@ -12,8 +12,9 @@ use rayon::prelude::*;
 
 use crate::error::Result;
 use crate::id::RepositoryName;
-use crate::ops::driver::{check_pair, next_chunk, pipeline, plan_copy, Driver, Plan, Tally};
+use crate::ops::driver::{next_chunk, pipeline, plan_copy, Driver, Plan, Tally};
 pub use crate::ops::driver::{TransferOptions, TransferSummary};
+use crate::ops::minting::check_pair;
 use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::verify::verify_item;

@@ -89,13 +89,6 @@ pub fn check_distinct(src: &dyn Store, dst: &dyn Store) -> Result<()> {
     }
 }
 
-/// What every two-collection command checks before it touches anything: the two
-/// are distinct, and they are not two collections minting one subsystem.
-pub fn check_pair(src: &dyn Store, dst: &dyn Store) -> Result<()> {
-    check_distinct(src, dst)?;
-    crate::ops::minting::refuse_two_minters(src, dst)
-}
-
 /// What to do with one item, decided in parallel for a chunk.
 pub enum Plan {
     /// Nothing to write: already identical (`true`), or reported as a problem.

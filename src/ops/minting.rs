@@ -55,6 +55,13 @@ pub fn refuse_two_minters(a: &dyn Store, b: &dyn Store) -> Result<()> {
     })
 }
 
+/// What every two-collection command checks before it touches anything: the two
+/// are distinct, and they are not two collections minting one subsystem.
+pub fn check_pair(src: &dyn Store, dst: &dyn Store) -> Result<()> {
+    crate::ops::driver::check_distinct(src, dst)?;
+    refuse_two_minters(src, dst)
+}
+
 /// How to hand over.
 #[derive(Debug, Clone, Default)]
 pub struct HandoverOptions {

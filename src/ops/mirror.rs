@@ -17,7 +17,8 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::id::RepositoryName;
-use crate::ops::driver::{check_pair, pipeline, plan_copy, Driver, Plan, Tally, TransferSummary};
+use crate::ops::driver::{pipeline, plan_copy, Driver, Plan, Tally, TransferSummary};
+use crate::ops::minting::check_pair;
 use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::transfer::BATCH;

@@ -11,7 +11,8 @@ use rayon::prelude::*;
 
 use crate::error::Result;
 use crate::id::RepositoryName;
-use crate::ops::driver::{check_pair, next_chunk, pipeline, Driver, Plan, Tally, TransferSummary};
+use crate::ops::driver::{next_chunk, pipeline, Driver, Plan, Tally, TransferSummary};
+use crate::ops::minting::check_pair;
 use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::verify::verify_item;
 use crate::problem::{Problem, ProblemKind};
