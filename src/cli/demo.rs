@@ -65,6 +65,15 @@ fn init_local(root: &Path, subsystem: Subsystem, organisation: Option<String>) -
     Ok(ibi::store::init(root, &connect, subsystem, organisation, Default::default())?)
 }
 
+/// A new local collection of A's subsystem that does not mint (`init --like`).
+fn init_like(printer: &Printer, root: &Path, a: &dyn Store) -> Result<Box<dyn Store>> {
+    say(printer, &format!("ibi init {} --like {}   (a copy that does not mint)", root.display(), a.location()));
+    let connect = ibi::store::Connect::from_env();
+    let follows = Some(ibi::ops::minting::peer_to_follow(a)?);
+    let options = ibi::store::InitOptions { follows, ..Default::default() };
+    Ok(ibi::store::init(root, &connect, a.subsystem().clone(), None, options)?)
+}
+
 /// Where an item of a local collection is: its name's four levels under the root.
 fn item_path(collection: &dyn Store, name: &RepositoryName) -> std::path::PathBuf {
     collection.local_root().unwrap_or(Path::new(".")).join(name.to_string())
@@ -136,12 +145,11 @@ fn repair_steps(printer: &Printer, a: &dyn Store, b: &dyn Store, item: &Reposito
 /// mirror A to B twice (the second run is a no-op), then migrate B to C.
 fn transfer_steps(printer: &Printer, dir: &Path, a: &dyn Store, item: &RepositoryName) -> Result<u64> {
     let mirror_root = dir.join("collection-b");
+    let b = init_like(printer, &mirror_root, a)?;
     say(
         printer,
         &format!("ibi mirror {} {}   (twice: the second run has nothing to do)", a.location(), mirror_root.display()),
     );
-    let b =
-        init_local(&mirror_root, Subsystem::new("demo-b.ibi.example.org", 80, None, 800, Granularity::SECOND)?, None)?;
     let options = MirrorOptions { dry_run: false, wait: LockWait::No, checksum: false };
     for _ in 0..2 {
         let s = mirror(a, b.as_ref(), &options, &Silent)?;
@@ -149,6 +157,7 @@ fn transfer_steps(printer: &Printer, dir: &Path, a: &dyn Store, item: &Repositor
     }
     let repaired = repair_steps(printer, a, b.as_ref(), item)?;
     let new_root = dir.join("collection-c");
+    let c = init_like(printer, &new_root, a)?;
     say(
         printer,
         &format!(
@@ -157,7 +166,6 @@ fn transfer_steps(printer: &Printer, dir: &Path, a: &dyn Store, item: &Repositor
             new_root.display()
         ),
     );
-    let c = init_local(&new_root, Subsystem::new("demo-c.ibi.example.org", 80, None, 800, Granularity::SECOND)?, None)?;
     let options = TransferOptions { dry_run: false, wait: LockWait::No, forward_url: None };
     let s = transfer(TransferKind::Migrate, b.as_ref(), c.as_ref(), &[], options, &Silent)?;
     printer.line(&format!("migrated {}; {} now holds:", s.migrated, new_root.display()));
