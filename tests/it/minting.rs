@@ -309,3 +309,35 @@ fn far_clocks_behind_never_abandon_a_deposit() {
     let run = env.far_fails(&far_behind, &["deposit", "--duplicate", &lib, &file], 3);
     assert!(run.stderr.contains("is behind the minter state") && run.stderr.contains("wait"), "{}", run.stderr);
 }
+
+/// An inventory made before forwarding addresses and deposit keys (no `moved` or
+/// `keys` column; the key only in `.ibi/deposited/`): reading it changes nothing,
+/// a mirror from it carries the old record (a repeated deposit in the mirror is
+/// recognised after a handover), and its first write folds the record in.
+#[test]
+fn old_deposit_records_are_read_and_carried_over() {
+    let env = TestEnv::new();
+    let a = env.collection("a");
+    env.write("src/doc.txt", b"the thesis");
+    let name = env.ok(&["deposit", &a, "src"]).pairs()[0].0.clone();
+    let inventory = Path::new(&a).join(".ibi/inventory.sqlite");
+    let drop_columns = "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); \
+        c.execute('ALTER TABLE items DROP COLUMN keys'); c.execute('ALTER TABLE items DROP COLUMN moved'); c.commit()";
+    let out = std::process::Command::new("python3").args(["-c", drop_columns]).arg(&inventory).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let before = ibi::fsx::hash_file(&inventory).unwrap().0;
+    env.ok(&["list", &a]);
+    env.ok(&["show", &a, &name]);
+    assert_eq!(ibi::fsx::hash_file(&inventory).unwrap().0, before, "reading an older inventory changes nothing");
+    let b = env.collection("b");
+    env.ok(&["-q", "mirror", &a, &b]);
+    assert_eq!(ibi::fsx::hash_file(&inventory).unwrap().0, before, "a mirror from it changes nothing");
+    env.ok(&["-q", "handover", &a, &b]);
+    let again = env.ok(&["deposit", &b, "src"]);
+    assert!(again.stdout.contains(&name) && again.stderr.contains("already"), "{again:?}");
+    let columns = "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); \
+        print(c.execute('SELECT keys FROM items').fetchall())";
+    let out = std::process::Command::new("python3").args(["-c", columns]).arg(&inventory).output().unwrap();
+    let keys = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && keys.contains("[\""), "the handover (a write) folded the key in: {keys}");
+}

@@ -65,7 +65,14 @@ fn damaged(path: &Path, why: &str) -> Error {
 pub struct Inventory {
     path: PathBuf,
     conn: Connection,
+    /// Set while an inventory from before deposit keys is read through the view:
+    /// the keys of `.ibi/deposited/` by name, read once when first needed, so that
+    /// copies of its items carry them before its first write folds them in.
+    older_keys: Option<std::sync::OnceLock<DepositKeys>>,
 }
+
+/// Content keys by the name they were deposited as.
+type DepositKeys = std::collections::BTreeMap<RepositoryName, Vec<String>>;
 
 const COLUMNS: &str = "prefix, suffix, ibip, origin, status, digest, versions, withdrawn, moved, keys";
 
@@ -100,6 +107,21 @@ fn row_to_record(row: &rusqlite::Row) -> rusqlite::Result<std::result::Result<It
     })())
 }
 
+/// The content records of `.ibi/deposited/` (one file per key, holding the name)
+/// beside the inventory at `path`, by name; unreadable ones are skipped.
+fn deposit_dir_keys(path: &Path) -> DepositKeys {
+    let mut by_name = DepositKeys::new();
+    let Ok(entries) = std::fs::read_dir(fsx::parent_dir(path).join("deposited")) else { return by_name };
+    for entry in entries.flatten() {
+        let key = entry.file_name().to_string_lossy().into_owned();
+        let text = fsx::read_capped(&entry.path(), 4096).ok().and_then(|b| String::from_utf8(b).ok());
+        if let Some(name) = text.and_then(|t| RepositoryName::parse(t.trim()).ok()) {
+            by_name.entry(name).or_default().push(key);
+        }
+    }
+    by_name
+}
+
 /// SQLite's `NOFOLLOW`, which refuses any symlink on the way, unless the collection
 /// is reached through the directory handle a far server pinned (`/proc/self/fd/N`,
 /// itself a link); there `Collection::open` has refused symlinks at `.ibi/` and the
@@ -122,16 +144,10 @@ impl Inventory {
         }
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | nofollow(path) | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags).map_err(|e| sql_error(path, e))?;
-        let mut inventory = Inventory { path: path.to_path_buf(), conn };
+        let mut inventory = Inventory { path: path.to_path_buf(), conn, older_keys: None };
         inventory.setup("PRAGMA busy_timeout = 60000; PRAGMA synchronous = FULL;")?;
         inventory.check_schema()?;
-        if !inventory.has_column("moved")? {
-            inventory.setup("ALTER TABLE items ADD COLUMN moved TEXT;")?;
-        }
-        if !inventory.has_column("keys")? {
-            inventory.setup("ALTER TABLE items ADD COLUMN keys TEXT;")?;
-            inventory.adopt_old_deposit_records()?;
-        }
+        inventory.read_older_columns()?;
         Ok(Some(inventory))
     }
 
@@ -165,46 +181,59 @@ impl Inventory {
             | nofollow(path)
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(&uri, flags).map_err(|e| sql_error(path, e))?;
-        let inventory = Inventory { path: path.to_path_buf(), conn };
+        let mut inventory = Inventory { path: path.to_path_buf(), conn, older_keys: None };
         inventory.setup("PRAGMA busy_timeout = 60000;")?;
         inventory.check_schema()?;
-        if !inventory.has_column("keys")? {
-            // An inventory from before forwarding or deposit keys, which this handle
-            // must not change: a view in memory (temp names come first) reads it.
-            let moved = if inventory.has_column("moved")? { "moved" } else { "NULL AS moved" };
-            inventory.setup(&format!(
-                "PRAGMA temp_store = MEMORY; CREATE TEMP VIEW items AS SELECT prefix, suffix, ibip, origin, \
-                 status, digest, versions, withdrawn, {moved}, NULL AS keys FROM main.items;"
-            ))?;
-        }
+        inventory.read_older_columns()?;
         Ok(Some(inventory))
     }
 
-    /// Whether the items table has `column` (inventories made before forwarding
-    /// addresses and deposit keys lack `moved` and `keys`; a writing open adds them).
+    /// An inventory from before forwarding addresses and deposit keys is read
+    /// through a view in memory (temp names come first) that gives the columns it
+    /// lacks as empty: reading changes nothing. `add_columns` (a writer, under the
+    /// lease) adds them.
+    fn read_older_columns(&mut self) -> Result<()> {
+        if self.has_column("keys")? {
+            return Ok(());
+        }
+        self.older_keys = Some(Default::default());
+        let moved = if self.has_column("moved")? { "moved" } else { "NULL AS moved" };
+        self.setup(&format!(
+            "PRAGMA temp_store = MEMORY; CREATE TEMP VIEW IF NOT EXISTS items AS SELECT prefix, suffix, ibip, \
+             origin, status, digest, versions, withdrawn, {moved}, NULL AS keys FROM main.items;"
+        ))
+    }
+
+    /// Adds the columns an older inventory lacks (`moved`, `keys`), folding the
+    /// content records of `.ibi/deposited/` into the records once. Under the lease.
+    pub fn add_columns(&mut self) -> Result<()> {
+        if self.has_column("keys")? {
+            return Ok(());
+        }
+        self.setup("DROP VIEW IF EXISTS temp.items;")?;
+        self.older_keys = None;
+        if !self.has_column("moved")? {
+            self.setup("ALTER TABLE main.items ADD COLUMN moved TEXT;")?;
+        }
+        self.setup("ALTER TABLE main.items ADD COLUMN keys TEXT;")?;
+        self.adopt_old_deposit_records()
+    }
+
+    /// Whether the stored items table has `column` (inventories made before
+    /// forwarding addresses and deposit keys lack `moved` and `keys`).
     fn has_column(&self, column: &str) -> Result<bool> {
         let found: Option<i64> = self
             .conn
-            .query_row("SELECT 1 FROM pragma_table_info('items') WHERE name = ?1", [column], |row| row.get(0))
+            .query_row("SELECT 1 FROM pragma_table_info('items', 'main') WHERE name = ?1", [column], |row| row.get(0))
             .optional()
             .map_err(|e| sql_error(&self.path, e))?;
         Ok(found.is_some())
     }
 
     /// Once, when the `keys` column is added: the content records of `.ibi/deposited/`
-    /// (one file per key, holding the name) go into the records of the items they
-    /// name, so that copies carry them from now on.
+    /// go into the records of the items they name, so that copies carry them.
     fn adopt_old_deposit_records(&mut self) -> Result<()> {
-        let dir = fsx::parent_dir(&self.path).join("deposited");
-        let Ok(entries) = std::fs::read_dir(&dir) else { return Ok(()) };
-        let mut by_name: std::collections::BTreeMap<RepositoryName, Vec<String>> = Default::default();
-        for entry in entries.flatten() {
-            let key = entry.file_name().to_string_lossy().into_owned();
-            let text = fsx::read_capped(&entry.path(), 4096).ok().and_then(|b| String::from_utf8(b).ok());
-            if let Some(name) = text.and_then(|t| RepositoryName::parse(t.trim()).ok()) {
-                by_name.entry(name).or_default().push(key);
-            }
-        }
+        let mut by_name = deposit_dir_keys(&self.path);
         let names: Vec<RepositoryName> = by_name.keys().cloned().collect();
         let mut records: Vec<ItemRecord> = self.get(&names)?.into_iter().flatten().collect();
         for record in &mut records {
@@ -227,6 +256,7 @@ impl Inventory {
         }
         {
             let mut building = Inventory {
+                older_keys: None,
                 path: temp.clone(),
                 conn: Connection::open_with_flags(&temp, OpenFlags::default() | OpenFlags::SQLITE_OPEN_NOFOLLOW)
                     .map_err(|e| sql_error(&temp, e))?,
@@ -310,7 +340,13 @@ impl Inventory {
     }
 
     fn decode(&self, found: std::result::Result<ItemRecord, String>) -> Result<ItemRecord> {
-        found.map_err(|problem| Error::Data { what: format!("inventory {}", self.path.display()), problem })
+        let mut record =
+            found.map_err(|problem| Error::Data { what: format!("inventory {}", self.path.display()), problem })?;
+        if let Some(older) = &self.older_keys {
+            let keys = older.get_or_init(|| deposit_dir_keys(&self.path));
+            record.deposit_keys = keys.get(&record.name).cloned().unwrap_or_default();
+        }
+        Ok(record)
     }
 
     /// The records of `names`, in the order asked.
@@ -577,7 +613,7 @@ impl super::Collection {
         if !self.layout.inventory().exists() {
             self.rebuild_inventory()?;
         }
-        Ok(())
+        self.with_inventory(|inventory| inventory.add_columns()).map(drop)
     }
 
     /// Rebuilds the inventory from the bags. Items that vanished are forgotten: the
