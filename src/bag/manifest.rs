@@ -99,6 +99,21 @@ pub fn nfc(path: &str) -> String {
     path.nfc().collect()
 }
 
+/// The path of a manifest line, after its digest and one separator: the rest with
+/// further blanks trimmed, md5sum's binary-mode marker (`digest *path`, one space)
+/// dropped, and leading `./` components dropped (they stay inside the bag; bagit.py
+/// reads them so).
+fn manifest_path(rest: &str) -> String {
+    let mut path = match rest.strip_prefix('*') {
+        Some(binary) => binary,
+        None => rest.trim_start_matches([' ', '\t']),
+    };
+    while let Some(inner) = path.strip_prefix("./") {
+        path = inner;
+    }
+    path.to_string()
+}
+
 fn is_hex_digest(text: &str, len: usize) -> bool {
     text.len() == len && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
@@ -119,7 +134,7 @@ pub fn parse(text: &str, digest_len: usize) -> (Vec<ManifestEntry>, Vec<LineProb
             problems.push(problem(None, "expected \"<digest> <path>\"".into()));
             continue;
         };
-        let path = decode_path(rest.trim_start_matches([' ', '\t']));
+        let path = decode_path(&manifest_path(rest));
         if !is_hex_digest(digest, digest_len) {
             problems.push(problem(Some(path), format!("\"{digest}\" is not a {digest_len}-digit hex digest")));
             continue;
@@ -145,6 +160,16 @@ pub fn format(entries: &[ManifestEntry]) -> String {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn md5sum_binary_marks_and_dot_slash_prefixes_are_read_as_the_path() {
+        let digest = "d41d8cd98f00b204e9800998ecf8427e";
+        let text = format!("{digest} *data/a\n{digest}  ./data/b\n{digest}  *data/literal\n");
+        let (entries, problems) = parse(&text, 32);
+        assert!(problems.is_empty(), "{problems:?}");
+        let paths: Vec<&str> = entries.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["data/a", "data/b", "*data/literal"]);
+    }
 
     #[test]
     fn hostile_paths_are_refused() {

@@ -314,3 +314,39 @@ fn regress_not_a_bag_says_os_error() {
         assert!(run.stderr.contains(said), "{said}: {}", run.stderr);
     }
 }
+
+/// BagIt conformance: a manifest written by md5sum in binary mode (`digest *data/x`)
+/// made ibi claim the file was missing (exit 1, as if data were damaged), and a
+/// `./data/x` path was refused as unsafe; bagit.py reads both. Both are read as
+/// the path they name, and the bag is deposited and verifies.
+#[test]
+fn regress_md5sum_binary_and_dot_slash_manifest_lines() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    let lines = [
+        ("binary", "*data/a.txt", "a", "0cc175b9c0f1b6a831c399e269772661"),
+        ("dotted", " ./data/a.txt", "b", "92eb5ffee6ae2fec3ad71c777531578f"),
+    ];
+    for (name, line, content, md5) in lines {
+        env.write(&format!("{name}/bagit.txt"), b"BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n");
+        env.write(&format!("{name}/data/a.txt"), content.as_bytes());
+        env.write(&format!("{name}/manifest-md5.txt"), format!("{md5} {line}\n").as_bytes());
+        let run = env.run(&["deposit", "--bag", &root, name]);
+        assert_eq!(run.code, 0, "{name}: {}", run.stderr);
+    }
+    env.ok(&["-q", "verify", &root]);
+    assert_eq!(env.ok(&["list", &root]).lines().len(), 2);
+}
+
+/// `deposit --move` of a folder warned that it could not fsync the folder it had
+/// just removed ("cannot fsync directory src: No such file or directory").
+#[test]
+fn regress_move_warns_it_cannot_fsync_a_removed_folder() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    env.write("src/sub/a.txt", b"a");
+    env.write("src/b.txt", b"b");
+    let run = env.ok(&["deposit", &root, "src", "--move"]);
+    assert!(!env.path("src").exists(), "the sources are removed");
+    assert!(!run.stderr.contains("fsync"), "{}", run.stderr);
+}
