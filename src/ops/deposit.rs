@@ -174,6 +174,13 @@ fn warn_about_names(plan: &SourcePlan, reporter: &dyn Reporter) {
             file.path
         ));
     }
+    for file in plan.files.iter().filter(|f| f.path.ends_with([' ', '\t'])) {
+        reporter.warning(&format!(
+            "{:?} ends with a space or TAB: its manifest line keeps it, but bagit-python strips it when it reads \
+             the manifest and reports the file missing; rename it if the bag must validate there",
+            file.path
+        ));
+    }
     for empty in &plan.empty_dirs {
         reporter.warning(&format!("empty folder {empty} is kept, but BagIt manifests do not record empty folders"));
     }

@@ -350,3 +350,21 @@ fn regress_move_warns_it_cannot_fsync_a_removed_folder() {
     assert!(!env.path("src").exists(), "the sources are removed");
     assert!(!run.stderr.contains("fsync"), "{}", run.stderr);
 }
+
+/// Plain deposits of names ending in a space or TAB made items bagit-python
+/// rejects (it strips the manifest line), with no warning. Now ibi warns, as it
+/// does for `%`; bagit-python's verdict shows the warning is true.
+#[test]
+fn regress_trailing_space_names_make_bags_bagit_py_rejects() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    env.write("src/report.txt ", b"trailing space");
+    env.write("src/notes.txt\t", b"trailing tab");
+    let run = env.ok(&["deposit", &root, "src"]);
+    assert_eq!(run.stderr.matches("ends with a space or TAB").count(), 2, "{}", run.stderr);
+    let name = run.pairs()[0].0.clone();
+    let item = std::path::Path::new(&root).join(&name);
+    let checked = std::process::Command::new(crate::env::bagit_py()).arg("--validate").arg(&item).output().unwrap();
+    assert!(!checked.status.success(), "bagit-python rejects what ibi warned about");
+    env.ok(&["-q", "verify", &root]);
+}
