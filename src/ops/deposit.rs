@@ -168,6 +168,9 @@ struct Payload<'a> {
 
 /// Warns about what the new bag keeps but cannot describe faithfully.
 fn warn_about_names(plan: &SourcePlan, reporter: &dyn Reporter) {
+    for warning in &plan.warnings {
+        reporter.warning(warning);
+    }
     for file in plan.files.iter().filter(|f| f.path.contains('%')) {
         reporter.warning(&format!(
             "{} holds a \"%\": its manifest line encodes it as %25, as RFC 8493 requires; bagit-python 1.9 cannot validate such a name",

@@ -217,6 +217,7 @@ pub fn plan_bag(bag: &Path) -> Result<SourcePlan> {
     let mut kept = by_nfc(tags.files);
     kept.extend(payload);
     expect_tags(bag, &top, &mut kept)?;
+    let warnings = bag_warnings(&top);
     let (files, tag_files) = kept.into_values().partition(|f| f.path.starts_with("data/"));
     let info_text = top.read.get(BAG_INFO_TXT).map(|t| t.text.as_str()).unwrap_or_default();
     let info = BagInfo::parse(info_text)
@@ -235,5 +236,35 @@ pub fn plan_bag(bag: &Path) -> Result<SourcePlan> {
         originals: vec![bag.to_path_buf()],
         source_dirs,
         follow_symlinks: false,
+        warnings,
     })
+}
+
+/// What the LoC BagIt conformance suite expects a validator to warn about: a
+/// manifest listing one file twice, payload names that differ only in letter case
+/// (one file on a case-insensitive disk), and system files.
+fn bag_warnings(top: &Top) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for &algorithm in &top.manifests {
+        let name = crate::bag::manifest_name(algorithm);
+        let text = top.read.get(&name).map(|t| t.text.as_str()).unwrap_or_default();
+        let (entries, _) = manifest::parse(text, algorithm.hex_len());
+        let mut seen = BTreeSet::new();
+        let mut folded: BTreeMap<String, String> = BTreeMap::new();
+        for entry in &entries {
+            if !seen.insert(entry.path.as_str()) {
+                warnings.push(format!("{name} lists {} more than once", entry.path));
+            }
+            if let Some(other) = folded.insert(entry.path.to_lowercase(), entry.path.clone()) {
+                if other != entry.path {
+                    warnings.push(format!("{name} lists {other} and {}, which differ only in letter case", entry.path));
+                }
+            }
+            let file = entry.path.rsplit('/').next().unwrap_or_default();
+            if [".DS_Store", "Thumbs.db", "desktop.ini"].contains(&file) || file.starts_with("._") {
+                warnings.push(format!("{} is a system file ({name} lists it)", entry.path));
+            }
+        }
+    }
+    warnings
 }

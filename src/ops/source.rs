@@ -46,6 +46,9 @@ pub struct SourcePlan {
     pub source_dirs: Vec<PathBuf>,
     /// Symlinks among the sources are read through (`--follow-symlinks`).
     pub follow_symlinks: bool,
+    /// What a source bag does that BagIt tools warn about (a file listed twice,
+    /// names differing only in case, system files), told before it is deposited.
+    pub warnings: Vec<String>,
 }
 
 /// Collects refusals so they can all be reported at once.

@@ -368,3 +368,28 @@ fn regress_trailing_space_names_make_bags_bagit_py_rejects() {
     assert!(!checked.status.success(), "bagit-python rejects what ibi warned about");
     env.ok(&["-q", "verify", &root]);
 }
+
+/// BagIt conformance: a manifest listing one file twice, payload names differing
+/// only in letter case, and system files were deposited without a word; the LoC
+/// suite expects a validator to warn about each.
+#[test]
+fn regress_bagit_warning_cases_pass_silently() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    env.write("bag/bagit.txt", b"BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n");
+    let mut manifest = String::new();
+    for (path, content) in [("data/a.txt", "a"), ("data/B.txt", "B"), ("data/b.txt", "b"), ("data/.DS_Store", "x")] {
+        env.write(&format!("bag/{path}"), content.as_bytes());
+        let digest = ibi::fsx::hash_bytes(content.as_bytes());
+        manifest.push_str(&format!("{digest}  {path}\n"));
+        if path == "data/a.txt" {
+            manifest.push_str(&format!("{digest}  {path}\n"));
+        }
+    }
+    env.write("bag/manifest-sha256.txt", manifest.as_bytes());
+    let run = env.ok(&["deposit", "--bag", &root, "bag"]);
+    for said in ["more than once", "differ only in letter case", "system file"] {
+        assert!(run.stderr.contains(said), "{said}: {}", run.stderr);
+    }
+    env.ok(&["-q", "verify", &root]);
+}
