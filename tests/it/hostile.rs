@@ -191,7 +191,17 @@ impl Lab {
     fn new() -> Lab {
         let env = TestEnv::new();
         let lib = env.filled("srv/lib", 2, 1);
-        let other = env.filled("other", 2, 1);
+        // Another collection of the same subsystem on this machine, as one made
+        // minting before the second was refused (with another machine's folder).
+        let other = env.path("other").to_string_lossy().into_owned();
+        let args =
+            ["-q", "init", &other, "--host", "test.ibi.example.org", "--ip", "192.0.2.30", "--granularity", "0.001"];
+        let init = env.command(&args).env(crate::env::MINTER_DIR_ENV, env.path("other-machine")).output().unwrap();
+        assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+        for i in 0..2 {
+            let file = env.write(&format!("other-src/{i}/f0.txt"), format!("other item {i}\n").as_bytes());
+            env.ok(&["-q", "deposit", &other, &file.parent().unwrap().to_string_lossy()]);
+        }
         let secret = env.write("secret.txt", b"the outside secret\n");
         let srv = env.path("srv").to_string_lossy().into_owned();
         Lab { env, lib, other, secret, srv }
@@ -528,4 +538,29 @@ fn regress_symlink_in_the_root_reaches_outside() {
     let checked = far.call(json!({"CheckItem": outside[0]}));
     let text = serde_json::to_string(&checked.0).unwrap();
     assert!(!text.contains("\"files\":1,") || text.contains("symlink"), "verified an outside item: {text}");
+}
+
+/// The requests that change who mints and where items went are the authority's:
+/// an append-only key is refused them, a read-only key has no writer for them,
+/// and no key may push the minter more than a day past the server's clock.
+#[test]
+fn minting_requests_are_refused_to_restricted_keys() {
+    let lab = Lab::new();
+    let config = std::path::Path::new(&lab.lib).join(".ibi/collection.toml");
+    let before = std::fs::read(&config).unwrap();
+    let name = lab.names(&lab.lib)[0].0.clone();
+    let forward = json!({"to": "evil:/x", "date": "2026-01-01T00:00:00Z", "url": "https://evil.example/"});
+    for flags in [&["--append-only"][..], &["--read-only"][..]] {
+        let mut far = lab.serve(flags);
+        assert!(far.open(&lab.lib).0.get("Opened").is_some());
+        far.call(json!({"Lease": "No"}));
+        assert!(refused(&far.call(json!({"SetMinting": {"Retired": null}}))), "{flags:?}: SetMinting");
+        assert!(refused(&far.call(json!({"NoteMoved": [[name], forward]}))), "{flags:?}: NoteMoved");
+    }
+    let mut far = lab.serve(&[]);
+    assert!(far.open(&lab.lib).0.get("Opened").is_some());
+    far.call(json!({"Lease": "No"}));
+    assert!(refused(&far.call(json!({"RaiseMinter": "253370764800"}))), "a minter pushed to year 9999");
+    assert_eq!(std::fs::read(&config).unwrap(), before, "the collection still mints");
+    lab.env.ok(&["resolve", &lab.lib, &name]);
 }
