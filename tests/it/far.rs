@@ -438,3 +438,20 @@ fn regress_home_folder_path_makes_a_tilde_folder() {
     env.far_ok(&rsh, &["-q", "deposit", "lab:~/library", env.path("src").to_str().unwrap()]);
     assert_eq!(env.far_ok(&rsh, &["list", "lab:~/library"]).lines().len(), 1);
 }
+
+/// A mirror's raise of the far minter after placing is covered by the names it
+/// placed, so names dated by a source clock running ahead (two days here) are
+/// copied, not refused as a minter pushed past the far clock.
+#[test]
+fn names_dated_ahead_of_the_far_clock_mirror_into_it() {
+    let env = TestEnv::new();
+    let rsh = env.shim("rsh", "unset LD_PRELOAD FAKETIME", None);
+    let a = env.collection("a");
+    env.write("ahead.txt", b"ahead");
+    let run = crate::env::sh_in(env.root(), &format!("faketime -f +2d \"$IBI\" -q deposit {a} ahead.txt"));
+    crate::env::assert_code(&run, 0, "a deposit two days ahead");
+    let b = far(&env.path("b").to_string_lossy());
+    env.far_ok(&rsh, &["-q", "init", &b, "--like", &a]);
+    env.far_ok(&rsh, &["-q", "mirror", &a, &b]);
+    assert_eq!(env.far_ok(&rsh, &["list", &b]).lines().len(), 1);
+}
