@@ -179,6 +179,16 @@ Examples:
         /// The collection's root folder.
         root: PathBuf,
     },
+    /// Rewrite what an older ibi stored in a form this one no longer writes (S3: percent-encoded keys).
+    #[command(after_help = "Examples:
+  ibi upgrade s3://library-bucket/main                 # once, after installing this version")]
+    Upgrade {
+        /// The collection: a folder, HOST:PATH or s3://BUCKET/PREFIX.
+        root: PathBuf,
+        /// Wait up to SECS for another writer to finish.
+        #[arg(long, value_name = "SECS")]
+        wait: Option<Seconds>,
+    },
     /// Move minting to another collection of the subsystem: FROM stops, TO starts.
     #[command(after_help = "Examples:
   ibi init new:/srv/library --like /srv/library        # a copy that does not mint

@@ -199,6 +199,29 @@ pub fn retire(global: GlobalArgs, root: &Path) -> Result<Outcome> {
     Ok(Outcome::Success)
 }
 
+pub fn upgrade(global: GlobalArgs, root: &Path, wait: Option<super::args::Seconds>) -> Result<Outcome> {
+    let collection = super::open(root)?;
+    let wait = wait.map_or(ibi::store::LockWait::No, |secs| ibi::store::LockWait::For(secs.0));
+    let summary = ibi::ops::upgrade::upgrade(collection.as_ref(), wait)?;
+    let printer = Printer::new(global);
+    for name in &summary.rewritten {
+        printer.event("rewritten", json!({"name": name.to_string()}));
+    }
+    for (name, why) in &summary.kept {
+        printer.event("kept", json!({"name": name.to_string(), "why": why}));
+        printer.note(&format!("ibi: warning: {name} keeps its old keys (it stays readable): {why}"));
+    }
+    let text = format!(
+        "upgraded {}: {} item(s) rewritten, {} kept as they were",
+        collection.location(),
+        summary.rewritten.len(),
+        summary.kept.len()
+    );
+    let fields = json!({"rewritten": summary.rewritten.len(), "kept": summary.kept.len()});
+    printer.summary(&text, fields);
+    Ok(if summary.kept.is_empty() { Outcome::Success } else { Outcome::Problems })
+}
+
 pub fn handover(global: GlobalArgs, args: &HandoverArgs) -> Result<Outcome> {
     let (from, to) = (super::open(&args.from)?, super::open(&args.to)?);
     let wait = if args.wait { ibi::store::LockWait::Forever } else { ibi::store::LockWait::No };

@@ -105,6 +105,7 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
         Command::Mirror(args) => transfer::mirror(g, args),
         Command::Repair(args) => transfer::repair(g, args),
         Command::Retire { root } => collection::retire(g, root),
+        Command::Upgrade { root, wait } => collection::upgrade(g, root, *wait),
         Command::Handover(args) => collection::handover(g, args),
         Command::Handles(args) => versions::handles(g, args),
         Command::Serve(args) => serve(args),

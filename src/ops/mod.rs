@@ -19,6 +19,7 @@ pub mod source;
 pub mod survey;
 pub mod transfer;
 pub mod update;
+pub mod upgrade;
 pub mod verify;
 pub mod watch;
 

@@ -94,7 +94,7 @@ mod tests {
         follow(&e, d);
         assert_eq!(mirror(d, &e, &options, &Silent).unwrap().copied, 5);
         assert_eq!(verify(&e, &[], &Silent).unwrap().problems, 0);
-        let key = e.keys.item_file(victim, "data/sub/f.txt");
+        let key = e.keys.item_file(victim, "data/sub/f.txt", crate::store::s3::keys::KeyForm::Names);
         e.objects.run(e.objects.overwrite(&key, b"rotten".to_vec())).unwrap();
         assert_eq!(verify(&e, &[], &Silent).unwrap().problems, 1);
         assert_eq!(mirror(d, &e, &options, &Silent).unwrap().replaced, 1);

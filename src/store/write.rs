@@ -103,6 +103,11 @@ pub trait Writer: Send + Sync {
     /// Sets the collection's part in minting (`ibi retire`, `ibi handover`), durably.
     /// Every later mint reads it afresh, so another handle's next mint sees it.
     fn set_minting(&self, minting: &Minting) -> Result<()>;
+    /// Rewrites, item by item and crash-safe, what an older `ibi` stored in a form
+    /// this one reads but no longer writes (object storage: percent-encoded keys);
+    /// `done` hears of each item it rewrote, or left as it was and why (it stays
+    /// readable). Returns how many it rewrote.
+    fn upgrade_stored_form(&self, done: &dyn Fn(&RepositoryName, Option<&str>)) -> Result<usize>;
     /// Moves `names` from the collection `from` writes into this one without
     /// copying bytes, when the backend can (local: a rename within one
     /// filesystem); `None` when it cannot, and the caller copies instead. Asked
@@ -153,6 +158,11 @@ pub trait WriteBackend: Store {
     fn restore_alias(&self, ibip: &Ibip, name: &RepositoryName) -> Result<()>;
     fn remove(&self, names: &[RepositoryName]) -> Result<()>;
     fn note_moved(&self, names: &[RepositoryName], to: &Forward) -> Result<()>;
+    /// See `Writer::upgrade_stored_form`; by default there is nothing to rewrite
+    /// (a local collection upgrades its own state when its writer starts).
+    fn upgrade_stored_form(&self, _done: &dyn Fn(&RepositoryName, Option<&str>)) -> Result<usize> {
+        Ok(0)
+    }
     /// See `Writer::set_minting`; by default the backend cannot.
     fn set_minting(&self, _minting: &Minting) -> Result<()> {
         let why = "this kind of collection keeps no minting role".into();
@@ -225,6 +235,9 @@ impl<B: WriteBackend> Writer for Leased<'_, B> {
     }
     fn note_moved(&self, names: &[RepositoryName], to: &Forward) -> Result<()> {
         self.backend.note_moved(names, to)
+    }
+    fn upgrade_stored_form(&self, done: &dyn Fn(&RepositoryName, Option<&str>)) -> Result<usize> {
+        self.backend.upgrade_stored_form(done)
     }
     fn minted_up_to(&self) -> Result<Option<Timestamp>> {
         self.backend.minted_up_to()
@@ -304,6 +317,9 @@ impl Writer for AppendOnly<'_> {
     }
     fn note_moved(&self, _names: &[RepositoryName], _to: &Forward) -> Result<()> {
         Err(append_only_refusal("noting items moved away".into()))
+    }
+    fn upgrade_stored_form(&self, _done: &dyn Fn(&RepositoryName, Option<&str>)) -> Result<usize> {
+        Err(append_only_refusal("rewriting stored items".into()))
     }
     fn minted_up_to(&self) -> Result<Option<Timestamp>> {
         self.0.minted_up_to()

@@ -12,7 +12,7 @@ use crate::bag::files::{FileKind, TreeEntry, TreeError};
 use crate::bag::BagFiles;
 use crate::digest::{Algorithm, Digests, Hasher};
 use crate::fsx::MAX_TAG_FILE;
-use crate::store::s3::keys::Keys;
+use crate::store::s3::keys::{key_under, KeyForm, Keys};
 use crate::store::s3::objects::Objects;
 
 /// The bag under `base`; `exists` says whether it is there at all (its marker, or its stage).
@@ -29,21 +29,16 @@ pub struct ObjectBag<'a> {
     /// its stage: a read that finds the stage gone (the placement ended meanwhile)
     /// reads from here, so a reader sees the old item or the new, never an error.
     pub settled: Option<Key>,
-}
-
-/// `base` with `rel` under it.
-pub fn key_under(base: &Key, rel: &str) -> Key {
-    let mut key = base.clone();
-    key.extend(rel.split('/'));
-    key
+    /// How the file paths are spelled in the keys.
+    pub form: KeyForm,
 }
 
 impl ObjectBag<'_> {
     /// A reader of `rel`: from `base`, or from `settled` if the stage is gone.
     pub fn reader(&self, rel: &str) -> io::Result<super::objects::ObjectReader> {
-        match (self.objects.reader(&key_under(&self.base, rel)), &self.settled) {
+        match (self.objects.reader(&key_under(&self.base, rel, self.form)), &self.settled) {
             (Err(e), Some(settled)) if e.kind() == io::ErrorKind::NotFound => {
-                self.objects.reader(&key_under(settled, rel))
+                self.objects.reader(&key_under(settled, rel, self.form))
             }
             (result, _) => result,
         }
@@ -70,9 +65,10 @@ impl BagFiles for ObjectBag<'_> {
         let files: Vec<(String, u64)> = match &self.known {
             Some(known) => known.clone(),
             None => match self.objects.run(self.objects.list_all(&self.base)) {
-                Ok(listed) => {
-                    listed.iter().filter_map(|m| Some((Keys::relative(&self.base, &m.location)?, m.size))).collect()
-                }
+                Ok(listed) => listed
+                    .iter()
+                    .filter_map(|m| Some((Keys::relative(&self.base, &m.location, self.form)?, m.size)))
+                    .collect(),
                 Err(e) => return vec![Err(TreeError { rel: None, why: e.to_string() })],
             },
         };

@@ -10,8 +10,15 @@
 //! - `.ibi/staging/<stage>/…`: staged files; `.ibi/placing/<stage>`, `.ibi/direct/<stage>`,
 //!   `.ibi/removing/<name>`: intents;
 //! - `.ibi/collection.toml`, `.ibi/lease`, `.ibi/minter`, `.ibi/deposits/<key digest>`.
+//!
+//! A file's key below its item is the file's own path, byte for byte
+//! (`KeyForm::Names`), so aws-cli, rclone and boto3 download it under its name.
+//! Items written before that kept `object_store`'s percent-encoding
+//! (`KeyForm::Encoded`: `café.txt` as `caf%C3%A9.txt`); each item's commit
+//! marker says which form its keys take, and `ibi upgrade` rewrites the old ones.
 
 use object_store::path::Path as Key;
+use serde::{Deserialize, Serialize};
 
 use crate::id::{Ibip, RepositoryName};
 use crate::store::StageId;
@@ -23,6 +30,21 @@ pub const STAGING: &str = ".ibi/staging";
 pub const PLACING: &str = ".ibi/placing";
 pub const REMOVING: &str = ".ibi/removing";
 pub const DIRECT: &str = ".ibi/direct";
+
+/// S3 holds keys of up to 1,024 bytes.
+pub const MAX_KEY_BYTES: usize = 1024;
+
+/// How the file paths of one item (or one stage) are spelled in its keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyForm {
+    /// Percent-encoded by `object_store` (items written before names were kept):
+    /// the form a marker or intent without a `keys` field means.
+    #[default]
+    Encoded,
+    /// The file's path itself.
+    Names,
+}
 
 /// The keys of one collection: everything under its prefix.
 #[derive(Debug, Clone)]
@@ -61,8 +83,8 @@ impl Keys {
     pub fn item(&self, name: &RepositoryName) -> Key {
         self.at(&name.to_string())
     }
-    pub fn item_file(&self, name: &RepositoryName, rel: &str) -> Key {
-        self.at(&format!("{name}/{rel}"))
+    pub fn item_file(&self, name: &RepositoryName, rel: &str, form: KeyForm) -> Key {
+        key_under(&self.item(name), rel, form)
     }
     pub fn marker(&self, name: &RepositoryName) -> Key {
         self.at(&format!("{MARKERS}/{name}"))
@@ -76,8 +98,8 @@ impl Keys {
     pub fn stage(&self, stage: StageId) -> Key {
         self.at(&format!("{STAGING}/{}", stage_token(stage)))
     }
-    pub fn staged_file(&self, stage: StageId, rel: &str) -> Key {
-        self.at(&format!("{STAGING}/{}/{rel}", stage_token(stage)))
+    pub fn staged_file(&self, stage: StageId, rel: &str, form: KeyForm) -> Key {
+        key_under(&self.stage(stage), rel, form)
     }
     pub fn placing(&self, stage: StageId) -> Key {
         self.at(&format!("{PLACING}/{}", stage_token(stage)))
@@ -89,11 +111,50 @@ impl Keys {
         self.at(&format!("{REMOVING}/{}", name.to_string().replace('/', "+")))
     }
 
-    /// The path of `key` relative to `base` (a folder key), decoded as written.
-    pub fn relative(base: &Key, key: &Key) -> Option<String> {
-        let parts: Vec<String> = key.prefix_match(base)?.map(|p| decode(p.as_ref())).collect();
+    /// The path of `key` relative to `base` (a folder key), as the file was named.
+    pub fn relative(base: &Key, key: &Key, form: KeyForm) -> Option<String> {
+        let parts: Vec<String> = match form {
+            KeyForm::Encoded => key.prefix_match(base)?.map(|p| decode(p.as_ref())).collect(),
+            KeyForm::Names => key.prefix_match(base)?.map(|p| p.as_ref().to_string()).collect(),
+        };
         (!parts.is_empty()).then(|| parts.join("/"))
     }
+}
+
+/// `base` (a folder key) with the file path `rel` under it, spelled as `form` says.
+/// A path no key can hold as it is (`check_file_key` refuses it before anything is
+/// written) falls back to the encoded form, which names no object of a `Names` item.
+pub fn key_under(base: &Key, rel: &str, form: KeyForm) -> Key {
+    if form == KeyForm::Names {
+        if let Ok(key) = Key::parse(format!("{base}/{rel}")) {
+            return key;
+        }
+    }
+    let mut key = base.clone();
+    key.extend(rel.split('/'));
+    key
+}
+
+/// Why the file path `rel` cannot be a key under `base` as it is named, if it cannot:
+/// a control character (the S3 client refuses them), or a key over S3's 1,024 bytes.
+pub fn check_file_key(base: &Key, rel: &str) -> Result<(), String> {
+    if let Some(c) = rel.chars().find(|c| c.is_control()) {
+        return Err(format!(
+            "{rel:?} holds the control character {c:?}, which this collection's object keys cannot hold; rename the file"
+        ));
+    }
+    let length = base.as_ref().len() + 1 + rel.len();
+    if length > MAX_KEY_BYTES {
+        return Err(format!("{rel:?} would make a key of {length} bytes, over S3's {MAX_KEY_BYTES}; shorten its path"));
+    }
+    Ok(())
+}
+
+/// Whether `rel` is spelled differently in the two forms (an item holding such a
+/// path needs its keys rewritten by `ibi upgrade`).
+pub fn spelled_differently(rel: &str) -> bool {
+    let base = Key::from("b");
+    key_under(&base, rel, KeyForm::Encoded) != key_under(&base, rel, KeyForm::Names)
 }
 
 /// A stage's token in keys.
@@ -120,9 +181,30 @@ mod tests {
         let keys = Keys::new("/lib/");
         let base = keys.at("sid.example.org/w/2026/01.01");
         let rel = "data/a {b}%c#.txt";
-        let key = keys.at(&format!("sid.example.org/w/2026/01.01/{rel}"));
-        assert_eq!(Keys::relative(&base, &key).as_deref(), Some(rel));
-        assert!(key.as_ref().starts_with("lib/sid.example.org/"));
+        for form in [KeyForm::Encoded, KeyForm::Names] {
+            let key = key_under(&base, rel, form);
+            assert_eq!(Keys::relative(&base, &key, form).as_deref(), Some(rel));
+            assert!(key.as_ref().starts_with("lib/sid.example.org/"));
+        }
+    }
+
+    #[test]
+    fn names_keys_are_the_file_names_byte_for_byte() {
+        let base = Keys::new("lib").at("sid.example.org/w/2026/01.01");
+        for rel in ["data/café.txt", "data/100%.txt", "data/a#b?c[d]{e}~*\"'<>|`.txt", "data/ja/日本語.txt"] {
+            assert_eq!(key_under(&base, rel, KeyForm::Names).as_ref(), format!("{base}/{rel}"));
+            assert!(spelled_differently(rel), "{rel}");
+        }
+        assert!(!spelled_differently("data/plain-name_1.txt"));
+        assert_eq!(key_under(&base, "data/café.txt", KeyForm::Encoded).as_ref(), format!("{base}/data/caf%C3%A9.txt"));
+    }
+
+    #[test]
+    fn paths_no_key_holds_are_refused_by_name() {
+        let base = Key::from("lib/x");
+        assert!(check_file_key(&base, "data/a\tb").unwrap_err().contains("control character"));
+        assert!(check_file_key(&base, &format!("data/{}", "n".repeat(1100))).unwrap_err().contains("1024"));
+        assert!(check_file_key(&base, "data/café.txt").is_ok());
     }
 
     #[test]

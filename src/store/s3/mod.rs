@@ -11,6 +11,7 @@ pub mod keys;
 pub mod lease;
 pub mod objects;
 pub mod place;
+pub mod upgrade;
 pub mod upload;
 pub mod walk;
 
@@ -40,7 +41,7 @@ use crate::store::{
 };
 use crate::sync::lock;
 use bag::ObjectBag;
-use keys::Keys;
+use keys::{KeyForm, Keys};
 use objects::{Lost, Objects, IN_FLIGHT};
 use place::{Marker, Placer};
 
@@ -152,8 +153,7 @@ impl S3Store {
         unconditional_ok: bool,
     ) -> Result<S3Store> {
         let keys = Keys::new(prefix);
-        let there = objects.run(objects.list_level(&keys.at("")))?;
-        if !there.objects.is_empty() || !there.common_prefixes.is_empty() {
+        if objects.run(objects.holds_objects(&keys.at("")))? {
             let problem = "it already holds objects; a collection starts from an empty prefix".into();
             return Err(Error::Invalid { what: format!("collection location {}", objects.place), problem });
         }
@@ -170,10 +170,17 @@ impl S3Store {
     fn staged_key(&self, stage: StageId, rel: &str) -> Result<object_store::path::Path> {
         let stages = lock(&self.stages);
         let meta = stages.get(&stage.0).ok_or_else(|| no_stage(stage))?;
-        Ok(match &meta.direct {
-            Some(name) => self.keys.item_file(name, rel),
-            None => self.keys.staged_file(stage, rel),
-        })
+        let key = match &meta.direct {
+            Some(name) => self.keys.item_file(name, rel, KeyForm::Names),
+            None => self.keys.staged_file(stage, rel, KeyForm::Names),
+        };
+        let base = match &meta.direct {
+            Some(name) => self.keys.item(name),
+            None => self.keys.stage(stage),
+        };
+        keys::check_file_key(&base, rel)
+            .map_err(|why| Error::Invalid { what: format!("file {rel:?}"), problem: why })?;
+        Ok(key)
     }
 
     /// Notes a file written into a stage (and keeps a tag file's bytes).
@@ -204,12 +211,12 @@ impl S3Store {
     /// its own keys to fall back on once it ends), otherwise at its own keys.
     fn item_bag(&self, name: &RepositoryName) -> ObjectBag<'_> {
         let own = self.keys.item(name);
-        let (base, dirs, exists) = match self.item_base(name) {
-            Ok(Some((base, marker))) => (base, marker.dirs, true),
-            _ => (own.clone(), Vec::new(), false),
+        let (base, dirs, exists, form) = match self.item_base(name) {
+            Ok(Some((base, marker))) => (base, marker.dirs, true, marker.keys),
+            _ => (own.clone(), Vec::new(), false, KeyForm::Names),
         };
         let settled = (base != own).then_some(own);
-        ObjectBag { objects: &self.objects, base, dirs, exists, known: None, cached: HashMap::new(), settled }
+        ObjectBag { objects: &self.objects, base, dirs, exists, known: None, cached: HashMap::new(), settled, form }
     }
 
     fn record_batch(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {

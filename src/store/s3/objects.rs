@@ -141,16 +141,33 @@ impl Objects {
         Ok(())
     }
 
-    /// One level under `prefix`: its sub-prefixes and objects.
+    /// One level under `prefix`: its sub-prefixes and objects. Some servers
+    /// (SeaweedFS) list a folder as an object of its own key (`prefix/`, which
+    /// `object_store` reads as `prefix`) and keep emptied folders as sub-prefixes:
+    /// the first is dropped here; callers count objects, not sub-prefixes.
     pub async fn list_level(&self, prefix: &Key) -> Result<ListResult, Error> {
         self.answering(prefix)?;
-        self.store.list_with_delimiter(Some(prefix)).await.map_err(|e| self.error(prefix, e))
+        let mut listed = self.store.list_with_delimiter(Some(prefix)).await.map_err(|e| self.error(prefix, e))?;
+        listed.objects.retain(|meta| meta.location != *prefix);
+        Ok(listed)
     }
 
-    /// Every object under `prefix` (an item's or a stage's files: a small subtree).
+    /// Every object under `prefix` (an item's or a stage's files: a small subtree),
+    /// without folder objects (`a/`, read as `a`, empty, beside keys under `a/`),
+    /// which some servers and tools write and which are no files.
     pub async fn list_all(&self, prefix: &Key) -> Result<Vec<ObjectMeta>, Error> {
         self.answering(prefix)?;
-        self.store.list(Some(prefix)).try_collect().await.map_err(|e| self.error(prefix, e))
+        let listed: Vec<ObjectMeta> =
+            self.store.list(Some(prefix)).try_collect().await.map_err(|e| self.error(prefix, e))?;
+        Ok(without_folder_objects(prefix, listed))
+    }
+
+    /// Whether any object (not a folder object) is under `prefix`; reads one page at most.
+    pub async fn holds_objects(&self, prefix: &Key) -> Result<bool, Error> {
+        self.answering(prefix)?;
+        let page: Vec<ObjectMeta> =
+            self.store.list(Some(prefix)).take(1000).try_collect().await.map_err(|e| self.error(prefix, e))?;
+        Ok(!without_folder_objects(prefix, page).is_empty())
     }
 
     pub async fn delete(&self, key: &Key) -> Result<(), Error> {
@@ -193,6 +210,19 @@ impl Objects {
         let got = self.run(self.store.get(key)).map_err(to_io)?;
         Ok(ObjectReader { runtime: self.runtime.clone(), stream: got.into_stream(), chunk: Bytes::new() })
     }
+}
+
+/// `listed` without the objects that stand for a folder: `prefix` itself, and empty
+/// objects whose key is a folder of another listed key.
+fn without_folder_objects(prefix: &Key, listed: Vec<ObjectMeta>) -> Vec<ObjectMeta> {
+    let folders: std::collections::HashSet<&str> = listed
+        .iter()
+        .flat_map(|meta| meta.location.as_ref().match_indices('/').map(|(i, _)| &meta.location.as_ref()[..i]))
+        .collect();
+    let is_folder =
+        |meta: &ObjectMeta| meta.location == *prefix || (meta.size == 0 && folders.contains(meta.location.as_ref()));
+    let keep: Vec<bool> = listed.iter().map(|meta| !is_folder(meta)).collect();
+    listed.into_iter().zip(keep).filter_map(|(meta, keep)| keep.then_some(meta)).collect()
 }
 
 fn lost() -> object_store::Error {

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use crate::bag::{BagInfo, BAG_INFO_TXT, TAGMANIFEST};
 use crate::error::{Error, Result};
 use crate::id::{Ibip, RepositoryName};
-use crate::store::s3::keys::{self, Keys};
+use crate::store::s3::keys::{self, KeyForm, Keys};
 use crate::store::s3::objects::{Lost, Objects, IN_FLIGHT};
 use crate::store::{ItemRecord, Placement, Refusal, StageId, Status};
 
@@ -42,6 +42,9 @@ pub struct Marker {
     pub placing: bool,
     pub stage: Option<String>,
     pub dirs: Vec<String>,
+    /// How the item's file paths are spelled in its keys (and its stage's).
+    #[serde(default)]
+    pub keys: KeyForm,
 }
 
 /// What a placement will do, written before it starts.
@@ -52,6 +55,9 @@ pub struct Intent {
     pub dirs: Vec<String>,
     pub replace: bool,
     pub record: ItemRecord,
+    /// How the staged file paths are spelled (an intent an older ibi wrote: encoded).
+    #[serde(default)]
+    pub keys: KeyForm,
 }
 
 fn json<T: Serialize>(value: &T) -> Vec<u8> {
@@ -107,6 +113,7 @@ impl Placer<'_> {
             dirs: dirs.into_iter().collect(),
             replace: p.replace,
             record,
+            keys: KeyForm::Names,
         };
         let intent_key = self.keys.placing(p.stage);
         self.objects.overwrite(&intent_key, json(&intent)).await?;
@@ -122,7 +129,8 @@ impl Placer<'_> {
     /// Claims the marker for the stage: create-only, or `If-Match` for a replacement.
     async fn claim(&self, intent: &Intent, stage: StageId) -> Result<Result<(), Lost>> {
         let key = self.keys.marker(&intent.name);
-        let marker = Marker { placing: true, stage: Some(keys::stage_token(stage)), dirs: intent.dirs.clone() };
+        let token = Some(keys::stage_token(stage));
+        let marker = Marker { placing: true, stage: token, dirs: intent.dirs.clone(), keys: intent.keys };
         let mode = match intent.replace {
             false => PutMode::Create,
             true => self.objects.get(&key).await?.map_or(PutMode::Create, |found| PutMode::Update(found.version)),
@@ -135,17 +143,18 @@ impl Placer<'_> {
         let name = &intent.name;
         let stage_key = self.keys.stage(stage);
         let staged = self.objects.list_all(&stage_key).await?;
-        let rels: Vec<String> = staged.iter().filter_map(|m| Keys::relative(&stage_key, &m.location)).collect();
+        let form = intent.keys;
+        let rels: Vec<String> = staged.iter().filter_map(|m| Keys::relative(&stage_key, &m.location, form)).collect();
         let old = if intent.replace { self.objects.list_all(&self.keys.item(name)).await? } else { Vec::new() };
         stream::iter(rels.iter())
             .map(|rel| async move {
-                let (from, to) = (self.keys.staged_file(stage, rel), self.keys.item_file(name, rel));
+                let (from, to) = (self.keys.staged_file(stage, rel, form), self.keys.item_file(name, rel, form));
                 self.objects.copy(&from, &to).await
             })
             .buffer_unordered(IN_FLIGHT)
             .try_collect::<()>()
             .await?;
-        let new: BTreeSet<Key> = rels.iter().map(|rel| self.keys.item_file(name, rel)).collect();
+        let new: BTreeSet<Key> = rels.iter().map(|rel| self.keys.item_file(name, rel, form)).collect();
         let extras: Vec<Key> = old.into_iter().map(|m| m.location).filter(|k| !new.contains(k)).collect();
         self.delete_keys(&extras).await?;
         if let Some(ibip) = &intent.ibip {
@@ -153,7 +162,7 @@ impl Placer<'_> {
             self.objects.overwrite(&self.keys.alias(&ibip), name.to_string().into_bytes()).await?;
         }
         self.objects.overwrite(&self.keys.record(name), json(&intent.record)).await?;
-        let marker = Marker { placing: false, stage: None, dirs: intent.dirs.clone() };
+        let marker = Marker { placing: false, stage: None, dirs: intent.dirs.clone(), keys: form };
         self.objects.overwrite(&self.keys.marker(name), json(&marker)).await?;
         self.objects.delete_all(&stage_key).await?;
         self.objects.delete(&self.keys.placing(stage)).await
@@ -167,7 +176,7 @@ impl Placer<'_> {
             Some(record) => record.clone(),
             None => self.record_at(&self.keys.item(&p.name), &p.name).await?,
         };
-        let marker = Marker { placing: false, stage: None, dirs: dirs.into_iter().collect() };
+        let marker = Marker { placing: false, stage: None, dirs: dirs.into_iter().collect(), keys: KeyForm::Names };
         if self.objects.put(&self.keys.marker(&p.name), json(&marker), PutMode::Create).await?.is_err() {
             let path = format!("{}/{}", self.objects.place, p.name).into();
             return Ok(Err(Error::AlreadyExists { path }));
@@ -253,9 +262,32 @@ impl Placer<'_> {
         self.objects.delete_all(&self.keys.at(keys::STAGING)).await
     }
 
+    /// The names whose files a killed writer left at their own keys with no commit
+    /// marker (`.ibi/direct/` intents whose marker never came): not items to ibi,
+    /// but folders that look like bags to aws-cli or rclone until `recover` runs.
+    pub async fn partial_items(&self) -> Result<Vec<RepositoryName>> {
+        let mut partial = Vec::new();
+        for meta in self.objects.list_all(&self.keys.at(keys::DIRECT)).await? {
+            let Some(found) = self.objects.get(&meta.location).await? else { continue };
+            let Ok(name) = RepositoryName::parse(String::from_utf8_lossy(&found.bytes).trim()) else { continue };
+            if self.marker(&name).await?.is_none() && self.objects.holds_objects(&self.keys.item(&name)).await? {
+                partial.push(name);
+            }
+        }
+        Ok(partial)
+    }
+
     /// How many stages and intents killed writers left.
     pub async fn leftover_count(&self) -> Result<usize> {
-        let stages = self.objects.list_level(&self.keys.at(keys::STAGING)).await?.common_prefixes.len();
+        // Stages are counted by the objects under them: an emptied folder is none
+        // (SeaweedFS lists it as a sub-prefix for ever).
+        let staged = self.objects.list_all(&self.keys.at(keys::STAGING)).await?;
+        let stage_root = self.keys.at(keys::STAGING);
+        let tokens: BTreeSet<String> = staged
+            .iter()
+            .filter_map(|m| m.location.prefix_match(&stage_root)?.next().map(|p| p.as_ref().to_string()))
+            .collect();
+        let stages = tokens.len();
         let placing = self.objects.list_level(&self.keys.at(keys::PLACING)).await?.objects.len();
         let removing = self.objects.list_level(&self.keys.at(keys::REMOVING)).await?.objects.len();
         let direct = self.objects.list_level(&self.keys.at(keys::DIRECT)).await?.objects.len();

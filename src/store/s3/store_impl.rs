@@ -41,8 +41,10 @@ impl Store for S3Store {
     fn dangling_aliases(&self) -> Result<Vec<(Ibip, RepositoryName)>> {
         let root = self.keys.at(keys::ALIASES);
         let listed = self.objects.run(self.objects.list_all(&root))?;
-        let ibips: Vec<Ibip> =
-            listed.iter().filter_map(|m| Ibip::parse(&keys::Keys::relative(&root, &m.location)?).ok()).collect();
+        let ibips: Vec<Ibip> = listed
+            .iter()
+            .filter_map(|m| Ibip::parse(&keys::Keys::relative(&root, &m.location, KeyForm::Names)?).ok())
+            .collect();
         let found: Vec<Option<(Ibip, RepositoryName)>> = self.objects.run(
             stream::iter(ibips)
                 .map(|ibip| async move {
@@ -90,17 +92,23 @@ impl Store for S3Store {
         // With the lease free no writer is at work, so any stage or intent is left over.
         // It is read, not taken: a reader may hold read-only credentials.
         let held = super::lease::is_held(&self.objects, &self.keys);
+        let placer = self.placer();
         let counted = held.and_then(|held| match held {
-            true => Ok(0),
-            false => self.objects.run(self.placer().leftover_count()),
+            true => Ok((0, Vec::new())),
+            false => self.objects.run(async { Ok((placer.leftover_count().await?, placer.partial_items().await?)) }),
         });
+        let problem = |detail: String| Problem::new("staging", None, ProblemKind::Leftover, detail);
         match counted {
-            Ok(0) => Vec::new(),
-            Ok(n) => {
-                let detail = format!("{n} staged item(s) or intents left by an interrupted writer; the next writing command completes or clears them");
-                vec![Problem::new("staging", None, ProblemKind::Leftover, detail)]
+            Ok((0, _)) => Vec::new(),
+            Ok((n, partial)) => {
+                let mut problems = vec![problem(format!("{n} staged item(s) or intents left by an interrupted writer; the next writing command completes or clears them"))];
+                problems.extend(partial.iter().map(|name| {
+                    let at = format!("{}/{name}/", self.objects.place);
+                    problem(format!("{at} holds the files of an item a killed writer never committed (no commit marker): it is no item, though aws-cli or rclone would copy it as one; the next writing command removes it"))
+                }));
+                problems
             }
-            Err(e) => vec![Problem::new("staging", None, ProblemKind::Leftover, e.to_string())],
+            Err(e) => vec![problem(e.to_string())],
         }
     }
 
@@ -158,6 +166,10 @@ impl Store for S3Store {
 }
 
 impl WriteBackend for S3Store {
+    fn upgrade_stored_form(&self, done: &dyn Fn(&RepositoryName, Option<&str>)) -> Result<usize> {
+        self.upgrade_keys(done)
+    }
+
     fn set_minting(&self, minting: &Minting) -> Result<()> {
         S3Store::set_minting(self, minting)
     }
@@ -236,12 +248,12 @@ impl WriteBackend for S3Store {
 
     fn stage_link(&self, stage: StageId, rel: &str, name: &RepositoryName, from: &str) -> Result<()> {
         check_path(rel).map_err(|why| Error::Invalid { what: "staged path".into(), problem: why })?;
-        let (mut source, _) = self.item_base(name)?.ok_or_else(|| Error::NotFound {
+        let (base, marker) = self.item_base(name)?.ok_or_else(|| Error::NotFound {
             what: "item",
             name: name.to_string(),
             place: self.objects.place.clone().into(),
         })?;
-        source.extend(from.split('/'));
+        let source = keys::key_under(&base, from, marker.keys);
         let size = self.objects.run(self.objects.size(&source))?;
         self.objects.run(self.objects.copy(&source, &self.staged_key(stage, rel)?))?;
         self.staged(stage, rel, size, None);
@@ -260,7 +272,8 @@ impl WriteBackend for S3Store {
             Some(meta) => (meta.dirs.into_iter().collect(), Some(meta.files), meta.tags),
             None => (Vec::new(), None, HashMap::new()),
         };
-        Box::new(ObjectBag { objects: &self.objects, base, dirs, exists, known, cached, settled: None })
+        let form = KeyForm::Names;
+        Box::new(ObjectBag { objects: &self.objects, base, dirs, exists, known, cached, settled: None, form })
     }
 
     fn discard(&self, stage: StageId) {
@@ -270,7 +283,7 @@ impl WriteBackend for S3Store {
                 // Never delete at an item's keys once an item holds them.
                 Some(name) if !self.objects.exists(&self.keys.marker(name)).await? => {
                     for (rel, _) in &meta.files {
-                        self.objects.delete(&self.keys.item_file(name, rel)).await?;
+                        self.objects.delete(&self.keys.item_file(name, rel, KeyForm::Names)).await?;
                     }
                     self.objects.delete(&self.keys.direct(stage)).await
                 }
@@ -355,7 +368,7 @@ impl S3Store {
     }
 
     /// A new stage token, unique across processes and machines.
-    fn new_stage() -> StageId {
+    pub(super) fn new_stage() -> StageId {
         StageId(uuid::Uuid::new_v4().as_u64_pair().0)
     }
 }

@@ -8,7 +8,7 @@ use object_store::path::Path as Key;
 
 use crate::error::Result;
 use crate::id::RepositoryName;
-use crate::store::s3::keys::Keys;
+use crate::store::s3::keys::{KeyForm, Keys};
 use crate::store::s3::objects::Objects;
 use crate::store::Listed;
 
@@ -33,7 +33,7 @@ fn leaves_of(objects: &Objects, root: &Key, year: &Key) -> Result<Vec<Listed>> {
     let mut leaves: Vec<Listed> = listing
         .objects
         .iter()
-        .filter_map(|meta| Keys::relative(root, &meta.location))
+        .filter_map(|meta| Keys::relative(root, &meta.location, KeyForm::Names))
         .map(|rel| match RepositoryName::parse(&rel) {
             Ok(name) => Listed::Item(name),
             Err(e) => Listed::Stray { place: rel, why: e.to_string() },
@@ -43,7 +43,7 @@ fn leaves_of(objects: &Objects, root: &Key, year: &Key) -> Result<Vec<Listed>> {
         listing
             .common_prefixes
             .iter()
-            .filter_map(|p| Keys::relative(root, p))
+            .filter_map(|p| Keys::relative(root, p, KeyForm::Names))
             .map(|rel| Listed::Stray { place: rel, why: "a folder where an item's marker should be".into() }),
     );
     leaves.sort_by_key(sort_key);
