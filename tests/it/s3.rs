@@ -925,6 +925,27 @@ fn regress_seaweedfs_reports_phantom_leftovers() {
     assert!(!verified.stdout.contains("leftover") && verified.stderr.contains(" 0 problem"), "{}", verified.stderr);
 }
 
+/// A plain-HTTP endpoint without AWS_ALLOW_HTTP failed with "builder error", and a
+/// missing bucket printed the server's raw XML: each now names the fix.
+#[test]
+fn regress_s3_setup_mistakes_print_builder_error_or_raw_xml() {
+    let env = TestEnv::new();
+    let moto = Moto::start("lib");
+    let mut plain = env.s3_command(moto.port, &["init", "s3://lib/c", "--host", "x.ibi.example.org"]);
+    let run: crate::env::Run = plain.env_remove("AWS_ALLOW_HTTP").output().unwrap().into();
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("AWS_ALLOW_HTTP=true") && !run.stderr.contains("builder error"), "{}", run.stderr);
+    for args in [&["init", "s3://nobucket/c", "--host", "x.ibi.example.org"][..], &["list", "s3://nobucket/c"]] {
+        let run = env.s3_fails(moto.port, args, 3);
+        assert!(
+            run.stderr.contains("NoSuchBucket") && run.stderr.contains("aws s3 mb s3://nobucket"),
+            "{}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains("<?xml") && !run.stderr.contains("<Error>"), "{}", run.stderr);
+    }
+}
+
 fn rand_seed() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64 | 1
 }

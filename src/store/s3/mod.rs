@@ -75,6 +75,7 @@ struct StageMeta {
 
 /// The client for `address`, configured from the standard AWS environment.
 pub fn connect(address: &ObjectAddress) -> Result<Objects> {
+    refuse_plain_http_unless_allowed(address)?;
     let retry = RetryConfig { max_retries: 2, retry_timeout: Duration::from_secs(20), ..Default::default() };
     let store = AmazonS3Builder::from_env()
         .with_bucket_name(&address.bucket)
@@ -82,6 +83,23 @@ pub fn connect(address: &ObjectAddress) -> Result<Objects> {
         .build()
         .map_err(|e| Error::Invalid { what: format!("S3 location {address}"), problem: e.to_string() })?;
     Objects::new(Arc::new(store) as Arc<dyn ObjectStore>, address.to_string())
+}
+
+/// A plain-HTTP endpoint without `AWS_ALLOW_HTTP=true`: the client would fail
+/// every request with "builder error"; say so, and the fix, before it does.
+fn refuse_plain_http_unless_allowed(address: &ObjectAddress) -> Result<()> {
+    let endpoint = std::env::var("AWS_ENDPOINT_URL").or_else(|_| std::env::var("AWS_ENDPOINT")).unwrap_or_default();
+    let allowed = std::env::var("AWS_ALLOW_HTTP").is_ok_and(|v| v.eq_ignore_ascii_case("true"));
+    if !endpoint.to_ascii_lowercase().starts_with("http://") || allowed {
+        return Ok(());
+    }
+    Err(Error::Invalid {
+        what: format!("S3 location {address}"),
+        problem: format!(
+            "its endpoint {endpoint} is plain HTTP, which the S3 client refuses unless AWS_ALLOW_HTTP=true is set: \
+             set it (for a server on loopback or a trusted network), or use an https:// endpoint"
+        ),
+    })
 }
 
 impl S3Store {
@@ -97,6 +115,8 @@ impl S3Store {
     pub fn open_on(objects: Objects, prefix: &str) -> Result<S3Store> {
         let keys = Keys::new(prefix);
         let Some(found) = objects.run(objects.get(&keys.config()))? else {
+            // A missing bucket also answers "not found": a listing tells them apart.
+            objects.run(objects.holds_objects(&keys.at("")))?;
             let problem = "it is not an ibi collection (no .ibi/collection.toml); create one with `ibi init`".into();
             return Err(Error::Invalid { what: format!("collection {}", objects.place), problem });
         };

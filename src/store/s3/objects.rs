@@ -72,11 +72,27 @@ impl Objects {
     /// The error for a failed request on `key`: the place and the store's own words.
     /// A transport failure marks the server down for `DOWN_FOR`.
     pub fn error(&self, key: &Key, e: object_store::Error) -> Error {
-        let problem = e.to_string();
+        let problem = without_xml(&e.to_string());
         if is_transport(&e) {
             *crate::sync::lock(&self.down) = Some((Instant::now(), problem.clone()));
         }
         Error::Connection { place: self.url(key), problem }
+    }
+
+    /// The error for a failed listing: S3 answers a listing of any prefix of a
+    /// bucket it holds and may read, so a refusal is about the bucket itself.
+    fn list_error(&self, prefix: &Key, e: object_store::Error) -> Error {
+        match (is_transport(&e), self.error(prefix, e)) {
+            (false, Error::Connection { place, problem }) => {
+                let bucket = self.place.splitn(4, '/').take(3).collect::<Vec<_>>().join("/");
+                let problem = format!(
+                    "{problem}; the bucket could not be listed: check that {bucket} exists (`aws s3 mb {bucket}` \
+                     creates it), that these credentials may list it, and AWS_REGION and AWS_ENDPOINT_URL"
+                );
+                Error::Connection { place, problem }
+            }
+            (_, error) => error,
+        }
     }
 
     /// Fails at once while the server is marked down.
@@ -85,7 +101,7 @@ impl Objects {
         match down.as_ref() {
             Some((since, why)) if since.elapsed() < DOWN_FOR => Err(Error::Connection {
                 place: self.url(key),
-                problem: format!("the server stopped answering {:.1} s ago: {why}", since.elapsed().as_secs_f64()),
+                problem: format!("the server stopped answering {}: {why}", how_long_ago(since.elapsed())),
             }),
             _ => Ok(()),
         }
@@ -147,7 +163,7 @@ impl Objects {
     /// the first is dropped here; callers count objects, not sub-prefixes.
     pub async fn list_level(&self, prefix: &Key) -> Result<ListResult, Error> {
         self.answering(prefix)?;
-        let mut listed = self.store.list_with_delimiter(Some(prefix)).await.map_err(|e| self.error(prefix, e))?;
+        let mut listed = self.store.list_with_delimiter(Some(prefix)).await.map_err(|e| self.list_error(prefix, e))?;
         listed.objects.retain(|meta| meta.location != *prefix);
         Ok(listed)
     }
@@ -158,7 +174,7 @@ impl Objects {
     pub async fn list_all(&self, prefix: &Key) -> Result<Vec<ObjectMeta>, Error> {
         self.answering(prefix)?;
         let listed: Vec<ObjectMeta> =
-            self.store.list(Some(prefix)).try_collect().await.map_err(|e| self.error(prefix, e))?;
+            self.store.list(Some(prefix)).try_collect().await.map_err(|e| self.list_error(prefix, e))?;
         Ok(without_folder_objects(prefix, listed))
     }
 
@@ -166,7 +182,7 @@ impl Objects {
     pub async fn holds_objects(&self, prefix: &Key) -> Result<bool, Error> {
         self.answering(prefix)?;
         let page: Vec<ObjectMeta> =
-            self.store.list(Some(prefix)).take(1000).try_collect().await.map_err(|e| self.error(prefix, e))?;
+            self.store.list(Some(prefix)).take(1000).try_collect().await.map_err(|e| self.list_error(prefix, e))?;
         Ok(!without_folder_objects(prefix, page).is_empty())
     }
 
@@ -225,6 +241,29 @@ fn without_folder_objects(prefix: &Key, listed: Vec<ObjectMeta>) -> Vec<ObjectMe
     listed.into_iter().zip(keep).filter_map(|(meta, keep)| keep.then_some(meta)).collect()
 }
 
+/// "moments ago" under a second ("0.0 s ago" read as if it never answered), else "N s ago".
+fn how_long_ago(elapsed: Duration) -> String {
+    match elapsed.as_secs() {
+        0 => "moments ago".into(),
+        n => format!("{n} s ago"),
+    }
+}
+
+/// A message with an S3 error document (`<?xml …><Error><Code>NoSuchBucket</Code>
+/// <Message>…</Message>…`) shown as its code and message, for people; nothing is
+/// decided by it.
+fn without_xml(text: &str) -> String {
+    let Some(start) = text.find("<?xml").or_else(|| text.find("<Error>")) else { return text.to_string() };
+    let field = |tag: &str| {
+        let open = format!("<{tag}>");
+        let from = text[start..].find(&open)? + start + open.len();
+        let to = text[from..].find("</")? + from;
+        Some(text[from..to].trim().to_string())
+    };
+    let said = [field("Code"), field("Message")].into_iter().flatten().collect::<Vec<_>>().join(": ");
+    format!("{}{said}", text[..start].trim_end().trim_end_matches(':').to_string() + ": ")
+}
+
 fn lost() -> object_store::Error {
     object_store::Error::Generic { store: "S3", source: "a plain write was refused".into() }
 }
@@ -272,5 +311,41 @@ impl Read for ObjectReader {
         let n = buf.len().min(self.chunk.len());
         buf[..n].copy_from_slice(&self.chunk.split_to(n));
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s3_error_documents_read_as_code_and_message() {
+        let raw = "Error performing GET http://h/b?list-type=2 - 404 Not Found: <?xml version=\"1.0\"?>\n\
+                   <Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message>\
+                   <RequestId>X</RequestId></Error>";
+        let tidy = without_xml(raw);
+        assert_eq!(tidy, "Error performing GET http://h/b?list-type=2 - 404 Not Found: NoSuchBucket: The specified bucket does not exist");
+        assert_eq!(without_xml("plain words"), "plain words");
+    }
+
+    #[test]
+    fn a_server_that_just_stopped_answering_stopped_moments_ago() {
+        assert_eq!(how_long_ago(Duration::from_millis(40)), "moments ago");
+        assert_eq!(how_long_ago(Duration::from_millis(3400)), "3 s ago");
+    }
+
+    #[test]
+    fn folder_objects_are_no_files() {
+        let meta = |key: &str, size: u64| ObjectMeta {
+            location: Key::from(key),
+            last_modified: chrono::Utc::now(),
+            size,
+            e_tag: None,
+            version: None,
+        };
+        let listed = vec![meta("p", 0), meta("p/a", 0), meta("p/a/b.txt", 3), meta("p/empty.txt", 0)];
+        let kept: Vec<String> =
+            without_folder_objects(&Key::from("p"), listed).iter().map(|m| m.location.to_string()).collect();
+        assert_eq!(kept, ["p/a/b.txt", "p/empty.txt"]);
     }
 }
