@@ -25,7 +25,19 @@ pub type Answer = (Reply, Vec<u8>);
 struct Waiting {
     to: Sender<Answer>,
     stream: bool,
+    /// For a file's bytes: how many replies wait unread (see `Backlog`).
+    backlog: Option<Backlog>,
 }
+
+/// How many replies of one stream wait unread in its channel. The reader thread
+/// stops reading the connection while a file stream holds more than
+/// `MAX_BACKLOG` of them, so a slow consumer (an upload to S3) pushes back on the
+/// far side through the pipe instead of the whole file piling up in memory. It
+/// waits at most `BACKLOG_PATIENCE` without the consumer taking one, so a
+/// consumer that waits for another reply first can never deadlock the session.
+pub type Backlog = Arc<AtomicU64>;
+const MAX_BACKLOG: u64 = 128; // 128 × wire::CHUNK (256 KiB) = 32 MiB per file stream
+const BACKLOG_PATIENCE: Duration = Duration::from_secs(30);
 
 #[derive(Default)]
 struct Routes {
@@ -138,6 +150,23 @@ impl Connection {
 
     /// Sends a request; its replies arrive on the receiver, with its id.
     pub fn start(&self, request: &Request, stream: bool) -> Result<(u64, Receiver<Answer>)> {
+        self.start_with(request, stream, None)
+    }
+
+    /// Sends a request for a file's bytes, streamed with a bounded backlog: the
+    /// consumer calls `took` for each reply it takes.
+    pub fn start_file(&self, request: &Request) -> Result<(Receiver<Answer>, Backlog)> {
+        let backlog = Backlog::default();
+        let (_, replies) = self.start_with(request, true, Some(backlog.clone()))?;
+        Ok((replies, backlog))
+    }
+
+    /// Notes that the consumer of a file stream took one reply.
+    pub fn took(backlog: &Backlog) {
+        let _ = backlog.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| Some(n.saturating_sub(1)));
+    }
+
+    fn start_with(&self, request: &Request, stream: bool, backlog: Option<Backlog>) -> Result<(u64, Receiver<Answer>)> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (to, from) = channel();
         {
@@ -146,7 +175,7 @@ impl Connection {
                 drop(routes);
                 return Err(self.ended());
             }
-            routes.waiting.insert(id, Waiting { to, stream });
+            routes.waiting.insert(id, Waiting { to, stream, backlog });
         }
         self.write(id, request, &[], true)?;
         Ok((id, from))
@@ -217,6 +246,21 @@ fn exit_note(status: Option<std::process::ExitStatus>) -> String {
     }
 }
 
+/// Waits while a file stream's backlog is full and its consumer keeps taking
+/// replies; gives up after `BACKLOG_PATIENCE` without one taken.
+fn wait_for_consumer(backlog: &Backlog) {
+    let mut seen = backlog.load(Ordering::Acquire);
+    let mut since = Instant::now();
+    while seen > MAX_BACKLOG && since.elapsed() < BACKLOG_PATIENCE {
+        std::thread::sleep(Duration::from_millis(1));
+        let now = backlog.load(Ordering::Acquire);
+        if now < seen {
+            since = Instant::now();
+        }
+        seen = now;
+    }
+}
+
 /// Hands each reply to the request with its id, until the session ends.
 fn read_replies(mut reader: BufReader<impl Read>, routes: &Mutex<Routes>) {
     let why = loop {
@@ -229,15 +273,29 @@ fn read_replies(mut reader: BufReader<impl Read>, routes: &Mutex<Routes>) {
             Ok(reply) => reply,
             Err(e) => break format!("the far side sent a malformed reply: {e}"),
         };
-        let mut routes = lock(routes);
-        let last = match routes.waiting.get(&frame.id) {
-            Some(waiting) => !waiting.stream || matches!(reply, Reply::End | Reply::Error(_)),
-            None => continue,
+        let (to, backlog) = {
+            let mut routes = lock(routes);
+            let last = match routes.waiting.get(&frame.id) {
+                Some(waiting) => !waiting.stream || matches!(reply, Reply::End | Reply::Error(_)),
+                None => continue,
+            };
+            let waiting = match last {
+                true => routes.waiting.remove(&frame.id),
+                false => routes.waiting.get(&frame.id).map(|w| Waiting {
+                    to: w.to.clone(),
+                    stream: true,
+                    backlog: w.backlog.clone(),
+                }),
+            };
+            let Some(waiting) = waiting else { continue };
+            (waiting.to, waiting.backlog)
         };
-        let waiting = if last { routes.waiting.remove(&frame.id) } else { None };
-        let to = waiting.as_ref().map(|w| &w.to).or_else(|| routes.waiting.get(&frame.id).map(|w| &w.to));
-        if let Some(to) = to {
-            let _ = to.send((reply, frame.payload));
+        if let Some(backlog) = &backlog {
+            backlog.fetch_add(1, Ordering::AcqRel);
+        }
+        let delivered = to.send((reply, frame.payload)).is_ok();
+        if let (Some(backlog), true) = (backlog, delivered) {
+            wait_for_consumer(&backlog);
         }
     };
     let mut routes = lock(routes);

@@ -269,6 +269,7 @@ impl Drop for FarLease {
 struct FarReader<'a> {
     conn: &'a Connection,
     replies: std::sync::mpsc::Receiver<Answer>,
+    backlog: conn::Backlog,
     chunk: io::Cursor<Vec<u8>>,
     done: bool,
 }
@@ -280,7 +281,9 @@ impl Read for FarReader<'_> {
             if n > 0 || self.done || buf.is_empty() {
                 return Ok(n);
             }
-            match self.conn.next(&self.replies).map_err(FarStore::io_error)? {
+            let answer = self.conn.next(&self.replies);
+            Connection::took(&self.backlog);
+            match answer.map_err(FarStore::io_error)? {
                 (Reply::Data, bytes) => self.chunk = io::Cursor::new(bytes),
                 (Reply::End, _) => self.done = true,
                 (other, _) => return Err(FarStore::io_error(self.conn.unexpected(&other))),
@@ -391,14 +394,15 @@ impl Store for FarStore {
             return Ok((Box::new(io::Cursor::new(bytes)), mtime));
         }
         let request = Request::Read { name: name.clone(), rel: rel.to_string() };
-        let (_, replies) = self.conn.start(&request, true).map_err(FarStore::io_error)?;
+        let (replies, backlog) = self.conn.start_file(&request).map_err(FarStore::io_error)?;
         let mtime = match self.conn.next(&replies) {
             Ok((Reply::FileStart(mtime), _)) => wire::mtime_from_wire(mtime),
             Ok((other, _)) => return Err(FarStore::io_error(self.conn.unexpected(&other))),
             Err(Error::NotFound { name, .. }) => return Err(io::Error::new(io::ErrorKind::NotFound, name)),
             Err(e) => return Err(FarStore::io_error(e)),
         };
-        let reader = FarReader { conn: &self.conn, replies, chunk: io::Cursor::new(Vec::new()), done: false };
+        Connection::took(&backlog);
+        let reader = FarReader { conn: &self.conn, replies, backlog, chunk: io::Cursor::new(Vec::new()), done: false };
         Ok((Box::new(reader), mtime))
     }
 
