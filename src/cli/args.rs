@@ -179,7 +179,7 @@ Examples:
         /// The collection's root folder.
         root: PathBuf,
     },
-    /// Rewrite what an older ibi stored in a form this one no longer writes (S3: percent-encoded keys).
+    /// Rewrite what an older ibi stored in a form it no longer writes (S3 keys).
     #[command(after_help = "Examples:
   ibi upgrade s3://library-bucket/main                 # once, after installing this version")]
     Upgrade {

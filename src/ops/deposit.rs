@@ -271,10 +271,15 @@ fn bag_info(
     if let Some(ibip) = &minted.ibip {
         info.push("External-Identifier", ibip.to_string());
     }
-    let today = clock.now().to_rfc3339();
-    info.push("Bagging-Date", today.get(..10).unwrap_or(&today));
+    // A source bag's provenance is kept: its own Bagging-Date, Source-Organization
+    // and Bag-Size stand, and ibi's are added only where it has none.
+    let source_has = |label: &str| plan.info.as_ref().is_some_and(|i| i.first(label).is_some());
+    if !source_has("Bagging-Date") {
+        let today = clock.now().to_rfc3339();
+        info.push("Bagging-Date", today.get(..10).unwrap_or(&today));
+    }
     info.push("Payload-Oxum", payload.oxum.to_string());
-    if let Some(org) = collection.organisation() {
+    if let (Some(org), false) = (collection.organisation(), source_has("Source-Organization")) {
         info.push("Source-Organization", org);
     }
     if let Some(id) = collection.collection_id() {
@@ -291,9 +296,8 @@ fn bag_info(
                 info.push(&format!("Source-{label}"), value.clone());
                 continue;
             }
-            let ours = ["Payload-Oxum", "Bagging-Date", "Bag-Size"].iter().any(|c| c.eq_ignore_ascii_case(label))
-                || (label.eq_ignore_ascii_case("Source-Organization") && collection.organisation().is_some());
-            if !ours {
+            // Payload-Oxum is recomputed (the payload was checked against it).
+            if !label.eq_ignore_ascii_case("Payload-Oxum") {
                 info.push(label, value.clone());
             }
         }

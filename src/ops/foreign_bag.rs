@@ -14,6 +14,7 @@ use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use crate::bag::history::HISTORY_LABELS;
 use crate::bag::{manifest, BagInfo, ManifestEntry, TopLevel, BAGIT_TXT, BAG_INFO_TXT, DATA, FETCH_TXT};
 use crate::digest::{self, Algorithm};
 use crate::error::{Error, IoContext, Result};
@@ -217,11 +218,12 @@ pub fn plan_bag(bag: &Path) -> Result<SourcePlan> {
     let mut kept = by_nfc(tags.files);
     kept.extend(payload);
     expect_tags(bag, &top, &mut kept)?;
-    let warnings = bag_warnings(&top);
+    let mut warnings = bag_warnings(&top);
     let (files, tag_files) = kept.into_values().partition(|f| f.path.starts_with("data/"));
     let info_text = top.read.get(BAG_INFO_TXT).map(|t| t.text.as_str()).unwrap_or_default();
     let info = BagInfo::parse(info_text)
         .map_err(|line| refuse(bag, format!("has a malformed {BAG_INFO_TXT} (line {line})")))?;
+    warnings.extend(provenance_notes(&info));
     let algorithms = top.manifests.iter().chain(&top.tagmanifests).copied().filter(|a| *a != Algorithm::Sha256);
     let mut source_dirs: Vec<PathBuf> = vec![bag.to_path_buf()];
     source_dirs.extend(walked.source_dirs.into_iter().chain(tags.source_dirs));
@@ -238,6 +240,24 @@ pub fn plan_bag(bag: &Path) -> Result<SourcePlan> {
         follow_symlinks: false,
         warnings,
     })
+}
+
+/// What the deposit changes of a source bag's bag-info, said to the user: every
+/// other label is kept as the bag has it.
+fn provenance_notes(info: &BagInfo) -> Vec<String> {
+    let mut notes = Vec::new();
+    if let Some(value) = info.first("External-Identifier") {
+        notes.push(format!(
+            "the bag's External-Identifier ({value}) is kept as {}: the item's own identifiers are its name and IBIp",
+            crate::bag::SOURCE_IDENTIFIER
+        ));
+    }
+    for label in HISTORY_LABELS {
+        if info.first(label).is_some() {
+            notes.push(format!("the bag's {label} is kept as Source-{label}: the item's history starts here"));
+        }
+    }
+    notes
 }
 
 /// What the LoC BagIt conformance suite expects a validator to warn about: a

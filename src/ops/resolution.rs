@@ -287,13 +287,11 @@ fn matches_name(query: &BrowseQuery, name: &RepositoryName, date: &str) -> bool 
     prefix_ok && query.date.as_deref().is_none_or(|d| date.starts_with(d))
 }
 
-/// Reads what `store` holds and records of `name`; `None` when it never held it
-/// (or holds only a record of an item taken away).
+/// Reads what `store` holds and records of `name`; `None` when it does not hold
+/// it (never did, or it was taken away). An item at its place is served even if
+/// the inventory records it as removed (`verify` reports that disagreement).
 pub fn load_view(store: &dyn Store, name: &RepositoryName) -> Result<Option<ItemView>> {
     let record = store.records(std::slice::from_ref(name))?.pop().flatten();
-    if record.as_ref().is_some_and(|r| r.status == Status::Removed) {
-        return Ok(None);
-    }
     match store.slot(name)? {
         Slot::Item => {}
         Slot::Empty => return Ok(None),
@@ -308,9 +306,11 @@ pub fn load_view(store: &dyn Store, name: &RepositoryName) -> Result<Option<Item
     let info = crate::store::item_info(store, name)?;
     let tagmanifest = read_text(files.as_ref(), name, bag::TAGMANIFEST)?;
     let identity = crate::digest::of_bytes(tagmanifest.as_bytes(), &[]).sha256().to_string();
+    // A record that says "removed" of an item at its place is wrong (verify says so):
+    // the bag is what is served.
     let record = match record {
-        Some(record) => record,
-        None => crate::store::ItemRecord::from_bag(files.as_ref(), name)?,
+        Some(record) if record.status != Status::Removed => record,
+        _ => crate::store::ItemRecord::from_bag(files.as_ref(), name)?,
     };
     let listed = listed_files(files.as_ref(), name, &tagmanifest, &identity)?;
     let by_path = listed.iter().enumerate().map(|(i, f)| (f.path.clone(), i)).collect();

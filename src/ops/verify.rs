@@ -72,10 +72,18 @@ type Known = Mutex<HashMap<RepositoryName, (Status, String)>>;
 fn against_inventory(store: &dyn Store, name: &RepositoryName, known: Option<&Known>) -> Option<Problem> {
     let label = name.to_string();
     let recorded = lock(known?).remove(name);
-    let Some((_, digest)) = recorded else {
+    let Some((status, digest)) = recorded else {
         let detail = "the collection's inventory does not know this item (placed behind ibi's back?)";
         return Some(Problem::new(&label, None, ProblemKind::Unknown, detail));
     };
+    if !status.expected_on_disk() {
+        let detail = format!(
+            "the inventory records it as {}, but it is at its place: the inventory and the collection disagree \
+             (resolvers serve the item at its place; a rebuilt inventory records it as it is)",
+            status.as_str()
+        );
+        return Some(Problem::new(&label, None, ProblemKind::Unknown, detail));
+    }
     match identity_digest(store, name) {
         Ok(actual) if actual != digest => {
             let detail = format!("its identity is {actual}, the inventory records {digest}: changed behind ibi's back");

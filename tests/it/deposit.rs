@@ -393,3 +393,45 @@ fn regress_bagit_warning_cases_pass_silently() {
     }
     env.ok(&["-q", "verify", &root]);
 }
+
+/// `deposit --bag` replaced a bag's Source-Organization and Bagging-Date with the
+/// collection's and today's, and dropped its Bag-Size, silently, while other labels
+/// (Organization-Address) stayed: the record became false. The bag's values are
+/// kept now; ibi adds its own only where the bag has none, and says what it renames.
+#[test]
+fn regress_deposit_bag_rewrites_provenance() {
+    let env = TestEnv::new();
+    let root = env.path("lib").to_string_lossy().into_owned();
+    let args = ["-q", "init", &root, "--host", "test.ibi.example.org", "--ip", "192.0.2.30", "--org", "INPE Library"];
+    env.ok(&args);
+    let payload = b"museum record\n";
+    env.write("bag/bagit.txt", b"BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n");
+    env.write("bag/data/record.txt", payload);
+    let digest = ibi::digest::of_bytes(payload, &[]).sha256().to_string();
+    env.write("bag/manifest-sha256.txt", format!("{digest}  data/record.txt\n").as_bytes());
+    let info = "Source-Organization: Museu Nacional\nOrganization-Address: Rio de Janeiro\n\
+                Bagging-Date: 1999-12-31\nBag-Size: 14 bytes\nPayload-Oxum: 14.1\nExternal-Identifier: MN-1999-42\n";
+    env.write("bag/bag-info.txt", info.as_bytes());
+    let deposited = env.ok(&["deposit", "--bag", &root, "bag"]);
+    assert!(
+        deposited.stderr.contains("MN-1999-42") && deposited.stderr.contains("Source-External-Identifier"),
+        "{}",
+        deposited.stderr
+    );
+    let name = deposited.pairs()[0].0.clone();
+    let kept = std::fs::read_to_string(env.path(&format!("lib/{name}/bag-info.txt"))).unwrap();
+    for line in [
+        "Source-Organization: Museu Nacional",
+        "Bagging-Date: 1999-12-31",
+        "Bag-Size: 14 bytes",
+        "Organization-Address: Rio de Janeiro",
+    ] {
+        assert!(kept.contains(line), "{line:?} lost: {kept}");
+    }
+    assert!(!kept.contains("INPE Library"), "{kept}");
+    assert_eq!(kept.matches("Bagging-Date").count(), 1, "{kept}");
+    env.ok(&["-q", "verify", &root]);
+    let path = env.ok(&["resolve", &root, &name]).stdout;
+    let out = Command::new(bagit_py()).arg("--validate").arg(path.trim()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -512,7 +512,8 @@ fn regress_record_with_no_versions_panics_the_server() {
     drop(far);
     let stderr = std::fs::read_to_string(lab.env.path("serve.stderr")).unwrap();
     assert!(!stderr.contains("panicked"), "the server panicked: {stderr}");
-    lab.env.ok(&["-q", "verify", &lab.lib]);
+    let v = lab.env.run(&["-q", "verify", &lab.lib]);
+    assert_eq!(v.code, 0, "{} {}", v.stdout, v.stderr);
     lab.env.ok(&["list", &lab.lib]);
 }
 

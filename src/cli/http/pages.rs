@@ -5,7 +5,7 @@
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use ibi::id::RepositoryName;
-use ibi::ops::resolution::{BrowsePage, BrowseQuery, ItemView};
+use ibi::ops::resolution::{BrowsePage, BrowseQuery, FileView, ItemView};
 use ibi::store::inventory::Forward;
 use serde_json::json;
 
@@ -134,17 +134,23 @@ fn files_table(view: &ItemView) -> String {
         .files
         .iter()
         .map(|f| {
-            let href = format!("/{}/{}", view.name, percent_path(&f.path));
             let size = f.size.map_or_else(|| "?".to_string(), |s| s.to_string());
-            format!(
-                "<tr><td><a href=\"{}\">{}</a></td><td>{size}</td><td class=\"mono\">{}</td></tr>",
-                esc(&href),
-                esc(&f.path),
-                esc(&f.sha256)
-            )
+            format!("<tr><td>{}</td><td>{size}</td><td class=\"mono\">{}</td></tr>", file_link(view, f), esc(&f.sha256))
         })
         .collect();
     format!("<h2>Files</h2><table><tr><th>Path</th><th>Bytes</th><th>sha256</th></tr>{rows}</table>")
+}
+
+/// A link to one file; a name holding a control character (a newline, a TAB)
+/// is shown escaped without a link, since the server refuses such paths: it is
+/// in the item's zip.
+fn file_link(view: &ItemView, file: &FileView) -> String {
+    if file.path.chars().any(char::is_control) {
+        let shown: String = file.path.escape_debug().collect();
+        return format!("{} <small>(its name holds a control character: download the zip)</small>", esc(&shown));
+    }
+    let href = format!("/{}/{}", view.name, percent_path(&file.path));
+    format!("<a href=\"{}\">{}</a>", esc(&href), esc(&file.path))
 }
 
 /// A path inside an item, each segment percent-encoded for a URL.

@@ -1,7 +1,11 @@
 //! `GET /<name>.zip`: the item as a serialized bag (RFC 8493 §4: one top folder
 //! holding the bag), written by the `zip` crate's streaming writer straight into
 //! the response as it is read, with no temporary file. Entries are stored, not
-//! deflated, so the bytes inside are the bytes the manifests list.
+//! deflated, so the bytes inside are the bytes the manifests list. Each file is
+//! read no further than its listed size and hashed as it goes out; a file that is
+//! short or does not match its manifest ends the stream with an error, so the
+//! connection is cut before the zip's central directory: a client never gets a
+//! complete zip holding damaged bytes.
 
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -9,7 +13,8 @@ use std::sync::Arc;
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use ibi::ops::resolution::ItemView;
+use ibi::digest::Hasher;
+use ibi::ops::resolution::{FileView, ItemView};
 use zip::write::SimpleFileOptions;
 
 use super::common::Raw;
@@ -80,6 +85,29 @@ pub fn response(app: Arc<App>, store: usize, view: Arc<ItemView>) -> Response {
     response
 }
 
+/// Copies a file's bytes into the zip, at most its listed size, and fails unless
+/// they are exactly the bytes its manifest lists.
+fn copy_checked(reader: Box<dyn Read + Send + '_>, file: &FileView, out: &mut impl Write) -> std::io::Result<()> {
+    let mut reader = reader.take(file.size.unwrap_or(u64::MAX));
+    let mut hasher = Hasher::new(&[]);
+    let (mut buffer, mut read) = (vec![0; CHUNK], 0u64);
+    loop {
+        let n = reader.read(&mut buffer)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+        out.write_all(&buffer[..n])?;
+        read += n as u64;
+    }
+    let short = file.size.is_some_and(|size| read < size);
+    if short || hasher.finish().sha256() != file.sha256 {
+        let why = format!("{} does not match its manifest; the zip is cut short", file.path);
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, why));
+    }
+    Ok(())
+}
+
 fn write_zip(app: &App, store: usize, view: &ItemView, top: &str, writer: ChannelWriter) -> zip::result::ZipResult<()> {
     let store = app.resolver.stores()[store].as_ref();
     let mut zip = zip::ZipWriter::new_stream(writer);
@@ -90,15 +118,8 @@ fn write_zip(app: &App, store: usize, view: &ItemView, top: &str, writer: Channe
             .large_file(large)
             .unix_permissions(0o644);
         zip.start_file(format!("{top}/{}", file.path), options)?;
-        let (mut reader, _) = store.open(&view.name, &file.path)?;
-        let mut buffer = vec![0; CHUNK];
-        loop {
-            let n = reader.read(&mut buffer)?;
-            if n == 0 {
-                break;
-            }
-            zip.write_all(&buffer[..n])?;
-        }
+        let (reader, _) = store.open(&view.name, &file.path)?;
+        copy_checked(reader, file, &mut zip)?;
     }
     let mut writer = zip.finish()?.into_inner();
     writer.flush()?;

@@ -234,10 +234,20 @@ impl Session {
         Ok(to)
     }
 
-    /// Discards every stage of the session (it ended). It does not wait for their
-    /// files: a file the client never finished never will.
+    /// Discards every stage of the session (it ended), once the files being written
+    /// into them are done: the client's unfinished files end with their channels
+    /// (dropped before this), so each write ends soon; a write still running after
+    /// `SETTLE` is not waited for. Discarding under a running write would leave
+    /// the folder it creates behind, a leftover verify reports.
     fn discard_all(&self) {
-        let stages: Vec<StageId> = lock(&self.stages).drain().map(|(_, state)| state.id).collect();
+        const SETTLE: std::time::Duration = std::time::Duration::from_secs(10);
+        let deadline = std::time::Instant::now() + SETTLE;
+        let mut stages = lock(&self.stages);
+        while stages.values().any(|state| state.pending > 0) && std::time::Instant::now() < deadline {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            stages = self.stage_settled.wait_timeout(stages, left).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
+        }
+        let stages: Vec<StageId> = stages.drain().map(|(_, state)| state.id).collect();
         if let Ok(writer) = self.writer("discarding") {
             stages.into_iter().for_each(|sid| writer.discard(sid));
         }
