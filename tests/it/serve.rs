@@ -219,7 +219,7 @@ fn metadata_and_the_handle_api() {
 
     let alias = get(&server.url(&format!("/api/handles/{}", ibip.to_lowercase())), &[]);
     let value: serde_json::Value = serde_json::from_slice(&alias.body).unwrap();
-    assert_eq!(value["handle"], ibip.as_str());
+    assert_eq!(value["handle"], ibip.to_lowercase(), "echoed as asked, as the Handle proxy does");
     assert_eq!(value["values"][0]["type"], "HS_ALIAS");
     assert_eq!(value["values"][0]["data"]["value"], name.as_str());
     let unknown = get(&server.url("/api/handles/sid.inpe.br/mtc-m18/2009/02.16.17.46"), &[]);
@@ -490,6 +490,79 @@ fn regress_removed_in_the_inventory_while_on_disk() {
     let server = env.serve(&[&root], &[]);
     assert_eq!(get(&server.url(&format!("/{name}/data/b.txt")), &[]).text(), "item b\n");
     assert_eq!(get(&server.url(&format!("/{name}")), &[]).status, 200);
+}
+
+/// The handle API ignored `?index=` and `?type=`, answered an IBIp or a name in
+/// other letters with the canonical handle (pyhandle's RESTHandleClient refuses a
+/// record for another handle than it asked for), sent no CORS header, and gave
+/// an object for `values` on errors. pyhandle now reads every spelling, and the
+/// filters and codes are the HANDLE.NET proxy's.
+#[test]
+fn regress_handle_api_is_not_the_proxys() {
+    let env = TestEnv::new();
+    // pyhandle strips handles with str.lstrip('hdl:').lstrip('doi:'), which eats any
+    // leading d, o, i, h or l: the names start with "sid." and the IBIps with "8"
+    // (INPE's address), as INPE's do.
+    let root = env.path("sid").to_string_lossy().into_owned();
+    env.ok(&[
+        "-q",
+        "init",
+        &root,
+        "--host",
+        "test.sid.example.org",
+        "--ip",
+        "150.163.34.245",
+        "--granularity",
+        "0.001",
+    ]);
+    env.write("src/a.txt", b"a\n");
+    let name = &env.ok(&["deposit", &root, "src"]).pairs()[0].0;
+    let ibip = ibip_of(&env, &root, name);
+    let server = env.serve(&[&root], &[]);
+    let (first, rest) = name.split_once('/').unwrap();
+    let (second, tail) = rest.split_once('/').unwrap();
+    let legacy = format!("{first}/{second}@80/{tail}");
+    let script = r#"
+import json, sys
+from pyhandle.client.resthandleclient import RESTHandleClient
+client = RESTHandleClient(handle_server_url=sys.argv[1])
+out = {}
+for handle in sys.argv[2:]:
+    record = client.retrieve_handle_record_json(handle)
+    out[handle] = {"record": record, "url": client.get_value_from_handle(handle, "URL", handlerecord_json=record)}
+out["indexed"] = client.retrieve_handle_record_json(sys.argv[2], indices=[4])
+out["typed"] = client.retrieve_handle_record_json(sys.argv[2], type=["URL"])
+out["unknown"] = client.retrieve_handle_record_json("sid.inpe.br/mtc-m18/2009/02.16.17.46")
+print(json.dumps(out))
+"#;
+    let upper = name.to_uppercase();
+    let lower_ibip = ibip.to_lowercase();
+    let handles = [name.as_str(), upper.as_str(), lower_ibip.as_str(), legacy.as_str()];
+    let out = std::process::Command::new(crate::env::repo().join("target/bagit-venv/bin/python"))
+        .args(["-c", script, &server.url("")])
+        .args(handles)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "pyhandle: {}", String::from_utf8_lossy(&out.stderr));
+    let read: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for handle in handles {
+        assert_eq!(read[handle]["record"]["handle"], handle, "{read}");
+    }
+    assert_eq!(read[name.as_str()]["url"], server.url(&format!("/{name}")), "{read}");
+    assert_eq!(read[lower_ibip.as_str()]["record"]["values"][0]["type"], "HS_ALIAS");
+    let indexed = read["indexed"]["values"].as_array().unwrap();
+    assert!(indexed.len() == 1 && indexed[0]["index"] == 4, "{read}");
+    let typed = read["typed"]["values"].as_array().unwrap();
+    assert!(typed.len() == 1 && typed[0]["type"] == "URL", "{read}");
+    assert!(read["unknown"].is_null(), "an unknown handle is pyhandle's None (404, code 100): {read}");
+    let none = get(&server.url(&format!("/api/handles/{name}?type=NOTHERE")), &[]);
+    let value: serde_json::Value = serde_json::from_slice(&none.body).unwrap();
+    assert_eq!((none.status, value["responseCode"].as_u64()), (200, Some(200)), "{value}");
+    assert!(value["values"].as_array().is_some_and(Vec::is_empty), "{value}");
+    assert_eq!(none.header("access-control-allow-origin"), "*");
+    let invalid = get(&server.url("/api/handles/not-a-handle"), &[]);
+    let value: serde_json::Value = serde_json::from_slice(&invalid.body).unwrap();
+    assert_eq!((invalid.status, value["responseCode"].as_u64()), (400, Some(102)), "{value}");
 }
 
 #[test]

@@ -251,16 +251,19 @@ async fn browse(
     }
 }
 
+/// The HANDLE.NET proxy's REST API (`/api/handles/<handle>`, HANDLE.NET 9
+/// Technical Manual, "JSON-Based REST API"): `?index=` and `?type=` (each may
+/// repeat) pick values, a value matching either is kept; the handle is echoed as
+/// asked; response codes and HTTP statuses are the proxy's (1 with 200, 100
+/// "handle not found" with 404, 102 "invalid handle" with 400, 200 "values not
+/// found" with 200, 2 "error" with 500), and every answer allows any origin.
 async fn api_handles(State(app): State<Arc<App>>, request: Request) -> Response {
-    let raw = request.uri().path().strip_prefix("/api/handles").unwrap_or("");
-    let handle_json = |status: StatusCode, code: u32, handle: &str, values: serde_json::Value| {
-        let body = serde_json::json!({"responseCode": code, "handle": handle, "values": values});
-        (status, axum::Json(body)).into_response()
-    };
+    let raw = request.uri().path().strip_prefix("/api/handles").unwrap_or("").trim_start_matches('/');
     let asked = match segments(raw) {
         Ok(parts) => parts.join("/"),
-        Err(why) => return handle_json(StatusCode::BAD_REQUEST, 2, raw, serde_json::json!({"message": why})),
+        Err(why) => return handle_answer(StatusCode::BAD_REQUEST, 102, raw, Some(&why), None),
     };
+    let (indexes, types) = value_filters(request.uri().query().unwrap_or(""));
     let base = url_base(&app, request.headers());
     let resolver = app.clone();
     let text = asked.clone();
@@ -275,20 +278,65 @@ async fn api_handles(State(app): State<Arc<App>>, request: Request) -> Response 
     .await;
     let (first, target) = match found {
         Ok(pair) => pair,
-        Err(e) => {
-            return handle_json(StatusCode::NOT_FOUND, 100, &asked, serde_json::json!({"message": e.to_string()}))
+        Err(ibi::Error::Parse(e)) => {
+            return handle_answer(StatusCode::BAD_REQUEST, 102, &asked, Some(&e.to_string()), None)
         }
+        Err(e) => return handle_answer(StatusCode::INTERNAL_SERVER_ERROR, 2, &asked, Some(&e.to_string()), None),
     };
     let view = match target {
         Resolution::Item { view, .. } | Resolution::Withdrawn { view, .. } => view,
-        _ => return handle_json(StatusCode::NOT_FOUND, 100, &asked, serde_json::json!([])),
+        _ => return handle_answer(StatusCode::NOT_FOUND, 100, &asked, None, None),
     };
     let is_ibip = matches!(first, Resolution::Redirect(_)) && !asked.contains('.');
-    let (handle, values) = if is_ibip {
-        let ibip = view.ibip.as_ref().map_or(asked.clone(), |i| i.to_string());
-        (ibip, resolution::alias_values(&view))
-    } else {
-        (view.name.to_string(), resolution::handle_values(&view, &base, &app.mirrors))
+    let values = match is_ibip {
+        true => resolution::alias_values(&view),
+        false => resolution::handle_values(&view, &base, &app.mirrors),
     };
-    handle_json(StatusCode::OK, 1, &handle, serde_json::to_value(values).unwrap_or_default())
+    let picked: Vec<_> = values
+        .into_iter()
+        .filter(|v| {
+            (indexes.is_empty() && types.is_empty())
+                || indexes.contains(&v.index)
+                || types.iter().any(|t| t.eq_ignore_ascii_case(&v.kind))
+        })
+        .collect();
+    let code = if picked.is_empty() { 200 } else { 1 };
+    let values = serde_json::to_value(picked).unwrap_or_default();
+    handle_answer(StatusCode::OK, code, &asked, None, Some(values))
+}
+
+/// The `index` and `type` parameters of a handle query, each as often as given.
+fn value_filters(query: &str) -> (Vec<u32>, Vec<String>) {
+    let (mut indexes, mut types) = (Vec::new(), Vec::new());
+    for pair in query.split('&') {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode_str(&value.replace('+', " ")).decode_utf8_lossy().into_owned();
+        match key {
+            "index" => indexes.extend(value.parse::<u32>().ok()),
+            "type" => types.push(value),
+            _ => {}
+        }
+    }
+    (indexes, types)
+}
+
+/// One answer of the handle API, as the proxy shapes it: `values` (an array) when
+/// the handle was found, `message` for an error, CORS open to any origin.
+fn handle_answer(
+    status: StatusCode,
+    code: u32,
+    handle: &str,
+    message: Option<&str>,
+    values: Option<serde_json::Value>,
+) -> Response {
+    let mut body = serde_json::json!({"responseCode": code, "handle": handle});
+    if let Some(message) = message {
+        body["message"] = message.into();
+    }
+    if let Some(values) = values {
+        body["values"] = values;
+    }
+    let mut response = (status, axum::Json(body)).into_response();
+    response.headers_mut().insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    response
 }
