@@ -190,17 +190,13 @@ impl S3Store {
     fn staged_key(&self, stage: StageId, rel: &str) -> Result<object_store::path::Path> {
         let stages = lock(&self.stages);
         let meta = stages.get(&stage.0).ok_or_else(|| no_stage(stage))?;
-        let key = match &meta.direct {
-            Some(name) => self.keys.item_file(name, rel, KeyForm::Names),
-            None => self.keys.staged_file(stage, rel, KeyForm::Names),
-        };
         let base = match &meta.direct {
             Some(name) => self.keys.item(name),
             None => self.keys.stage(stage),
         };
         keys::check_file_key(&base, rel)
             .map_err(|why| Error::Invalid { what: format!("file {rel:?}"), problem: why })?;
-        Ok(key)
+        Ok(keys::key_under(&base, rel, KeyForm::Names))
     }
 
     /// Notes a file written into a stage (and keeps a tag file's bytes).

@@ -95,7 +95,11 @@ impl Store for S3Store {
         let placer = self.placer();
         let counted = held.and_then(|held| match held {
             true => Ok((0, Vec::new())),
-            false => self.objects.run(async { Ok((placer.leftover_count().await?, placer.partial_items().await?)) }),
+            false => self.objects.run(async {
+                let n = placer.leftover_count().await?;
+                let partial = if n > 0 { placer.partial_items().await? } else { Vec::new() };
+                Ok((n, partial))
+            }),
         });
         let problem = |detail: String| Problem::new("staging", None, ProblemKind::Leftover, detail);
         match counted {
