@@ -30,7 +30,8 @@ fn view_json(view: &ItemView) -> serde_json::Value {
         "origin": r.origin,
         "withdrawn": r.withdrawn.as_ref().map(|w| json!({"date": w.date, "reason": w.reason})),
         "versions": r.versions,
-        "files": view.files,
+        "files": view.payload.iter().map(|(path, size)| json!({"path": path, "size": size})).collect::<Vec<_>>(),
+        "file_count": view.files,
         "bytes": view.bytes,
         "bag_info": view.info.fields.iter().map(|(l, v)| json!([l, v])).collect::<Vec<_>>(),
     })
@@ -54,6 +55,10 @@ fn view_text(printer: &Printer, view: &ItemView) {
     printer.line("bag-info:");
     for (label, value) in &view.info.fields {
         printer.line(&format!("  {label}: {value}"));
+    }
+    printer.line("files:");
+    for (path, size) in &view.payload {
+        printer.line(&format!("  {path}  {}", printer.size(*size)));
     }
 }
 

@@ -187,6 +187,13 @@ fn warn_about_names(plan: &SourcePlan, reporter: &dyn Reporter) {
     for empty in &plan.empty_dirs {
         reporter.warning(&format!("empty folder {empty} is kept, but BagIt manifests do not record empty folders"));
     }
+    if plan.files.is_empty() {
+        let sources: Vec<String> = plan.originals.iter().map(|p| p.display().to_string()).collect();
+        reporter.warning(&format!(
+            "{} holds no files: the item's payload is empty (and any deposit of no files is the same deposit)",
+            sources.join(", ")
+        ));
+    }
 }
 
 /// Copies one planned file to `staging/<path>`, hashing it in every algorithm, and

@@ -19,7 +19,9 @@ use crate::store::{item_info, resolve, ItemRecord, Status, Store};
 pub struct ItemView {
     pub record: ItemRecord,
     pub info: BagInfo,
-    /// Payload files and bytes of the current version.
+    /// Payload files of the current version (path in the bag, size), in path order.
+    pub payload: Vec<(String, u64)>,
+    /// Their count and bytes.
     pub files: u64,
     pub bytes: u64,
 }
@@ -35,16 +37,17 @@ pub fn show(store: &dyn Store, text: &str) -> Result<ItemView> {
     let name = resolve(store, text)?;
     let info = item_info(store, &name)?;
     let record = ItemRecord::from_bag(store.item_files(&name).as_ref(), &name)?;
-    let (mut files, mut bytes) = (0, 0);
+    let mut payload: Vec<(String, u64)> = Vec::new();
     for entry in store.item_files(&name).entries().into_iter().flatten() {
         if let TreeEntry { rel: Ok(rel), kind: FileKind::File { size } } = entry {
             if rel.starts_with("data/") {
-                files += 1;
-                bytes += size;
+                payload.push((rel, size));
             }
         }
     }
-    Ok(ItemView { record, info, files, bytes })
+    payload.sort();
+    let (files, bytes) = (payload.len() as u64, payload.iter().map(|(_, size)| size).sum());
+    Ok(ItemView { record, info, payload, files, bytes })
 }
 
 /// Refuses a withdrawn item where one in service is needed (`resolve`).

@@ -435,3 +435,17 @@ fn regress_deposit_bag_rewrites_provenance() {
     let out = Command::new(bagit_py()).arg("--validate").arg(path.trim()).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// An empty source folder made an item with no payload, silently (and a second
+/// empty folder was "already deposited" as it): a warning now says so.
+#[test]
+fn regress_empty_source_folder_deposits_silently() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    fs::create_dir_all(env.path("empty")).unwrap();
+    let run = env.ok(&["deposit", &root, "empty"]);
+    assert!(run.stderr.contains("holds no files") && run.stderr.contains("empty"), "{}", run.stderr);
+    env.write("full/a.txt", b"a");
+    let full = env.ok(&["deposit", &root, "full"]);
+    assert!(!full.stderr.contains("holds no files"), "{}", full.stderr);
+}

@@ -455,3 +455,17 @@ fn names_dated_ahead_of_the_far_clock_mirror_into_it() {
     env.far_ok(&rsh, &["-q", "mirror", &a, &b]);
     assert_eq!(env.far_ok(&rsh, &["list", &b]).lines().len(), 1);
 }
+
+/// An ssh that refused the host key (exit 255, "Host key verification failed.")
+/// was reported as "the far side never greeted … Is ibi installed there?": the
+/// message now starts with ssh's failure and its own words.
+#[test]
+fn regress_ssh_host_key_failure_says_the_far_side_never_greeted() {
+    let env = TestEnv::new();
+    let rsh = env.shim("rsh", "echo 'Host key verification failed.' >&2; exit 255", None);
+    let run: crate::env::Run = env.far_command(&rsh, &["list", "lab:/srv/library"]).output().unwrap().into();
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    let error = run.stderr.lines().find(|l| l.starts_with("ibi: error")).unwrap_or_default().to_string();
+    assert!(error.contains("ssh could not connect (exit 255): Host key verification failed."), "{}", run.stderr);
+    assert!(!error.contains("never greeted") && !error.contains("Is ibi installed"), "{error}");
+}

@@ -36,9 +36,11 @@ fn update_makes_a_new_version_and_keeps_every_earlier_one() {
     assert!(run.stdout.contains("version 2"), "{}", run.stdout);
     let v2 = show(&env, &lib, &name);
     assert_eq!(
-        (v2["version"].as_u64(), v2["status"].as_str(), v2["files"].as_u64()),
+        (v2["version"].as_u64(), v2["status"].as_str(), v2["file_count"].as_u64()),
         (Some(2), Some("present"), Some(2))
     );
+    let paths: Vec<&str> = v2["files"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["data/a.txt", "data/notes/errata.txt"], "show lists the current version's files");
     assert_eq!(v2["versions"][0]["digest"], v1["identity"], "version 1's identity is kept in the history");
     let item = Path::new(&lib).join(&name);
     assert!(fs::read_to_string(item.join("bag-info.txt")).unwrap().contains("Title: Corrected"));
@@ -274,4 +276,25 @@ fn regress_damaged_inventory_exits_1_with_sqlites_words() {
     env.ok(&["-q", "deposit", &lib, extra.to_str().unwrap()]);
     assert_eq!(env.ok(&["list", &lib]).lines().len(), 3);
     env.ok(&["-q", "verify", &lib]);
+}
+
+/// `show` gave a count of the item's files and never named them (JSON: a number):
+/// it lists each payload file with its size, text and JSON.
+#[test]
+fn regress_show_counts_files_without_naming_them() {
+    let env = TestEnv::new();
+    let lib = env.collection("lib");
+    env.write("src/a.txt", b"alpha\n");
+    env.write("src/sub/b.txt", b"beta!\n");
+    let name = env.ok(&["deposit", &lib, "src"]).pairs()[0].0.clone();
+    let text = env.ok(&["show", &lib, &name]).stdout;
+    assert!(text.contains("data/a.txt") && text.contains("data/sub/b.txt"), "{text}");
+    let json = show(&env, &lib, &name);
+    let files: Vec<(String, u64)> = json["files"]
+        .as_array()
+        .unwrap_or_else(|| panic!("files is a list: {json}"))
+        .iter()
+        .map(|f| (f["path"].as_str().unwrap().to_string(), f["size"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(files, [("data/a.txt".to_string(), 6), ("data/sub/b.txt".to_string(), 6)]);
 }

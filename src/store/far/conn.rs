@@ -69,15 +69,20 @@ impl Connection {
             command.arg("-p").arg(port.to_string());
         }
         command.arg(address.destination()).args([connect.remote_ibi.as_str(), "serve", "--stdio"]);
-        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = command.spawn().map_err(|e| fail(format!("cannot run {program}: {e}")))?;
         let stdout = child.stdout.take().expect("piped");
         let stdin = child.stdin.take().expect("piped");
+        let said = pass_on_stderr(child.stderr.take().expect("piped"));
         let mut connection = Connection::over(place.clone(), stdout, stdin, &connect.remote_ibi);
         if let Err(Error::Connection { problem, .. }) = &connection {
             if problem.starts_with(NO_GREETING) {
                 let status = wait_briefly(&mut child);
-                connection = Err(fail(format!("{problem}{}", exit_note(status))));
+                let last = said.last_line(Duration::from_secs(1));
+                connection = Err(fail(match status.and_then(|s| s.code()) {
+                    Some(255) => ssh_failed(&last),
+                    _ => format!("{problem}{}", exit_note(status)),
+                }));
             }
         }
         let connection = connection?;
@@ -227,6 +232,49 @@ fn wait_briefly(child: &mut Child) -> Option<std::process::ExitStatus> {
     }
 }
 
+/// What the far command wrote on stderr, passed on to ours line by line as it
+/// comes (ssh's prompts and errors, the far ibi's warnings); the last line is
+/// kept, to say why a session never started.
+struct StderrTail {
+    last: Arc<Mutex<(Option<String>, bool)>>,
+}
+
+impl StderrTail {
+    /// The last line, once the stream ended (or `wait` passed).
+    fn last_line(&self, wait: Duration) -> Option<String> {
+        let deadline = Instant::now() + wait;
+        while !lock(&self.last).1 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        lock(&self.last).0.clone()
+    }
+}
+
+fn pass_on_stderr(stderr: impl Read + Send + 'static) -> StderrTail {
+    let last: Arc<Mutex<(Option<String>, bool)>> = Arc::default();
+    let keep = last.clone();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in BufReader::new(stderr).lines().map_while(std::result::Result::ok) {
+            let _ = writeln!(std::io::stderr(), "{line}");
+            if !line.trim().is_empty() {
+                lock(&keep).0 = Some(line);
+            }
+        }
+        lock(&keep).1 = true;
+    });
+    StderrTail { last }
+}
+
+/// ssh itself failed (exit 255): what it said first, then where to look.
+fn ssh_failed(said: &Option<String>) -> String {
+    let said = said.as_deref().map_or(String::new(), |line| format!(": {}", line.trim()));
+    format!(
+        "ssh could not connect (exit 255){said}. Try `ssh HOST` by hand: a host key that changed or is not yet \
+         known (ssh-keyscan, known_hosts), a key the server refuses, or a wrong host or port"
+    )
+}
+
 /// How a "no greeting" problem starts, so that the exit status can be added.
 const NO_GREETING: &str = "the far side never greeted";
 
@@ -240,7 +288,6 @@ fn no_greeting(said: &str, remote_ibi: &str) -> String {
 
 fn exit_note(status: Option<std::process::ExitStatus>) -> String {
     match status.and_then(|s| s.code()) {
-        Some(255) => " (ssh could not connect: exit 255)".to_string(),
         Some(code) => format!(" (the far command ended with exit {code})"),
         None => String::new(),
     }
