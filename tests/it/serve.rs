@@ -565,6 +565,42 @@ print(json.dumps(out))
     assert_eq!((invalid.status, value["responseCode"].as_u64()), (400, Some(102)), "{value}");
 }
 
+/// The item zip had no Content-Length, ETag or ranges, so a broken download could
+/// not resume, and its entries were dated 1980. Now: a length known before the
+/// first byte, an ETag, 206 answers to ranges (with If-Range) whose bytes are the
+/// same as the whole zip's, and each entry dated as its file.
+#[test]
+fn regress_zip_cannot_resume() {
+    let env = TestEnv::new();
+    let (root, names) = library(&env);
+    let name = &names[0];
+    let server = env.serve(&[&root], &[]);
+    let url = server.url(&format!("/{name}.zip"));
+    let whole = get(&url, &[]);
+    assert_eq!(whole.status, 200);
+    assert_eq!(whole.header("content-length"), whole.body.len().to_string(), "the length is announced");
+    assert_eq!(whole.header("accept-ranges"), "bytes");
+    let etag = whole.header("etag").to_string();
+    assert!(etag.starts_with("\"zip-"), "{etag}");
+    std::fs::write(env.path("item.zip"), &whole.body).unwrap();
+    let dates = "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); z.testzip(); \
+        print([i.date_time[0] for i in z.infolist() if i.filename.endswith('data/hello.txt')][0])";
+    let out = std::process::Command::new("python3").args(["-c", dates]).arg(env.path("item.zip")).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let year: i32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert!(year >= 2024, "entries carry the files' dates, not 1980: {year}");
+    let total = whole.body.len();
+    for (range, from, to) in [("bytes=1000-", 1000, total - 1), ("bytes=500-1499", 500, 1499)] {
+        let part = get(&url, &[("Range", range), ("If-Range", &etag)]);
+        assert_eq!(part.status, 206, "{range}");
+        assert_eq!(part.header("content-range"), format!("bytes {from}-{to}/{total}"));
+        assert!(part.body == whole.body[from..=to], "{range}: the bytes of the whole zip");
+    }
+    let changed = get(&url, &[("Range", "bytes=1000-"), ("If-Range", "\"zip-another\"")]);
+    assert_eq!((changed.status, changed.body.len()), (200, total), "another version: the whole zip");
+    assert_eq!(get(&url, &[("If-None-Match", &etag)]).status, 304);
+}
+
 #[test]
 fn an_updated_item_is_served_fresh_and_browse_finds_items() {
     let env = TestEnv::new();

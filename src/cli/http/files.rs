@@ -30,9 +30,9 @@ const SMALL: u64 = 256 * 1024;
 const CHUNK: usize = 256 * 1024;
 
 /// What the validators of one file are.
-struct Validators {
-    etag: String,
-    last_modified: Option<String>,
+pub(super) struct Validators {
+    pub etag: String,
+    pub last_modified: Option<String>,
 }
 
 pub async fn response(
@@ -132,7 +132,7 @@ fn header_text(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
 }
 
 /// RFC 9110 §13.1.2 and §13.1.3: `If-None-Match` (weak comparison), else `If-Modified-Since`.
-fn not_modified(headers: &HeaderMap, validators: &Validators) -> bool {
+pub(super) fn not_modified(headers: &HeaderMap, validators: &Validators) -> bool {
     if let Some(tags) = header_text(headers, header::IF_NONE_MATCH) {
         let ours = validators.etag.as_str();
         return tags.split(',').map(str::trim).any(|t| t == "*" || t.trim_start_matches("W/") == ours);
@@ -147,7 +147,7 @@ fn parse_http_date(text: &str) -> Option<chrono::DateTime<chrono::Utc>> {
 }
 
 /// The Range header, unless `If-Range` names another version (RFC 9110 §13.1.5).
-fn range_asked<'a>(headers: &'a HeaderMap, validators: &Validators) -> Option<&'a str> {
+pub(super) fn range_asked<'a>(headers: &'a HeaderMap, validators: &Validators) -> Option<&'a str> {
     let range = header_text(headers, header::RANGE)?;
     match header_text(headers, header::IF_RANGE) {
         None => Some(range),
@@ -157,7 +157,7 @@ fn range_asked<'a>(headers: &'a HeaderMap, validators: &Validators) -> Option<&'
     }
 }
 
-enum RangeAnswer {
+pub(super) enum RangeAnswer {
     One(u64, u64),
     Whole,
     Unsatisfiable,
@@ -165,7 +165,7 @@ enum RangeAnswer {
 
 /// RFC 9110 §14: an invalid Range is ignored; one whose ranges all start past the
 /// end is unsatisfiable; a suffix longer than the file is the whole file.
-fn satisfiable_range(value: &str, size: u64) -> RangeAnswer {
+pub(super) fn satisfiable_range(value: &str, size: u64) -> RangeAnswer {
     let parsed = match http_range_header::parse_range_header(value) {
         Ok(parsed) => parsed,
         // `bytes=-0` asks for no bytes at all: well formed, and unsatisfiable.

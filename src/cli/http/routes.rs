@@ -198,7 +198,7 @@ async fn serve_item(
     headers: &HeaderMap,
 ) -> Response {
     if asked.zip {
-        return zipped::response(app.clone(), store, view);
+        return zipped::response(app.clone(), store, view, headers).await;
     }
     if asked.rest.is_empty() {
         let base = url_base(app, headers);
