@@ -17,6 +17,7 @@ pub use crate::ops::driver::{TransferOptions, TransferSummary};
 use crate::ops::minting::check_pair;
 use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
+use crate::ops::transfer::item_bytes;
 use crate::ops::verify::verify_item;
 use crate::problem::{Problem, ProblemKind};
 use crate::store::inventory::Forward;
@@ -75,13 +76,14 @@ fn move_chunk(
     let sound: Vec<_> = to_move
         .into_par_iter()
         .filter(|name| {
-            let (check, problems) = verify_item(src.store(), name, reporter);
-            Tally::add(&tally.bytes, check.bytes);
+            let (_, problems) = verify_item(src.store(), name, reporter);
             if !problems.is_empty() {
                 Tally::add(&tally.corrupt, 1);
                 problems.iter().for_each(|p| tally.report(reporter, p));
+                return false;
             }
-            problems.is_empty()
+            Tally::add(&tally.bytes, item_bytes(src.store(), name));
+            true
         })
         .collect();
     if !sound.is_empty() {
@@ -103,6 +105,23 @@ fn move_chunk(
         }
     }
     Ok(settled)
+}
+
+/// What `move_chunk` would do, counted the same way, changing nothing: every
+/// item not yet in DST would be verified and renamed, and every item DST
+/// already holds identically removed from SRC.
+fn dry_move_chunk(src: &dyn Store, plans: Vec<Plan>, tally: &Tally, reporter: &dyn Reporter) {
+    for plan in plans {
+        match plan {
+            Plan::Settled(_, true) => Tally::add(&tally.migrated, 1),
+            Plan::Copy(name) => {
+                Tally::add(&tally.migrated, 1);
+                Tally::add(&tally.bytes, item_bytes(src, &name));
+                reporter.item(&name.to_string(), Outcome::WouldMigrate);
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Copies or migrates the named SRC items (all when `names` is empty) into DST.
@@ -136,6 +155,8 @@ pub fn transfer(
         (Some(d), Some(s)) if d.adopt_from(s, &[])?.is_some() => Some((s, d)),
         _ => None,
     };
+    // A dry run has no writers to ask; DST says whether they would rename.
+    let dry_rename = options.dry_run && migrate && dst.adopts_by_rename(src);
     reporter.begin(if migrate { Task::Migrate } else { Task::Copy });
     while_surveying(reporter, Survey::Items(src, names), || -> Result<()> {
         let mut items = selected(src, names);
@@ -152,10 +173,16 @@ pub fn transfer(
                 let in_dst = move_chunk(local, &forward, plans, &tally, reporter)?;
                 finish_migration((local.0, &forward), dst, in_dst, &tally, reporter)?;
             }
+        } else if dry_rename {
+            while let Some(plans) = next_plans()? {
+                dry_move_chunk(src, plans, &tally, reporter);
+            }
         } else {
             pipeline(&driver, next_plans, |in_dst| {
                 if let Some(src_writer) = src_writer {
                     finish_migration((src_writer, &forward), dst, in_dst, &tally, reporter)?;
+                } else if migrate {
+                    Tally::add(&tally.migrated, in_dst.len() as u64);
                 }
                 Ok(())
             })?;

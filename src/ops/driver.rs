@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use crate::error::{Error, Result};
 use crate::id::RepositoryName;
 use crate::ops::report::{Outcome, ProblemCount, Reporter};
-use crate::ops::transfer::{place_staged, same_identity, stage_copy, StagedItem, BATCH};
+use crate::ops::transfer::{item_bytes, place_staged, same_identity, stage_copy, StagedItem, BATCH};
 use crate::ops::verify::vanished;
 use crate::problem::{Problem, ProblemKind};
 use crate::store::guard;
@@ -143,17 +143,26 @@ pub struct Driver<'a> {
 }
 
 impl<'a> Driver<'a> {
+    /// Counts and reports what the plans would do, as `commit` would; returns the
+    /// SRC items DST would then hold identical copies of.
     fn dry(&self, plans: Vec<Plan>) -> Vec<RepositoryName> {
-        for plan in &plans {
-            let (counter, what, name) = match plan {
+        let mut in_dst = Vec::new();
+        for plan in plans {
+            let (counter, what, name) = match &plan {
+                Plan::Settled(name, true) => {
+                    in_dst.push(name.clone());
+                    continue;
+                }
                 Plan::Settled(..) => continue,
                 Plan::Copy(name) => (&self.tally.copied, Outcome::WouldCopy, name),
                 Plan::Replace(name, why) => (&self.tally.replaced, Outcome::WouldReplace { why }, name),
             };
             Tally::add(counter, 1);
+            Tally::add(&self.tally.bytes, item_bytes(self.src, name));
             self.reporter.item(&name.to_string(), what);
+            in_dst.push(name.clone());
         }
-        Vec::new()
+        in_dst
     }
 
     /// Stages every copy in parallel; damaged sources are reported, not staged. When

@@ -48,6 +48,7 @@ pub enum Outcome<'a> {
     Replaced,
     Migrated,
     WouldCopy,
+    WouldMigrate,
     WouldReplace {
         why: &'a str,
     },
@@ -70,6 +71,7 @@ impl Outcome<'_> {
             Outcome::Replaced => "replaced".into(),
             Outcome::Migrated => "migrated".into(),
             Outcome::WouldCopy => "would copy".into(),
+            Outcome::WouldMigrate => "would migrate".into(),
             Outcome::WouldReplace { why } => format!("would replace ({why})"),
             Outcome::AliasRestored => "alias restored".into(),
             Outcome::WouldRestoreAlias => "would restore the alias".into(),

@@ -81,6 +81,18 @@ fn list_tree(src: &dyn Store, name: &RepositoryName, label: &str) -> (Vec<String
     (dirs, files, problems)
 }
 
+/// The bytes of all an item's files (payload and tag files): what a transfer
+/// counts for an item it carries, whether by copy or by rename, and what a dry
+/// run counts for one it would carry.
+pub fn item_bytes(store: &dyn Store, name: &RepositoryName) -> u64 {
+    let bag = store.item_files(name);
+    let sizes = bag.entries().into_iter().filter_map(|entry| match entry {
+        Ok(TreeEntry { kind: FileKind::File { size }, .. }) => Some(size),
+        _ => None,
+    });
+    sizes.sum()
+}
+
 /// The algorithms of the manifests and tagmanifests among an item's files.
 fn algorithms_named(files: &[String]) -> Vec<Algorithm> {
     let mut algorithms: Vec<Algorithm> = files

@@ -162,6 +162,12 @@ pub trait Store: Send + Sync {
         use rayon::prelude::*;
         names.par_iter().map(|name| identity_digest(self.as_dyn(), name)).collect()
     }
+    /// Whether a writer of this collection would take `from`'s items by rename
+    /// (`Writer::adopt_from`) rather than by copy: asked by a dry run, which holds
+    /// no writer, so that it counts what the real run would.
+    fn adopts_by_rename(&self, _from: &dyn Store) -> bool {
+        false
+    }
     /// This store as a trait object (for provided methods).
     fn as_dyn(&self) -> &dyn Store;
     /// Staging and trash left by an interrupted writer, as problems.

@@ -643,6 +643,29 @@ fn regress_record_with_no_versions_panics_s3_verify(start: Start) {
     }
 }
 
+/// An inventory record written into the bucket by another party under one item's
+/// key but naming another item made `list` print that other name twice (and lose
+/// the first). A record filed under the wrong name is now refused where it is
+/// read: `list` never prints a name twice, and `verify` names the record.
+fn regress_s3_list_prints_a_name_twice_when_a_record_names_another(start: Start) {
+    let env = TestEnv::new();
+    let (moto, first) = one_item_collection(&env, start);
+    let (p, s3) = (moto.port, "s3://lib/main");
+    let src = env.write("src2/b/b.txt", b"beta\n");
+    let second = env.s3_ok(p, &["deposit", s3, src.parent().unwrap().to_str().unwrap()]).pairs()[0].0.clone();
+    let record = format!(
+        r#"{{"name":"{second}","ibip":null,"origin":null,"status":"present","versions":[{{"number":1,"date":"2026-01-01T00:00:00Z","digest":"sha256:00"}}],"withdrawn":null}}"#
+    );
+    put_object(p, "lib", &format!("main/.ibi/inventory/{first}"), record.as_bytes());
+    let listed = env.s3_run(p, &["list", s3]);
+    let times = listed.stdout.lines().filter(|line| line.split_whitespace().any(|word| word == second)).count();
+    assert!(times <= 1, "{second} is listed {times} times: {}", listed.stdout);
+    let verified = env.s3_run(p, &["verify", s3]);
+    assert_ne!(verified.code, 0, "{}", verified.stdout);
+    let said = format!("{}{}", verified.stdout, verified.stderr);
+    assert!(said.contains(&format!("filed under {first}")), "{said}");
+}
+
 /// `ibi serve` of an S3 collection panicked on SIGTERM or SIGINT ("Cannot drop a
 /// runtime in a context where blocking is not allowed", exit 101). It stops as a
 /// local one does: exit 0.
@@ -1009,6 +1032,7 @@ on_every_server!(
     reading_commands_work_with_read_only_s3_credentials,
     regress_verify_takes_a_write_lease,
     regress_record_with_no_versions_panics_s3_verify,
+    regress_s3_list_prints_a_name_twice_when_a_record_names_another,
     regress_serving_s3_panics_on_sigterm,
     regress_far_future_lease_blocks_for_ever,
     regress_restored_s3_minter_mints_a_held_name,

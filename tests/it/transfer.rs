@@ -320,3 +320,40 @@ fn dry_run_changes_nothing() {
     }
     assert_eq!((snapshot(Path::new(&src)), snapshot(Path::new(&dst))), before);
 }
+
+/// The counts of a run's JSON summary, without its timing and dry-run flag.
+fn summary_counts(run: &crate::env::Run) -> String {
+    let last = run.stdout.lines().last().unwrap_or_default();
+    let mut summary: serde_json::Value = serde_json::from_str(last).unwrap();
+    assert_eq!(summary["event"], "summary", "{}", run.stdout);
+    for key in ["seconds", "dry_run"] {
+        summary.as_object_mut().unwrap().remove(key);
+    }
+    summary.to_string()
+}
+
+/// `migrate --dry-run` counted differently from the run it previewed: on one
+/// filesystem the real run said "copied 0, migrated 3, 6 bytes" and the dry run
+/// "copied 3, migrated 0, 0 bytes". A dry run now counts what the real run does,
+/// on one filesystem (rename) and across two (copy, then remove), an item DST
+/// already holds included.
+#[test]
+fn regress_migrate_dry_run_counts_differently() {
+    let env = TestEnv::new();
+    let src = env.filled("src", 3, 2);
+    let mut destinations = vec![env.collection("dst")];
+    let _mounted = is_root().then(|| {
+        let tmpfs = env.tmpfs("other-fs", "8m");
+        destinations.push(env.collection("other-fs/dst"));
+        tmpfs
+    });
+    for dst in &destinations {
+        let one = first_item(&env, &src);
+        env.ok(&["-q", "copy", &src, dst, &one]);
+        let dry = env.ok(&["--json", "migrate", &src, dst, "--dry-run"]);
+        let real = env.ok(&["--json", "migrate", &src, dst]);
+        assert_eq!(summary_counts(&dry), summary_counts(&real), "into {dst}");
+        assert!(summary_counts(&real).contains(r#""migrated":3"#), "{}", real.stdout);
+        env.ok(&["-q", "migrate", dst, &src]);
+    }
+}

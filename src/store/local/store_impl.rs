@@ -82,6 +82,11 @@ impl Store for Collection {
         Some(self.root())
     }
 
+    fn adopts_by_rename(&self, from: &dyn Store) -> bool {
+        let Some(root) = from.local_root() else { return false };
+        Collection::open(root).and_then(|src| super::place::same_filesystem(&src, self)).unwrap_or(false)
+    }
+
     fn subsystem(&self) -> &Subsystem {
         &self.subsystem
     }
