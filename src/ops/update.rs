@@ -215,8 +215,20 @@ fn stage_payload(
         let digests = store.stage_file(id, &rel, source)?;
         payload.push((rel, digests));
     }
+    for dir in empty_payload_folders(current) {
+        folders.make(dir)?;
+    }
     payload.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(payload)
+}
+
+/// The payload folders of the current version that hold nothing: a new version
+/// keeps them as they were (a folder emptied by this update's removals is not
+/// among them and goes).
+fn empty_payload_folders(current: &Current) -> impl Iterator<Item = &str> {
+    let parents: BTreeSet<&str> =
+        current.own.iter().filter_map(|(rel, _)| rel.rsplit_once('/').map(|(parent, _)| parent)).collect();
+    current.dirs.iter().map(String::as_str).filter(move |dir| dir.starts_with("data/") && !parents.contains(dir))
 }
 
 /// The new version's bag-info: the current one with the changes, a fresh

@@ -298,3 +298,25 @@ fn regress_show_counts_files_without_naming_them() {
         .collect();
     assert_eq!(files, [("data/a.txt".to_string(), 6), ("data/sub/b.txt".to_string(), 6)]);
 }
+
+/// `update` dropped the empty folders of the version it replaced, silently: the
+/// new version is a different tree from the one the depositor made. They are now
+/// kept; a folder that this update's removals leave empty goes.
+#[test]
+fn regress_update_drops_empty_folders() {
+    let env = TestEnv::new();
+    let lib = env.collection("lib");
+    env.write("src/full/a.txt", b"a\n");
+    env.write("src/gone/b.txt", b"b\n");
+    fs::create_dir_all(env.path("src/empty/deeper")).unwrap();
+    env.ok(&["-q", "deposit", &lib, env.path("src").to_str().unwrap()]);
+    let name = first(&env, &lib);
+    let item = Path::new(&lib).join(&name);
+    assert!(item.join("data/empty/deeper").is_dir(), "the deposit keeps empty folders");
+    env.ok(&["-q", "update", &lib, &name, "--meta", "Title=second", "--remove", "gone/b.txt"]);
+    assert!(item.join("data/empty/deeper").is_dir(), "the new version keeps the empty folders");
+    assert!(!item.join("data/gone").exists(), "a folder the update emptied goes");
+    assert!(item.join("ibi-versions/1/data/empty/deeper").is_dir());
+    assert!(bagit_valid(&item));
+    env.ok(&["verify", &lib]);
+}
