@@ -12,7 +12,7 @@ use ibi::ops::deposit::{deposit as deposit_items, DepositOptions, Deposited};
 use ibi::ops::list::{list as list_items, DateRange};
 use ibi::ops::minting::{HandedOver, HandoverOptions};
 use ibi::ops::verify::verify as verify_items;
-use ibi::ops::watch::{watch as watch_inbox, WatchOptions};
+use ibi::ops::watch::{watch as watch_inbox, EntryOutcome, WatchOptions};
 use ibi::Minted;
 use serde_json::json;
 
@@ -179,16 +179,27 @@ pub fn watch(global: GlobalArgs, args: &WatchArgs) -> Result<Outcome> {
         },
     };
     printer.note(&format!("watching {} (settle {:?}); stop with Ctrl-C", args.inbox.display(), args.settle.0));
-    let mut on_deposit = |entry: &str, minted: &Minted| {
+    let mut on_entry = |entry: &str, outcome: &EntryOutcome| {
+        let (event, said, minted) = match outcome {
+            EntryOutcome::Deposited(minted) => ("deposited", "", minted),
+            EntryOutcome::AlreadyDeposited(minted) => ("already_deposited", "\talready deposited", minted),
+            EntryOutcome::Recovered(minted) => ("recovered", "\tdeposited (hand-off finished)", minted),
+        };
         if printer.json() {
             let ibip = minted.ibip.map(|i| i.to_string());
-            printer.event("deposited", json!({"entry": entry, "name": minted.name.to_string(), "ibip": ibip}));
+            printer.event(event, json!({"entry": entry, "name": minted.name.to_string(), "ibip": ibip}));
         } else {
-            printer.line(&format!("{minted}\t{entry}"));
+            printer.line(&format!("{minted}\t{entry}{said}"));
         }
     };
-    let count = watch_inbox(collection, &args.inbox, &options, &SystemClock, &printer, stop, &mut on_deposit)?;
-    printer.summary(&format!("stopped; deposited {count} item(s)"), json!({"deposited": count}));
+    let done = watch_inbox(collection, &args.inbox, &options, &SystemClock, &printer, stop, &mut on_entry)?;
+    let text = format!(
+        "stopped; deposited {} item(s), {} already held, {} finished from an earlier run, {} refused (left in the inbox)",
+        done.deposited, done.already_deposited, done.recovered, done.refused
+    );
+    let fields = json!({"deposited": done.deposited, "already_deposited": done.already_deposited,
+        "recovered": done.recovered, "refused": done.refused});
+    printer.summary(&text, fields);
     Ok(Outcome::Success)
 }
 

@@ -43,6 +43,39 @@ pub struct WatchOptions {
     pub deposit: DepositOptions,
 }
 
+/// What became of one inbox entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryOutcome {
+    Deposited(Minted),
+    /// The collection already held exactly these bytes, as this item: nothing new
+    /// was made (the receipt says so).
+    AlreadyDeposited(Minted),
+    /// A hand-off that an interrupted run left between placing and receipting,
+    /// finished at start.
+    Recovered(Minted),
+}
+
+/// What a run of the hot folder did, entry by entry.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct WatchSummary {
+    /// New items made.
+    pub deposited: u64,
+    pub already_deposited: u64,
+    pub recovered: u64,
+    /// Entries left in the inbox because they cannot be bagged (each warned about).
+    pub refused: u64,
+}
+
+impl WatchSummary {
+    fn count(&mut self, outcome: &EntryOutcome) {
+        match outcome {
+            EntryOutcome::Deposited(_) => self.deposited += 1,
+            EntryOutcome::AlreadyDeposited(_) => self.already_deposited += 1,
+            EntryOutcome::Recovered(_) => self.recovered += 1,
+        }
+    }
+}
+
 /// What an entry looked like at the last scan: count, total size, latest mtime.
 type Signature = (u64, u64, i128);
 
@@ -160,19 +193,20 @@ impl HotFolder<'_> {
         fsync_dir(&dir)
     }
 
-    /// Writes the receipt (named after `base`, where the original went) and drops
-    /// the pending record.
+    /// Writes the receipt `line` (named after `base`, where the original went) and
+    /// drops the pending record.
     fn hand_off(&self, entry: &str, line: &str, base: &str) -> Result<()> {
-        self.write_receipt(base, &format!("{line}\t{entry}\n"))?;
+        self.write_receipt(base, &format!("{line}\n"))?;
         let pending = self.pending_path(entry);
         fs::remove_file(&pending).with_path("remove", &pending)?;
         fsync_dir(&self.deposited.join(PENDING_DIR))
     }
 
-    /// Finishes hand-offs that a previous run left between placing and receipting.
-    /// Their originals are archived even under `--remove`: without the stamps taken
-    /// when they were read, removing them could lose what changed since.
-    fn recover(&self) -> Result<()> {
+    /// Finishes hand-offs that a previous run left between placing and receipting,
+    /// telling `on_entry` of each. Their originals are archived even under
+    /// `--remove`: without the stamps taken when they were read, removing them could
+    /// lose what changed since.
+    fn recover(&self, summary: &mut WatchSummary, on_entry: &mut dyn FnMut(&str, &EntryOutcome)) -> Result<()> {
         let dir = self.deposited.join(PENDING_DIR);
         for dir_entry in fs::read_dir(&dir).with_path("list", &dir)? {
             let file_name = dir_entry.with_path("list", &dir)?.file_name();
@@ -181,12 +215,14 @@ impl HotFolder<'_> {
             let text =
                 String::from_utf8(fsx::read_capped(&pending, 4096).with_path("read", &pending)?).unwrap_or_default();
             let line = text.trim_end();
-            let held =
-                Minted::parse_record(line).is_some_and(|m| matches!(self.collection.slot(&m.name), Ok(Slot::Item)));
-            if held {
+            let held = Minted::parse_record(line).filter(|m| matches!(self.collection.slot(&m.name), Ok(Slot::Item)));
+            if let Some(minted) = held {
                 let exists = fs::symlink_metadata(self.inbox.join(entry)).is_ok();
                 let base = if exists { self.archive(entry)? } else { entry.to_string() };
-                self.hand_off(entry, line, &base)?;
+                self.hand_off(entry, &format!("{line}\t{entry}"), &base)?;
+                let outcome = EntryOutcome::Recovered(minted);
+                summary.count(&outcome);
+                on_entry(entry, &outcome);
             } else {
                 fs::remove_file(&pending).with_path("remove", &pending)?;
             }
@@ -194,7 +230,7 @@ impl HotFolder<'_> {
         Ok(())
     }
 
-    fn deposit_entry(&self, entry: &str) -> Result<Minted> {
+    fn deposit_entry(&self, entry: &str) -> Result<EntryOutcome> {
         let writer = self.collection.begin_write(LockWait::Forever)?;
         let plan = plan_paths(&[self.inbox.join(entry)], self.options.deposit.follow_symlinks)?;
         let mut deposit = self.options.deposit.clone();
@@ -204,15 +240,17 @@ impl HotFolder<'_> {
         let outcome =
             deposit_batch(writer.as_ref(), plans, &deposit, self.clock, self.reporter, Some(&record))?.remove(0);
         let minted = outcome.deposited.minted;
-        let line = minted.record();
-        if outcome.deposited.already {
+        let mut line = minted.record();
+        let result = if outcome.deposited.already {
             atomic_write(&self.pending_path(entry), format!("{line}\n").as_bytes())?;
-            self.reporter.warning(&format!("{entry} was already deposited as {}", minted.name));
-        }
+            EntryOutcome::AlreadyDeposited(minted.clone())
+        } else {
+            EntryOutcome::Deposited(minted.clone())
+        };
         if self.options.remove {
             remove_moved(&plan, &outcome.stamps, self.reporter);
-            self.hand_off(entry, &line, entry)?;
-            return Ok(minted);
+            self.hand_off(entry, &receipt_line(&line, entry, &result), entry)?;
+            return Ok(result);
         }
         let entry_path = self.inbox.join(entry);
         let (base, archived) = if unchanged_since_read(&entry_path, &entry_path, &outcome.stamps) {
@@ -220,6 +258,7 @@ impl HotFolder<'_> {
         } else {
             (entry.to_string(), false)
         };
+        line = receipt_line(&line, entry, &result);
         self.hand_off(entry, &line, &base)?;
         if !archived {
             self.reporter.warning(&format!(
@@ -227,7 +266,16 @@ impl HotFolder<'_> {
                 minted.name
             ));
         }
-        Ok(minted)
+        Ok(result)
+    }
+}
+
+/// A receipt's line: `NAME<TAB>IBIP<TAB>ENTRY`, and `<TAB>already deposited` when
+/// the collection held the entry's bytes before (no new item was made).
+fn receipt_line(record: &str, entry: &str, outcome: &EntryOutcome) -> String {
+    match outcome {
+        EntryOutcome::AlreadyDeposited(_) => format!("{record}\t{entry}\talready deposited"),
+        _ => format!("{record}\t{entry}"),
     }
 }
 
@@ -256,11 +304,16 @@ struct Settling {
 impl Settling {
     /// One pass over the inbox: deposits every entry that has kept its signature
     /// for the settle time; returns how many were deposited.
-    fn scan(&mut self, hot: &HotFolder, stop: &AtomicBool, on_deposit: &mut dyn FnMut(&str, &Minted)) -> Result<u64> {
+    fn scan(
+        &mut self,
+        hot: &HotFolder,
+        stop: &AtomicBool,
+        summary: &mut WatchSummary,
+        on_entry: &mut dyn FnMut(&str, &EntryOutcome),
+    ) -> Result<()> {
         let (inbox, reporter) = (&hot.inbox, hot.reporter);
         let (entries, odd) = inbox_entries(inbox)?;
         odd.iter().for_each(|path| self.warned.once(reporter, path, "its name is not UTF-8"));
-        let mut count = 0;
         for entry in entries {
             let sig = match signature(&inbox.join(&entry)) {
                 Ok(sig) => sig,
@@ -280,13 +333,14 @@ impl Settling {
             } else if now.duration_since(*since) >= hot.options.settle && !stop.load(Ordering::SeqCst) {
                 self.seen.remove(&entry);
                 match hot.deposit_entry(&entry) {
-                    Ok(minted) => {
-                        on_deposit(&entry, &minted);
+                    Ok(outcome) => {
+                        summary.count(&outcome);
+                        on_entry(&entry, &outcome);
                         self.refused.remove(&entry);
-                        count += 1;
                     }
                     Err(e) if e.class() != ErrorClass::Operational => {
                         reporter.warning(&format!("{entry} was not deposited: {e}"));
+                        summary.refused += 1;
                         self.refused.insert(entry, sig);
                     }
                     Err(e) => return Err(e),
@@ -294,12 +348,12 @@ impl Settling {
             }
         }
         self.seen.retain(|name, _| inbox.join(name).exists());
-        Ok(count)
+        Ok(())
     }
 }
 
 /// Watches `inbox` until `stop` is set, depositing settled entries into `collection`.
-/// Calls `on_deposit` for each item. Returns how many items were deposited.
+/// Calls `on_entry` for each entry handed off; returns what the run did.
 pub fn watch(
     collection: &dyn Store,
     inbox: &Path,
@@ -307,8 +361,8 @@ pub fn watch(
     clock: &dyn Clock,
     reporter: &dyn Reporter,
     stop: &AtomicBool,
-    on_deposit: &mut dyn FnMut(&str, &Minted),
-) -> Result<u64> {
+    on_entry: &mut dyn FnMut(&str, &EntryOutcome),
+) -> Result<WatchSummary> {
     check_meta(&options.deposit.meta)?;
     crate::store::refuse_unless_minting(collection)?;
     if let Some(root) = collection.local_root() {
@@ -319,7 +373,8 @@ pub fn watch(
         create_dir_all_durable(&dir)?;
     }
     let hot = HotFolder { collection, inbox: inbox.to_path_buf(), deposited, options, clock, reporter };
-    hot.recover()?;
+    let mut summary = WatchSummary::default();
+    hot.recover(&mut summary, on_entry)?;
     let (_watcher, rx) = match fsx::watch_tree(inbox) {
         Ok((watcher, rx)) => (Some(watcher), rx),
         Err(e) => {
@@ -328,11 +383,10 @@ pub fn watch(
         }
     };
     let mut settling = Settling::default();
-    let mut count = 0;
     while !stop.load(Ordering::SeqCst) {
-        count += settling.scan(&hot, stop, on_deposit)?;
+        settling.scan(&hot, stop, &mut summary, on_entry)?;
         let _ = rx.recv_timeout(options.poll);
         while rx.try_recv().is_ok() {}
     }
-    Ok(count)
+    Ok(summary)
 }

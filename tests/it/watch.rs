@@ -101,3 +101,46 @@ fn entries_waiting_at_start_are_picked_up() {
     assert_eq!(item_count(&env, &root), 1);
     stop(watcher);
 }
+
+/// Stops the watcher with SIGTERM; returns its JSON summary once it exits 0.
+fn stop_with_summary(mut reaper: Reaper) -> serde_json::Value {
+    let child = reaper.0.take().unwrap();
+    sh(&format!("kill -TERM {}", child.id()));
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "watch exited with {}", out.status);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+}
+
+/// The hot folder counted an entry the collection already held as a new deposit
+/// and wrote it the receipt of one; the hand-offs it finished at start were done
+/// silently, and entries it refused were counted nowhere. Each entry's receipt
+/// and the run's counts now say what became of it.
+#[test]
+fn regress_hotfolder_receipts_and_counts_disagree_with_what_happened() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    env.write("held/dup.txt", b"deposited before\n");
+    env.ok(&["-q", "deposit", &root, env.path("held/dup.txt").to_str().unwrap()]);
+    let earlier = env.ok(&["list", &root]).lines()[0].split('\t').next().unwrap().to_string();
+    // A hand-off a killed run left between placing and receipting.
+    env.write("inbox/.deposited/.pending/interrupted.txt", format!("{earlier}\t\n").as_bytes());
+    env.write("inbox/interrupted.txt", b"deposited before\n");
+    env.write("inbox/dup.txt", b"deposited before\n");
+    env.write("inbox/new.txt", b"a new item\n");
+    sh(&format!("mkfifo '{}'", env.path("inbox/pipe").display()));
+    let watcher = start_watch(&env, &root, &["--json"]);
+    assert!(wait_until(30, || receipts(&env).len() == 3), "receipts: {:?}", receipts(&env));
+    std::thread::sleep(Duration::from_millis(1500));
+    let summary = stop_with_summary(watcher);
+    assert_eq!(summary["deposited"], 1, "{summary}");
+    assert_eq!(summary["already_deposited"], 1, "{summary}");
+    assert_eq!(summary["recovered"], 1, "{summary}");
+    assert_eq!(summary["refused"], 1, "{summary}");
+    assert_eq!(item_count(&env, &root), 2);
+    let receipt = |entry: &str| fs::read_to_string(env.path(&format!("inbox/.deposited/.receipts/{entry}.receipt")));
+    assert!(receipt("dup.txt").unwrap().trim_end().ends_with("\tdup.txt\talready deposited"));
+    assert!(receipt("new.txt").unwrap().trim_end().ends_with("\tnew.txt"));
+    assert!(receipt("interrupted.txt").unwrap().starts_with(&format!("{earlier}\t")));
+    assert!(env.path("inbox/pipe").exists() && receipt("pipe").is_err(), "a refused entry stays, with no receipt");
+}
