@@ -144,14 +144,21 @@ impl Printer {
         ));
     }
 
-    fn item_event(&self, name: &str, outcome: Outcome) {
-        let outcome = outcome.describe();
+    fn item_event(&self, name: &str, original: Outcome) {
+        let outcome = original.describe();
         self.event("item", json!({"name": name, "outcome": outcome}));
         if let Some(bar) = self.bar() {
             self.update_prefix(1, 0);
             bar.set_message(name.to_string());
         } else if self.verbose {
             self.note(&format!("{outcome}: {name}"));
+        }
+        if let (Outcome::NotCopied { why }, false) = (original, self.mode == Mode::Json) {
+            let text = format!("ibi: {name} was not copied: {why}");
+            match self.bar() {
+                Some(bar) => bar.suspend(|| super::stderr_line(&text)),
+                None => super::stderr_line(&text),
+            }
         }
     }
 

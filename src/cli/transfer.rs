@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Result;
-use ibi::ops::copy::{transfer, TransferKind, TransferOptions, TransferSummary};
+use ibi::ops::copy::{transfer, RunResult, Stopped, TransferKind, TransferOptions, TransferSummary};
 use ibi::ops::mirror::{mirror as mirror_once, mirror_watch, MirrorOptions};
 use ibi::ops::repair::RepairOptions;
 use ibi::store::LockWait;
@@ -52,6 +52,19 @@ fn finish(printer: &Printer, verb: &str, s: &TransferSummary, dry_run: bool) -> 
     }
 }
 
+/// Prints the summary of a run, of one that stopped on an error too (then the
+/// error decides the exit code).
+fn finished(printer: &Printer, verb: &str, run: RunResult, dry: bool) -> Result<Outcome> {
+    match run {
+        Ok(summary) => Ok(finish(printer, verb, &summary, dry)),
+        Err(stopped) => {
+            let Stopped { done, error } = *stopped;
+            finish(printer, &format!("{verb} stopped early"), &done, dry);
+            Err(error.into())
+        }
+    }
+}
+
 pub fn copy(global: GlobalArgs, args: &CopyArgs, migrate: bool) -> Result<Outcome> {
     let (src, dst) = (super::open(&args.src)?, super::open(&args.dst)?);
     let (src, dst) = (src.as_ref(), dst.as_ref());
@@ -69,8 +82,9 @@ pub fn copy(global: GlobalArgs, args: &CopyArgs, migrate: bool) -> Result<Outcom
         forward_url: args.forward_url.clone(),
     };
     let kind = if migrate { TransferKind::Migrate } else { TransferKind::Copy };
-    let summary = transfer(kind, src, dst, &args.names, options.clone(), &printer)?;
-    Ok(finish(&printer, if migrate { "migrate" } else { "copy" }, &summary, options.dry_run))
+    let verb = if migrate { "migrate" } else { "copy" };
+    let summary = transfer(kind, src, dst, &args.names, options.clone(), &printer);
+    finished(&printer, verb, summary, options.dry_run)
 }
 
 pub fn mirror(global: GlobalArgs, args: &MirrorArgs) -> Result<Outcome> {
@@ -85,8 +99,7 @@ pub fn mirror(global: GlobalArgs, args: &MirrorArgs) -> Result<Outcome> {
     let printer = Printer::new(global);
     let options = MirrorOptions { dry_run: args.flags.dry_run, wait: lock_wait(&args.flags), checksum: args.checksum };
     if !args.watch {
-        let summary = mirror_once(src, dst, &options, &printer)?;
-        return Ok(finish(&printer, "mirror", &summary, options.dry_run));
+        return finished(&printer, "mirror", mirror_once(src, dst, &options, &printer), options.dry_run);
     }
     super::GRACEFUL.store(true, Ordering::SeqCst);
     let stop = &super::STOP;

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use crate::error::Result;
 use crate::id::RepositoryName;
 use crate::ops::driver::{next_chunk, pipeline, plan_copy, Driver, Plan, Tally};
-pub use crate::ops::driver::{TransferOptions, TransferSummary};
+pub use crate::ops::driver::{RunResult, Stopped, TransferOptions, TransferSummary};
 use crate::ops::minting::check_pair;
 use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
@@ -132,7 +132,7 @@ pub fn transfer(
     names: &[String],
     options: TransferOptions,
     reporter: &dyn Reporter,
-) -> Result<TransferSummary> {
+) -> RunResult {
     let migrate = kind == TransferKind::Migrate;
     check_pair(src, dst)?;
     let dst_writer = if options.dry_run { None } else { Some(dst.begin_write(options.wait)?) };
@@ -158,7 +158,7 @@ pub fn transfer(
     // A dry run has no writers to ask; DST says whether they would rename.
     let dry_rename = options.dry_run && migrate && dst.adopts_by_rename(src);
     reporter.begin(if migrate { Task::Migrate } else { Task::Copy });
-    while_surveying(reporter, Survey::Items(src, names), || -> Result<()> {
+    let run = while_surveying(reporter, Survey::Items(src, names), || -> Result<()> {
         let mut items = selected(src, names);
         let mut next_plans = || -> Result<Option<Vec<Plan>>> {
             let chunk = next_chunk(&mut items)?;
@@ -188,9 +188,9 @@ pub fn transfer(
             })?;
         }
         Ok(())
-    })?;
+    });
     reporter.end();
-    Ok(tally.summary())
+    tally.finish(run)
 }
 
 /// Which transfer between collections.

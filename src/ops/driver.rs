@@ -43,6 +43,40 @@ pub struct TransferSummary {
     pub problems: u64,
 }
 
+/// A run that stopped on an error part way (a full disk, a lost connection): what
+/// it had done by then, which its caller still reports, and why it stopped.
+#[derive(Debug)]
+pub struct Stopped {
+    pub done: TransferSummary,
+    pub error: Error,
+}
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for Stopped {}
+
+/// An error before anything was done.
+impl From<Error> for Box<Stopped> {
+    fn from(error: Error) -> Self {
+        Box::new(Stopped { done: TransferSummary::default(), error })
+    }
+}
+
+/// What a copy, migrate or mirror run returns.
+pub type RunResult = std::result::Result<TransferSummary, Box<Stopped>>;
+
+impl Tally {
+    /// The run's result: its summary, or the error it stopped on with the summary so far.
+    pub fn finish(&self, run: Result<()>) -> RunResult {
+        let done = self.summary();
+        run.map(|()| done).map_err(|error| Box::new(Stopped { done, error }))
+    }
+}
+
 /// Thread-safe counters behind a `TransferSummary`.
 #[derive(Default)]
 pub struct Tally {
@@ -182,11 +216,14 @@ impl<'a> Driver<'a> {
             plans.par_iter().map(|plan| self.stage_one(writer, plan)).collect();
         let mut staged = Vec::with_capacity(results.len());
         let mut first_error = None;
-        for result in results {
+        for (plan, result) in plans.iter().zip(results) {
             match result {
                 Ok(Some(copy)) => staged.push(copy),
                 Ok(None) => {}
                 Err(e) => {
+                    if let Plan::Copy(name) | Plan::Replace(name, _) = plan {
+                        self.reporter.item(&name.to_string(), Outcome::NotCopied { why: &e.to_string() });
+                    }
                     first_error.get_or_insert(e);
                 }
             }

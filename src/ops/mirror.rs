@@ -17,7 +17,7 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::id::RepositoryName;
-use crate::ops::driver::{pipeline, plan_copy, Driver, Plan, Tally, TransferSummary};
+use crate::ops::driver::{pipeline, plan_copy, Driver, Plan, RunResult, Tally, TransferSummary};
 use crate::ops::minting::check_pair;
 use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
@@ -361,12 +361,12 @@ fn sync(
     (dst, writer): (&dyn Store, Option<&dyn Writer>),
     options: &MirrorOptions,
     reporter: &dyn Reporter,
-) -> Result<TransferSummary> {
+) -> RunResult {
     let tally = Tally::default();
     let planner = Planner { src, dst, options, tally: &tally, reporter };
     let driver = Driver { src, dst, writer, tally: &tally, reporter };
     reporter.begin(Task::Mirror);
-    while_surveying(reporter, Survey::Items(src, &[]), || -> Result<()> {
+    let run = while_surveying(reporter, Survey::Items(src, &[]), || -> Result<()> {
         let mut merge = Merge {
             src: src.walk().peekable(),
             dst: items(dst).peekable(),
@@ -378,18 +378,13 @@ fn sync(
         let next_plans = || planned.next_batch(&mut merge, &planner);
         pipeline(&driver, next_plans, |_| Ok(()))?;
         Ok(())
-    })?;
+    });
     reporter.end();
-    Ok(tally.summary())
+    tally.finish(run)
 }
 
 /// Mirrors SRC into DST once.
-pub fn mirror(
-    src: &dyn Store,
-    dst: &dyn Store,
-    options: &MirrorOptions,
-    reporter: &dyn Reporter,
-) -> Result<TransferSummary> {
+pub fn mirror(src: &dyn Store, dst: &dyn Store, options: &MirrorOptions, reporter: &dyn Reporter) -> RunResult {
     check_pair(src, dst)?;
     let writer = if options.dry_run { None } else { Some(dst.begin_write(options.wait)?) };
     sync(src, (dst, writer.as_deref()), options, reporter)
@@ -414,7 +409,7 @@ pub fn mirror_watch(
         problem: format!("watching {} for changes needs a local collection", src.location()),
     })?;
     let (_watcher, rx) = crate::fsx::watch_tree(root)?;
-    on_pass(&sync(src, dst, options, reporter)?);
+    pass(sync(src, dst, options, reporter), on_pass)?;
     while !stop.load(Ordering::SeqCst) {
         if rx.recv_timeout(Duration::from_millis(200)).is_err() {
             continue;
@@ -424,7 +419,21 @@ pub fn mirror_watch(
         if stop.load(Ordering::SeqCst) {
             break;
         }
-        on_pass(&sync(src, dst, options, reporter)?);
+        pass(sync(src, dst, options, reporter), on_pass)?;
     }
     Ok(())
+}
+
+/// Hands a pass's summary to `on_pass`, that of a pass that stopped too, then its error.
+fn pass(result: RunResult, on_pass: &mut dyn FnMut(&TransferSummary)) -> Result<()> {
+    match result {
+        Ok(summary) => {
+            on_pass(&summary);
+            Ok(())
+        }
+        Err(stopped) => {
+            on_pass(&stopped.done);
+            Err(stopped.error)
+        }
+    }
 }

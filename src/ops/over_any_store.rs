@@ -135,11 +135,12 @@ mod tests {
             for (j, b) in stores.iter().enumerate().filter(|(j, _)| *j != i) {
                 let (a, b) = (a.as_ref(), b.as_ref());
                 let two = |r: Result<crate::ops::driver::TransferSummary>| matches!(r, Err(Error::TwoMinting { .. }));
+                let two_stopped = |r: crate::ops::driver::RunResult| two(r.map_err(|stopped| stopped.error));
                 let copy = TransferOptions { dry_run: false, wait: LockWait::No, forward_url: None };
-                assert!(two(transfer(TransferKind::Copy, a, b, &[], copy.clone(), &Silent)), "copy {i} -> {j}");
-                assert!(two(transfer(TransferKind::Migrate, a, b, &[], copy, &Silent)), "migrate {i} -> {j}");
+                assert!(two_stopped(transfer(TransferKind::Copy, a, b, &[], copy.clone(), &Silent)), "copy {i} -> {j}");
+                assert!(two_stopped(transfer(TransferKind::Migrate, a, b, &[], copy, &Silent)), "migrate {i} -> {j}");
                 let mirroring = MirrorOptions { dry_run: false, wait: LockWait::No, checksum: false };
-                assert!(two(mirror(a, b, &mirroring, &Silent)), "mirror {i} -> {j}");
+                assert!(two_stopped(mirror(a, b, &mirroring, &Silent)), "mirror {i} -> {j}");
                 let repairing = RepairOptions { dry_run: false, wait: LockWait::No };
                 assert!(two(repair(b, a, &[], repairing, &Silent)), "repair {j} from {i}");
                 let handed = handover(a, b, &HandoverOptions::default());

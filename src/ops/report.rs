@@ -49,6 +49,11 @@ pub enum Outcome<'a> {
     Migrated,
     WouldCopy,
     WouldMigrate,
+    /// Its copy failed on DST's side (a full disk): the run stops after placing
+    /// what was staged, and the item stays where it was.
+    NotCopied {
+        why: &'a str,
+    },
     WouldReplace {
         why: &'a str,
     },
@@ -72,6 +77,7 @@ impl Outcome<'_> {
             Outcome::Migrated => "migrated".into(),
             Outcome::WouldCopy => "would copy".into(),
             Outcome::WouldMigrate => "would migrate".into(),
+            Outcome::NotCopied { why } => format!("not copied: {why}"),
             Outcome::WouldReplace { why } => format!("would replace ({why})"),
             Outcome::AliasRestored => "alias restored".into(),
             Outcome::WouldRestoreAlias => "would restore the alias".into(),

@@ -148,10 +148,23 @@ fn copy_files(
                 };
                 problems.push(Problem::new(&from.1.to_string(), Some(rel), ProblemKind::Unreadable, why))
             }
-            Err(CopyError::Destination(e)) => return Err(e),
+            Err(CopyError::Destination(e)) => return Err(at_the_items_place(e, staging, from.1, rel)),
         }
     }
     Ok((digests, problems))
+}
+
+/// A failure to write a staged file, told at the path the file would have in the
+/// collection (`DST/NAME/REL`) rather than at the staging path nobody knows.
+fn at_the_items_place(error: Error, staging: &Staging, name: &RepositoryName, rel: &str) -> Error {
+    match error {
+        Error::Io { action, source, .. } => Error::Io {
+            action,
+            path: PathBuf::from(format!("{}/{name}/{rel}", staging.writer.store().location())),
+            source,
+        },
+        other => other,
+    }
 }
 
 /// Copies `src`'s item `name` into the staging of the collection `dst` writes and

@@ -357,3 +357,43 @@ fn regress_migrate_dry_run_counts_differently() {
         env.ok(&["-q", "migrate", dst, &src]);
     }
 }
+
+/// A mirror that filled DST's disk said only "cannot write DST/.ibi/staging/item-…
+/// /data/blob: No space left on device": not which items were left behind, and with
+/// `--json` no `summary` event at all. Each item not copied is now named (an item
+/// event in JSON, a line on stderr in text), the error names the item's own path,
+/// and the summary comes last either way.
+#[test]
+fn regress_disk_full_mirror_names_no_item_and_no_summary() {
+    assert!(is_root(), "this test mounts a small tmpfs and must run as root (CI does)");
+    let env = TestEnv::new();
+    let src = env.collection("src");
+    for i in 0..3 {
+        env.write(&format!("big/{i}/blob"), &vec![i as u8; 700 * 1024]);
+        env.ok(&["-q", "deposit", &src, env.path(&format!("big/{i}")).to_str().unwrap()]);
+    }
+    let names: Vec<String> = env.identities(&src).into_keys().collect();
+    let small = env.tmpfs("small", "1m");
+    let dst = small.at("dst");
+    env.ok(&["-q", "init", &dst, "--like", &src]);
+    let run = env.run(&["--json", "mirror", &src, &dst]);
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert!(!run.stderr.contains("staging"), "the error names a staging path: {}", run.stderr);
+    let events: Vec<serde_json::Value> = run.stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(events.last().unwrap()["event"], "summary", "{}", run.stdout);
+    let held = env.identities(&dst);
+    for name in &names {
+        let told = events
+            .iter()
+            .any(|e| e["name"] == name.as_str() && e["outcome"].as_str().unwrap_or_default().starts_with("not copied"));
+        assert!(held.contains_key(name) || told, "{name} was neither copied nor named: {}", run.stdout);
+    }
+    assert!(held.len() < names.len(), "the disk was too small for every item");
+    let text = env.run(&["mirror", &src, &dst]);
+    assert_eq!(text.code, 3, "{}", text.stderr);
+    let held = env.identities(&dst);
+    for name in names.iter().filter(|name| !held.contains_key(*name)) {
+        assert!(text.stderr.contains(&format!("{name} was not copied")), "{}", text.stderr);
+    }
+    assert!(text.stderr.contains("mirror stopped early: copied"), "{}", text.stderr);
+}
