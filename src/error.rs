@@ -62,6 +62,18 @@ pub enum Error {
     #[error("cannot encode {what}: {problem}")]
     NotEncodable { what: String, problem: String },
 
+    #[error(
+        "{} item(s) are placed and durable ({}) but not yet in the inventory: {cause}; the next writing command \
+         records them",
+        names.len(),
+        names.join(", ")
+    )]
+    PlacedUnrecorded {
+        names: Vec<String>,
+        /// Why the inventory could not record them (its class is this error's).
+        cause: Box<Error>,
+    },
+
     #[error("{} is locked by {}; try later", path.display(), holder.as_deref().unwrap_or("another run"))]
     Locked {
         path: PathBuf,
@@ -146,6 +158,7 @@ impl Error {
             | Error::NotMinting { .. }
             | Error::TwoMinting { .. } => ErrorClass::Input,
             Error::Far { class, .. } => *class,
+            Error::PlacedUnrecorded { cause, .. } => cause.class(),
             Error::Connection { .. } => ErrorClass::Operational,
             Error::Io { .. } | Error::CorruptState { .. } | Error::ClockBehind { .. } | Error::Watch { .. } => {
                 ErrorClass::Operational

@@ -1213,3 +1213,52 @@ fn regress_exit_codes_disagree_across_commands() {
     let run = env.fails(&["export", &root, &name, &taken], 2);
     assert!(run.stderr.contains("already exists"), "{}", run.stderr);
 }
+
+/// The item folders on disk under a collection (the four levels of a name).
+fn items_on_disk(root: &str) -> usize {
+    let out = sh(&format!("find '{root}' -mindepth 4 -maxdepth 4 -type d -not -path '*/.ibi/*' | wc -l"));
+    out.trim().parse().unwrap()
+}
+
+/// With the inventory locked by another program, `deposit` waited a minute, then
+/// placed the item, exited 1 ("database is locked") and never printed its name;
+/// with it read-only, the same. A write now asks the inventory first: a lock held
+/// elsewhere is busy (exit 75) within seconds and a read-only inventory is an
+/// operational failure (exit 3), both before anything is placed.
+#[test]
+fn regress_locked_inventory_places_the_item_and_hides_its_name() {
+    let env = TestEnv::new();
+    let root = env.collection("lib");
+    env.write("src/a.txt", b"alpha\n");
+    let src = env.path("src/a.txt").to_string_lossy().into_owned();
+    let inventory = format!("{root}/.ibi/inventory.sqlite");
+    let hold = "import sqlite3, sys, time\n\
+        c = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
+        c.execute('BEGIN EXCLUSIVE')\n\
+        print('locked', flush=True)\n\
+        time.sleep(25)\n";
+    let mut holder =
+        std::process::Command::new("python3").args(["-c", hold, &inventory]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(holder.stdout.take().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "locked");
+    let _holder = Reaper(Some(holder));
+    let started = std::time::Instant::now();
+    let locked = env.run(&["deposit", &root, &src]);
+    assert_code(&locked, 75, "deposit with the inventory locked elsewhere");
+    assert!(started.elapsed() < Duration::from_secs(20), "it said so promptly: {:?}", started.elapsed());
+    assert!(locked.stderr.contains("inventory.sqlite"), "{}", locked.stderr);
+    assert_eq!(items_on_disk(&root), 0, "nothing was placed: {}", locked.stderr);
+    drop(_holder);
+    if is_root() {
+        sh(&format!("mount --bind '{inventory}' '{inventory}' && mount -o remount,ro,bind '{inventory}'"));
+        let read_only = env.run(&["deposit", &root, &src]);
+        sh(&format!("umount '{inventory}'"));
+        assert_code(&read_only, 3, "deposit with a read-only inventory");
+        assert!(read_only.stderr.contains("inventory.sqlite"), "{}", read_only.stderr);
+        assert_eq!(items_on_disk(&root), 0, "nothing was placed: {}", read_only.stderr);
+    }
+    env.ok(&["-q", "deposit", &root, &src]);
+    assert_eq!(item_count(&env, &root), 1);
+    env.ok(&["verify", &root]);
+}

@@ -37,9 +37,22 @@ CREATE TABLE IF NOT EXISTS items (
 const PAGE: usize = 4096;
 
 fn sql_error(path: &Path, e: rusqlite::Error) -> Error {
-    use rusqlite::ErrorCode::{DatabaseCorrupt, DiskFull, NotADatabase, SystemIoFailure};
+    use rusqlite::ErrorCode::{
+        CannotOpen, DatabaseBusy, DatabaseCorrupt, DatabaseLocked, DiskFull, NotADatabase, PermissionDenied, ReadOnly,
+        SystemIoFailure,
+    };
     match e.sqlite_error_code() {
         Some(NotADatabase | DatabaseCorrupt) => damaged(path, &e.to_string()),
+        // Another process (not an ibi writer: those hold the collection's write
+        // lock first) holds SQLite's write lock: busy, exit 75.
+        Some(DatabaseBusy | DatabaseLocked) => Error::Locked {
+            path: path.to_path_buf(),
+            holder: Some(format!("another program's SQLite write transaction ({e})")),
+        },
+        // A read-only file or mount: operational, exit 3.
+        Some(ReadOnly | PermissionDenied | CannotOpen) => {
+            Error::io("write", path, std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()))
+        }
         // The disk failed or filled: operational (exit 3), like any other write.
         Some(SystemIoFailure | DiskFull) => {
             let synced = matches!(&e, rusqlite::Error::SqliteFailure(f, _)
@@ -206,6 +219,21 @@ impl Inventory {
 
     /// Adds the columns an older inventory lacks (`moved`, `keys`), folding the
     /// content records of `.ibi/deposited/` into the records once. Under the lease.
+    /// Whether a write can go through now: a write (of the header's user version,
+    /// as it is) in a transaction rolled back, waiting a few seconds at most for
+    /// another program's lock. Asked before items are placed, so that a locked or
+    /// read-only inventory stops a write before anything changes.
+    pub fn check_writable(&mut self) -> Result<()> {
+        let version: i64 =
+            self.conn.query_row("PRAGMA user_version", [], |row| row.get(0)).map_err(|e| sql_error(&self.path, e))?;
+        self.setup("PRAGMA busy_timeout = 5000;")?;
+        let probe = format!("BEGIN IMMEDIATE; PRAGMA user_version = {version};");
+        let probed = self.conn.execute_batch(&probe).map_err(|e| sql_error(&self.path, e));
+        let rolled_back = if self.conn.is_autocommit() { Ok(()) } else { self.setup("ROLLBACK;") };
+        self.setup("PRAGMA busy_timeout = 60000;")?;
+        probed.and(rolled_back)
+    }
+
     pub fn add_columns(&mut self) -> Result<()> {
         if self.has_column("keys")? {
             return Ok(());

@@ -91,6 +91,9 @@ pub fn place_all(
     if staged.is_empty() {
         return Ok(Vec::new());
     }
+    if dst.layout.inventory().exists() {
+        dst.with_inventory(|inventory| inventory.check_writable())?;
+    }
     fsx::syncfs(&dst.layout.staging())?;
     let entries: Vec<(&RepositoryName, Option<&Ibip>)> = staged.iter().map(|s| (&s.name, s.ibip.as_ref())).collect();
     let record = dst.journal_all(Intent::Place, &entries)?;
@@ -120,7 +123,10 @@ pub fn place_all(
     let known: Vec<ItemRecord> = known.into_iter().filter_map(|(s, _)| s.record.take()).collect();
     let unknown: Vec<RepositoryName> = unknown.into_iter().map(|(s, _)| s.name.clone()).collect();
     drop(staged);
-    dst.record(&known, &unknown)?;
+    dst.record(&known, &unknown).map_err(|cause| Error::PlacedUnrecorded {
+        names: placed_names(&outcomes).iter().map(ToString::to_string).collect(),
+        cause: Box::new(cause),
+    })?;
     dst.end_journal(&record)?;
     Ok(outcomes)
 }
