@@ -252,7 +252,7 @@ impl Resolver {
         // By the dates the names encode (their RFC 3339 texts do not sort: "50Z" > "50.2Z").
         found.sort_by(|a, b| b.2.name.date().cmp(&a.2.name.date()).then_with(|| a.2.name.cmp(&b.2.name)));
         if let Some(words) = query.text.as_deref().filter(|t| !t.trim().is_empty()) {
-            let words: Vec<String> = words.split_whitespace().map(str::to_lowercase).collect();
+            let words: Vec<String> = words.split_whitespace().map(folded).collect();
             found.retain(|(_, index, record)| self.info_has(*index, &record.name, &words));
         }
         let per_page = query.per_page.max(1);
@@ -274,9 +274,16 @@ impl Resolver {
 
     fn info_has(&self, index: usize, name: &RepositoryName, words: &[String]) -> bool {
         let Ok(Some(view)) = self.view(index, name) else { return false };
-        let text: String = view.info.iter().map(|(l, v)| format!("{l}: {v}\n")).collect::<String>().to_lowercase();
+        let text = folded(&view.info.iter().map(|(l, v)| format!("{l}: {v}\n")).collect::<String>());
         words.iter().all(|w| text.contains(w.as_str()))
     }
+}
+
+/// Text as search compares it: lower case, without accents (decomposed, the
+/// combining marks dropped), so that `relatorio` finds `Relatório`.
+pub fn folded(text: &str) -> String {
+    use unicode_normalization::{char::is_combining_mark, UnicodeNormalization};
+    text.nfkd().filter(|c| !is_combining_mark(*c)).collect::<String>().to_lowercase()
 }
 
 fn matches_name(query: &BrowseQuery, name: &RepositoryName, date: &str) -> bool {
@@ -317,7 +324,11 @@ pub fn load_view(store: &dyn Store, name: &RepositoryName) -> Result<Option<Item
     Ok(Some(ItemView {
         name: name.clone(),
         ibip: crate::store::ibip_in(&info),
-        title: info.first("Title").or_else(|| info.first("External-Description")).map(str::to_string),
+        title: info
+            .first("Title")
+            .or_else(|| info.first("External-Description"))
+            .or_else(|| listed.iter().find(|f| f.payload).map(|f| f.path.strip_prefix("data/").unwrap_or(&f.path)))
+            .map(str::to_string),
         status: record.status,
         withdrawn: record.withdrawn.clone(),
         identity,

@@ -794,3 +794,53 @@ fn regress_negotiated_pages_without_vary_accept() {
         }
     }
 }
+
+/// Landing and browse pages read badly for a librarian: identifiers broke
+/// mid-token (`word-break: break-all`), an item without a Title was titled by its
+/// name, the Files table came last, sizes were raw byte counts, dates carried
+/// nanoseconds, and search missed `relatório` when asked for `relatorio`.
+#[test]
+fn regress_pages_read_badly_to_a_librarian() {
+    let env = TestEnv::new();
+    let root = env.collection("lib");
+    env.write("untitled/mapa da bacia.tif", &vec![7u8; 3 * 1024 * 1024]);
+    let untitled = env.ok(&["deposit", &root, "untitled"]).pairs()[0].0.clone();
+    env.write("titled/r.txt", b"report\n");
+    let args = ["deposit", &root, "titled", "--meta", "Title=Relatório anual de 2009"];
+    let titled = env.ok(&args).pairs()[0].0.clone();
+    let server = env.serve(&[&root], &[]);
+    let page = get(&server.url(&format!("/{untitled}")), &[("Accept", "text/html")]).text();
+    assert!(page.contains("<title>mapa da bacia.tif</title>"), "the first file names an untitled item: {page}");
+    assert!(!page.contains("break-all"), "identifiers may break mid-token: {page}");
+    let (files, info) = (page.find("<h2>Files</h2>").unwrap(), page.find("<h2>bag-info</h2>").unwrap());
+    assert!(files < info, "the Files table comes first");
+    assert!(page.contains(">3.00 MiB<"), "sizes are for people: {page}");
+    assert!(!shows_fractions_of_seconds(&page), "a date shows fractions of a second: {page}");
+    let found = get(&server.url("/?q=relatorio"), &[("Accept", "application/json")]);
+    let value: serde_json::Value = serde_json::from_slice(&found.body).unwrap();
+    let names: Vec<&str> = value["items"].as_array().unwrap().iter().map(|i| i["name"].as_str().unwrap()).collect();
+    assert_eq!(names, vec![titled.as_str()], "search ignores accents");
+    let browse = get(&server.url("/"), &[("Accept", "text/html")]).text();
+    assert!(!shows_fractions_of_seconds(&browse), "{browse}");
+}
+
+/// Whether the text of `html` (tooltips aside, which may hold the exact date)
+/// shows a time with a fraction of a second (`07:18:03.123`).
+fn shows_fractions_of_seconds(html: &str) -> bool {
+    let shown: String = html
+        .split(" title=\"")
+        .enumerate()
+        .map(|(i, part)| if i == 0 { part } else { part.split_once('"').map_or("", |(_, rest)| rest) })
+        .collect();
+    let bytes = shown.as_bytes();
+    bytes.windows(10).any(|w| {
+        let digits = |range: std::ops::Range<usize>| w[range].iter().all(u8::is_ascii_digit);
+        digits(0..2)
+            && w[2] == b':'
+            && digits(3..5)
+            && w[5] == b':'
+            && digits(6..8)
+            && w[8] == b'.'
+            && w[9].is_ascii_digit()
+    })
+}

@@ -13,7 +13,8 @@ pub const HTML: &str = "text/html; charset=utf-8";
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;color:#222}\
 table{border-collapse:collapse;margin:.5rem 0 1.5rem}td,th{border-bottom:1px solid #ddd;padding:.25rem .6rem;text-align:left;vertical-align:top}\
-code,.mono{font-family:ui-monospace,monospace;font-size:.9em;word-break:break-all}h1{font-size:1.5rem}\
+table{display:block;overflow-x:auto;max-width:100%}code,.mono{font-family:ui-monospace,monospace;font-size:.9em;white-space:nowrap}\
+h1{font-size:1.5rem;overflow-wrap:break-word}td.size{text-align:right;white-space:nowrap}\
 .gone{color:#8a1c1c}nav a{margin-right:1rem}form input{margin-right:.5rem}";
 
 /// Escapes text for HTML content and attribute values.
@@ -79,7 +80,7 @@ pub fn moved_response(name: &RepositoryName, to: &Forward, json: bool) -> Respon
         "<h1>Moved</h1><p><code>{}</code> is no longer here: it moved to <code>{}</code> on {}.</p>",
         esc(&name.to_string()),
         esc(&to.to),
-        esc(&to.date)
+        esc(&human_date(&to.date))
     );
     html(StatusCode::GONE, page("Moved", &body))
 }
@@ -95,7 +96,7 @@ pub fn gone_response(view: &ItemView, json: bool) -> Response {
         "<h1 class=\"gone\">Withdrawn</h1>{}<p class=\"gone\">Withdrawn on {} : {}</p>\
 <p>The name is never given to another item.</p>",
         identifiers(view),
-        esc(date),
+        esc(&human_date(date)),
         esc(reason)
     );
     html(StatusCode::GONE, page(&format!("Withdrawn: {}", view.name), &body))
@@ -118,12 +119,34 @@ fn info_table(view: &ItemView) -> String {
     format!("<h2>bag-info</h2><table>{rows}</table>")
 }
 
+/// A date as people read it: `2026-11-24 07:18:03 UTC`, from RFC 3339 in UTC
+/// (`2026-11-24T07:18:03.123456789Z`); anything else is shown as it is.
+pub fn human_date(rfc3339: &str) -> String {
+    match (rfc3339.get(..10), rfc3339.get(10..11), rfc3339.get(11..19)) {
+        (Some(day), Some("T"), Some(time)) if rfc3339.ends_with('Z') => format!("{day} {time} UTC"),
+        _ => rfc3339.to_string(),
+    }
+}
+
+/// A size as people read it (`1.21 MiB`), the exact bytes in its tooltip.
+fn size_cell(size: Option<u64>) -> String {
+    match size {
+        Some(bytes) => format!("<td class=\"size\" title=\"{bytes} bytes\">{}</td>", indicatif::HumanBytes(bytes)),
+        None => "<td class=\"size\">?</td>".into(),
+    }
+}
+
 fn history_table(view: &ItemView) -> String {
     let rows: String = view
         .versions
         .iter()
         .map(|v| {
-            format!("<tr><td>{}</td><td>{}</td><td class=\"mono\">{}</td></tr>", v.number, esc(&v.date), esc(&v.digest))
+            let (date, digest) = (esc(&human_date(&v.date)), esc(&v.digest));
+            format!(
+                "<tr><td>{}</td><td title=\"{}\">{date}</td><td class=\"mono\">{digest}</td></tr>",
+                v.number,
+                esc(&v.date)
+            )
         })
         .collect();
     format!("<h2>Versions</h2><table><tr><th>Version</th><th>Date</th><th>Identity</th></tr>{rows}</table>")
@@ -134,11 +157,15 @@ fn files_table(view: &ItemView) -> String {
         .files
         .iter()
         .map(|f| {
-            let size = f.size.map_or_else(|| "?".to_string(), |s| s.to_string());
-            format!("<tr><td>{}</td><td>{size}</td><td class=\"mono\">{}</td></tr>", file_link(view, f), esc(&f.sha256))
+            format!(
+                "<tr><td>{}</td>{}<td class=\"mono\">{}</td></tr>",
+                file_link(view, f),
+                size_cell(f.size),
+                esc(&f.sha256)
+            )
         })
         .collect();
-    format!("<h2>Files</h2><table><tr><th>Path</th><th>Bytes</th><th>sha256</th></tr>{rows}</table>")
+    format!("<h2>Files</h2><table><tr><th>Path</th><th>Size</th><th>sha256</th></tr>{rows}</table>")
 }
 
 /// A link to one file; a name holding a control character (a newline, a TAB)
@@ -176,12 +203,12 @@ pub fn landing_response(view: &ItemView, url_base: &str, mirrors: &[String], jso
     let links: String = places.iter().map(|p| format!("<li><a href=\"{0}\">{0}</a></li>", esc(p))).collect();
     let body = format!(
         "<h1>{}</h1>{}<p><a href=\"/{name}??\">Metadata</a> · <a href=\"/{name}.zip\">Download as a bag (zip)</a> · \
-<a href=\"/api/handles/{name}\">Handle values</a></p><h2>Where it is served</h2><ul>{links}</ul>{}{}{}",
+<a href=\"/api/handles/{name}\">Handle values</a></p>{}<h2>Where it is served</h2><ul>{links}</ul>{}{}",
         esc(&title),
         identifiers(view),
+        files_table(view),
         info_table(view),
-        history_table(view),
-        files_table(view)
+        history_table(view)
     );
     html(StatusCode::OK, page(&title, &body))
 }
@@ -201,9 +228,9 @@ pub fn metadata_response(view: &ItemView, json: bool) -> Response {
         "<h1>Metadata of {}</h1>{}{}{}{}",
         esc(&name),
         identifiers(view),
+        files_table(view),
         info_table(view),
-        history_table(view),
-        files_table(view)
+        history_table(view)
     );
     html(StatusCode::OK, page(&format!("Metadata: {name}"), &body))
 }
@@ -233,7 +260,7 @@ pub fn browse_response(found: &BrowsePage, query: &BrowseQuery, json: bool) -> R
                 "<tr><td><a href=\"/{0}\" class=\"mono\">{0}</a></td><td class=\"mono\">{1}</td><td>{2}</td><td>{3}</td></tr>",
                 esc(&name),
                 esc(&ibip),
-                esc(&item.date),
+                esc(&human_date(&item.date)),
                 esc(title)
             )
         })
