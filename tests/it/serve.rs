@@ -844,3 +844,89 @@ fn shows_fractions_of_seconds(html: &str) -> bool {
             && w[9].is_ascii_digit()
     })
 }
+
+/// The server's resident memory, in MiB.
+fn rss_mib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches(" kB")
+        .trim()
+        .parse()
+        .unwrap();
+    kib / 1024
+}
+
+/// 600 clients that asked for a large file and never read pinned every thread of
+/// the blocking pool: a later download hung, and memory grew by megabytes per
+/// client. Each download now streams from a thread of its own with two small
+/// chunks in flight, and a client that stops reading is cut off after a minute.
+#[test]
+fn regress_slow_clients_pin_the_server() {
+    let env = TestEnv::new();
+    let root = env.collection("lib");
+    let payload: Vec<u8> = (0..16u32 * 1024 * 1024).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+    let src = env.write("src/large/large.bin", &payload);
+    let name = env.ok(&["deposit", &root, src.parent().unwrap().to_str().unwrap()]).pairs()[0].0.clone();
+    raise_open_file_limit();
+    let server = env.serve(&[&root], &[]);
+    let before = rss_mib(server.pid());
+    let request = format!("GET /{name}/data/large.bin HTTP/1.1\r\nHost: t\r\n\r\n");
+    let stalled: Vec<TcpStream> = (0..600)
+        .map(|i| {
+            let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap_or_else(|e| panic!("{i}: {e}"));
+            let size: libc::c_int = 4096;
+            // SAFETY: sets one option of a socket this test owns, from a valid int.
+            unsafe {
+                let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
+                let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+                libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, (&size as *const libc::c_int).cast(), len);
+            }
+            stream.write_all(request.as_bytes()).unwrap();
+            stream
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(3));
+    let during = rss_mib(server.pid());
+    let started = std::time::Instant::now();
+    let mut answer = client().get(&server.url(&format!("/{name}/data/large.bin"))).call().expect("an answer");
+    let body = answer.body_mut().with_config().limit(u64::MAX).read_to_vec();
+    let body = body.unwrap_or_else(|e| panic!("a download beside 600 stalled clients: {e}"));
+    assert!(body == payload, "the download is the file ({} bytes of {})", body.len(), payload.len());
+    assert!(started.elapsed() < Duration::from_secs(30), "it took {:?}", started.elapsed());
+    assert_eq!(get(&server.url("/"), &[]).status, 200, "browse answers");
+    eprintln!("server RSS: {before} MiB idle, {during} MiB with 600 stalled clients");
+    assert!(during < before + 300, "memory grew from {before} to {during} MiB");
+    drop(stalled);
+}
+
+/// The landing page of an item with 200,000 files was one 39 MB page (and its
+/// JSON as large), built whole for every request. Files now come a page of 1,000
+/// at a time (`?files=N`, `??files=N` for the metadata), with links between pages.
+#[test]
+fn regress_long_file_lists_make_huge_pages() {
+    let env = TestEnv::new();
+    let root = env.collection("lib");
+    for i in 0..2500 {
+        env.write(&format!("many/f{i:05}.txt"), b"x");
+    }
+    let name = env.ok(&["deposit", &root, "many", "--meta", "Title=Many files"]).pairs()[0].0.clone();
+    let server = env.serve(&[&root], &[]);
+    let rows = |html: &str| html.matches("<tr><td><a href=").count();
+    let first = get(&server.url(&format!("/{name}")), &[("Accept", "text/html")]).text();
+    assert_eq!(rows(&first), 1000, "one page of files");
+    assert!(first.contains("files=2\">Next"), "a link to the next page");
+    let last = get(&server.url(&format!("/{name}?files=3")), &[("Accept", "text/html")]).text();
+    assert_eq!(rows(&last), 500 + 4, "the last payload files and the tag files");
+    assert!(last.contains("f02499.txt") && !last.contains("f00000.txt"));
+    let metadata = get(&server.url(&format!("/{name}??files=2")), &[("Accept", "text/html")]).text();
+    assert!(metadata.contains("f01000.txt") && !metadata.contains("f00999.txt"), "the metadata pages too");
+    let json = get(&server.url(&format!("/{name}")), &[("Accept", "application/json")]);
+    let value: serde_json::Value = serde_json::from_slice(&json.body).unwrap();
+    assert_eq!(value["files"].as_array().unwrap().len(), 1000);
+    assert_eq!(value["file_count"], 2504);
+    assert_eq!(value["files_pages"], 3);
+}

@@ -27,7 +27,7 @@ use super::App;
 /// Files up to this size are read whole, and checked, before the response starts.
 const SMALL: u64 = 256 * 1024;
 /// The size of each chunk streamed.
-const CHUNK: usize = 256 * 1024;
+const CHUNK: usize = 128 * 1024;
 
 /// What the validators of one file are.
 pub(super) struct Validators {
@@ -212,9 +212,8 @@ async fn whole_small(app: &Arc<App>, store: usize, view: Arc<ItemView>, file: Fi
         return ok_bytes(bytes);
     }
     let reader = app.clone();
-    let name = view.name.clone();
-    let path = file.path.clone();
-    let bytes = match short(app, move || read_whole(&reader, store, &name, &path)).await {
+    let (name, listed) = (view.name.clone(), file.clone());
+    let bytes = match short(app, move || read_whole(&reader, store, (&name, &listed))).await {
         Ok(Ok(bytes)) => bytes,
         Ok(Err(e)) => return unreadable(&view, &file, &e.to_string()),
         Err(timed_out) => return timed_out,
@@ -248,10 +247,14 @@ fn ok_bytes(bytes: Bytes) -> Response {
     response
 }
 
-fn read_whole(app: &App, store: usize, name: &ibi::id::RepositoryName, path: &str) -> std::io::Result<Vec<u8>> {
-    let (mut reader, _) = app.resolver.stores()[store].open(name, path)?;
-    let mut bytes = Vec::new();
-    reader.read_to_end(&mut bytes)?;
+/// Reads a small file, but never more than one byte past its listed size: a file
+/// grown behind the server's back is then known not to match, without reading it all.
+fn read_whole(app: &App, store: usize, file: (&ibi::id::RepositoryName, &FileView)) -> std::io::Result<Vec<u8>> {
+    let (name, file) = file;
+    let (reader, _) = app.resolver.stores()[store].open(name, &file.path)?;
+    let listed = file.size.unwrap_or(SMALL);
+    let mut bytes = Vec::with_capacity(listed as usize);
+    reader.take(listed + 1).read_to_end(&mut bytes)?;
     Ok(bytes)
 }
 
@@ -260,10 +263,12 @@ fn unreadable(view: &ItemView, file: &FileView, why: &str) -> Response {
     refuse(StatusCode::INTERNAL_SERVER_ERROR, &what, &format!("it cannot be read: {why}"))
 }
 
-/// `length` bytes from `start` (all that are left when `None`), read on the
-/// blocking pool and sent as they come; `expect` is the sha256 of a whole file.
-/// The file is opened before the status is chosen: one that cannot be opened (a
-/// symlink, a FIFO, gone) gets 500, not a 200 cut short.
+/// `length` bytes from `start` (all that are left when `None`), sent as they are
+/// read; `expect` is the sha256 of a whole file. The file is opened before the
+/// status is chosen: one that cannot be opened (a symlink, a FIFO, gone) gets 500,
+/// not a 200 cut short. Each chunk is read when the connection asks for it (on the
+/// blocking pool only when a store may wait on the network), so a client that
+/// stops reading holds no thread, and two chunks at most.
 async fn streamed(
     app: &Arc<App>,
     store: usize,
@@ -273,81 +278,107 @@ async fn streamed(
     length: Option<u64>,
     expect: Option<String>,
 ) -> Response {
-    let (sender, receiver) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(2);
-    let (opened_tx, opened_rx) = tokio::sync::oneshot::channel::<std::io::Result<()>>();
-    let reader = app.clone();
-    let name = view.name.clone();
-    let path = file.path.clone();
-    tokio::task::spawn_blocking(move || {
-        let opened = reader.resolver.stores()[store].open_from(&name, &path, start);
-        let reader = match opened {
-            Ok((reader, _)) => {
-                let _ = opened_tx.send(Ok(()));
-                reader
-            }
-            Err(e) => return drop(opened_tx.send(Err(e))),
-        };
-        if let Err(e) = send_chunks(reader, length, expect, &sender) {
-            let _ = sender.blocking_send(Err(e));
-        }
-    });
-    match opened_rx.await {
-        Ok(Ok(())) => {}
+    let (owner, name, path) = (app.clone(), view.name.clone(), file.path.clone());
+    let open = move || {
+        OpenFile::try_new(owner, |app| app.resolver.stores()[store].open_from(&name, &path, start).map(|(r, _)| r))
+    };
+    let file_open = match short(app, open).await {
+        Ok(Ok(file_open)) => file_open,
         Ok(Err(e)) => return unreadable(view, file, &e.to_string()),
-        Err(_) => return unreadable(view, file, "the reader stopped"),
-    }
-    let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
-        receiver.recv().await.map(|chunk| (chunk, receiver))
+        Err(timed_out) => return timed_out,
+    };
+    let hasher = expect.as_ref().map(|_| Hasher::new(&[]));
+    let download = Download { file: file_open, hasher, expect, left: length, held: None, finished: false };
+    let local = app.all_local;
+    let chunks = futures_util::stream::unfold(download, move |mut download| async move {
+        let (download, chunk) = if local {
+            let chunk = download.next_chunk();
+            (download, chunk)
+        } else {
+            blocking(move || {
+                let chunk = download.next_chunk();
+                (download, chunk)
+            })
+            .await
+        };
+        chunk.map(|chunk| (chunk, download))
     });
-    let mut response = (StatusCode::OK, Body::from_stream(stream)).into_response();
+    let mut response = (StatusCode::OK, Body::from_stream(chunks)).into_response();
     if let Some(length) = length {
         response.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(length));
     }
     response
 }
 
-fn send_chunks(
-    reader: Box<dyn Read + Send + '_>,
-    length: Option<u64>,
+/// A reader of a file of an item.
+type FileReader<'a> = Box<dyn Read + Send + 'a>;
+
+self_cell::self_cell!(
+    /// A file of an item opened for reading, with the server state its reader
+    /// borrows, so that it can wait between chunks outside any thread.
+    struct OpenFile {
+        owner: Arc<App>,
+        #[covariant]
+        dependent: FileReader,
+    }
+);
+
+/// A download under way: the file, the bytes left to send, and the check of the
+/// whole file against its manifest.
+struct Download {
+    file: OpenFile,
+    hasher: Option<Hasher>,
     expect: Option<String>,
-    sender: &tokio::sync::mpsc::Sender<std::io::Result<Bytes>>,
-) -> std::io::Result<()> {
-    let mut reader = reader.take(length.unwrap_or(u64::MAX));
-    let mut hasher = expect.as_ref().map(|_| Hasher::new(&[]));
-    let mut left = length;
-    let mut held: Option<Bytes> = None;
-    loop {
-        let mut chunk = vec![0; CHUNK];
-        let n = reader.read(&mut chunk)?;
-        // Each chunk goes out once the next is read, so the last is held back until the
-        // whole file is known to match its manifest.
-        if n == 0 {
-            break;
-        }
-        if let Some(ready) = held.take() {
-            if sender.blocking_send(Ok(ready)).is_err() {
-                return Ok(()); // The client went away.
+    left: Option<u64>,
+    /// The chunk read last, sent once the next is read: the last chunk goes out
+    /// only when the whole file is known to match its manifest.
+    held: Option<Bytes>,
+    finished: bool,
+}
+
+impl Download {
+    /// The next chunk to send, or the error that cuts the connection; `None` at the end.
+    fn next_chunk(&mut self) -> Option<std::io::Result<Bytes>> {
+        while !self.finished {
+            let want = self.left.map_or(CHUNK, |left| left.min(CHUNK as u64) as usize);
+            let mut chunk = vec![0; want];
+            let read =
+                if want == 0 { Ok(0) } else { self.file.with_dependent_mut(|_, reader| reader.read(&mut chunk)) };
+            let n = match read {
+                Ok(0) => return self.finish(),
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.finished = true;
+                    return Some(Err(e));
+                }
+            };
+            chunk.truncate(n);
+            if let Some(hasher) = self.hasher.as_mut() {
+                hasher.update(&chunk);
+            }
+            self.left = self.left.map(|left| left.saturating_sub(n as u64));
+            if let Some(ready) = self.held.replace(Bytes::from(chunk)) {
+                return Some(Ok(ready));
             }
         }
-        chunk.truncate(n);
-        if let Some(hasher) = hasher.as_mut() {
-            hasher.update(&chunk);
+        None
+    }
+
+    /// At the end of the file: the last chunk, once the file is whole and matches.
+    fn finish(&mut self) -> Option<std::io::Result<Bytes>> {
+        self.finished = true;
+        if self.left.is_some_and(|left| left > 0) {
+            let short = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file is shorter than its listing");
+            return Some(Err(short));
         }
-        left = left.map(|l| l.saturating_sub(n as u64));
-        held = Some(Bytes::from(chunk));
-    }
-    if left.is_some_and(|l| l > 0) {
-        return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file is shorter than its listing"));
-    }
-    if let (Some(expect), Some(hasher)) = (expect, hasher) {
-        if expect != hasher.finish().sha256() {
-            return Err(std::io::Error::other("the file does not match its manifest"));
+        if let (Some(expect), Some(hasher)) = (self.expect.take(), self.hasher.take()) {
+            if expect != hasher.finish().sha256() {
+                return Some(Err(std::io::Error::other("the file does not match its manifest")));
+            }
         }
+        self.held.take().map(Ok)
     }
-    if let Some(last) = held {
-        let _ = sender.blocking_send(Ok(last));
-    }
-    Ok(())
 }
 
 /// The bytes of small files already checked against their manifests, by sha256:

@@ -152,9 +152,39 @@ fn history_table(view: &ItemView) -> String {
     format!("<h2>Versions</h2><table><tr><th>Version</th><th>Date</th><th>Identity</th></tr>{rows}</table>")
 }
 
-fn files_table(view: &ItemView) -> String {
-    let rows: String = view
-        .files
+/// How many files a page lists: an item of 200,000 files is read a page at a time.
+pub const FILES_PER_PAGE: usize = 1000;
+
+/// The files of one page (`files=N`, from 1) and how many pages there are.
+fn files_page(view: &ItemView, page: usize) -> (&[FileView], usize) {
+    let pages = view.files.len().div_ceil(FILES_PER_PAGE).max(1);
+    let first = (page.clamp(1, pages) - 1) * FILES_PER_PAGE;
+    (&view.files[first..(first + FILES_PER_PAGE).min(view.files.len())], pages)
+}
+
+/// Links to the other pages of the files, kept on `path` (the landing page or `??`).
+fn files_pager(view: &ItemView, path: &str, page: usize, pages: usize) -> String {
+    if pages <= 1 {
+        return String::new();
+    }
+    let page = page.clamp(1, pages);
+    let link = |to: usize, label: &str| format!("<a href=\"{}files={to}\">{label}</a>", esc(path));
+    let mut links = format!("<p>Files page {page} of {pages} ({} files). ", view.files.len());
+    if page > 1 {
+        links.push_str(&link(page - 1, "← Previous"));
+        links.push(' ');
+    }
+    if page < pages {
+        links.push_str(&link(page + 1, "Next →"));
+    }
+    links.push_str("</p>");
+    links
+}
+
+fn files_table(view: &ItemView, path: &str, page: usize) -> String {
+    let (files, pages) = files_page(view, page);
+    let pager = files_pager(view, path, page, pages);
+    let rows: String = files
         .iter()
         .map(|f| {
             format!(
@@ -165,7 +195,7 @@ fn files_table(view: &ItemView) -> String {
             )
         })
         .collect();
-    format!("<h2>Files</h2><table><tr><th>Path</th><th>Size</th><th>sha256</th></tr>{rows}</table>")
+    format!("<h2>Files</h2>{pager}<table><tr><th>Path</th><th>Size</th><th>sha256</th></tr>{rows}</table>{pager}")
 }
 
 /// A link to one file; a name holding a control character (a newline, a TAB)
@@ -189,12 +219,15 @@ pub fn percent_path(path: &str) -> String {
 }
 
 /// The item's landing page.
-pub fn landing_response(view: &ItemView, url_base: &str, mirrors: &[String], json: bool) -> Response {
+pub fn landing_response(view: &ItemView, url_base: &str, mirrors: &[String], json: bool, file_page: usize) -> Response {
     let name = view.name.to_string();
     let places: Vec<String> =
         std::iter::once(url_base).chain(mirrors.iter().map(String::as_str)).map(|b| format!("{b}{name}")).collect();
     if json {
-        let mut value = serde_json::to_value(view).unwrap_or_default();
+        let (files, pages) = files_page(view, file_page);
+        let mut value = json!({"name": view.name, "ibip": view.ibip, "title": view.title, "status": view.status,
+            "withdrawn": view.withdrawn, "identity": view.identity, "versions": view.versions, "info": view.info,
+            "files": files, "file_count": view.files.len(), "files_page": file_page.clamp(1, pages), "files_pages": pages});
         value["url"] = json!(format!("{url_base}{name}"));
         value["locations"] = json!(places);
         return json_response(StatusCode::OK, value);
@@ -206,7 +239,7 @@ pub fn landing_response(view: &ItemView, url_base: &str, mirrors: &[String], jso
 <a href=\"/api/handles/{name}\">Handle values</a></p>{}<h2>Where it is served</h2><ul>{links}</ul>{}{}",
         esc(&title),
         identifiers(view),
-        files_table(view),
+        files_table(view, "?", file_page),
         info_table(view),
         history_table(view)
     );
@@ -214,13 +247,15 @@ pub fn landing_response(view: &ItemView, url_base: &str, mirrors: &[String], jso
 }
 
 /// The item's metadata (`??`): bag-info, manifests, history.
-pub fn metadata_response(view: &ItemView, json: bool) -> Response {
+pub fn metadata_response(view: &ItemView, json: bool, file_page: usize) -> Response {
     if json {
-        let manifest: Vec<_> = view.files.iter().filter(|f| f.payload).collect();
-        let tags: Vec<_> = view.files.iter().filter(|f| !f.payload).collect();
+        let (files, pages) = files_page(view, file_page);
+        let manifest: Vec<_> = files.iter().filter(|f| f.payload).collect();
+        let tags: Vec<_> = files.iter().filter(|f| !f.payload).collect();
         let info: Vec<_> = view.info.iter().map(|(l, v)| json!({"label": l, "value": v})).collect();
         let body = json!({"name": view.name, "ibip": view.ibip, "identity": view.identity, "bag_info": info,
-            "manifest": manifest, "tag_files": tags, "versions": view.versions, "withdrawn": view.withdrawn});
+            "manifest": manifest, "tag_files": tags, "versions": view.versions, "withdrawn": view.withdrawn,
+            "file_count": view.files.len(), "files_page": file_page.clamp(1, pages), "files_pages": pages});
         return json_response(StatusCode::OK, body);
     }
     let name = view.name.to_string();
@@ -228,7 +263,7 @@ pub fn metadata_response(view: &ItemView, json: bool) -> Response {
         "<h1>Metadata of {}</h1>{}{}{}{}",
         esc(&name),
         identifiers(view),
-        files_table(view),
+        files_table(view, "??", file_page),
         info_table(view),
         history_table(view)
     );

@@ -203,9 +203,10 @@ async fn serve_item(
     if asked.rest.is_empty() {
         let base = url_base(app, headers);
         let json = wants_json(headers);
-        let page = match query {
-            Some("?") => pages::metadata_response(&view, json),
-            _ => pages::landing_response(&view, &base, &app.mirrors, json),
+        let (metadata, files) = item_query(query);
+        let page = match metadata {
+            true => pages::metadata_response(&view, json, files),
+            false => pages::landing_response(&view, &base, &app.mirrors, json, files),
         };
         return compressed(headers, page).await;
     }
@@ -217,6 +218,18 @@ async fn serve_item(
             "the item's manifests list no such file (only listed payload and tag files are served)",
         ),
     }
+}
+
+/// What the query of an item's page asks: the metadata (`??`, a query that starts
+/// with `?`), and which page of its files (`files=N`, from 1; 1 when absent or not a number).
+fn item_query(query: Option<&str>) -> (bool, usize) {
+    let query = query.unwrap_or("");
+    let (metadata, rest) = match query.strip_prefix('?') {
+        Some(rest) => (true, rest),
+        None => (false, query),
+    };
+    let files = rest.split('&').find_map(|pair| pair.strip_prefix("files=")?.parse().ok()).unwrap_or(1);
+    (metadata, files)
 }
 
 #[derive(serde::Deserialize, Default)]

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use ibi::digest::Hasher;
@@ -31,7 +31,7 @@ use ibi::store::Store;
 use zip::write::{SimpleFileOptions, StreamWriter};
 use zip::ZipWriter;
 
-use super::common::{blocking, refuse, Raw};
+use super::common::{blocking, body_of, refuse, stream_from_thread, Feeder, Raw};
 use super::files::{http_date, not_modified, range_asked, satisfiable_range, RangeAnswer, Validators};
 use super::App;
 
@@ -57,7 +57,7 @@ struct Layout {
 /// the range is sent (`sent` then says so: that is no error).
 struct ChannelWriter {
     buffer: Vec<u8>,
-    sender: tokio::sync::mpsc::Sender<std::io::Result<Bytes>>,
+    feeder: Arc<Feeder>,
     skip: u64,
     left: u64,
     sent: Arc<AtomicBool>,
@@ -66,9 +66,7 @@ struct ChannelWriter {
 impl ChannelWriter {
     fn send(&mut self) -> std::io::Result<()> {
         let chunk = std::mem::replace(&mut self.buffer, Vec::with_capacity(CHUNK));
-        self.sender
-            .blocking_send(Ok(Bytes::from(chunk)))
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away"))
+        self.feeder.send(Ok(Bytes::from(chunk)))
     }
 }
 
@@ -170,14 +168,14 @@ fn streamed(
     skip: u64,
     length: u64,
 ) -> Response {
-    let (sender, receiver) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(2);
     let top = top_folder(&view);
     let folder = top.clone();
-    tokio::task::spawn_blocking(move || {
+    let chunks = stream_from_thread(move |feeder| {
+        let feeder = Arc::new(feeder);
         let sent = Arc::new(AtomicBool::new(false));
         let writer = ChannelWriter {
             buffer: Vec::with_capacity(CHUNK),
-            sender: sender.clone(),
+            feeder: feeder.clone(),
             skip,
             left: length,
             sent: sent.clone(),
@@ -190,14 +188,15 @@ fn streamed(
         });
         if let Err(e) = result.and_then(|mut writer| Ok(writer.flush()?)) {
             if !sent.load(Ordering::SeqCst) {
-                let _ = sender.blocking_send(Err(std::io::Error::other(e.to_string())));
+                let _ = feeder.send(Err(std::io::Error::other(e.to_string())));
             }
         }
     });
-    let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
-        receiver.recv().await.map(|chunk| (chunk, receiver))
-    });
-    let mut response = (StatusCode::OK, Body::from_stream(stream)).into_response();
+    let chunks = match chunks {
+        Ok(chunks) => chunks,
+        Err(busy) => return *busy,
+    };
+    let mut response = (StatusCode::OK, body_of(chunks)).into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/zip"));
     if let Ok(value) = HeaderValue::from_str(&format!("attachment; filename=\"{top}.zip\"")) {
