@@ -930,3 +930,25 @@ fn regress_long_file_lists_make_huge_pages() {
     assert_eq!(value["file_count"], 2504);
     assert_eq!(value["files_pages"], 3);
 }
+
+/// A small listed file grown to a large one behind the server's back was read
+/// whole into memory on every request (1.07 GB RSS per request for 1 GiB). It is
+/// now read only to one byte past its listed size, and refused as damaged.
+#[test]
+fn regress_grown_small_file_is_read_whole() {
+    let env = TestEnv::new();
+    let root = env.collection("lib");
+    env.write("src/small/note.txt", b"a short note\n");
+    let name = env.ok(&["deposit", &root, "src/small"]).pairs()[0].0.clone();
+    let server = env.serve(&[&root], &[]);
+    let url = server.url(&format!("/{name}/data/note.txt"));
+    assert_eq!(get(&server.url(&format!("/{name}")), &[]).status, 200, "the item's view is read");
+    let before = rss_mib(server.pid());
+    let grown = std::path::Path::new(&root).join(&name).join("data/note.txt");
+    let file = std::fs::OpenOptions::new().append(true).open(&grown).unwrap();
+    file.set_len(300 * 1024 * 1024).unwrap();
+    let answer = get(&url, &[]);
+    assert_eq!(answer.status, 500, "a grown file does not match its manifest");
+    let after = rss_mib(server.pid());
+    assert!(after < before + 100, "memory grew from {before} to {after} MiB");
+}
