@@ -6,6 +6,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
@@ -17,6 +19,19 @@ use crate::ops::verify::vanished;
 use crate::problem::{Problem, ProblemKind};
 use crate::store::guard;
 use crate::store::{raise_minter, LockWait, Slot, Store, Writer};
+
+/// After this long staging a chunk with copies still under way, the copies
+/// already staged are placed (`Driver::stage`).
+const PLACE_EARLY_AFTER: Duration = Duration::from_secs(5);
+
+/// A chunk's staged copies, the names of those placed while others were still
+/// copying, and the first error staging met.
+#[derive(Default)]
+pub struct StagedChunk<'a> {
+    items: Vec<StagedItem<'a>>,
+    placed_early: HashSet<String>,
+    failed: Option<Error>,
+}
 
 #[derive(Debug, Clone)]
 pub struct TransferOptions {
@@ -201,9 +216,13 @@ impl<'a> Driver<'a> {
 
     /// Stages every copy in parallel; damaged sources are reported, not staged. When
     /// staging fails (disk full), the copies that were staged are still returned, with
-    /// the first error, so that what fits is placed before the run stops.
-    pub fn stage(&self, plans: &[Plan]) -> (Vec<StagedItem<'a>>, Option<Error>) {
-        let Some(writer) = self.writer else { return (Vec::new(), None) };
+    /// the first error, so that what fits is placed before the run stops. While
+    /// copies are still under way after `PLACE_EARLY_AFTER`, those already staged are
+    /// placed (once `settle` has finished the chunk before): a large item holds back
+    /// no small one, and a run killed by a timeout keeps them.
+    pub fn stage(&self, plans: &[Plan], settle: &mut dyn FnMut() -> Result<()>) -> StagedChunk<'a> {
+        let mut chunk = StagedChunk::default();
+        let Some(writer) = self.writer else { return chunk };
         let copying: Vec<RepositoryName> = plans
             .iter()
             .filter_map(|plan| match plan {
@@ -212,26 +231,62 @@ impl<'a> Driver<'a> {
             })
             .collect();
         self.src.prefetch(&copying);
-        let results: Vec<Result<Option<StagedItem>>> =
-            plans.par_iter().map(|plan| self.stage_one(writer, plan)).collect();
-        let mut staged = Vec::with_capacity(results.len());
-        let mut first_error = None;
-        for (plan, result) in plans.iter().zip(results) {
-            match result {
-                Ok(Some(copy)) => staged.push(copy),
-                Ok(None) => {}
-                Err(e) => {
-                    if let Plan::Copy(name) | Plan::Replace(name, _) = plan {
-                        self.reporter.item(&name.to_string(), Outcome::NotCopied { why: &e.to_string() });
+        let (sender, results) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            scope.spawn(move || {
+                plans.par_iter().for_each_with(sender, |sender, plan| {
+                    let _ = sender.send((plan, self.stage_one(writer, plan)));
+                })
+            });
+            let mut next_early = Instant::now() + PLACE_EARLY_AFTER;
+            loop {
+                match results.recv_timeout(next_early.saturating_duration_since(Instant::now())) {
+                    Ok((plan, result)) => self.take_staged(plan, result, &mut chunk),
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.place_early(writer, &mut chunk, settle);
+                        next_early = Instant::now() + PLACE_EARLY_AFTER;
                     }
-                    first_error.get_or_insert(e);
+                    Err(RecvTimeoutError::Disconnected) => break,
                 }
             }
+        });
+        let names: Vec<RepositoryName> = chunk.items.iter().map(|item| item.name().clone()).collect();
+        if let Err(e) = self.carry_deposit_keys(&names, &mut chunk.items) {
+            chunk.failed.get_or_insert(e);
         }
-        if let Err(e) = self.carry_deposit_keys(&copying, &mut staged) {
-            first_error.get_or_insert(e);
+        chunk
+    }
+
+    /// Files one item's staging result in the chunk.
+    fn take_staged(&self, plan: &Plan, result: Result<Option<StagedItem<'a>>>, chunk: &mut StagedChunk<'a>) {
+        match result {
+            Ok(Some(copy)) => chunk.items.push(copy),
+            Ok(None) => {}
+            Err(e) => {
+                if let Plan::Copy(name) | Plan::Replace(name, _) = plan {
+                    self.reporter.item(&name.to_string(), Outcome::NotCopied { why: &e.to_string() });
+                }
+                chunk.failed.get_or_insert(e);
+            }
         }
-        (staged, first_error)
+    }
+
+    /// Places the copies staged so far, once the chunk before is settled.
+    fn place_early(&self, writer: &dyn Writer, chunk: &mut StagedChunk<'a>, settle: &mut dyn FnMut() -> Result<()>) {
+        if chunk.items.is_empty() || chunk.failed.is_some() {
+            return;
+        }
+        let mut items = std::mem::take(&mut chunk.items);
+        let names: Vec<RepositoryName> = items.iter().map(|item| item.name().clone()).collect();
+        let placed = settle()
+            .and_then(|()| self.carry_deposit_keys(&names, &mut items))
+            .and_then(|()| self.place(writer, items));
+        match placed {
+            Ok(placed) => chunk.placed_early.extend(placed),
+            Err(e) => {
+                chunk.failed.get_or_insert(e);
+            }
+        }
     }
 
     /// SRC's content keys of the items copied go with them, in each placement's
@@ -311,10 +366,12 @@ impl<'a> Driver<'a> {
         Ok(placed)
     }
 
-    /// Places a chunk's staged copies; returns the SRC items DST now holds identical copies of.
-    pub fn commit(&self, plans: Vec<Plan>, staged: Vec<StagedItem>) -> Result<Vec<RepositoryName>> {
+    /// Places a chunk's staged copies; returns the SRC items DST now holds identical
+    /// copies of (those placed early included).
+    pub fn commit(&self, plans: Vec<Plan>, staged: StagedChunk) -> Result<Vec<RepositoryName>> {
         let Some(writer) = self.writer else { return Ok(self.dry(plans)) };
-        let placed = self.place(writer, staged)?;
+        let mut placed = self.place(writer, staged.items)?;
+        placed.extend(staged.placed_early);
         Ok(plans
             .into_iter()
             .filter_map(|plan| match plan {
@@ -337,11 +394,16 @@ pub fn pipeline(
     std::thread::scope(|scope| {
         let mut pending: Option<std::thread::ScopedJoinHandle<'_, Result<Vec<RepositoryName>>>> = None;
         while let Some(plans) = next_plans()? {
-            let (staged, failed) = driver.stage(&plans);
-            if let Some(handle) = pending.take() {
-                after(handle.join().expect("the commit thread does not panic")?)?;
-            }
-            if let Some(error) = failed {
+            // Finishes chunk N: before chunk N+1 places anything early, and after it is staged.
+            let mut settle = || -> Result<()> {
+                match pending.take() {
+                    Some(handle) => after(handle.join().expect("the commit thread does not panic")?),
+                    None => Ok(()),
+                }
+            };
+            let mut staged = driver.stage(&plans, &mut settle);
+            settle()?;
+            if let Some(error) = staged.failed.take() {
                 // Place what was staged, then stop with the error (disk full: copy what fits).
                 after(driver.commit(plans, staged)?)?;
                 return Err(error);

@@ -189,3 +189,35 @@ fn update_withdraw_and_repair_killed_at_random_moments_leave_one_consistent_vers
     let aliases = crate::env::sh(&format!("find '{a}/.ibip' -type l | wc -l"));
     assert_eq!(aliases.trim(), "3", "one alias per item");
 }
+
+/// A mirror placed a batch only once every copy in it was staged, so a run killed
+/// by a cron timeout while a large item was copying lost the small items copied
+/// beside it, and the next run redid them all, and was killed again. Copies
+/// staged while others are still copying are now placed after a few seconds: a
+/// killed run keeps them. Every read is slowed (strace) so that the large item
+/// copies for about ten seconds.
+#[test]
+fn regress_killed_mirror_redoes_its_whole_first_batch() {
+    let env = TestEnv::new();
+    let src = env.filled("src", 20, 1);
+    env.write("big/blob", &vec![7u8; 64 << 20]);
+    let big = env.ok(&["deposit", &src, env.path("big").to_str().unwrap()]).pairs()[0].0.clone();
+    let dst = env.collection("dst");
+    let mut mirror = std::process::Command::new("strace");
+    mirror.args(["-f", "-o", "/dev/null", "-e", "trace=read", "-e", "inject=read:delay_exit=20000"]);
+    mirror.arg(crate::env::ibi_bin()).args(["-q", "mirror", &src, &dst]);
+    std::os::unix::process::CommandExt::process_group(&mut mirror, 0);
+    let mut child = mirror.spawn().expect("strace (installed by scripts/setup)");
+    let held = || env.identities(&dst);
+    let small_placed = crate::env::wait_until(40, || held().len() >= 20);
+    let at_kill = held();
+    // SAFETY: kill only sends a signal, to the process group this test started.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    let _ = child.wait();
+    assert!(small_placed, "the small items were placed while the large one copied: {}", at_kill.len());
+    assert!(!at_kill.contains_key(&big), "the large item was still copying when the small ones were placed");
+    env.ok(&["-q", "mirror", &src, &dst]);
+    assert_eq!(env.identities(&dst), env.identities(&src));
+    env.ok(&["verify", &dst]);
+    assert!(control_empty(&dst, "staging"));
+}
