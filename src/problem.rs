@@ -36,6 +36,9 @@ pub enum ProblemKind {
     /// An item whose identity differs from the one its inventory records: changed
     /// behind ibi's back.
     Changed,
+    /// An item whose last successful fixity check is older than the cycle, or
+    /// that was never checked, or whose last check failed (`verify --age`).
+    StaleFixity,
 }
 
 impl ProblemKind {
@@ -57,6 +60,7 @@ impl ProblemKind {
             ProblemKind::Repaired => "repaired",
             ProblemKind::Unknown => "unknown item",
             ProblemKind::Changed => "changed",
+            ProblemKind::StaleFixity => "stale fixity",
         }
     }
 }

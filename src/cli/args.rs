@@ -1,6 +1,7 @@
 //! The command line, as clap derive types. Only the binary sees these; the
 //! dispatcher in `cli::mod` turns them into library calls.
 
+use ibi::ops::fixity::Budget;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -500,6 +501,43 @@ pub struct VerifyArgs {
     pub root: PathBuf,
     /// Items to verify (names or IBIps); all when none is given.
     pub names: Vec<String>,
+    /// Rolling fixity: verify the items checked longest ago first, and stop once
+    /// this is spent: a size (`500MiB`, `2GB`, `1TiB`) or a time (`90s`, `30m`, `2h`, `1d`).
+    #[arg(long, value_name = "SIZE|DURATION", value_parser = parse_budget, conflicts_with = "names")]
+    pub budget: Option<Budget>,
+    /// Report, without reading a byte, the oldest successful check and every item
+    /// not found whole within the cycle (exit 1 if any).
+    #[arg(long, conflicts_with_all = ["names", "budget"])]
+    pub age: bool,
+    /// The fixity cycle for --age, in days.
+    #[arg(long, value_name = "DAYS", default_value_t = 90, requires = "age")]
+    pub cycle: u32,
+}
+
+/// `500MiB`, `2GB`, `1024` (bytes) or `90s`, `30m`, `2h`, `1d`.
+fn parse_budget(text: &str) -> Result<Budget, String> {
+    let digits = text.trim().find(|c: char| !c.is_ascii_digit()).unwrap_or(text.trim().len());
+    let (number, unit) = text.trim().split_at(digits);
+    let number: u64 = number.parse().map_err(|_| format!("{text:?}: give a number and a unit, like 500MiB or 2h"))?;
+    let times = |n: u64| number.checked_mul(n).ok_or_else(|| format!("{text:?} is too large"));
+    Ok(match unit.trim() {
+        "" | "B" => Budget::Bytes(number),
+        "KB" | "kB" => Budget::Bytes(times(1000)?),
+        "KiB" => Budget::Bytes(times(1 << 10)?),
+        "MB" => Budget::Bytes(times(1_000_000)?),
+        "MiB" => Budget::Bytes(times(1 << 20)?),
+        "GB" => Budget::Bytes(times(1_000_000_000)?),
+        "GiB" => Budget::Bytes(times(1 << 30)?),
+        "TB" => Budget::Bytes(times(1_000_000_000_000)?),
+        "TiB" => Budget::Bytes(times(1 << 40)?),
+        "s" => Budget::Time(Duration::from_secs(number)),
+        "m" => Budget::Time(Duration::from_secs(times(60)?)),
+        "h" => Budget::Time(Duration::from_secs(times(3600)?)),
+        "d" => Budget::Time(Duration::from_secs(times(86_400)?)),
+        other => {
+            return Err(format!("{text:?}: unknown unit {other:?} (B, KB, KiB, MB, MiB, GB, GiB, TB, TiB, s, m, h, d)"))
+        }
+    })
 }
 
 #[derive(Debug, Args)]

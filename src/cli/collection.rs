@@ -100,7 +100,13 @@ pub fn verify(global: GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
     let collection = super::open(&args.root)?;
     let collection = collection.as_ref();
     let printer = Printer::new(global);
-    let s = verify_items(collection, &args.names, &printer)?;
+    if args.age {
+        return fixity_age(collection, args.cycle, &printer);
+    }
+    let s = match args.budget {
+        Some(budget) => ibi::ops::fixity::verify_rolling(collection, budget, &printer)?,
+        None => verify_items(collection, &args.names, &printer)?,
+    };
     let seconds = printer.seconds();
     printer.summary(
         &format!(
@@ -113,6 +119,27 @@ pub fn verify(global: GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
         json!({"items": s.items, "files": s.files, "bytes": s.bytes, "problems": s.problems, "seconds": seconds}),
     );
     Ok(if s.problems == 0 { Outcome::Success } else { Outcome::Problems })
+}
+
+/// `verify --age`: the oldest successful check, and every item not found whole within the cycle.
+fn fixity_age(collection: &dyn ibi::store::Store, cycle_days: u32, printer: &Printer) -> Result<Outcome> {
+    let cycle = std::time::Duration::from_secs(u64::from(cycle_days) * 86_400);
+    let now = ibi::id::Timestamp::now();
+    let age = ibi::ops::fixity::fixity_age(collection, cycle, now, printer)?;
+    let oldest = age.oldest.as_ref().map(|(date, _)| date.clone());
+    let days = age.oldest.as_ref().and_then(|(date, _)| {
+        let then = chrono::DateTime::parse_from_rfc3339(date).ok()?;
+        Some((chrono::Utc::now() - then.with_timezone(&chrono::Utc)).num_days())
+    });
+    let said = match (&oldest, days) {
+        (Some(date), Some(days)) => format!("the oldest successful check is {days} day(s) old ({date})"),
+        _ => "no item was ever found whole".into(),
+    };
+    printer.summary(
+        &format!("fixity of {} item(s): {said}; {} not found whole within the {cycle_days}-day cycle", age.items, age.stale),
+        json!({"items": age.items, "oldest_check": oldest, "oldest_days": days, "stale": age.stale, "cycle_days": cycle_days}),
+    );
+    Ok(if age.stale == 0 { Outcome::Success } else { Outcome::Problems })
 }
 
 pub fn list(global: GlobalArgs, args: &ListArgs) -> Result<Outcome> {

@@ -5,6 +5,7 @@
 pub mod copy;
 pub mod deposit;
 pub mod driver;
+pub mod fixity;
 pub mod foreign_bag;
 pub mod handles;
 pub mod item;

@@ -18,6 +18,7 @@ use crate::id::RepositoryName;
 use crate::ops::report::{Outcome, ProblemCount, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::problem::{Problem, ProblemKind};
+use crate::store::inventory::FixityCheck;
 use crate::store::{identity_digest, resolve, ItemRecord, Listed, Slot, Status, Store};
 use crate::sync::lock;
 
@@ -30,15 +31,20 @@ pub struct VerifySummary {
 }
 
 #[derive(Default)]
-struct Counters {
+pub(crate) struct Counters {
     items: AtomicU64,
     files: AtomicU64,
     bytes: AtomicU64,
     problems: ProblemCount,
+    /// Checks not yet handed to the store's fixity dates.
+    checks: Mutex<Vec<FixityCheck>>,
 }
 
+/// How many fixity checks are written to the store at once.
+const CHECKS_AT_ONCE: usize = 256;
+
 impl Counters {
-    fn summary(&self) -> VerifySummary {
+    pub(crate) fn summary(&self) -> VerifySummary {
         VerifySummary {
             items: self.items.load(Ordering::Relaxed),
             files: self.files.load(Ordering::Relaxed),
@@ -47,8 +53,38 @@ impl Counters {
         }
     }
 
-    fn report(&self, reporter: &dyn Reporter, problem: &Problem) {
+    pub(crate) fn report(&self, reporter: &dyn Reporter, problem: &Problem) {
         self.problems.report(reporter, problem);
+    }
+
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Notes one item's check; hands the checks to the store by the batch (all
+    /// that are left with `flush`). The dates only order later rolling runs: a
+    /// failure to keep them is told, never a problem of the collection.
+    fn note_check(&self, store: &dyn Store, check: FixityCheck, reporter: &dyn Reporter) {
+        let batch = {
+            let mut checks = lock(&self.checks);
+            checks.push(check);
+            if checks.len() < CHECKS_AT_ONCE {
+                return;
+            }
+            std::mem::take(&mut *checks)
+        };
+        Self::keep(store, &batch, reporter);
+    }
+
+    pub(crate) fn flush(&self, store: &dyn Store, reporter: &dyn Reporter) {
+        let batch = std::mem::take(&mut *lock(&self.checks));
+        Self::keep(store, &batch, reporter);
+    }
+
+    fn keep(store: &dyn Store, batch: &[FixityCheck], reporter: &dyn Reporter) {
+        if let Err(e) = store.record_fixity(batch) {
+            reporter.warning(&format!("the dates of {} fixity check(s) were not kept: {e}", batch.len()));
+        }
     }
 }
 
@@ -95,7 +131,7 @@ fn against_inventory(store: &dyn Store, name: &RepositoryName, known: Option<&Kn
 
 /// The inventory's records by name, for the items of `names` (all when empty);
 /// `None` for a collection without an inventory yet.
-fn known_items(store: &dyn Store, names: &[RepositoryName]) -> Result<Option<Known>> {
+pub(crate) fn known_items(store: &dyn Store, names: &[RepositoryName]) -> Result<Option<Known>> {
     if !store.has_inventory() {
         return Ok(None);
     }
@@ -130,7 +166,7 @@ fn report_vanished(
     Ok(())
 }
 
-fn verify_one(
+pub(crate) fn verify_one(
     store: &dyn Store,
     name: &RepositoryName,
     known: Option<&Known>,
@@ -143,6 +179,8 @@ fn verify_one(
         reporter.item(&name.to_string(), Outcome::Vanished);
         return;
     }
+    let date = crate::store::inventory::fixity_date(crate::id::Timestamp::now());
+    counters.note_check(store, FixityCheck { name: name.clone(), date, ok: problems.is_empty() }, reporter);
     counters.items.fetch_add(1, Ordering::Relaxed);
     counters.files.fetch_add(check.files, Ordering::Relaxed);
     counters.bytes.fetch_add(check.bytes, Ordering::Relaxed);
@@ -181,6 +219,7 @@ pub fn verify(store: &dyn Store, names: &[String], reporter: &dyn Reporter) -> R
         }
         Ok(())
     })?;
+    counters.flush(store, reporter);
     reporter.end();
     Ok(counters.summary())
 }

@@ -65,6 +65,21 @@ pub struct Forward {
     pub url: Option<String>,
 }
 
+/// One check of an item's fixity: when (RFC 3339, UTC, to the second, so that
+/// dates sort as text: `fixity_date`) and whether every file matched its manifests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FixityCheck {
+    pub name: RepositoryName,
+    pub date: String,
+    pub ok: bool,
+}
+
+/// The date of a fixity check made at `at`: RFC 3339 to the whole second.
+pub fn fixity_date(at: crate::id::Timestamp) -> String {
+    let seconds = i64::try_from(at.whole_seconds()).unwrap_or(i64::MAX);
+    crate::id::Timestamp::from_seconds(seconds).to_rfc3339()
+}
+
 /// What a collection knows of one item.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ItemRecord {

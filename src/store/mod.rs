@@ -162,6 +162,15 @@ pub trait Store: Send + Sync {
         use rayon::prelude::*;
         names.par_iter().map(|name| identity_digest(self.as_dyn(), name)).collect()
     }
+    /// Keeps the results of fixity checks (verify), each replacing the item's last;
+    /// a backend that keeps none (or a read-only handle) ignores them.
+    fn record_fixity(&self, _checks: &[inventory::FixityCheck]) -> Result<()> {
+        Ok(())
+    }
+    /// Every item's last fixity check; `None` when the backend keeps none.
+    fn fixity_checks(&self) -> Result<Option<Vec<inventory::FixityCheck>>> {
+        Ok(None)
+    }
     /// Whether a writer of this collection would take `from`'s items by rename
     /// (`Writer::adopt_from`) rather than by copy: asked by a dry run, which holds
     /// no writer, so that it counts what the real run would.

@@ -115,3 +115,56 @@ fn verify_by_name_and_ibip_and_text_output() {
         assert!(run.stdout.contains("digest mismatch") && run.stdout.contains("data/a.txt"), "{}", run.stdout);
     }
 }
+
+/// The names a `verify --json` run checked, from its item events.
+fn checked_names(run: &crate::env::Run) -> BTreeSet<String> {
+    run.stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| event["event"] == "item")
+        .map(|event| event["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Rolling fixity (issue 24): three runs of `verify --budget` a third of the
+/// collection's bytes check every item exactly once, oldest check first; a
+/// damaged item is found by the run whose turn it is; `verify --age` proves the
+/// cycle (exit 0) or names the items outside it (exit 1).
+#[test]
+fn rolling_verify_checks_every_item_once_per_cycle() {
+    let env = TestEnv::new();
+    let root = env.collection("lib");
+    for i in 0..9 {
+        env.write(&format!("src/{i}/f.bin"), &vec![i as u8; 100_000]);
+        env.ok(&["-q", "deposit", &root, env.path(&format!("src/{i}")).to_str().unwrap()]);
+    }
+    let never = env.fails(&["verify", &root, "--age"], 1);
+    assert_eq!(never.stdout.matches("never checked").count(), 9, "{}", never.stdout);
+    let all: BTreeSet<String> = env.identities(&root).into_keys().collect();
+    let names: Vec<String> = all.iter().cloned().collect();
+    // The last third's first item is damaged before any run: its turn is the third.
+    let damaged = std::path::Path::new(&root).join(&names[6]).join("data/f.bin");
+    let total: u64 = 9 * 100_000;
+    let budget = format!("{}", total / 3 - 1);
+    let mut seen = BTreeSet::new();
+    for round in 0..3 {
+        if round == 2 {
+            std::fs::write(&damaged, vec![9u8; 100_000]).unwrap();
+        }
+        let run = env.run(&["--json", "verify", &root, "--budget", &budget]);
+        let checked = checked_names(&run);
+        assert_eq!(checked.len(), 3, "round {round}: {checked:?}");
+        assert!(seen.is_disjoint(&checked), "round {round} checked an item again: {checked:?}");
+        let expected: BTreeSet<String> = names[round * 3..round * 3 + 3].iter().cloned().collect();
+        assert_eq!(checked, expected, "round {round} takes the items never checked, in name order");
+        assert_eq!(run.code, if round == 2 { 1 } else { 0 }, "round {round}: {}", run.stdout);
+        seen.extend(checked);
+    }
+    assert_eq!(seen, all, "three rounds checked every item");
+    let stale = env.fails(&["verify", &root, "--age", "--cycle", "30"], 1);
+    assert!(stale.stdout.contains(&names[6]) && stale.stdout.contains("damaged"), "{}", stale.stdout);
+    assert_eq!(stale.stdout.matches("stale fixity").count(), 1, "{}", stale.stdout);
+    // The damaged item goes first in the next run.
+    let next = env.run(&["--json", "verify", &root, "--budget", "1"]);
+    assert_eq!(checked_names(&next), [names[6].clone()].into_iter().collect());
+}

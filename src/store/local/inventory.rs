@@ -36,7 +36,7 @@ CREATE TABLE IF NOT EXISTS items (
 /// How many records a page of `all` reads at once.
 const PAGE: usize = 4096;
 
-fn sql_error(path: &Path, e: rusqlite::Error) -> Error {
+pub(super) fn sql_error(path: &Path, e: rusqlite::Error) -> Error {
     use rusqlite::ErrorCode::{
         CannotOpen, DatabaseBusy, DatabaseCorrupt, DatabaseLocked, DiskFull, NotADatabase, PermissionDenied, ReadOnly,
         SystemIoFailure,
@@ -76,8 +76,8 @@ fn damaged(path: &Path, why: &str) -> Error {
 
 /// An open inventory.
 pub struct Inventory {
-    path: PathBuf,
-    conn: Connection,
+    pub(super) path: PathBuf,
+    pub(super) conn: Connection,
     /// Set while an inventory from before deposit keys is read through the view:
     /// the keys of `.ibi/deposited/` by name, read once when first needed, so that
     /// copies of its items carry them before its first write folds them in.

@@ -82,6 +82,17 @@ impl Store for Collection {
         Some(self.root())
     }
 
+    fn record_fixity(&self, checks: &[crate::store::inventory::FixityCheck]) -> Result<()> {
+        if self.read_only || !self.has_inventory() {
+            return Ok(());
+        }
+        self.with_inventory(|inventory| inventory.record_fixity(checks)).map(drop)
+    }
+
+    fn fixity_checks(&self) -> Result<Option<Vec<crate::store::inventory::FixityCheck>>> {
+        Ok(Some(self.with_inventory(|inventory| inventory.fixity_checks())?.unwrap_or_default()))
+    }
+
     fn adopts_by_rename(&self, from: &dyn Store) -> bool {
         let Some(root) = from.local_root() else { return false };
         Collection::open(root).and_then(|src| super::place::same_filesystem(&src, self)).unwrap_or(false)
