@@ -12,6 +12,7 @@ pub mod digest;
 pub mod error;
 pub mod fsx;
 pub mod id;
+pub mod merkle;
 pub mod ops;
 pub mod problem;
 pub mod store;

@@ -180,6 +180,23 @@ Examples:
         /// The collection's root folder.
         root: PathBuf,
     },
+    /// Print the collection's latest witness (a signed Merkle root over every item's
+    /// identity, made by each whole or rolling verify), prove an item is in it, or check a proof.
+    #[command(after_help = "Examples:
+  ibi witness /srv/library                             # the latest root, date, key and signature
+  ibi witness /srv/library --prove sid.inpe.br/mtc-m18/2009/02.16.17.46 > proof.json
+  ibi witness --check proof.json                       # anywhere, without the collection")]
+    Witness {
+        /// The collection's root folder.
+        #[arg(required_unless_present = "check")]
+        root: Option<PathBuf>,
+        /// Print the inclusion proof of this item (a name) as JSON.
+        #[arg(long, value_name = "NAME", conflicts_with = "check")]
+        prove: Option<String>,
+        /// Check a proof made by --prove: its signature and its path to the root.
+        #[arg(long, value_name = "PROOF", conflicts_with = "root")]
+        check: Option<PathBuf>,
+    },
     /// Rewrite what an older ibi stored in a form it no longer writes (S3 keys).
     #[command(after_help = "Examples:
   ibi upgrade s3://library-bucket/main                 # once, after installing this version")]

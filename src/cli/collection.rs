@@ -107,6 +107,9 @@ pub fn verify(global: GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
         Some(budget) => ibi::ops::fixity::verify_rolling(collection, budget, &printer)?,
         None => verify_items(collection, &args.names, &printer)?,
     };
+    if args.names.is_empty() {
+        witness_after_verify(collection, &printer);
+    }
     let seconds = printer.seconds();
     printer.summary(
         &format!(
@@ -150,10 +153,10 @@ pub fn list(global: GlobalArgs, args: &ListArgs) -> Result<Outcome> {
         if super::stdout_gone() {
             break;
         }
-        let (name, ibip, status) = entry?;
+        let (name, ibip, status, identity) = entry?;
         if printer.json() {
-            let line =
-                json!({"name": name.to_string(), "ibip": ibip.map(|i| i.to_string()), "status": status.as_str()});
+            let ibip = ibip.map(|i| i.to_string());
+            let line = json!({"name": name.to_string(), "ibip": ibip, "status": status.as_str(), "identity": identity});
             printer.line(&line.to_string());
         } else if status == ibi::store::Status::Withdrawn {
             printer.line(&format!("{}\twithdrawn", Minted { name, ibip }));
@@ -235,6 +238,51 @@ pub fn retire(global: GlobalArgs, root: &Path) -> Result<Outcome> {
     ibi::ops::minting::retire(collection.as_ref(), ibi::store::LockWait::No)?;
     Printer::new(global).note(&format!("retired {}: it mints no more names", collection.location()));
     Ok(Outcome::Success)
+}
+
+pub fn witness(global: GlobalArgs, root: Option<&Path>, prove: Option<&str>, check: Option<&Path>) -> Result<Outcome> {
+    use ibi::ops::witness;
+    let printer = Printer::new(global);
+    if let Some(file) = check {
+        let text = std::fs::read_to_string(file).map_err(|e| ibi::Error::io("read", file, e))?;
+        let proof: witness::Proof = serde_json::from_str(&text).map_err(|e| ibi::Error::Invalid {
+            what: file.display().to_string(),
+            problem: format!("not a proof: {e}"),
+        })?;
+        witness::check(&proof)?;
+        printer.summary(
+            &format!(
+                "{} is leaf {} of the root {} that key {} signed on {}",
+                proof.name, proof.index, proof.witness.root, proof.witness.public_key, proof.witness.date
+            ),
+            json!({"name": proof.name, "ok": true, "root": proof.witness.root, "public_key": proof.witness.public_key}),
+        );
+        return Ok(Outcome::Success);
+    }
+    let collection = super::open(root.expect("clap requires ROOT without --check"))?;
+    let collection = collection.as_ref();
+    let latest = witness::latest(collection)?.ok_or_else(|| ibi::Error::Invalid {
+        what: "witness".into(),
+        problem: format!("{} has no witness yet: `ibi verify` makes one", collection.location()),
+    })?;
+    let value = match prove {
+        Some(name) => serde_json::to_value(witness::prove(collection, &latest, name)?)?,
+        None => serde_json::to_value(&latest)?,
+    };
+    printer.line(&serde_json::to_string_pretty(&value)?);
+    Ok(Outcome::Success)
+}
+
+/// Makes a new witness after a whole or rolling verify and says so; a failure is
+/// told, never a problem of the collection.
+fn witness_after_verify(collection: &dyn ibi::store::Store, printer: &Printer) {
+    match ibi::ops::witness::make(collection, ibi::id::Timestamp::now()) {
+        Ok(Some(w)) => {
+            printer.note(&format!("witness: root {} over {} item(s), signed by {}", w.root, w.items, w.public_key))
+        }
+        Ok(None) => {}
+        Err(e) => printer.note(&format!("ibi: warning: no witness was made: {e}")),
+    }
 }
 
 pub fn upgrade(global: GlobalArgs, root: &Path, wait: Option<super::args::Seconds>) -> Result<Outcome> {

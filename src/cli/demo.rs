@@ -81,7 +81,7 @@ fn item_path(collection: &dyn Store, name: &RepositoryName) -> std::path::PathBu
 
 fn print_list(printer: &Printer, collection: &dyn Store) -> Result<()> {
     for entry in list(collection, DateRange::default(), false) {
-        let (name, ibip, _) = entry?;
+        let (name, ibip, _, _) = entry?;
         printer.line(&ibi::Minted { name, ibip }.to_string());
     }
     Ok(())

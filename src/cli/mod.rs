@@ -106,6 +106,9 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
         Command::Repair(args) => transfer::repair(g, args),
         Command::Retire { root } => collection::retire(g, root),
         Command::Upgrade { root, wait } => collection::upgrade(g, root, *wait),
+        Command::Witness { root, prove, check } => {
+            collection::witness(g, root.as_deref(), prove.as_deref(), check.as_deref())
+        }
         Command::Handover(args) => collection::handover(g, args),
         Command::Handles(args) => versions::handles(g, args),
         Command::Serve(args) => serve(args),

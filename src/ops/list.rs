@@ -1,4 +1,4 @@
-//! List: the items of a collection as (name, IBIp, status), sorted by name and
+//! List: the items of a collection as (name, IBIp, status, identity), sorted by name and
 //! streamed, optionally limited to names whose date lies in `[since, until]`.
 //! The inventory serves it (withdrawn items only when asked for, items moved
 //! away never); a collection without an inventory yet is walked instead.
@@ -20,8 +20,8 @@ impl DateRange {
     }
 }
 
-/// One listed item.
-pub type ListedItem = (RepositoryName, Option<Ibip>, Status);
+/// One listed item, with its identity digest when the inventory records it.
+pub type ListedItem = (RepositoryName, Option<Ibip>, Status, Option<String>);
 
 /// Streams the items in range; stray entries are skipped (verify reports them).
 pub fn list(store: &dyn Store, range: DateRange, withdrawn: bool) -> Box<dyn Iterator<Item = Result<ListedItem>> + '_> {
@@ -30,7 +30,10 @@ pub fn list(store: &dyn Store, range: DateRange, withdrawn: bool) -> Box<dyn Ite
         return Box::new(store.all_records().filter_map(move |record| match record {
             Err(e) => Some(Err(e)),
             Ok(r) if !wanted(r.status) || !range.contains(r.name.date()) => None,
-            Ok(r) => Some(Ok((r.name, r.ibip, r.status))),
+            Ok(r) => {
+                let identity = r.current().digest.clone();
+                Some(Ok((r.name, r.ibip, r.status, Some(identity))))
+            }
         }));
     }
     Box::new(items(store).filter_map(move |item| match item {
@@ -39,7 +42,7 @@ pub fn list(store: &dyn Store, range: DateRange, withdrawn: bool) -> Box<dyn Ite
         Ok(name) => {
             // A damaged bag-info still lists by name; verify reports the damage.
             let ibip = item_ibip(store, &name).ok().flatten();
-            Some(Ok((name, ibip, Status::Present)))
+            Some(Ok((name, ibip, Status::Present, None)))
         }
     }))
 }

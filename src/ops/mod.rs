@@ -23,5 +23,6 @@ pub mod update;
 pub mod upgrade;
 pub mod verify;
 pub mod watch;
+pub mod witness;
 
 pub use report::{Event, NoticedClock, Outcome, Reporter, Silent, Task};

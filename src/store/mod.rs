@@ -171,6 +171,20 @@ pub trait Store: Send + Sync {
     fn fixity_checks(&self) -> Result<Option<Vec<inventory::FixityCheck>>> {
         Ok(None)
     }
+    /// The seed of the collection's witness signing key (Ed25519), made on first
+    /// use and kept private (mode 0600); `None` when the backend keeps none or the
+    /// handle may not write.
+    fn witness_seed(&self) -> Result<Option<[u8; 32]>> {
+        Ok(None)
+    }
+    /// The latest witness (`ops::witness`, JSON), if one was kept.
+    fn latest_witness(&self) -> Result<Option<String>> {
+        Ok(None)
+    }
+    /// Keeps `json` as the latest witness, durably.
+    fn keep_witness(&self, _json: &str) -> Result<()> {
+        Ok(())
+    }
     /// Whether a writer of this collection would take `from`'s items by rename
     /// (`Writer::adopt_from`) rather than by copy: asked by a dry run, which holds
     /// no writer, so that it counts what the real run would.

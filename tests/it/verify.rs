@@ -168,3 +168,73 @@ fn rolling_verify_checks_every_item_once_per_cycle() {
     let next = env.run(&["--json", "verify", &root, "--budget", "1"]);
     assert_eq!(checked_names(&next), [names[6].clone()].into_iter().collect());
 }
+
+/// Rewrites an item's payload and every manifest so that the bag agrees with
+/// itself: a swap that no manifest check can see.
+fn swap_item(item: &std::path::Path) {
+    std::fs::write(item.join("data/f.bin"), b"another bag\n").unwrap();
+    let sha = |path: &std::path::Path| ibi::fsx::hash_file(path).unwrap().0;
+    let manifest = format!("{}  data/f.bin\n", sha(&item.join("data/f.bin")));
+    std::fs::write(item.join("manifest-sha256.txt"), manifest).unwrap();
+    let _ = std::fs::remove_file(item.join("manifest-sha512.txt"));
+    let tags: String = ["bag-info.txt", "bagit.txt", "manifest-sha256.txt"]
+        .iter()
+        .map(|n| format!("{}  {n}\n", sha(&item.join(n))))
+        .collect();
+    std::fs::write(item.join("tagmanifest-sha256.txt"), tags).unwrap();
+}
+
+/// The witness (issue 24): a whole verify makes a signed Merkle root over every
+/// item's identity; the Python script in tests/ recomputes it from `ibi list
+/// --json` and checks proofs with hashlib alone; `ibi witness --check` checks them
+/// and their signature; an item swapped for a bag that agrees with itself changes
+/// the root, and its old proof no longer matches.
+#[test]
+fn the_witness_is_recomputed_and_proved_by_a_third_party() {
+    let env = TestEnv::new();
+    let root = env.collection("lib");
+    for i in 0..5 {
+        env.write(&format!("src/{i}/f.bin"), format!("item {i}\n").as_bytes());
+        env.ok(&["-q", "deposit", &root, env.path(&format!("src/{i}")).to_str().unwrap()]);
+    }
+    env.fails(&["witness", &root], 2);
+    env.ok(&["-q", "verify", &root]);
+    let witness = env.write("witness.json", env.ok(&["witness", &root]).stdout.as_bytes());
+    let listed = env.write("list.jsonl", env.ok(&["--json", "list", &root]).stdout.as_bytes());
+    let script = repo().join("tests/witness_check.py");
+    let python = |args: &[&std::path::Path]| {
+        let mut command = std::process::Command::new("python3");
+        command.arg(&script).args(args);
+        command.output().unwrap().status.success()
+    };
+    assert!(python(&[std::path::Path::new("root"), &witness, &listed]), "python recomputes the root");
+    let names: Vec<String> = env.identities(&root).into_keys().collect();
+    for name in &names {
+        let proof = env.write(
+            &format!("proof-{}.json", name.replace('/', "_")),
+            env.ok(&["witness", &root, "--prove", name]).stdout.as_bytes(),
+        );
+        assert!(python(&[std::path::Path::new("proof"), &proof]), "python checks the proof of {name}");
+        env.ok(&["witness", "--check", proof.to_str().unwrap()]);
+    }
+    let victim = &names[2];
+    let old_proof = env.path(&format!("proof-{}.json", victim.replace('/', "_")));
+    swap_item(&std::path::Path::new(&root).join(victim));
+    let refused = env.fails(&["witness", &root, "--prove", victim], 1);
+    assert!(refused.stderr.contains("no longer matches"), "{}", refused.stderr);
+    env.fails(&["-q", "verify", &root], 1);
+    let after = env.ok(&["witness", &root]).stdout;
+    let before: serde_json::Value = serde_json::from_slice(&std::fs::read(&witness).unwrap()).unwrap();
+    let after: serde_json::Value = serde_json::from_str(&after).unwrap();
+    assert_ne!(before["root"], after["root"], "the swap changes the root");
+    let mut proof: serde_json::Value = serde_json::from_slice(&std::fs::read(&old_proof).unwrap()).unwrap();
+    let new_identity = env.ok(&["witness", &root, "--prove", victim]).stdout;
+    let new_identity: serde_json::Value = serde_json::from_str(&new_identity).unwrap();
+    proof["identity"] = new_identity["identity"].clone();
+    let forged = env.write("forged.json", proof.to_string().as_bytes());
+    env.fails(&["witness", "--check", forged.to_str().unwrap()], 1);
+    proof["witness"]["root"] = after["root"].clone();
+    let resigned = env.write("resigned.json", proof.to_string().as_bytes());
+    let bad = env.fails(&["witness", "--check", resigned.to_str().unwrap()], 1);
+    assert!(bad.stderr.contains("signature"), "{}", bad.stderr);
+}

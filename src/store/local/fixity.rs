@@ -2,7 +2,8 @@
 //! together by its manifests) was last checked, and whether it was whole. They
 //! live beside the records, in the inventory's `fixity` table (made on first
 //! use), so that a rolling verify checks the least recently checked first and
-//! `verify --age` can state the oldest check.
+//! `verify --age` can state the oldest check. Beside them, the witness's
+//! signing key (`witness_seed`).
 
 use rusqlite::{params, OptionalExtension};
 
@@ -61,5 +62,61 @@ impl Inventory {
             }
         }
         Ok(checks)
+    }
+}
+
+/// The witness key's seed at `path`: read, or (when `may_write`) made from the
+/// OS's random source and kept with mode 0600, never over a key another process
+/// made first.
+pub fn witness_seed(path: &std::path::Path, may_write: bool) -> Result<Option<[u8; 32]>> {
+    let parse = |text: &str| -> Option<[u8; 32]> {
+        let text = text.trim();
+        let bytes: Vec<u8> =
+            (0..text.len()).step_by(2).filter_map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect();
+        bytes.try_into().ok()
+    };
+    let read = || -> Result<Option<[u8; 32]>> {
+        match crate::fsx::read_capped(path, 1024) {
+            Ok(bytes) => parse(&String::from_utf8_lossy(&bytes)).map(Some).ok_or_else(|| crate::Error::CorruptState {
+                path: path.to_path_buf(),
+                problem: "it is not a 32-byte key in hex".into(),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(crate::Error::io("read", path, e)),
+        }
+    };
+    if let Some(seed) = read()? {
+        return Ok(Some(seed));
+    }
+    if !may_write {
+        return Ok(None);
+    }
+    let mut seed = [0u8; 32];
+    getrandom::getrandom(&mut seed)
+        .map_err(|e| crate::Error::io("draw a key from", path, std::io::Error::other(e.to_string())))?;
+    let hex: String = seed.iter().map(|b| format!("{b:02x}")).collect();
+    let dir = crate::fsx::parent_dir(path);
+    let temp = dir.join(format!("{}witness.key", crate::fsx::TEMP_PREFIX));
+    crate::fsx::remove_tree(&temp)?;
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)
+            .map_err(|e| crate::Error::io("create", &temp, e))?;
+        file.write_all(hex.as_bytes())
+            .and_then(|()| file.sync_all())
+            .map_err(|e| crate::Error::io("write", &temp, e))?;
+    }
+    match crate::fsx::rename_noreplace(&temp, path) {
+        Ok(()) => crate::fsx::fsync_dir(dir).map(|()| Some(seed)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            crate::fsx::remove_tree(&temp)?;
+            read()
+        }
+        Err(e) => Err(crate::Error::io("rename a temporary file onto", path, e)),
     }
 }

@@ -43,6 +43,14 @@ impl Layout {
     pub fn journal(&self) -> PathBuf {
         self.control().join("journal")
     }
+    /// The seed of the witness signing key (hex; mode 0600).
+    pub fn witness_key(&self) -> PathBuf {
+        self.control().join("witness.key")
+    }
+    /// The latest witness (JSON).
+    pub fn witness(&self) -> PathBuf {
+        self.control().join("witness.json")
+    }
     /// The inventory: every item held or ever held (SQLite).
     pub fn inventory(&self) -> PathBuf {
         self.control().join("inventory.sqlite")

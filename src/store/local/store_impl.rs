@@ -93,6 +93,26 @@ impl Store for Collection {
         Ok(Some(self.with_inventory(|inventory| inventory.fixity_checks())?.unwrap_or_default()))
     }
 
+    fn witness_seed(&self) -> Result<Option<[u8; 32]>> {
+        super::fixity::witness_seed(&self.layout.witness_key(), !self.read_only)
+    }
+
+    fn latest_witness(&self) -> Result<Option<String>> {
+        let path = self.layout.witness();
+        match fsx::read_capped(&path, 64 * 1024) {
+            Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io("read", &path, e)),
+        }
+    }
+
+    fn keep_witness(&self, json: &str) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        fsx::atomic_write(&self.layout.witness(), json.as_bytes())
+    }
+
     fn adopts_by_rename(&self, from: &dyn Store) -> bool {
         let Some(root) = from.local_root() else { return false };
         Collection::open(root).and_then(|src| super::place::same_filesystem(&src, self)).unwrap_or(false)
