@@ -217,6 +217,17 @@ fn the_witness_is_recomputed_and_proved_by_a_third_party() {
         assert!(python(&[std::path::Path::new("proof"), &proof]), "python checks the proof of {name}");
         env.ok(&["witness", "--check", proof.to_str().unwrap()]);
     }
+    let server = env.serve(&[&root], &[]);
+    let published = crate::serve::get(&server.url("/.well-known/ibi/witness"), &[]);
+    let published: serde_json::Value = serde_json::from_slice(&published.body).unwrap();
+    let kept: serde_json::Value = serde_json::from_slice(&std::fs::read(&witness).unwrap()).unwrap();
+    assert_eq!(published, kept, "serve publishes the latest witness");
+    let served = crate::serve::get(&server.url(&format!("/.well-known/ibi/witness/{}", names[0])), &[]);
+    assert_eq!(served.status, 200);
+    let served_proof = env.write("served-proof.json", &served.body);
+    env.ok(&["witness", "--check", served_proof.to_str().unwrap()]);
+    assert_eq!(crate::serve::get(&server.url("/.well-known/ibi/witness/no.such/name/2020/01.01"), &[]).status, 404);
+    drop(server);
     let victim = &names[2];
     let old_proof = env.path(&format!("proof-{}.json", victim.replace('/', "_")));
     swap_item(&std::path::Path::new(&root).join(victim));

@@ -33,6 +33,8 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/", get(browse))
         .route("/api/handles/{*id}", get(api_handles))
+        .route("/.well-known/ibi/witness", get(witness_latest))
+        .route("/.well-known/ibi/witness/{*name}", get(witness_proof))
         .route_layer(CompressionLayer::new().compress_when(not_raw))
         .route_layer(tower_http::timeout::TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -261,6 +263,59 @@ async fn browse(
     match blocking(move || browser.resolver.browse(&for_page)).await {
         Ok(page) => pages::browse_response(&page, &query, wants_json(&headers)),
         Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, "browse", &e.to_string()),
+    }
+}
+
+/// The latest witness of each collection served (one object for one collection,
+/// an array for several); 404 when none has one yet.
+async fn witness_latest(State(app): State<Arc<App>>) -> Response {
+    let found = blocking(move || -> ibi::Result<Vec<ibi::ops::witness::Witness>> {
+        let mut all = Vec::new();
+        for store in app.resolver.stores() {
+            all.extend(ibi::ops::witness::latest(store.as_ref())?);
+        }
+        Ok(all)
+    })
+    .await;
+    match found {
+        Ok(all) if all.is_empty() => refuse(StatusCode::NOT_FOUND, "witness", "no collection here has a witness yet"),
+        Ok(mut all) if all.len() == 1 => axum::Json(all.remove(0)).into_response(),
+        Ok(all) => axum::Json(all).into_response(),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, "witness", &e.to_string()),
+    }
+}
+
+/// Proofs are made one at a time: each reads every item's tagmanifest.
+static PROVING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The inclusion proof of one item in its collection's latest witness.
+async fn witness_proof(
+    State(app): State<Arc<App>>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+) -> Response {
+    let proved = blocking(move || -> ibi::Result<ibi::ops::witness::Proof> {
+        let name = ibi::id::RepositoryName::parse(&name)?;
+        let _one_at_a_time = PROVING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let holder = app.resolver.stores().iter().find(|s| matches!(s.slot(&name), Ok(ibi::store::Slot::Item)));
+        let store = holder.ok_or_else(|| ibi::Error::NotFound {
+            what: "item",
+            name: name.to_string(),
+            place: "this server".into(),
+        })?;
+        let latest = ibi::ops::witness::latest(store.as_ref())?.ok_or_else(|| ibi::Error::NotFound {
+            what: "witness",
+            name: name.to_string(),
+            place: store.location().into(),
+        })?;
+        ibi::ops::witness::prove(store.as_ref(), &latest, &name.to_string())
+    })
+    .await;
+    match proved {
+        Ok(proof) => axum::Json(proof).into_response(),
+        Err(e @ (ibi::Error::NotFound { .. } | ibi::Error::Parse(_))) => {
+            refuse(StatusCode::NOT_FOUND, "witness", &e.to_string())
+        }
+        Err(e) => refuse(StatusCode::CONFLICT, "witness", &e.to_string()),
     }
 }
 
