@@ -247,8 +247,8 @@ fn cross_filesystem_migrate_from_a_tmpfs() {
     env.ok(&["verify", &src]);
 }
 
-#[test]
-fn disk_full_dst_exits_3_keeps_src_and_leaves_no_partial_item() {
+/// A collection of three items of 700 KiB each: more than a 1 MiB tmpfs holds.
+fn three_items_of_700_kib() -> (TestEnv, String) {
     assert!(is_root(), "this test mounts a small tmpfs and must run as root (CI does)");
     let env = TestEnv::new();
     let src = env.collection("src");
@@ -256,6 +256,12 @@ fn disk_full_dst_exits_3_keeps_src_and_leaves_no_partial_item() {
         env.write(&format!("big/{i}/blob"), &vec![i as u8; 700 * 1024]);
         env.ok(&["-q", "deposit", &src, env.path(&format!("big/{i}")).to_str().unwrap()]);
     }
+    (env, src)
+}
+
+#[test]
+fn disk_full_dst_exits_3_keeps_src_and_leaves_no_partial_item() {
+    let (env, src) = three_items_of_700_kib();
     let expected = env.identities(&src);
     let src_before = snapshot(Path::new(&src));
     let small = env.tmpfs("small", "1m");
@@ -365,13 +371,7 @@ fn regress_migrate_dry_run_counts_differently() {
 /// and the summary comes last either way.
 #[test]
 fn regress_disk_full_mirror_names_no_item_and_no_summary() {
-    assert!(is_root(), "this test mounts a small tmpfs and must run as root (CI does)");
-    let env = TestEnv::new();
-    let src = env.collection("src");
-    for i in 0..3 {
-        env.write(&format!("big/{i}/blob"), &vec![i as u8; 700 * 1024]);
-        env.ok(&["-q", "deposit", &src, env.path(&format!("big/{i}")).to_str().unwrap()]);
-    }
+    let (env, src) = three_items_of_700_kib();
     let names: Vec<String> = env.identities(&src).into_keys().collect();
     let small = env.tmpfs("small", "1m");
     let dst = small.at("dst");
