@@ -180,8 +180,7 @@ Examples:
         /// The collection's root folder.
         root: PathBuf,
     },
-    /// Print the collection's latest witness (a signed Merkle root over every item's
-    /// identity, made by each whole or rolling verify), prove an item is in it, or check a proof.
+    /// Print the signed witness, prove an item is in it, or check a proof.
     #[command(after_help = "Examples:
   ibi witness /srv/library                             # the latest root, date, key and signature
   ibi witness /srv/library --prove sid.inpe.br/mtc-m18/2009/02.16.17.46 > proof.json
