@@ -1,7 +1,7 @@
 //! `ibi`: a uniform-repository collection manager built on INPE's Internet
 //! Based Identifiers. The library owns identifiers (`id`), BagIt items
 //! (`bag`), collections and their storage (`store`), operations (`ops`), durable file
-//! primitives (`fsx`), problems found in data (`problem`) and typed errors
+//! primitives (`fsx`), the event log's format (`events`), problems found in data (`problem`) and typed errors
 //! (`error`); it never sees clap or indicatif, which stay in the binary. It
 //! never prints either: what it has to say goes through a `Reporter` or an error.
 
@@ -10,6 +10,7 @@
 pub mod bag;
 pub mod digest;
 pub mod error;
+pub mod events;
 pub mod fsx;
 pub mod id;
 pub mod merkle;

@@ -39,6 +39,9 @@ pub enum ProblemKind {
     /// An item whose last successful fixity check is older than the cycle, or
     /// that was never checked, or whose last check failed (`verify --age`).
     StaleFixity,
+    /// The event log's hash chain is broken: an event was edited, removed,
+    /// inserted or reordered.
+    BrokenLog,
 }
 
 impl ProblemKind {
@@ -61,6 +64,7 @@ impl ProblemKind {
             ProblemKind::Unknown => "unknown item",
             ProblemKind::Changed => "changed",
             ProblemKind::StaleFixity => "stale fixity",
+            ProblemKind::BrokenLog => "broken log",
         }
     }
 }

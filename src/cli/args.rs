@@ -84,6 +84,13 @@ pub enum Command {
   ibi list /srv/library --since 2026-11-01 --until 2026-11-22
   ibi --json list /srv/library | jq -r .name")]
     List(ListArgs),
+    /// Print the event log: what was done to the collection and its items, and by whom.
+    #[command(after_help = "Examples:
+  ibi log /srv/library --since 2026-11-01
+  ibi log /srv/library sid.inpe.br/mtc-m18/2009/02.16.17.46
+  ibi log /srv/library sid.inpe.br/mtc-m18/2009/02.16.17.46 --premis > premis.xml
+  ibi --json log /srv/library | jq -r .type")]
+    Log(LogArgs),
     /// Print the path of an item given its repository name or IBIp.
     #[command(after_help = "Examples:
   ibi resolve /srv/library sid.inpe.br/mtc-m18/2009/02.16.17.46
@@ -610,6 +617,20 @@ pub struct ListArgs {
     /// Only names dated at or before TIME; a day alone includes the whole day.
     #[arg(long, value_name = "TIME", value_parser = parse_until)]
     pub until: Option<Timestamp>,
+}
+
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// The collection's root folder.
+    pub root: PathBuf,
+    /// Only this item's events (a repository name or IBIp).
+    pub name: Option<String>,
+    /// Only events at or after TIME (RFC 3339, POSIX seconds, or a day: 2026-11-22).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<Timestamp>,
+    /// Write the item's events as PREMIS 3 XML (needs NAME).
+    #[arg(long, requires = "name")]
+    pub premis: bool,
 }
 
 #[derive(Debug, Args)]

@@ -167,6 +167,55 @@ pub fn list(global: GlobalArgs, args: &ListArgs) -> Result<Outcome> {
     Ok(Outcome::Success)
 }
 
+pub fn log(global: GlobalArgs, args: &super::args::LogArgs) -> Result<Outcome> {
+    use ibi::ops::log;
+    let collection = super::open(&args.root)?;
+    let collection = collection.as_ref();
+    let name = match &args.name {
+        Some(text) => Some(match ibi::RepositoryName::parse(text) {
+            Ok(name) => name,
+            Err(_) => ibi::store::resolve(collection, text)?,
+        }),
+        None => None,
+    };
+    if args.premis {
+        let name = name.as_ref().expect("clap requires NAME with --premis");
+        super::write_stdout(&log::premis(collection, name)?)?;
+        return Ok(Outcome::Success);
+    }
+    let since = args.since.map(ibi::store::inventory::fixity_date);
+    let printer = Printer::new(global);
+    let keeps = log::for_each(collection, name.as_ref(), &mut |stored| {
+        let event = log::read(stored)?;
+        if super::stdout_gone() || since.as_ref().is_some_and(|s| event.date < *s) {
+            return Ok(());
+        }
+        if printer.json() {
+            let mut value = serde_json::to_value(&event).expect("an event serialises");
+            value["hash"] = json!(stored.hash);
+            printer.line(&value.to_string());
+        } else {
+            let item = event.item.as_deref().unwrap_or("-");
+            let carried = event.carried_from.as_ref().map(|f| format!(" (carried from {f})")).unwrap_or_default();
+            printer.line(&format!(
+                "{}\t{}\t{}\t{item}\t{}\t{}{carried}\t{}",
+                event.seq,
+                event.date,
+                event.kind.as_str(),
+                event.outcome,
+                event.detail,
+                event.agent.label()
+            ));
+        }
+        Ok(())
+    })?;
+    if !keeps {
+        let problem = format!("{} keeps no event log", collection.location());
+        return Err(ibi::Error::Invalid { what: "log".into(), problem }.into());
+    }
+    Ok(Outcome::Success)
+}
+
 pub fn resolve(global: GlobalArgs, root: &Path, name: &str) -> Result<Outcome> {
     let collection = super::open(root)?;
     let collection = collection.as_ref();

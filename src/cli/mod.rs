@@ -94,6 +94,7 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
         Command::Deposit(args) => collection::deposit(g, args),
         Command::Verify(args) => collection::verify(g, args),
         Command::List(args) => collection::list(g, args),
+        Command::Log(args) => collection::log(g, args),
         Command::Resolve { root, name } => collection::resolve(g, root, name),
         Command::Show { root, name } => versions::show(g, root, name),
         Command::Update(args) => versions::update(g, args),

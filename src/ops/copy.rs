@@ -10,6 +10,7 @@
 
 use rayon::prelude::*;
 
+use crate::events::EventKind;
 use crate::error::Result;
 use crate::id::RepositoryName;
 use crate::ops::driver::{next_chunk, pipeline, plan_copy, Driver, Plan, Tally};
@@ -149,7 +150,8 @@ pub fn transfer(
         url: options.forward_url.clone(),
     };
     let tally = Tally::default();
-    let driver = Driver { src, dst, writer: dst_writer, tally: &tally, reporter };
+    let event = if migrate { EventKind::MigrateIn } else { EventKind::CopyIn };
+    let driver = Driver { src, dst, writer: dst_writer, tally: &tally, reporter, event };
     // Asked with no names, `adopt_from` says whether DST can take SRC's items by rename.
     let by_rename = match (dst_writer, src_writer) {
         (Some(d), Some(s)) if d.adopt_from(s, &[])?.is_some() => Some((s, d)),

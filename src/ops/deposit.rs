@@ -27,7 +27,9 @@ use crate::ops::source::{plan_paths, PlannedFile, SourcePlan};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::transfer::BATCH;
 use crate::ops::transfer::{place_staged, StagedItem};
+use crate::events::EventKind;
 use crate::store::guard;
+use crate::store::log::Action;
 use crate::store::{
     item_ibip, mint, FileSource, ItemRecord, LockWait, Placement, Slot, StageId, Staging, Status, Store, Writer,
 };
@@ -413,7 +415,14 @@ pub fn deposit_batch(
                 });
                 records.push((key, m.name.clone()));
                 let placement =
-                    Placement { stage: payload.staging.id, name: m.name.clone(), ibip: m.ibip, replace: false, record };
+                    Placement {
+                        stage: payload.staging.id,
+                        name: m.name.clone(),
+                        ibip: m.ibip,
+                        replace: false,
+                        record,
+                        action: Action::of(EventKind::Deposit, String::new()),
+                    };
                 staged.push(StagedItem { staging: payload.staging, placement, bytes: payload.oxum.octets });
                 (m, false)
             }

@@ -17,7 +17,9 @@ use crate::ops::report::{Outcome, ProblemCount, Reporter};
 use crate::ops::transfer::{item_bytes, place_staged, same_identity, stage_copy, StagedItem, BATCH};
 use crate::ops::verify::vanished;
 use crate::problem::{Problem, ProblemKind};
+use crate::events::EventKind;
 use crate::store::guard;
+use crate::store::log::{carried_events, Action};
 use crate::store::{raise_minter, LockWait, Slot, Store, Writer};
 
 /// After this long staging a chunk with copies still under way, the copies
@@ -189,6 +191,8 @@ pub struct Driver<'a> {
     pub writer: Option<&'a dyn Writer>,
     pub tally: &'a Tally,
     pub reporter: &'a dyn Reporter,
+    /// What DST's log records of each item placed.
+    pub event: EventKind,
 }
 
 impl<'a> Driver<'a> {
@@ -251,7 +255,7 @@ impl<'a> Driver<'a> {
             }
         });
         let names: Vec<RepositoryName> = chunk.items.iter().map(|item| item.name().clone()).collect();
-        if let Err(e) = self.carry_deposit_keys(&names, &mut chunk.items) {
+        if let Err(e) = self.carry_along(&names, &mut chunk.items) {
             chunk.failed.get_or_insert(e);
         }
         chunk
@@ -279,7 +283,7 @@ impl<'a> Driver<'a> {
         let mut items = std::mem::take(&mut chunk.items);
         let names: Vec<RepositoryName> = items.iter().map(|item| item.name().clone()).collect();
         let placed = settle()
-            .and_then(|()| self.carry_deposit_keys(&names, &mut items))
+            .and_then(|()| self.carry_along(&names, &mut items))
             .and_then(|()| self.place(writer, items));
         match placed {
             Ok(placed) => chunk.placed_early.extend(placed),
@@ -289,10 +293,20 @@ impl<'a> Driver<'a> {
         }
     }
 
-    /// SRC's content keys of the items copied go with them, in each placement's
-    /// record; `place` files them in DST's records of deposits once the items are
-    /// placed, so that DST recognises a repeated deposit of what it holds by copy.
-    fn carry_deposit_keys(&self, copying: &[RepositoryName], staged: &mut [StagedItem]) -> Result<()> {
+    /// What goes with the items copied: SRC's content keys, in each placement's
+    /// record (`place` files them in DST's records of deposits once the items are
+    /// placed, so that DST recognises a repeated deposit of what it holds by
+    /// copy), and the action DST logs, with the item's events in SRC (not for a
+    /// repair: the item's history is already where it is repaired).
+    fn carry_along(&self, copying: &[RepositoryName], staged: &mut [StagedItem]) -> Result<()> {
+        let note = format!("from {}", self.src.location());
+        for item in staged.iter_mut() {
+            let carried = match self.event {
+                EventKind::Repair => Vec::new(),
+                _ => carried_events(self.src, item.name())?,
+            };
+            item.placement.action = Action { kind: Some(self.event), note: note.clone(), carried };
+        }
         let keys: HashMap<RepositoryName, Vec<String>> = copying
             .iter()
             .cloned()

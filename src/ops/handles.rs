@@ -189,7 +189,7 @@ pub fn locations(name: &RepositoryName, url_base: &str, mirrors: &[String]) -> S
     format!("<locations>{inner}</locations>")
 }
 
-fn xml(text: &str) -> String {
+pub(crate) fn xml(text: &str) -> String {
     text.replace('&', "&amp;").replace('"', "&quot;").replace('<', "&lt;").replace('>', "&gt;")
 }
 

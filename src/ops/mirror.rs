@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use rayon::prelude::*;
 
+use crate::events::EventKind;
 use crate::error::{Error, Result};
 use crate::id::RepositoryName;
 use crate::ops::driver::{pipeline, plan_copy, Driver, Plan, RunResult, Tally, TransferSummary};
@@ -364,7 +365,7 @@ fn sync(
 ) -> RunResult {
     let tally = Tally::default();
     let planner = Planner { src, dst, options, tally: &tally, reporter };
-    let driver = Driver { src, dst, writer, tally: &tally, reporter };
+    let driver = Driver { src, dst, writer, tally: &tally, reporter, event: EventKind::MirrorIn };
     reporter.begin(Task::Mirror);
     let run = while_surveying(reporter, Survey::Items(src, &[]), || -> Result<()> {
         let mut merge = Merge {

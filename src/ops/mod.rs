@@ -10,6 +10,7 @@ pub mod foreign_bag;
 pub mod handles;
 pub mod item;
 pub mod list;
+pub mod log;
 pub mod minting;
 pub mod mirror;
 mod over_any_store;

@@ -9,6 +9,7 @@
 
 use rayon::prelude::*;
 
+use crate::events::EventKind;
 use crate::error::Result;
 use crate::id::RepositoryName;
 use crate::ops::driver::{next_chunk, pipeline, Driver, Plan, Tally, TransferSummary};
@@ -125,7 +126,7 @@ pub fn repair(
     let writer = writer.as_deref();
     let tally = Tally::default();
     let repairer = Repairer { root, writer, from, tally: &tally, reporter };
-    let driver = Driver { src: from, dst: root, writer, tally: &tally, reporter };
+    let driver = Driver { src: from, dst: root, writer, tally: &tally, reporter, event: EventKind::Repair };
     reporter.begin(Task::Repair);
     let mut needs = candidates(root, names)?.into_iter().map(Ok);
     let next_plans = || -> Result<Option<Vec<Plan>>> {

@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::fsx::CopyError;
 use crate::id::RepositoryName;
 use crate::ops::report::Reporter;
+use crate::store::log::Action;
 use crate::problem::{Problem, ProblemKind};
 use crate::store::{ibip_in, identity_digest, FileSource, ItemRecord, Placed, Placement, Staging, Store, Writer};
 
@@ -205,7 +206,7 @@ pub fn stage_copy<'d>(
         (Some(info), Some(tags)) => ItemRecord::from_info(name, info, tags.sha256()).ok(),
         _ => None,
     };
-    let placement = Placement { stage: staging.id, name: name.clone(), ibip, replace, record };
+    let placement = Placement { stage: staging.id, name: name.clone(), ibip, replace, record, action: Action::default() };
     Ok(Ok(StagedItem { staging, placement, bytes }))
 }
 

@@ -16,6 +16,8 @@ use crate::bag::history::{History, Withdrawal, VERSIONS_DIR};
 use crate::bag::manifest::{self, check_path};
 use crate::bag::{self, BagContents, BagInfo, TopLevel, BAG_INFO_TXT};
 use crate::digest::{Algorithm, Digests};
+use crate::events::EventKind;
+use crate::store::log::Action;
 use crate::error::{Error, Result};
 use crate::fsx::open_regular;
 use crate::id::minter::Clock;
@@ -347,7 +349,8 @@ fn place_version(staging: &Staging, name: &RepositoryName, record: Option<ItemRe
         return Err(Error::Data { what: format!("item {name}"), problem });
     }
     let ibip = check.info.as_ref().and_then(crate::store::ibip_in);
-    let batch = [Placement { stage: staging.id, name: name.clone(), ibip, replace: true, record }];
+    let action = Action::of(EventKind::Update, String::new());
+    let batch = [Placement { stage: staging.id, name: name.clone(), ibip, replace: true, record, action }];
     match store.place(&batch)?.into_iter().next() {
         Some((_, Ok(()))) => Ok(()),
         Some((_, Err(refusal))) => Err(refusal),

@@ -166,6 +166,14 @@ fn report_vanished(
     Ok(())
 }
 
+/// Reports the first break in the event log's chain, if there is one.
+fn check_log(store: &dyn Store, counters: &Counters, reporter: &dyn Reporter) -> Result<()> {
+    if let Some(broken) = crate::ops::log::check_chain(store)?.as_ref().and_then(|c| c.broken()) {
+        counters.report(reporter, &Problem::new("event log", None, ProblemKind::BrokenLog, broken));
+    }
+    Ok(())
+}
+
 pub(crate) fn verify_one(
     store: &dyn Store,
     name: &RepositoryName,
@@ -180,7 +188,8 @@ pub(crate) fn verify_one(
         return;
     }
     let date = crate::store::inventory::fixity_date(crate::id::Timestamp::now());
-    counters.note_check(store, FixityCheck { name: name.clone(), date, ok: problems.is_empty() }, reporter);
+    let fixity = FixityCheck { name: name.clone(), date, ok: problems.is_empty(), files: check.files, bytes: check.bytes };
+    counters.note_check(store, fixity, reporter);
     counters.items.fetch_add(1, Ordering::Relaxed);
     counters.files.fetch_add(check.files, Ordering::Relaxed);
     counters.bytes.fetch_add(check.bytes, Ordering::Relaxed);
@@ -210,6 +219,7 @@ pub fn verify(store: &dyn Store, names: &[String], reporter: &dyn Reporter) -> R
                 Ok(())
             })?;
             report_vanished(store, known, &counters, reporter)?;
+            check_log(store, &counters, reporter)?;
         } else {
             let mut items: Vec<RepositoryName> = names.iter().map(|n| resolve(store, n)).collect::<Result<_>>()?;
             let mut seen = std::collections::BTreeSet::new();

@@ -72,6 +72,23 @@ pub struct FixityCheck {
     pub name: RepositoryName,
     pub date: String,
     pub ok: bool,
+    /// The files and bytes checked (for the log).
+    #[serde(default)]
+    pub files: u64,
+    #[serde(default)]
+    pub bytes: u64,
+}
+
+impl FixityCheck {
+    /// The check as an event of the log.
+    pub fn event(&self) -> crate::events::Event {
+        let outcome = if self.ok { "pass" } else { "fail" };
+        let detail = format!("{} files, {} bytes", self.files, self.bytes);
+        let mut event =
+            crate::events::Event::new(crate::events::EventKind::Fixity, Some(self.name.to_string()), outcome, detail);
+        event.date = self.date.clone();
+        event
+    }
 }
 
 /// The date of a fixity check made at `at`: RFC 3339 to the whole second.

@@ -26,6 +26,7 @@ pub mod guard;
 pub mod inventory;
 pub mod local;
 pub mod location;
+pub mod log;
 pub mod memory;
 pub mod open;
 #[cfg(feature = "s3")]
@@ -184,6 +185,11 @@ pub trait Store: Send + Sync {
     /// Keeps `json` as the latest witness, durably.
     fn keep_witness(&self, _json: &str) -> Result<()> {
         Ok(())
+    }
+    /// Up to a page of the collection's event log after event `after`, of `item`
+    /// only when given, in order; `None` when the backend keeps no log.
+    fn events(&self, _item: Option<&RepositoryName>, _after: u64) -> Result<Option<Vec<crate::events::StoredEvent>>> {
+        Ok(None)
     }
     /// Whether a writer of this collection would take `from`'s items by rename
     /// (`Writer::adopt_from`) rather than by copy: asked by a dry run, which holds

@@ -41,6 +41,8 @@ pub struct Placement {
     /// What the inventory is to record of it, when the caller built or checked the
     /// bag and knows; otherwise the store reads it from the placed bag.
     pub record: Option<ItemRecord>,
+    /// What the log records of it.
+    pub action: crate::store::log::Action,
 }
 
 /// Why one placement of a batch was refused (the others go ahead): the name is

@@ -467,6 +467,13 @@ impl Store for FarStore {
         matches!(self.call(&Request::Inventory), Ok(Reply::Inventory { present: true, .. }))
     }
 
+    fn events(&self, item: Option<&RepositoryName>, after: u64) -> Result<Option<Vec<crate::events::StoredEvent>>> {
+        match self.call(&Request::Events { item: item.cloned(), after })? {
+            Reply::Events(page) => Ok(page),
+            other => Err(self.conn.unexpected(&other)),
+        }
+    }
+
     fn records(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {
         match self.call(&Request::Records(names.to_vec()))? {
             Reply::Records(records) => Ok(records),
@@ -643,6 +650,7 @@ impl WriteBackend for FarStore {
                 ibip: p.ibip,
                 replace: p.replace,
                 record: p.record.clone(),
+                action: p.action.clone(),
             })
             .collect();
         let placed = match self.call(&Request::Place(wire_batch))? {

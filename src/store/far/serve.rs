@@ -135,7 +135,29 @@ impl Budget {
 
 /// Serves one session on stdin and stdout until the client closes it.
 pub fn serve_stdio(options: ServeOptions) -> Result<()> {
+    crate::events::set_session_restriction(session_restriction(&options));
     serve(options, io::stdin(), Box::new(io::stdout()))
+}
+
+/// What the log says of this session's agent: where it came from (OpenSSH's
+/// `SSH_CONNECTION`) and what its key may do.
+fn session_restriction(options: &ServeOptions) -> String {
+    let from = std::env::var("SSH_CONNECTION").ok().and_then(|c| c.split(' ').next().map(String::from));
+    let mut parts = vec![match from {
+        Some(address) => format!("far session from {address}"),
+        None => "far session".to_string(),
+    }];
+    if !options.restrict_to.is_empty() {
+        let paths: Vec<String> = options.restrict_to.iter().map(|p| p.display().to_string()).collect();
+        parts.push(format!("restricted to {}", paths.join(", ")));
+    }
+    if options.append_only {
+        parts.push("append-only".into());
+    }
+    if options.read_only {
+        parts.push("read-only".into());
+    }
+    parts.join(", ")
 }
 
 /// Serves one session on `input` and `output`.
@@ -544,6 +566,7 @@ impl Session {
             Request::Leftovers => Reply::Problems(c()?.leftovers()),
             Request::Inventory => Reply::Inventory { id: c()?.collection_id(), present: c()?.has_inventory() },
             Request::Records(names) => Reply::Records(c()?.records(&names)?),
+            Request::Events { item, after } => Reply::Events(c()?.events(item.as_ref(), after)?),
             Request::Lease(wait) => return done(self.take_lease(wait)),
             Request::Unlease => {
                 lock(&self.writer).take();
@@ -767,6 +790,7 @@ impl Session {
                     ibip: record.ibip,
                     replace: p.replace,
                     record: Some(record),
+                    action: crate::store::log::admitted_action(p.action, p.replace),
                 }),
                 Err(e) => {
                     writer.discard(sid);

@@ -157,6 +157,9 @@ pub struct WirePlacement {
     pub ibip: Option<Ibip>,
     pub replace: bool,
     pub record: Option<ItemRecord>,
+    /// What the log is to record (an older client sends none).
+    #[serde(default)]
+    pub action: crate::store::log::Action,
 }
 
 /// What the client asks; the frame's id ties replies to it.
@@ -248,6 +251,11 @@ pub enum Request {
     Remove(Vec<RepositoryName>),
     NoteMoved(Vec<RepositoryName>, Forward),
     CheckItem(RepositoryName),
+    /// A page of the event log after event `after`, of one item when given.
+    Events {
+        item: Option<RepositoryName>,
+        after: u64,
+    },
 }
 
 /// A file's kind as sent.
@@ -395,6 +403,7 @@ pub enum Reply {
     Minting(Minting),
     Placed(Vec<(RepositoryName, Option<WireError>)>),
     Checked(WireCheck),
+    Events(Option<Vec<crate::events::StoredEvent>>),
 }
 
 /// A slot as sent.

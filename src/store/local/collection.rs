@@ -19,6 +19,7 @@ use crate::fsx::{self, atomic_write, create_dir_all_durable, fsync_dir, FileLock
 use crate::id::{Ibip, Minted, RepositoryName, Subsystem};
 pub use crate::store::config::{CollectionConfig, Minting, Peer};
 use crate::store::guard;
+use crate::store::log::StepLog;
 pub use crate::store::LockWait;
 
 #[derive(Debug, Clone)]
@@ -366,12 +367,19 @@ impl Collection {
 
     /// Records, before acting, that items are about to be placed or removed, so that
     /// an interrupted writer's successor can finish their aliases: one record for a
-    /// batch, one `name<TAB>ibip` line per item. Returns the record's path.
-    pub fn journal_all(&self, intent: Intent, items: &[(&RepositoryName, Option<&Ibip>)]) -> Result<PathBuf> {
-        let text: String = items
+    /// batch, one `name<TAB>ibip` line per item, then `actions` (`StepLog`'s
+    /// journal lines, for the log). Returns the record's path.
+    pub fn journal_all(
+        &self,
+        intent: Intent,
+        items: &[(&RepositoryName, Option<&Ibip>)],
+        actions: &str,
+    ) -> Result<PathBuf> {
+        let mut text: String = items
             .iter()
             .map(|(name, ibip)| format!("{}\n", Minted { name: (*name).clone(), ibip: ibip.copied() }.record()))
             .collect();
+        text.push_str(actions);
         // Unique per writer and record, so two writers of one batch never share a record.
         static RECORDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = RECORDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -475,8 +483,9 @@ impl Collection {
                 _ => {}
             }
         }
-        self.record_placed(&placed)?;
-        self.record_removed(&removed)?;
+        let step = step_of(record);
+        self.record(Vec::new(), &placed, &StepLog::from_journal(step.clone(), &text))?;
+        self.record_removed(&removed, &step)?;
         self.end_journal(record)
     }
 
@@ -491,6 +500,12 @@ impl Collection {
         }
         Ok(())
     }
+}
+
+/// The name of a journalled step: its record's file name, which the step's
+/// event ids are made from.
+pub fn step_of(record: &Path) -> String {
+    record.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 /// A content key names one file of `.ibi/deposited/`: letters and digits only (a

@@ -19,7 +19,7 @@ const FIXITY_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS fixity (
 ) WITHOUT ROWID;";
 
 impl Inventory {
-    /// Records checks, each replacing the item's last one, in one transaction.
+    /// Records checks, each replacing the item's last one, and logs each, in one transaction.
     pub fn record_fixity(&mut self, checks: &[FixityCheck]) -> Result<()> {
         if checks.is_empty() {
             return Ok(());
@@ -36,6 +36,8 @@ impl Inventory {
                     .map_err(|e| sql_error(&path, e))?;
             }
         }
+        let events: Vec<crate::events::Event> = checks.iter().map(FixityCheck::event).collect();
+        super::events::append(&tx, &path, &events)?;
         tx.commit().map_err(|e| sql_error(&path, e))
     }
 
@@ -58,7 +60,7 @@ impl Inventory {
         for row in rows {
             let (name, date, ok) = row.map_err(|e| sql_error(&self.path, e))?;
             if let Ok(name) = RepositoryName::parse(&name) {
-                checks.push(FixityCheck { name, date, ok });
+                checks.push(FixityCheck { name, date, ok, files: 0, bytes: 0 });
             }
         }
         Ok(checks)

@@ -13,6 +13,8 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 use crate::bag::history::Withdrawal;
 use crate::error::{Error, Result};
+use crate::events::{Event, EventKind};
+use crate::store::log::{removal_event, Action, StepLog};
 use crate::fsx;
 use crate::id::{Ibip, RepositoryName};
 use crate::store::inventory::{Forward, ItemRecord, Status, VersionRecord};
@@ -307,7 +309,12 @@ impl Inventory {
 
     /// Writes records (inserting or replacing by name) in one durable transaction.
     pub fn put(&mut self, records: &[ItemRecord]) -> Result<()> {
-        if records.is_empty() {
+        self.put_logged(records, &[])
+    }
+
+    /// Writes records and appends `events` to the log, in one durable transaction.
+    pub fn put_logged(&mut self, records: &[ItemRecord], events: &[Event]) -> Result<()> {
+        if records.is_empty() && events.is_empty() {
             return Ok(());
         }
         let path = self.path.clone();
@@ -337,22 +344,24 @@ impl Inventory {
                     .map_err(|e| sql_error(&path, e))?;
             }
         }
+        super::events::append(&tx, &path, events)?;
         tx.commit().map_err(|e| sql_error(&path, e))
     }
 
     /// Notes where items went (or are going: migrate notes it before it removes),
     /// in one durable transaction.
     pub fn note_moved(&mut self, names: &[RepositoryName], to: &Forward) -> Result<()> {
-        self.set_column(names, "moved", &serde_json::to_string(to).expect("a forward serialises"))
+        self.set_column(names, "moved", &serde_json::to_string(to).expect("a forward serialises"), &[])
     }
 
-    /// Marks items as taken away on purpose, in one durable transaction.
-    pub fn mark_removed(&mut self, names: &[RepositoryName]) -> Result<()> {
-        self.set_column(names, "status", Status::Removed.as_str())
+    /// Marks items as taken away on purpose and logs `events`, in one durable transaction.
+    pub fn mark_removed(&mut self, names: &[RepositoryName], events: &[Event]) -> Result<()> {
+        self.set_column(names, "status", Status::Removed.as_str(), events)
     }
 
-    /// Sets one column of the rows of `names` to `value`, in one durable transaction.
-    fn set_column(&mut self, names: &[RepositoryName], column: &'static str, value: &str) -> Result<()> {
+    /// Sets one column of the rows of `names` to `value` and logs `events`, in
+    /// one durable transaction.
+    fn set_column(&mut self, names: &[RepositoryName], column: &'static str, value: &str, events: &[Event]) -> Result<()> {
         let path = self.path.clone();
         let tx = self.conn.transaction().map_err(|e| sql_error(&path, e))?;
         {
@@ -364,6 +373,7 @@ impl Inventory {
                     .map_err(|e| sql_error(&path, e))?;
             }
         }
+        super::events::append(&tx, &path, events)?;
         tx.commit().map_err(|e| sql_error(&path, e))
     }
 
@@ -567,28 +577,22 @@ impl super::Collection {
         })
     }
 
-    /// Records items just placed: `known` as given, the others read from their bags.
-    pub fn record(&self, known: &[ItemRecord], unknown: &[RepositoryName]) -> Result<()> {
-        if !known.is_empty() && self.layout.inventory().exists() {
-            self.with_inventory(|inventory| inventory.put(known))?;
-        }
-        self.record_placed(unknown)
-    }
-
-    /// Records items just placed, from their bags (read in parallel). Without an
-    /// inventory this does nothing: the first write's `recover` builds it from the bags.
-    pub fn record_placed(&self, names: &[RepositoryName]) -> Result<()> {
+    /// Records items just placed, `known` as given, the others read from their
+    /// bags, and logs each as `log` says, in one durable transaction.
+    pub fn record(&self, known: Vec<ItemRecord>, unknown: &[RepositoryName], log: &StepLog) -> Result<()> {
         use rayon::prelude::*;
         if !self.layout.inventory().exists() {
             return Ok(());
         }
-        let records: Vec<ItemRecord> = names
-            .par_iter()
-            .filter(|name| self.contains(name))
-            .map(|name| ItemRecord::from_bag(&crate::bag::DirBag::new(&self.layout.item(name)), name))
-            .filter_map(|record| record.ok())
-            .collect();
-        self.with_inventory(|inventory| inventory.put(&records)).map(drop)
+        let mut records = known;
+        records.par_extend(
+            unknown
+                .par_iter()
+                .filter(|name| self.contains(name))
+                .filter_map(|name| ItemRecord::from_bag(&crate::bag::DirBag::new(&self.layout.item(name)), name).ok()),
+        );
+        let events: Vec<Event> = records.iter().flat_map(|record| log.events_of(record)).collect();
+        self.with_inventory(|inventory| inventory.put_logged(&records, &events)).map(drop)
     }
 
     /// Notes where items went (`Writer::note_moved`).
@@ -597,8 +601,8 @@ impl super::Collection {
     }
 
     /// Records items moved in from `src` (a rename, `move_all`), with the content
-    /// keys `src` recorded for them, in the records and the records of deposits.
-    pub fn record_arrived_from(&self, src: &super::Collection, names: &[RepositoryName]) -> Result<()> {
+    /// keys `src` recorded for them and their events there, as one migrate step.
+    pub fn record_arrived_from(&self, src: &super::Collection, names: &[RepositoryName], log: &StepLog) -> Result<()> {
         let held = src.with_inventory(|inventory| inventory.get(names))?.unwrap_or_default();
         let keys: std::collections::HashMap<RepositoryName, Vec<String>> = held
             .into_iter()
@@ -609,23 +613,33 @@ impl super::Collection {
         let pairs: Vec<(String, RepositoryName)> =
             keys.iter().flat_map(|(name, ks)| ks.iter().map(move |k| (k.clone(), name.clone()))).collect();
         self.write_deposit_records(&pairs)?;
-        self.record_placed(names)?;
-        let arrived: Vec<RepositoryName> = keys.keys().cloned().collect();
-        let records = self.with_inventory(|inventory| inventory.get(&arrived))?.unwrap_or_default();
-        let records: Vec<ItemRecord> = records
-            .into_iter()
-            .flatten()
+        let mut log = log.clone();
+        for name in names {
+            let carried = crate::store::log::carried_events(src, name)?;
+            let note = format!("from {}", crate::store::Store::location(src));
+            let action = Action { kind: Some(EventKind::MigrateIn), note, carried };
+            log.actions.insert(name.clone(), action);
+        }
+        let records: Vec<ItemRecord> = names
+            .iter()
+            .filter_map(|name| ItemRecord::from_bag(&crate::bag::DirBag::new(&self.layout.item(name)), name).ok())
             .map(|mut record| {
                 record.deposit_keys = keys.get(&record.name).cloned().unwrap_or_default();
                 record
             })
             .collect();
-        self.with_inventory(|inventory| inventory.put(&records)).map(drop)
+        self.record(records, &[], &log)
     }
 
-    /// Records items taken away on purpose.
-    pub fn record_removed(&self, names: &[RepositoryName]) -> Result<()> {
-        self.with_inventory(|inventory| inventory.mark_removed(names)).map(drop)
+    /// Records items taken away on purpose (migrate), each logged as one step.
+    pub fn record_removed(&self, names: &[RepositoryName], step: &str) -> Result<()> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let records = self.with_inventory(|inventory| inventory.get(names))?.unwrap_or_default();
+        let events: Vec<Event> =
+            names.iter().zip(&records).map(|(name, record)| removal_event(name, record.as_ref(), step)).collect();
+        self.with_inventory(|inventory| inventory.mark_removed(names, &events)).map(drop)
     }
 
     /// Gives an older collection what this version keeps: an id and an inventory

@@ -6,6 +6,7 @@
 
 pub mod alias;
 pub mod collection;
+mod events;
 pub mod fixity;
 pub mod inventory;
 pub mod layout;

@@ -9,15 +9,18 @@
 //! leaves an alias to fix is journalled first, so an interrupted run's
 //! successor completes it (`Collection::recover`). Symlinks are never followed.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, fsync_dir, rename_exchange, rename_noreplace};
 use crate::id::{Ibip, RepositoryName};
+use crate::events::EventKind;
+use crate::store::local::collection::step_of;
 use crate::store::local::{alias, Collection, Intent, Item, StagingDir};
-use crate::store::ItemRecord;
+use crate::store::log::{Action, StepLog};
+use crate::store::{ItemRecord, Store};
 
 /// A verified copy waiting in the destination's staging.
 pub struct Staged {
@@ -29,12 +32,14 @@ pub struct Staged {
     pub replace: bool,
     /// What the inventory records of it, when the caller knows (else read from the bag).
     pub record: Option<ItemRecord>,
+    /// What the log records of it.
+    pub action: Action,
 }
 
 impl Staged {
     /// A complete bag built in `dir`, to be placed as `name`.
     pub fn new(dir: StagingDir, name: RepositoryName, ibip: Option<Ibip>, bytes: u64) -> Self {
-        Staged { dir, name, ibip, bytes, replace: false, record: None }
+        Staged { dir, name, ibip, bytes, replace: false, record: None, action: Action::default() }
     }
 }
 
@@ -95,8 +100,11 @@ pub fn place_all(
         dst.with_inventory(|inventory| inventory.check_writable())?;
     }
     fsx::syncfs(&dst.layout.staging())?;
+    let actions: HashMap<RepositoryName, Action> =
+        staged.iter_mut().map(|s| (s.name.clone(), std::mem::take(&mut s.action))).collect();
     let entries: Vec<(&RepositoryName, Option<&Ibip>)> = staged.iter().map(|s| (&s.name, s.ibip.as_ref())).collect();
-    let record = dst.journal_all(Intent::Place, &entries)?;
+    let record = dst.journal_all(Intent::Place, &entries, &StepLog::journal_lines(&actions))?;
+    let log = StepLog::new(step_of(&record), actions);
     let mut dirs = BTreeSet::new();
     let mut outcomes = Vec::with_capacity(staged.len());
     {
@@ -123,7 +131,7 @@ pub fn place_all(
     let known: Vec<ItemRecord> = known.into_iter().filter_map(|(s, _)| s.record.take()).collect();
     let unknown: Vec<RepositoryName> = unknown.into_iter().map(|(s, _)| s.name.clone()).collect();
     drop(staged);
-    dst.record(&known, &unknown).map_err(|cause| Error::PlacedUnrecorded {
+    dst.record(known, &unknown, &log).map_err(|cause| Error::PlacedUnrecorded {
         names: placed_names(&outcomes).iter().map(ToString::to_string).collect(),
         cause: Box::new(cause),
     })?;
@@ -145,7 +153,7 @@ pub fn remove_all(collection: &Collection, items: &[Item]) -> Result<()> {
     let ibips: Vec<Option<Ibip>> = items.iter().map(|i| i.ibip().ok().flatten()).collect();
     let entries: Vec<(&RepositoryName, Option<&Ibip>)> =
         items.iter().zip(&ibips).map(|(i, b)| (&i.name, b.as_ref())).collect();
-    let record = collection.journal_all(Intent::Remove, &entries)?;
+    let record = collection.journal_all(Intent::Remove, &entries, "")?;
     let trash = collection.layout.trash();
     fsx::create_dir_all_durable(&trash)?;
     let holder = tempfile::Builder::new().prefix("items-").tempdir_in(&trash).with_path("create in", &trash)?.keep();
@@ -164,7 +172,7 @@ pub fn remove_all(collection: &Collection, items: &[Item]) -> Result<()> {
     fsx::remove_tree(&holder)?;
     fsync_dir(&trash)?;
     let names: Vec<RepositoryName> = items.iter().map(|i| i.name.clone()).collect();
-    collection.record_removed(&names)?;
+    collection.record_removed(&names, &step_of(&record))?;
     collection.end_journal(&record)
 }
 
@@ -190,8 +198,12 @@ pub fn move_all(
     let ibips: Vec<Option<Ibip>> = items.iter().map(|i| i.ibip().ok().flatten()).collect();
     let entries: Vec<(&RepositoryName, Option<&Ibip>)> =
         items.iter().zip(&ibips).map(|(i, b)| (&i.name, b.as_ref())).collect();
-    let src_record = src.journal_all(Intent::Remove, &entries)?;
-    let dst_record = dst.journal_all(Intent::Place, &entries)?;
+    let src_record = src.journal_all(Intent::Remove, &entries, "")?;
+    let actions: HashMap<RepositoryName, Action> = items
+        .iter()
+        .map(|i| (i.name.clone(), Action::of(EventKind::MigrateIn, format!("from {}", src.location()))))
+        .collect();
+    let dst_record = dst.journal_all(Intent::Place, &entries, &StepLog::journal_lines(&actions))?;
     let mut dirs = BTreeSet::new();
     let mut outcomes = Vec::with_capacity(items.len());
     for item in items {
@@ -222,8 +234,8 @@ pub fn move_all(
     }
     alias_dirs.iter().try_for_each(|dir| fsync_dir(dir))?;
     let moved = placed_names(&outcomes);
-    dst.record_arrived_from(src, &moved)?;
-    src.record_removed(&moved)?;
+    dst.record_arrived_from(src, &moved, &StepLog::new(step_of(&dst_record), actions))?;
+    src.record_removed(&moved, &step_of(&src_record))?;
     dst.end_journal(&dst_record)?;
     src.end_journal(&src_record)?;
     Ok(outcomes)

@@ -18,6 +18,7 @@ use crate::fsx::{self, CopyError, CopyMode};
 use crate::id::minter::MinterState;
 use crate::id::{Ibip, RepositoryName, Subsystem};
 use crate::problem::{Problem, ProblemKind};
+use crate::events::{EventKind, StoredEvent};
 use crate::store::config::Minting;
 use crate::store::inventory::Forward;
 use crate::store::StateFile;
@@ -69,6 +70,9 @@ impl Collection {
     }
 }
 
+/// How many events a page of the log holds.
+const EVENT_PAGE: usize = 1000;
+
 fn unknown_stage(stage: StageId) -> Error {
     Error::Invalid { what: "staging".into(), problem: format!("no staged item {}", stage.0) }
 }
@@ -110,7 +114,15 @@ impl Store for Collection {
         if self.read_only {
             return Ok(());
         }
-        fsx::atomic_write(&self.layout.witness(), json.as_bytes())
+        fsx::atomic_write(&self.layout.witness(), json.as_bytes())?;
+        let event = crate::store::log::witness_event(json);
+        self.with_inventory(|inventory| inventory.log(&[event])).map(drop)
+    }
+
+    fn events(&self, item: Option<&RepositoryName>, after: u64) -> Result<Option<Vec<StoredEvent>>> {
+        let item = item.map(ToString::to_string);
+        let page = self.with_inventory(|inventory| inventory.events_page(after, item.as_deref(), EVENT_PAGE))?;
+        Ok(Some(page.unwrap_or_default()))
     }
 
     fn adopts_by_rename(&self, from: &dyn Store) -> bool {
@@ -341,6 +353,10 @@ impl WriteBackend for Collection {
                 let mut copy = Staged::new(dir, p.name.clone(), p.ibip, 0);
                 copy.replace = p.replace;
                 copy.record = p.record.clone();
+                copy.action = p.action.clone();
+                if copy.action.kind.is_none() {
+                    copy.action.kind = Some(if p.replace { EventKind::Update } else { EventKind::Deposit });
+                }
                 staged.push(copy);
             }
         }
@@ -356,8 +372,13 @@ impl WriteBackend for Collection {
         remove_all(self, &items)
     }
 
+    /// Sets it, then logs the change (a kill between the two loses the event,
+    /// never the change; a rerun finds nothing to change and logs nothing).
     fn set_minting(&self, minting: &Minting) -> Result<()> {
-        Collection::set_minting(self, minting)
+        let before = self.minting()?;
+        Collection::set_minting(self, minting)?;
+        let event = crate::store::log::minting_event(&before, minting);
+        self.with_inventory(|inventory| inventory.log(event.as_slice())).map(drop)
     }
 
     fn note_moved(&self, names: &[RepositoryName], to: &Forward) -> Result<()> {

@@ -1,0 +1,325 @@
+//! The event log's format (ARCHITECTURE.md, "The event log"): what happened to a
+//! collection and its items, one event per action or check, each bound to the
+//! one before it by a hash chain. An event is stored as its canonical body (the
+//! compact JSON of `Event`, fields in the order declared here) and the SHA-256
+//! of that body; the body holds its position (`seq`, from 1) and the previous
+//! event's hash (`prev`, 64 zeros for the first), so an edited, removed,
+//! inserted or reordered event breaks the chain at that place (`check_chain`).
+//! Stores keep the log (`Store::events`) and append to it in the same durable
+//! step as the change each event records; this module owns only the format, the
+//! agent of this process and the chain check.
+
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+use crate::fsx::hash_bytes;
+
+/// The `prev` of the first event.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// What an event records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EventKind {
+    Deposit,
+    Update,
+    Withdraw,
+    CopyIn,
+    MirrorIn,
+    MigrateIn,
+    MigrateOut,
+    Repair,
+    Retire,
+    Handover,
+    Fixity,
+    Witness,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 12] = [
+        EventKind::Deposit,
+        EventKind::Update,
+        EventKind::Withdraw,
+        EventKind::CopyIn,
+        EventKind::MirrorIn,
+        EventKind::MigrateIn,
+        EventKind::MigrateOut,
+        EventKind::Repair,
+        EventKind::Retire,
+        EventKind::Handover,
+        EventKind::Fixity,
+        EventKind::Witness,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Deposit => "deposit",
+            EventKind::Update => "update",
+            EventKind::Withdraw => "withdraw",
+            EventKind::CopyIn => "copy-in",
+            EventKind::MirrorIn => "mirror-in",
+            EventKind::MigrateIn => "migrate-in",
+            EventKind::MigrateOut => "migrate-out",
+            EventKind::Repair => "repair",
+            EventKind::Retire => "retire",
+            EventKind::Handover => "handover",
+            EventKind::Fixity => "fixity",
+            EventKind::Witness => "witness",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|k| k.as_str() == text)
+    }
+
+    /// Whether this kind brings an item into the collection where it was not.
+    pub fn is_arrival(self) -> bool {
+        matches!(self, EventKind::Deposit | EventKind::CopyIn | EventKind::MirrorIn | EventKind::MigrateIn)
+    }
+}
+
+/// Who acted: the user and host running `ibi`, its version, and for a far
+/// session what its key was restricted to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Agent {
+    pub user: String,
+    pub host: String,
+    pub version: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restriction: Option<String>,
+}
+
+impl Agent {
+    /// A one-line name for the agent (`user@host, ibi 1.2.3, append-only key`).
+    pub fn label(&self) -> String {
+        let mut label = format!("{}@{}, ibi {}", self.user, self.host, self.version);
+        if let Some(restriction) = &self.restriction {
+            label.push_str(&format!(", {restriction}"));
+        }
+        label
+    }
+}
+
+static RESTRICTION: OnceLock<String> = OnceLock::new();
+
+/// Names the restriction of this process's session (a far server's key), once,
+/// before its first event.
+pub fn set_session_restriction(restriction: String) {
+    let _ = RESTRICTION.set(restriction);
+}
+
+/// The agent of this process.
+pub fn this_agent() -> Agent {
+    static AGENT: OnceLock<Agent> = OnceLock::new();
+    let mut agent = AGENT
+        .get_or_init(|| {
+            let uid = rustix::process::geteuid().as_raw();
+            let user = ["USER", "LOGNAME"]
+                .iter()
+                .find_map(|v| std::env::var(v).ok().filter(|u| !u.is_empty()))
+                .unwrap_or_else(|| format!("uid {uid}"));
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .ok()
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "localhost".into());
+            Agent { user, host, version: env!("CARGO_PKG_VERSION").into(), restriction: None }
+        })
+        .clone();
+    agent.restriction = RESTRICTION.get().cloned();
+    agent
+}
+
+/// One event, as its body holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// Its place in the log, from 1.
+    pub seq: u64,
+    /// Unique across collections (a UUID); an event carried to another collection keeps it.
+    pub id: String,
+    /// When it happened (RFC 3339, UTC).
+    pub date: String,
+    #[serde(rename = "type")]
+    pub kind: EventKind,
+    /// The item's repository name; none for an event of the whole collection.
+    pub item: Option<String>,
+    pub agent: Agent,
+    /// `success` or `failure` for actions, `pass` or `fail` for fixity checks.
+    pub outcome: String,
+    pub detail: String,
+    /// The collection the event was carried from (by mirror, copy or migrate),
+    /// when it happened there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carried_from: Option<String>,
+    /// The hash of the event before it.
+    pub prev: String,
+}
+
+impl Event {
+    /// An event of this process, now, not yet in a log (`seq` 0, no `prev`).
+    pub fn new(kind: EventKind, item: Option<String>, outcome: &str, detail: String) -> Event {
+        Event {
+            seq: 0,
+            id: uuid::Uuid::new_v4().urn().to_string(),
+            date: crate::store::inventory::fixity_date(crate::id::Timestamp::now()),
+            kind,
+            item,
+            agent: this_agent(),
+            outcome: outcome.into(),
+            detail,
+            carried_from: None,
+            prev: String::new(),
+        }
+    }
+
+    /// An id that is the same whenever it is made from the same `parts` (a
+    /// journalled action and its item), so that a replay logs nothing twice.
+    pub fn stable_id(parts: &[&str]) -> String {
+        let digest = hash_bytes(parts.join("\n").as_bytes());
+        let hex = &digest[..32];
+        let hex = format!("{}8{}{}", &hex[..12], &hex[13..16], &hex[16..]);
+        format!("urn:uuid:{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+    }
+
+    /// Puts the event at `seq` after `prev`: its stored body and hash.
+    pub fn seal(mut self, seq: u64, prev: &str) -> StoredEvent {
+        self.seq = seq;
+        self.prev = prev.to_string();
+        let body = serde_json::to_string(&self).expect("an event serialises");
+        let hash = hash_bytes(body.as_bytes());
+        StoredEvent { seq, body, hash }
+    }
+}
+
+/// An event as a store keeps it: its place, its canonical body and that body's hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredEvent {
+    pub seq: u64,
+    pub body: String,
+    pub hash: String,
+}
+
+impl StoredEvent {
+    /// The event its body holds.
+    pub fn event(&self) -> Result<Event, String> {
+        serde_json::from_str(&self.body).map_err(|e| format!("event {}: its body is not an event ({e})", self.seq))
+    }
+}
+
+/// Walks a log in order, checking each link: the first break, as a sentence.
+#[derive(Debug, Default)]
+pub struct ChainCheck {
+    count: u64,
+    prev: Option<String>,
+    broken: Option<String>,
+}
+
+impl ChainCheck {
+    /// Checks the next stored event; after a break, nothing more is checked.
+    pub fn next(&mut self, stored: &StoredEvent) {
+        if self.broken.is_some() {
+            return;
+        }
+        self.count += 1;
+        self.broken = self.link_problem(stored);
+        self.prev = Some(stored.hash.clone());
+    }
+
+    fn link_problem(&self, stored: &StoredEvent) -> Option<String> {
+        let expected_seq = self.count;
+        if stored.seq != expected_seq {
+            return Some(format!("event {expected_seq} is missing: the next one stored is {}", stored.seq));
+        }
+        if hash_bytes(stored.body.as_bytes()) != stored.hash {
+            return Some(format!("event {}: its content does not match its hash (edited)", stored.seq));
+        }
+        let event = match stored.event() {
+            Ok(event) => event,
+            Err(why) => return Some(why),
+        };
+        if event.seq != stored.seq {
+            return Some(format!("event {}: it says it is event {} (moved)", stored.seq, event.seq));
+        }
+        let prev = self.prev.as_deref().unwrap_or(GENESIS);
+        if event.prev != prev {
+            return Some(format!(
+                "event {}: it does not follow event {} (its previous hash differs: removed, inserted or reordered)",
+                stored.seq,
+                stored.seq - 1
+            ));
+        }
+        None
+    }
+
+    /// How many events were read.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The first break, if any.
+    pub fn broken(&self) -> Option<&str> {
+        self.broken.as_deref()
+    }
+
+    /// The hash of the last event read (the log's head).
+    pub fn head(&self) -> Option<&str> {
+        self.prev.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chain(n: usize) -> Vec<StoredEvent> {
+        let mut prev = GENESIS.to_string();
+        (1..=n as u64)
+            .map(|seq| {
+                let stored = Event::new(EventKind::Deposit, Some(format!("a/b/c/{seq}")), "success", String::new())
+                    .seal(seq, &prev);
+                prev = stored.hash.clone();
+                stored
+            })
+            .collect()
+    }
+
+    fn first_break(events: &[StoredEvent]) -> Option<String> {
+        let mut check = ChainCheck::default();
+        events.iter().for_each(|e| check.next(e));
+        check.broken().map(String::from)
+    }
+
+    #[test]
+    fn an_intact_chain_has_no_break() {
+        assert_eq!(first_break(&chain(5)), None);
+    }
+
+    #[test]
+    fn every_kind_of_tampering_breaks_the_chain_at_its_place() {
+        let mut edited = chain(5);
+        edited[2].body = edited[2].body.replace("success", "failure");
+        assert!(first_break(&edited).unwrap().starts_with("event 3: its content"));
+        let mut removed = chain(5);
+        removed.remove(1);
+        assert!(first_break(&removed).unwrap().starts_with("event 2 is missing"));
+        let mut reordered = chain(5);
+        reordered.swap(1, 2);
+        assert!(first_break(&reordered).unwrap().starts_with("event 2 is missing"));
+        // Renumbered to hide a swap, with hashes recomputed: the links still break.
+        let mut relinked = chain(5);
+        relinked.swap(1, 2);
+        for (i, e) in relinked.iter_mut().enumerate() {
+            e.seq = i as u64 + 1;
+        }
+        assert!(first_break(&relinked).unwrap().contains("event 2"));
+    }
+
+    #[test]
+    fn a_stable_id_is_a_uuid_and_stable() {
+        let id = Event::stable_id(&["place-x", "a/b/c/d"]);
+        assert_eq!(id, Event::stable_id(&["place-x", "a/b/c/d"]));
+        assert_ne!(id, Event::stable_id(&["place-y", "a/b/c/d"]));
+        assert!(uuid::Uuid::parse_str(id.trim_start_matches("urn:uuid:")).is_ok(), "{id}");
+    }
+}

@@ -1,0 +1,92 @@
+//! The event log of a local collection: the inventory's `events` table (made on
+//! first use), one row per event with its place (`seq`), id, item, canonical
+//! body and hash (`crate::events`). Events are appended inside the SQLite
+//! transaction that records the change they describe, so a kill leaves both or
+//! neither; an event whose id is already logged (a journalled batch replayed by
+//! recovery, an event carried twice) is skipped, so a rerun logs nothing twice.
+
+use rusqlite::{params, OptionalExtension, Transaction};
+
+use super::inventory::{sql_error, Inventory};
+use crate::error::Result;
+use crate::events::{Event, StoredEvent, GENESIS};
+
+const EVENTS_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL,
+    item TEXT,
+    body TEXT NOT NULL,
+    hash TEXT NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS events_id ON events (id);
+CREATE INDEX IF NOT EXISTS events_item ON events (item, seq);";
+
+/// Appends `events` (in order, each after the last) within `tx`, skipping those
+/// whose id is already logged.
+pub(super) fn append(tx: &Transaction, path: &std::path::Path, events: &[Event]) -> Result<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let err = |e| sql_error(path, e);
+    tx.execute_batch(EVENTS_SCHEMA).map_err(err)?;
+    let last: Option<(u64, String)> = tx
+        .query_row("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()
+        .map_err(err)?;
+    let (mut seq, mut prev) = last.unwrap_or((0, GENESIS.to_string()));
+    let mut known = tx.prepare_cached("SELECT 1 FROM events WHERE id = ?1").map_err(err)?;
+    let mut insert =
+        tx.prepare_cached("INSERT INTO events (seq, id, item, body, hash) VALUES (?1, ?2, ?3, ?4, ?5)").map_err(err)?;
+    for event in events {
+        if known.exists([&event.id]).map_err(err)? {
+            continue;
+        }
+        seq += 1;
+        let (id, item) = (event.id.clone(), event.item.clone());
+        let stored = event.clone().seal(seq, &prev);
+        insert.execute(params![seq, id, item, stored.body, stored.hash]).map_err(err)?;
+        prev = stored.hash;
+    }
+    Ok(())
+}
+
+impl Inventory {
+    /// Appends events that go with no other change, in one durable transaction.
+    pub fn log(&mut self, events: &[Event]) -> Result<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let path = self.path.clone();
+        let tx = self.conn.transaction().map_err(|e| sql_error(&path, e))?;
+        append(&tx, &path, events)?;
+        tx.commit().map_err(|e| sql_error(&path, e))
+    }
+
+    fn has_events(&self) -> Result<bool> {
+        let found: Option<i64> = self
+            .conn
+            .query_row("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events'", [], |r| r.get(0))
+            .optional()
+            .map_err(|e| sql_error(&self.path, e))?;
+        Ok(found.is_some())
+    }
+
+    /// Up to `limit` events after `after`, of `item` only when given, in order.
+    pub fn events_page(&self, after: u64, item: Option<&str>, limit: usize) -> Result<Vec<StoredEvent>> {
+        if !self.has_events()? {
+            return Ok(Vec::new());
+        }
+        let err = |e| sql_error(&self.path, e);
+        let sql = match item {
+            Some(_) => "SELECT seq, body, hash FROM events WHERE item = ?3 AND seq > ?1 ORDER BY seq LIMIT ?2",
+            None => "SELECT seq, body, hash FROM events WHERE seq > ?1 AND ?3 IS NULL ORDER BY seq LIMIT ?2",
+        };
+        let mut select = self.conn.prepare_cached(sql).map_err(err)?;
+        let rows = select
+            .query_map(params![after, limit as i64, item], |r| {
+                Ok(StoredEvent { seq: r.get(0)?, body: r.get(1)?, hash: r.get(2)? })
+            })
+            .map_err(err)?;
+        rows.map(|row| row.map_err(err)).collect()
+    }
+}

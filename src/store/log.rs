@@ -1,0 +1,192 @@
+//! What every backend logs for the changes it makes (ARCHITECTURE.md, "The
+//! event log"): the `Action` a placement carries from the operation that made
+//! it (its kind, a note, and the item's events carried from the collection it
+//! came from), and the events a placed or removed item gets, built from its
+//! record. A backend appends them in the same durable step as the record.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::events::{Event, EventKind};
+use crate::id::RepositoryName;
+use crate::store::config::Minting;
+use crate::store::inventory::{ItemRecord, Status};
+use crate::store::Store;
+
+/// How many of an item's events a placement may carry (a hostile peer cannot
+/// make a placement arbitrarily large).
+pub const MAX_CARRIED: usize = 10_000;
+
+/// What a placement is, for the log.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Action {
+    /// None: a deposit, or an update when it replaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<EventKind>,
+    /// Added to the event's detail (`from COLLECTION`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub note: String,
+    /// The item's events in the collection it came from, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub carried: Vec<Event>,
+}
+
+impl Action {
+    pub fn of(kind: EventKind, note: String) -> Action {
+        Action { kind: Some(kind), note, carried: Vec::new() }
+    }
+}
+
+/// What one journalled step (a placed or removed batch, named by its journal
+/// record) logs: each item's action. Replaying the step makes the same event ids.
+#[derive(Debug, Clone, Default)]
+pub struct StepLog {
+    pub step: String,
+    pub actions: HashMap<RepositoryName, Action>,
+}
+
+/// The journal line that keeps an item's action for recovery.
+const ACTION_LINE: &str = "#action\t";
+
+impl StepLog {
+    pub fn new(step: String, actions: HashMap<RepositoryName, Action>) -> StepLog {
+        StepLog { step, actions }
+    }
+
+    /// The events of the item placed as `record`.
+    pub fn events_of(&self, record: &ItemRecord) -> Vec<Event> {
+        let action = self.actions.get(&record.name).cloned().unwrap_or_default();
+        placement_events(record, &action, &self.step)
+    }
+
+    /// The actions as journal lines (one JSON line each, after the item lines).
+    pub fn journal_lines(actions: &HashMap<RepositoryName, Action>) -> String {
+        let line = |(name, action): (&RepositoryName, &Action)| {
+            format!("{ACTION_LINE}{name}\t{}\n", serde_json::to_string(action).expect("an action serialises"))
+        };
+        actions.iter().map(line).collect()
+    }
+
+    /// The step a journal record named `step` holding `text` describes.
+    pub fn from_journal(step: String, text: &str) -> StepLog {
+        let actions = text
+            .lines()
+            .filter_map(|line| line.strip_prefix(ACTION_LINE)?.split_once('\t'))
+            .filter_map(|(name, json)| Some((RepositoryName::parse(name).ok()?, serde_json::from_str(json).ok()?)))
+            .collect();
+        StepLog { step, actions }
+    }
+}
+
+/// The events of `name` in `store`'s log, marked as carried from it, to go with
+/// the item to another collection.
+pub fn carried_events(store: &dyn Store, name: &RepositoryName) -> Result<Vec<Event>> {
+    let from = store.collection_id().unwrap_or_else(|| store.location());
+    let mut carried = Vec::new();
+    let mut after = 0;
+    while let Some(page) = store.events(Some(name), after)? {
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        for stored in &page {
+            let event = stored.event().map_err(|problem| Error::Data { what: format!("the log of {name}"), problem })?;
+            carried.push(Event { carried_from: event.carried_from.clone().or_else(|| Some(from.clone())), ..event });
+        }
+        if carried.len() >= MAX_CARRIED {
+            carried.truncate(MAX_CARRIED);
+            break;
+        }
+    }
+    Ok(carried)
+}
+
+/// The events of an item placed as `record` by `action` (one journalled step
+/// named `step`): the carried events first (marked as carried, from another
+/// collection when they do not say which), then the placement's own event.
+pub fn placement_events(record: &ItemRecord, action: &Action, step: &str) -> Vec<Event> {
+    let name = record.name.to_string();
+    let mut kind = action.kind.unwrap_or(EventKind::Deposit);
+    if kind == EventKind::Update && record.status == Status::Withdrawn {
+        kind = EventKind::Withdraw;
+    }
+    let version = record.current();
+    let mut detail = match (&record.withdrawn, kind) {
+        (Some(w), EventKind::Withdraw) => format!("version {}, withdrawn: {}", version.number, w.reason),
+        _ => format!("version {}, identity {}", version.number, version.digest),
+    };
+    if !action.note.is_empty() {
+        detail.push_str(&format!(", {}", action.note));
+    }
+    let mut events: Vec<Event> = action
+        .carried
+        .iter()
+        .filter(|e| e.item.as_deref() == Some(name.as_str()))
+        .take(MAX_CARRIED)
+        .map(|e| Event { carried_from: e.carried_from.clone().or_else(|| Some("another collection".into())), ..e.clone() })
+        .collect();
+    let mut own = Event::new(kind, Some(name.clone()), "success", detail);
+    own.id = Event::stable_id(&[step, &name, kind.as_str()]);
+    events.push(own);
+    events
+}
+
+/// The event of an item taken away by migrate (its record notes where to).
+pub fn removal_event(name: &RepositoryName, record: Option<&ItemRecord>, step: &str) -> Event {
+    let detail = match record.and_then(|r| r.moved.as_ref()) {
+        Some(to) => format!("to {}", to.to),
+        None => "removed".to_string(),
+    };
+    let mut event = Event::new(EventKind::MigrateOut, Some(name.to_string()), "success", detail);
+    event.id = Event::stable_id(&[step, &name.to_string(), EventKind::MigrateOut.as_str()]);
+    event
+}
+
+/// The event of a change in the collection's part in minting (`retire`,
+/// `handover`); none when nothing changed.
+pub fn minting_event(before: &Minting, after: &Minting) -> Option<Event> {
+    if before == after {
+        return None;
+    }
+    let (kind, detail) = match after {
+        Minting::Retired(None) => (EventKind::Retire, "retired: it mints no more names".to_string()),
+        Minting::Retired(Some(next)) => {
+            (EventKind::Handover, format!("handed minting over to {} ({})", next.location, next.id))
+        }
+        Minting::Mints => (EventKind::Handover, "took over minting its subsystem's names".to_string()),
+        Minting::Follows(peer) => (EventKind::Handover, format!("follows {} ({})", peer.location, peer.id)),
+    };
+    Some(Event::new(kind, None, "success", detail))
+}
+
+/// The event of a witness just kept (`ops::witness`'s JSON): its root and size.
+pub fn witness_event(json: &str) -> Event {
+    let value: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+    let detail = format!(
+        "root {} over {} items, signed by {}",
+        value["root"].as_str().unwrap_or("?"),
+        value["items"].as_u64().unwrap_or(0),
+        value["public_key"].as_str().unwrap_or("?")
+    );
+    Event::new(EventKind::Witness, None, "success", detail)
+}
+
+/// The action a server logs for a placement a client asked for: the client's
+/// kind only where it fits the placement (an arrival never replaces), a short
+/// note, and a bounded history, every carried event marked as carried.
+pub fn admitted_action(asked: Action, replace: bool) -> Action {
+    let fallback = if replace { EventKind::Update } else { EventKind::Deposit };
+    let fits = |kind: EventKind| match replace {
+        false => kind.is_arrival(),
+        true => matches!(kind, EventKind::Update | EventKind::MirrorIn | EventKind::Repair | EventKind::CopyIn),
+    };
+    let kind = asked.kind.filter(|k| fits(*k)).unwrap_or(fallback);
+    let note: String = asked.note.chars().filter(|c| !c.is_control()).take(300).collect();
+    let carried = asked
+        .carried
+        .into_iter()
+        .take(MAX_CARRIED)
+        .map(|e| Event { carried_from: e.carried_from.or_else(|| Some("another collection".into())), ..e })
+        .collect();
+    Action { kind: Some(kind), note, carried }
+}
