@@ -10,8 +10,8 @@
 
 use rayon::prelude::*;
 
-use crate::events::EventKind;
 use crate::error::Result;
+use crate::events::EventKind;
 use crate::id::RepositoryName;
 use crate::ops::driver::{next_chunk, pipeline, plan_copy, Driver, Plan, Tally};
 pub use crate::ops::driver::{RunResult, Stopped, TransferOptions, TransferSummary};

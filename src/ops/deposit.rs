@@ -18,6 +18,7 @@ use crate::bag::history::{HISTORY_LABELS, ORIGIN};
 use crate::bag::{self, manifest, BagContents, BagInfo, ManifestEntry, Oxum};
 use crate::digest::Digests;
 use crate::error::{Error, IoContext, Result};
+use crate::events::EventKind;
 use crate::fsx::{self, open_regular, CopyMode, Stamp};
 use crate::id::minter::Clock;
 use crate::id::{Minted, RepositoryName};
@@ -27,7 +28,6 @@ use crate::ops::source::{plan_paths, PlannedFile, SourcePlan};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::ops::transfer::BATCH;
 use crate::ops::transfer::{place_staged, StagedItem};
-use crate::events::EventKind;
 use crate::store::guard;
 use crate::store::log::Action;
 use crate::store::{
@@ -414,15 +414,14 @@ pub fn deposit_batch(
                     record
                 });
                 records.push((key, m.name.clone()));
-                let placement =
-                    Placement {
-                        stage: payload.staging.id,
-                        name: m.name.clone(),
-                        ibip: m.ibip,
-                        replace: false,
-                        record,
-                        action: Action::of(EventKind::Deposit, String::new()),
-                    };
+                let placement = Placement {
+                    stage: payload.staging.id,
+                    name: m.name.clone(),
+                    ibip: m.ibip,
+                    replace: false,
+                    record,
+                    action: Action::of(EventKind::Deposit, String::new()),
+                };
                 staged.push(StagedItem { staging: payload.staging, placement, bytes: payload.oxum.octets });
                 (m, false)
             }

@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
+use crate::events::EventKind;
 use crate::id::RepositoryName;
 use crate::ops::report::{Outcome, ProblemCount, Reporter};
 use crate::ops::transfer::{item_bytes, place_staged, same_identity, stage_copy, StagedItem, BATCH};
 use crate::ops::verify::vanished;
 use crate::problem::{Problem, ProblemKind};
-use crate::events::EventKind;
 use crate::store::guard;
 use crate::store::log::{carried_events, Action};
 use crate::store::{raise_minter, LockWait, Slot, Store, Writer};
@@ -282,9 +282,8 @@ impl<'a> Driver<'a> {
         }
         let mut items = std::mem::take(&mut chunk.items);
         let names: Vec<RepositoryName> = items.iter().map(|item| item.name().clone()).collect();
-        let placed = settle()
-            .and_then(|()| self.carry_along(&names, &mut items))
-            .and_then(|()| self.place(writer, items));
+        let placed =
+            settle().and_then(|()| self.carry_along(&names, &mut items)).and_then(|()| self.place(writer, items));
         match placed {
             Ok(placed) => chunk.placed_early.extend(placed),
             Err(e) => {

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use rayon::prelude::*;
 
-use crate::events::EventKind;
 use crate::error::{Error, Result};
+use crate::events::EventKind;
 use crate::id::RepositoryName;
 use crate::ops::driver::{pipeline, plan_copy, Driver, Plan, RunResult, Tally, TransferSummary};
 use crate::ops::minting::check_pair;

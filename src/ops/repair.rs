@@ -9,8 +9,8 @@
 
 use rayon::prelude::*;
 
-use crate::events::EventKind;
 use crate::error::Result;
+use crate::events::EventKind;
 use crate::id::RepositoryName;
 use crate::ops::driver::{next_chunk, pipeline, Driver, Plan, Tally, TransferSummary};
 use crate::ops::minting::check_pair;

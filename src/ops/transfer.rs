@@ -17,8 +17,8 @@ use crate::error::{Error, Result};
 use crate::fsx::CopyError;
 use crate::id::RepositoryName;
 use crate::ops::report::Reporter;
-use crate::store::log::Action;
 use crate::problem::{Problem, ProblemKind};
+use crate::store::log::Action;
 use crate::store::{ibip_in, identity_digest, FileSource, ItemRecord, Placed, Placement, Staging, Store, Writer};
 
 /// How many items are staged, then made durable and placed, together.
@@ -206,7 +206,8 @@ pub fn stage_copy<'d>(
         (Some(info), Some(tags)) => ItemRecord::from_info(name, info, tags.sha256()).ok(),
         _ => None,
     };
-    let placement = Placement { stage: staging.id, name: name.clone(), ibip, replace, record, action: Action::default() };
+    let placement =
+        Placement { stage: staging.id, name: name.clone(), ibip, replace, record, action: Action::default() };
     Ok(Ok(StagedItem { staging, placement, bytes }))
 }
 

@@ -16,13 +16,13 @@ use crate::bag::history::{History, Withdrawal, VERSIONS_DIR};
 use crate::bag::manifest::{self, check_path};
 use crate::bag::{self, BagContents, BagInfo, TopLevel, BAG_INFO_TXT};
 use crate::digest::{Algorithm, Digests};
-use crate::events::EventKind;
-use crate::store::log::Action;
 use crate::error::{Error, Result};
+use crate::events::EventKind;
 use crate::fsx::open_regular;
 use crate::id::minter::Clock;
 use crate::id::RepositoryName;
 use crate::ops::deposit::check_meta;
+use crate::store::log::Action;
 use crate::store::{identity_digest, item_info, resolve, FileSource, ItemRecord, LockWait, Placement, Staging, Store};
 
 /// What a new version changes.

@@ -188,7 +188,8 @@ pub(crate) fn verify_one(
         return;
     }
     let date = crate::store::inventory::fixity_date(crate::id::Timestamp::now());
-    let fixity = FixityCheck { name: name.clone(), date, ok: problems.is_empty(), files: check.files, bytes: check.bytes };
+    let fixity =
+        FixityCheck { name: name.clone(), date, ok: problems.is_empty(), files: check.files, bytes: check.bytes };
     counters.note_check(store, fixity, reporter);
     counters.items.fetch_add(1, Ordering::Relaxed);
     counters.files.fetch_add(check.files, Ordering::Relaxed);

@@ -66,7 +66,8 @@ fn stage_bag_in(writer: &dyn Writer, stage: StageId, m: &Minted, content: &[u8])
 }
 
 fn place(writer: &dyn Writer, m: &Minted, stage: StageId, replace: bool) -> Result<(), Error> {
-    let batch = [Placement { stage, name: m.name.clone(), ibip: m.ibip, replace, record: None }];
+    let batch =
+        [Placement { stage, name: m.name.clone(), ibip: m.ibip, replace, record: None, action: Default::default() }];
     let mut outcomes = writer.place(&batch)?;
     assert_eq!(outcomes.len(), 1);
     outcomes.remove(0).1

@@ -90,7 +90,8 @@ pub fn carried_events(store: &dyn Store, name: &RepositoryName) -> Result<Vec<Ev
         let Some(last) = page.last() else { break };
         after = last.seq;
         for stored in &page {
-            let event = stored.event().map_err(|problem| Error::Data { what: format!("the log of {name}"), problem })?;
+            let event =
+                stored.event().map_err(|problem| Error::Data { what: format!("the log of {name}"), problem })?;
             carried.push(Event { carried_from: event.carried_from.clone().or_else(|| Some(from.clone())), ..event });
         }
         if carried.len() >= MAX_CARRIED {
@@ -123,7 +124,10 @@ pub fn placement_events(record: &ItemRecord, action: &Action, step: &str) -> Vec
         .iter()
         .filter(|e| e.item.as_deref() == Some(name.as_str()))
         .take(MAX_CARRIED)
-        .map(|e| Event { carried_from: e.carried_from.clone().or_else(|| Some("another collection".into())), ..e.clone() })
+        .map(|e| Event {
+            carried_from: e.carried_from.clone().or_else(|| Some("another collection".into())),
+            ..e.clone()
+        })
         .collect();
     let mut own = Event::new(kind, Some(name.clone()), "success", detail);
     own.id = Event::stable_id(&[step, &name, kind.as_str()]);

@@ -73,6 +73,15 @@ fn migrate_under_kills(env: &TestEnv, a: &str, b: &str) {
     env.ok(&["migrate", a, b]);
     assert!(env.identities(a).is_empty(), "every item left A");
     assert_eq!(env.identities(b), expected, "every item is in B exactly once, unchanged");
+    // The log agrees with the inventories: each item's last own event is its
+    // arrival in B and its departure from A, and each arrival in B left A once.
+    for (root, arrival, departure) in [(b, "migrate-in", "migrate-out"), (a, "migrate-out", "migrate-in")] {
+        let (arrived, left) = (env.own_events(root, arrival), env.own_events(root, departure));
+        for name in expected.keys() {
+            let (arrived, left) = (arrived.get(name).copied().unwrap_or(0), left.get(name).copied().unwrap_or(0));
+            assert_eq!(arrived, left + 1, "{root} {name}: {arrived} {arrival}, {left} {departure}");
+        }
+    }
     env.ok(&["verify", a]);
     env.ok(&["verify", b]);
     for root in [a, b] {
@@ -107,6 +116,10 @@ fn check_mirror_converged(env: &TestEnv, a: &str, c: &str) {
     env.ok(&["verify", c]);
     let aliases = crate::env::sh(&format!("find '{c}/.ibip' -type l | wc -l"));
     assert_eq!(aliases.trim(), "150", "one alias per item, none dangling");
+    // The log agrees: one mirror-in per item however often the runs were killed.
+    let logged = env.own_events(c, "mirror-in");
+    assert_eq!(logged.keys().cloned().collect::<Vec<_>>(), env.identities(c).into_keys().collect::<Vec<_>>());
+    assert!(logged.values().all(|n| *n == 1), "each item's arrival logged once: {logged:?}");
     assert!(control_empty(c, "staging") && control_empty(c, "trash"));
 }
 
@@ -182,12 +195,58 @@ fn update_withdraw_and_repair_killed_at_random_moments_leave_one_consistent_vers
         round += 1;
     }
     assert!(kills >= 20, "only {kills} runs were killed mid-way");
+    // A writer's recovery completes what the last killed run left, logging it.
+    env.ok(&["repair", &a, "--from", &backup]);
     let numbers = versions(&env, &a, updated);
     assert_eq!(numbers, (1..=numbers.len() as u64).collect::<Vec<_>>(), "one chain of versions, none lost");
+    // The log holds exactly one event per completed action (verify found its chain whole each round).
+    let (updates, withdrawals, repairs) =
+        (env.own_events(&a, "update"), env.own_events(&a, "withdraw"), env.own_events(&a, "repair"));
+    assert_eq!(updates.get(updated).copied().unwrap_or(0), numbers.len() - 1, "one update event per new version");
+    assert_eq!(withdrawals.get(withdrawn), Some(&1), "one withdrawal");
+    let repair_rounds = (0..round).filter(|r| r % 3 == 2 && r % 9 != 8).count();
+    assert_eq!(repairs.get(repaired).copied().unwrap_or(0), repair_rounds, "one repair event per repair");
     assert!(Path::new(&a).join(repaired).is_dir(), "the repaired item is back");
     assert!(control_empty(&a, "staging") && control_empty(&a, "trash"));
     let aliases = crate::env::sh(&format!("find '{a}/.ibip' -type l | wc -l"));
     assert_eq!(aliases.trim(), "3", "one alias per item");
+}
+
+/// Deposits of ten files each (`--each`) killed at random moments and run again:
+/// every file is deposited once, and the log holds exactly one deposit event per
+/// item, its chain whole (verify), whatever moment the kill came.
+#[test]
+fn deposit_killed_at_random_moments_logs_each_item_once() {
+    let env = TestEnv::new();
+    let a = env.collection("a");
+    let deposit_round = |round: usize| {
+        let mut args = vec!["deposit".to_string(), a.clone(), "--each".to_string()];
+        for i in 0..10 {
+            env.write(&format!("in{round}/f{i}.txt"), format!("round {round} file {i}\n").repeat(200).as_bytes());
+            args.push(env.path(&format!("in{round}/f{i}.txt")).to_string_lossy().into_owned());
+        }
+        args
+    };
+    let timing = deposit_round(999);
+    let span = full_run_ms(&env, &timing.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut dice = Dice::new();
+    let (mut kills, mut round) = (0, 0);
+    while kills < 20 && round < 100 {
+        let args = deposit_round(round);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        if run_and_kill(&env, &args, Duration::from_millis(dice.below(span))) {
+            kills += 1;
+            env.ok(&args);
+        }
+        round += 1;
+    }
+    assert!(kills >= 20, "only {kills} runs were killed mid-way");
+    env.ok(&["verify", &a]);
+    let held = env.identities(&a);
+    assert_eq!(held.len(), 10 * (round + 1), "every file deposited once, in its own item");
+    let logged = env.own_events(&a, "deposit");
+    assert_eq!(logged.keys().cloned().collect::<Vec<_>>(), held.into_keys().collect::<Vec<_>>());
+    assert!(logged.values().all(|n| *n == 1), "one deposit event per item: {logged:?}");
 }
 
 /// A mirror placed a batch only once every copy in it was staged, so a run killed

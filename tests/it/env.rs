@@ -247,6 +247,23 @@ impl TestEnv {
     }
 
     /// `name -> identity digest` of every item, from `ibi list` and the tagmanifests.
+    /// The collection's event log (`ibi --json log`), one value per event.
+    pub fn log(&self, root: &str) -> Vec<serde_json::Value> {
+        self.ok(&["--json", "log", root]).stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+
+    /// How many of the collection's own events (not carried from elsewhere) of
+    /// type `kind` each item has.
+    pub fn own_events(&self, root: &str, kind: &str) -> std::collections::BTreeMap<String, usize> {
+        let mut counts = std::collections::BTreeMap::new();
+        for event in self.log(root) {
+            if event["type"] == kind && event.get("carried_from").is_none() {
+                *counts.entry(event["item"].as_str().unwrap_or("-").to_string()).or_default() += 1;
+            }
+        }
+        counts
+    }
+
     pub fn identities(&self, root: &str) -> std::collections::BTreeMap<String, String> {
         self.ok(&["list", root])
             .lines()

@@ -14,10 +14,10 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use crate::bag::history::Withdrawal;
 use crate::error::{Error, Result};
 use crate::events::{Event, EventKind};
-use crate::store::log::{removal_event, Action, StepLog};
 use crate::fsx;
 use crate::id::{Ibip, RepositoryName};
 use crate::store::inventory::{Forward, ItemRecord, Status, VersionRecord};
+use crate::store::log::{removal_event, Action, StepLog};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS items (
@@ -361,7 +361,13 @@ impl Inventory {
 
     /// Sets one column of the rows of `names` to `value` and logs `events`, in
     /// one durable transaction.
-    fn set_column(&mut self, names: &[RepositoryName], column: &'static str, value: &str, events: &[Event]) -> Result<()> {
+    fn set_column(
+        &mut self,
+        names: &[RepositoryName],
+        column: &'static str,
+        value: &str,
+        events: &[Event],
+    ) -> Result<()> {
         let path = self.path.clone();
         let tx = self.conn.transaction().map_err(|e| sql_error(&path, e))?;
         {

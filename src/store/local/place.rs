@@ -14,9 +14,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, IoContext, Result};
+use crate::events::EventKind;
 use crate::fsx::{self, fsync_dir, rename_exchange, rename_noreplace};
 use crate::id::{Ibip, RepositoryName};
-use crate::events::EventKind;
 use crate::store::local::collection::step_of;
 use crate::store::local::{alias, Collection, Intent, Item, StagingDir};
 use crate::store::log::{Action, StepLog};

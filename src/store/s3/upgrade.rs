@@ -67,7 +67,8 @@ impl S3Store {
         self.objects.run(copies)?;
         let record = self.record_batch(std::slice::from_ref(name))?.pop().flatten();
         let ibip = record.as_ref().and_then(|r| r.ibip);
-        let placement = Placement { stage, name: name.clone(), ibip, replace: true, record, action: Default::default() };
+        let placement =
+            Placement { stage, name: name.clone(), ibip, replace: true, record, action: Default::default() };
         let dirs = marker.dirs.iter().cloned().collect();
         self.objects.run(self.placer().place_one(&placement, dirs))??;
         Ok(None)
