@@ -10,6 +10,7 @@ mod handles;
 mod hostile;
 mod ident;
 mod invalid;
+mod log;
 mod minting;
 mod out_of_tree;
 mod regress;

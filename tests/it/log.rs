@@ -1,0 +1,174 @@
+//! The event log (issue 24): every action and check appends one event to a hash
+//! chain kept with the collection; mirror, copy and migrate carry an item's
+//! events with it; `ibi log` prints it and writes PREMIS that Archivematica's
+//! reader (metsrw) reads back; `verify` names the first break of a tampered chain.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::env::{repo, sh, TestEnv};
+
+/// The types of the collection's own events (not carried), in order.
+fn own_types(log: &[Value]) -> Vec<String> {
+    log.iter().filter(|e| e.get("carried_from").is_none()).map(|e| e["type"].as_str().unwrap().to_string()).collect()
+}
+
+fn first_name(env: &TestEnv, root: &str) -> String {
+    env.ok(&["list", root]).lines()[0].split('\t').next().unwrap().to_string()
+}
+
+#[test]
+fn the_log_records_every_kind_of_action_with_its_agent() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 3, 1);
+    let name = first_name(&env, &a);
+    env.ok(&["update", &a, &name, "--meta", "Title=Second"]);
+    env.ok(&["verify", &a]);
+    let b = env.collection("b");
+    env.ok(&["mirror", &a, &b]);
+    std::fs::remove_dir_all(Path::new(&b).join(&name)).unwrap();
+    env.ok(&["repair", &b, "--from", &a]);
+    let c = env.collection("c");
+    env.ok(&["copy", &a, &c]);
+    let other_fs = env.tmpfs("other-fs", "16m");
+    let d = other_fs.at("d");
+    env.ok(&["-q", "init", &d, "--like", &a]);
+    env.ok(&["migrate", &c, &d]);
+    let withdrawn = env.ok(&["list", &a]).lines()[1].split('\t').next().unwrap().to_string();
+    env.ok(&["withdraw", &a, &withdrawn, "--reason", "at the author's request"]);
+    env.ok(&["handover", &a, &b]);
+
+    let log_a = env.log(&a);
+    let types_a: BTreeSet<String> = own_types(&log_a).into_iter().collect();
+    let expected = ["deposit", "update", "withdraw", "fixity", "witness", "handover"];
+    assert_eq!(types_a, expected.iter().map(|t| t.to_string()).collect(), "A's own events");
+    assert_eq!(own_types(&log_a).iter().filter(|t| *t == "deposit").count(), 3, "one deposit per item");
+    let agent = &log_a[0]["agent"];
+    assert!(agent["user"].as_str().is_some_and(|u| !u.is_empty()) && agent["host"].as_str().is_some());
+    assert_eq!(agent["version"], env!("CARGO_PKG_VERSION"));
+    for (i, event) in log_a.iter().enumerate() {
+        assert_eq!(event["seq"], i as u64 + 1);
+        let prev = if i == 0 { "0".repeat(64) } else { log_a[i - 1]["hash"].as_str().unwrap().to_string() };
+        assert_eq!(event["prev"], prev.as_str(), "each event names the hash of the one before");
+    }
+
+    // B: the item's history came with it, then its own arrival, repair and handover.
+    let log_b = env.log(&b);
+    let carried: Vec<&Value> =
+        log_b.iter().filter(|e| e["item"] == name.as_str() && e.get("carried_from").is_some()).collect();
+    let carried_types: Vec<&str> = carried.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(&carried_types[..2], ["deposit", "update"], "A's events of the item, in order: {carried_types:?}");
+    let ids_a: BTreeSet<&str> = log_a.iter().map(|e| e["id"].as_str().unwrap()).collect();
+    assert!(carried.iter().all(|e| ids_a.contains(e["id"].as_str().unwrap())), "carried events keep their ids");
+    let types_b = own_types(&log_b);
+    assert_eq!(types_b.iter().filter(|t| *t == "mirror-in").count(), 3);
+    assert_eq!(types_b.iter().filter(|t| *t == "repair").count(), 1);
+    assert!(types_b.contains(&"handover".to_string()), "{types_b:?}");
+    assert_eq!(own_types(&env.log(&c)).iter().filter(|t| *t == "migrate-out").count(), 3);
+    assert_eq!(own_types(&env.log(&d)).iter().filter(|t| *t == "migrate-in").count(), 3);
+
+    // One item's events, and since a date.
+    let item_log = env.ok(&["--json", "log", &a, &name]).stdout;
+    assert!(item_log.lines().all(|l| l.contains(&format!("\"item\":\"{name}\""))));
+    assert_eq!(env.ok(&["--json", "log", &a, "--since", "2999-01-01"]).stdout, "");
+    let text = env.ok(&["log", &a]).stdout;
+    assert!(text.lines().next().unwrap().starts_with("1\t") && text.contains("\twithdraw\t"), "{text}");
+}
+
+#[test]
+fn premis_output_is_read_back_by_metsrw_event_by_event() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 1, 2);
+    let name = first_name(&env, &a);
+    env.ok(&["update", &a, &name, "--meta", "Title=<Relatório & \"notas\">"]);
+    env.ok(&["verify", &a]);
+    let b = env.collection("b");
+    env.ok(&["mirror", &a, &b]);
+    env.ok(&["withdraw", &b, &name, "--reason", "duplicate <of> & \"another\""]);
+    let premis = env.ok(&["log", &b, &name, "--premis"]).stdout;
+    std::fs::write(env.path("premis.xml"), &premis).unwrap();
+    std::fs::write(env.path("log.jsonl"), env.ok(&["--json", "log", &b, &name]).stdout).unwrap();
+    let python = repo().join("target/bagit-venv/bin/python");
+    assert!(python.exists(), "run scripts/setup (scripts/test does)");
+    let read = std::process::Command::new(python)
+        .arg(repo().join("tests/premis_check.py"))
+        .args([env.path("premis.xml"), env.path("log.jsonl")])
+        .output()
+        .unwrap();
+    let (out, err) = (String::from_utf8_lossy(&read.stdout), String::from_utf8_lossy(&read.stderr));
+    assert!(read.status.success(), "metsrw: {out}{err}");
+    let types: Vec<&str> = out.lines().map(|l| l.split('\t').next().unwrap()).collect();
+    assert_eq!(types, ["deposit", "update", "fixity", "mirror-in", "withdraw"], "{out}");
+    // Both file sets in the document? The item is named as the events' object.
+    assert!(premis.contains(&format!("<premis:objectIdentifierValue>{name}</premis:objectIdentifierValue>")));
+}
+
+/// Runs SQL on a local collection's inventory (Python's sqlite3, as anyone
+/// with a shell on the server could).
+fn tamper(root: &str, sql: &str) {
+    let db = Path::new(root).join(".ibi/inventory.sqlite");
+    let script =
+        format!("import sqlite3; c = sqlite3.connect('{}'); c.executescript('''{sql}'''); c.commit()", db.display());
+    let out = std::process::Command::new("python3").args(["-c", &script]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Each tampering, in a fresh copy of a collection with a log of a few events,
+/// and the break verify must name (locally and over a far session).
+const TAMPERINGS: [(&str, &str, &str); 4] = [
+    ("edit", "UPDATE events SET body = replace(body, '\"success\"', '\"failure\"') WHERE seq = 3;", "event 3: its content"),
+    ("delete", "DELETE FROM events WHERE seq = 3;", "event 3 is missing"),
+    (
+        "insert",
+        "UPDATE events SET seq = -seq WHERE seq >= 3; UPDATE events SET seq = 1 - seq WHERE seq < 0; \
+         INSERT INTO events (seq, id, item, body, hash) SELECT 3, 'forged', item, body, hash FROM events WHERE seq = 2;",
+        "event 3: it says it is event 2",
+    ),
+    (
+        "reorder",
+        "UPDATE events SET seq = -1 WHERE seq = 3; UPDATE events SET seq = 3 WHERE seq = 4; \
+         UPDATE events SET seq = 4 WHERE seq = -1;",
+        "event 3: it says it is event 4",
+    ),
+];
+
+#[test]
+fn tampered_events_break_the_chain_at_their_place_locally_and_far() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 4, 1);
+    env.ok(&["verify", &a]);
+    let rsh = env.shim("rsh", "", None);
+    for (how, sql, says) in TAMPERINGS {
+        let copy = env.path(&format!("tampered-{how}")).to_string_lossy().into_owned();
+        sh(&format!("cp -a '{a}' '{copy}'"));
+        env.ok(&["verify", &copy]);
+        tamper(&copy, sql);
+        let run = env.fails(&["verify", &copy], 1);
+        assert!(run.stdout.contains("broken log") && run.stdout.contains(says), "{how}: {}", run.stdout);
+        let far = env.far_fails(&rsh, &["verify", &format!("lab:{copy}")], 1);
+        assert!(far.stdout.contains("broken log") && far.stdout.contains(says), "{how} (far): {}", far.stdout);
+    }
+}
+
+/// A far server logs as its own agent, naming the session's restriction: an
+/// append-only key's arrivals say so.
+#[test]
+fn a_far_session_logs_its_key_restriction() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 2, 1);
+    let b = env.path("b").to_string_lossy().into_owned();
+    env.ok(&["-q", "init", &b, "--like", &a]);
+    let forced = format!("{} serve --stdio --append-only", crate::env::ibi_bin().display());
+    let rsh = env.shim("rsh-append-only", "", Some(&forced));
+    env.far_ok(&rsh, &["mirror", &a, &format!("lab:{b}")]);
+    let arrivals: Vec<Value> = env.log(&b).into_iter().filter(|e| e["type"] == "mirror-in").collect();
+    assert_eq!(arrivals.len(), 2);
+    for event in &arrivals {
+        let restriction = event["agent"]["restriction"].as_str().unwrap_or_default();
+        assert!(restriction.contains("far session") && restriction.contains("append-only"), "{event}");
+    }
+    let far_log = env.far_ok(&rsh, &["--json", "log", &format!("lab:{b}")]).stdout;
+    assert_eq!(far_log.lines().count(), env.log(&b).len(), "the far log reads the same");
+}
