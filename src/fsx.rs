@@ -488,6 +488,12 @@ pub fn syncfs(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The bytes an unprivileged writer may still write on the filesystem holding `path`.
+pub fn available_bytes(path: &Path) -> Result<u64> {
+    let stat = rustix::fs::statvfs(path).map_err(|e| Error::io("inspect the filesystem of", path, e.into()))?;
+    Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
+}
+
 /// fsyncs a directory so that renames and creations inside it are durable.
 pub fn fsync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).with_path("fsync directory", dir)

@@ -351,6 +351,7 @@ impl<'a> Driver<'a> {
             .collect();
         let mut placed = HashSet::new();
         let mut arrived = Vec::new();
+        let mut stopped = None;
         for (name, outcome) in place_staged(writer, staged)? {
             let label = name.to_string();
             let (bytes, replace) = sizes[&label];
@@ -361,6 +362,11 @@ impl<'a> Driver<'a> {
                     self.reporter.item(&label, if replace { Outcome::Replaced } else { Outcome::Copied });
                     placed.insert(label);
                     arrived.push(name);
+                }
+                // Left out for want of room (a full disk): not copied, and the run stops.
+                Err(why @ Error::Io { .. }) => {
+                    self.reporter.item(&label, Outcome::NotCopied { why: &why.to_string() });
+                    stopped.get_or_insert(why);
                 }
                 Err(why) => {
                     Tally::add(&self.tally.conflicts, 1);
@@ -376,7 +382,7 @@ impl<'a> Driver<'a> {
         if let Err(e) = writer.write_deposit_records(&keys) {
             self.reporter.warning(&format!("the copied items' deposit records were not filed: {e}"));
         }
-        Ok(placed)
+        stopped.map_or(Ok(placed), Err)
     }
 
     /// Places a chunk's staged copies; returns the SRC items DST now holds identical

@@ -85,6 +85,30 @@ fn replace_through_trash(dst: &Collection, staged: &mut Staged, dest: &Path) -> 
     Ok(())
 }
 
+/// Room the inventory needs to record a placed batch (records and events, in
+/// SQLite's write-ahead log), beyond what the items themselves take.
+fn room_to_record(items: usize) -> u64 {
+    256 * 1024 + items as u64 * 16 * 1024
+}
+
+/// Leaves out of the batch, from its end, the copies that would leave no room to
+/// record the rest (dropping a copy frees its staged bytes): an item placed but
+/// not recorded is what a full disk must never leave. Returns the left out, each
+/// with the disk-full error.
+fn keep_room_to_record(
+    dst: &Collection,
+    staged: &mut Vec<Staged>,
+) -> Result<Vec<(RepositoryName, std::result::Result<(), Error>)>> {
+    let staging = dst.layout.staging();
+    let mut left_out = Vec::new();
+    while !staged.is_empty() && fsx::available_bytes(&staging)? < room_to_record(staged.len()) {
+        let copy = staged.pop().expect("not empty");
+        let full = io::Error::from(io::ErrorKind::StorageFull);
+        left_out.push((copy.name.clone(), Err(Error::io("keep room to record", dst.layout.inventory(), full))));
+    }
+    Ok(left_out)
+}
+
 /// Places a batch of staged copies: one `syncfs` makes them durable, one journal
 /// record covers their aliases, then each is renamed into place (never over an
 /// item unless it is a replacement) and every touched directory is fsynced once.
@@ -98,6 +122,10 @@ pub fn place_all(
     }
     if dst.layout.inventory().exists() {
         dst.with_inventory(|inventory| inventory.check_writable())?;
+    }
+    let left_out = keep_room_to_record(dst, &mut staged)?;
+    if staged.is_empty() {
+        return Ok(left_out);
     }
     fsx::syncfs(&dst.layout.staging())?;
     let actions: HashMap<RepositoryName, Action> =
@@ -136,6 +164,7 @@ pub fn place_all(
         cause: Box::new(cause),
     })?;
     dst.end_journal(&record)?;
+    outcomes.extend(left_out);
     Ok(outcomes)
 }
 
