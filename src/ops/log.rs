@@ -26,6 +26,9 @@ pub fn for_each(
         let Some(last) = page.last() else { break };
         after = last.seq;
         page.iter().try_for_each(&mut *each)?;
+        if page.len() < crate::store::log::EVENT_PAGE {
+            break;
+        }
     }
     Ok(keeps)
 }

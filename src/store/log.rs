@@ -15,6 +15,9 @@ use crate::store::config::Minting;
 use crate::store::inventory::{ItemRecord, Status};
 use crate::store::Store;
 
+/// How many events a page of `Store::events` holds at most; a shorter page is the last.
+pub const EVENT_PAGE: usize = 1000;
+
 /// How many of an item's events a placement may carry (a hostile peer cannot
 /// make a placement arbitrarily large).
 pub const MAX_CARRIED: usize = 10_000;
@@ -81,7 +84,9 @@ impl StepLog {
 }
 
 /// The events of `name` in `store`'s log, marked as carried from it, to go with
-/// the item to another collection.
+/// the item to another collection: what was done to the item. Its fixity checks
+/// stay: they are evidence about the copy they checked, and the copy that
+/// arrives gets its own.
 pub fn carried_events(store: &dyn Store, name: &RepositoryName) -> Result<Vec<Event>> {
     let from = store.collection_id().unwrap_or_else(|| store.location());
     let mut carried = Vec::new();
@@ -92,10 +97,16 @@ pub fn carried_events(store: &dyn Store, name: &RepositoryName) -> Result<Vec<Ev
         for stored in &page {
             let event =
                 stored.event().map_err(|problem| Error::Data { what: format!("the log of {name}"), problem })?;
+            if event.kind == EventKind::Fixity {
+                continue;
+            }
             carried.push(Event { carried_from: event.carried_from.clone().or_else(|| Some(from.clone())), ..event });
         }
         if carried.len() >= MAX_CARRIED {
             carried.truncate(MAX_CARRIED);
+            break;
+        }
+        if page.len() < EVENT_PAGE {
             break;
         }
     }

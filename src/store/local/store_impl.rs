@@ -70,9 +70,6 @@ impl Collection {
     }
 }
 
-/// How many events a page of the log holds.
-const EVENT_PAGE: usize = 1000;
-
 fn unknown_stage(stage: StageId) -> Error {
     Error::Invalid { what: "staging".into(), problem: format!("no staged item {}", stage.0) }
 }
@@ -121,7 +118,8 @@ impl Store for Collection {
 
     fn events(&self, item: Option<&RepositoryName>, after: u64) -> Result<Option<Vec<StoredEvent>>> {
         let item = item.map(ToString::to_string);
-        let page = self.with_inventory(|inventory| inventory.events_page(after, item.as_deref(), EVENT_PAGE))?;
+        let page = self
+            .with_inventory(|inventory| inventory.events_page(after, item.as_deref(), crate::store::log::EVENT_PAGE))?;
         Ok(Some(page.unwrap_or_default()))
     }
 
