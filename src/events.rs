@@ -162,7 +162,7 @@ impl Event {
         Event {
             seq: 0,
             id: uuid::Uuid::new_v4().urn().to_string(),
-            date: crate::store::inventory::fixity_date(crate::id::Timestamp::now()),
+            date: crate::id::Timestamp::now().to_rfc3339_seconds(),
             kind,
             item,
             agent: this_agent(),

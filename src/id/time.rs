@@ -91,6 +91,11 @@ impl Timestamp {
     }
 
     /// RFC 3339 in UTC with the fewest fraction digits: `2010-10-20T15:14:06.394023Z`.
+    /// RFC 3339 to the whole second (so that such dates sort as text).
+    pub fn to_rfc3339_seconds(self) -> String {
+        Timestamp::from_seconds(i64::try_from(self.whole_seconds()).unwrap_or(i64::MAX)).to_rfc3339()
+    }
+
     pub fn to_rfc3339(self) -> String {
         match self.calendar() {
             Some(c) => format!(

@@ -93,8 +93,7 @@ impl FixityCheck {
 
 /// The date of a fixity check made at `at`: RFC 3339 to the whole second.
 pub fn fixity_date(at: crate::id::Timestamp) -> String {
-    let seconds = i64::try_from(at.whole_seconds()).unwrap_or(i64::MAX);
-    crate::id::Timestamp::from_seconds(seconds).to_rfc3339()
+    at.to_rfc3339_seconds()
 }
 
 /// What a collection knows of one item.

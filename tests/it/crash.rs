@@ -275,7 +275,8 @@ fn regress_killed_mirror_redoes_its_whole_first_batch() {
     let _ = child.wait();
     assert!(small_placed, "the small items were placed while the large one copied: {}", at_kill.len());
     assert!(!at_kill.contains_key(&big), "the large item was still copying when the small ones were placed");
-    env.ok(&["-q", "mirror", &src, &dst]);
+    // The traced ibi can outlive its tracer by a moment, holding DST's lock.
+    env.ok(&["-q", "mirror", "--wait", "30", &src, &dst]);
     assert_eq!(env.identities(&dst), env.identities(&src));
     env.ok(&["verify", &dst]);
     assert!(control_empty(&dst, "staging"));
