@@ -205,3 +205,30 @@ pub fn admitted_action(asked: Action, replace: bool) -> Action {
         .collect();
     Action { kind: Some(kind), note, carried }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a hostile far client may ask of the server's log: a kind that does
+    /// not fit the placement, a note with control characters, an unbounded
+    /// history of events that pretend to be the server's own.
+    #[test]
+    fn a_far_clients_action_is_admitted_only_as_far_as_it_fits() {
+        let forged = Event::new(EventKind::Deposit, Some("a.b/c/2020/01.01.00.00.00".into()), "success", "x".into());
+        let asked = Action {
+            kind: Some(EventKind::Repair),
+            note: "from\nsomewhere\u{1b}[31m".into(),
+            carried: vec![forged; MAX_CARRIED + 5],
+        };
+        let admitted = admitted_action(asked.clone(), false);
+        assert_eq!(admitted.kind, Some(EventKind::Deposit), "a repair never arrives where nothing was");
+        assert_eq!(admitted.note, "fromsomewhere[31m");
+        assert_eq!(admitted.carried.len(), MAX_CARRIED);
+        assert!(admitted.carried.iter().all(|e| e.carried_from.is_some()), "carried events never pass as its own");
+        let replacing = Action { kind: Some(EventKind::Deposit), ..asked };
+        assert_eq!(admitted_action(replacing, true).kind, Some(EventKind::Update), "a replacement is no deposit");
+        let fits = Action::of(EventKind::MirrorIn, String::new());
+        assert_eq!(admitted_action(fits, true).kind, Some(EventKind::MirrorIn));
+    }
+}
