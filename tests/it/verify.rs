@@ -134,16 +134,37 @@ fn checked_names(run: &crate::env::Run) -> BTreeSet<String> {
 fn rolling_verify_checks_every_item_once_per_cycle() {
     let env = TestEnv::new();
     let root = env.collection("lib");
+    rolling_rounds(&env, &root, &|args| env.run(args));
+}
+
+/// The same over a far session: the far server keeps the dates of its own
+/// checks, and the client plans its runs from them.
+#[test]
+fn rolling_verify_over_a_far_session_uses_the_far_servers_dates() {
+    let env = TestEnv::new();
+    let root = env.collection("lib");
+    let rsh = env.shim("rsh", "", None);
+    let far = |args: &[&str]| {
+        let args: Vec<String> =
+            args.iter().map(|a| if *a == root { format!("lab:{root}") } else { a.to_string() }).collect();
+        env.far_run(&rsh, &args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    rolling_rounds(&env, &root, &far);
+    let fixity = env.log(&root).into_iter().filter(|e| e["type"] == "fixity").count();
+    assert_eq!(fixity, 10, "the far server logged each of its own checks once");
+}
+
+fn rolling_rounds(env: &TestEnv, root: &str, ibi: &dyn Fn(&[&str]) -> crate::env::Run) {
     for i in 0..9 {
         env.write(&format!("src/{i}/f.bin"), &vec![i as u8; 100_000]);
-        env.ok(&["-q", "deposit", &root, env.path(&format!("src/{i}")).to_str().unwrap()]);
+        env.ok(&["-q", "deposit", root, env.path(&format!("src/{i}")).to_str().unwrap()]);
     }
-    let never = env.fails(&["verify", &root, "--age"], 1);
-    assert_eq!(never.stdout.matches("never checked").count(), 9, "{}", never.stdout);
-    let all: BTreeSet<String> = env.identities(&root).into_keys().collect();
+    let never = ibi(&["verify", root, "--age"]);
+    assert_eq!((never.code, never.stdout.matches("never checked").count()), (1, 9), "{}", never.stdout);
+    let all: BTreeSet<String> = env.identities(root).into_keys().collect();
     let names: Vec<String> = all.iter().cloned().collect();
     // The last third's first item is damaged before any run: its turn is the third.
-    let damaged = std::path::Path::new(&root).join(&names[6]).join("data/f.bin");
+    let damaged = std::path::Path::new(root).join(&names[6]).join("data/f.bin");
     let total: u64 = 9 * 100_000;
     let budget = format!("{}", total / 3 - 1);
     let mut seen = BTreeSet::new();
@@ -151,9 +172,9 @@ fn rolling_verify_checks_every_item_once_per_cycle() {
         if round == 2 {
             std::fs::write(&damaged, vec![9u8; 100_000]).unwrap();
         }
-        let run = env.run(&["--json", "verify", &root, "--budget", &budget]);
+        let run = ibi(&["--json", "verify", root, "--budget", &budget]);
         let checked = checked_names(&run);
-        assert_eq!(checked.len(), 3, "round {round}: {checked:?}");
+        assert_eq!(checked.len(), 3, "round {round}: {checked:?} {}", run.stderr);
         assert!(seen.is_disjoint(&checked), "round {round} checked an item again: {checked:?}");
         let expected: BTreeSet<String> = names[round * 3..round * 3 + 3].iter().cloned().collect();
         assert_eq!(checked, expected, "round {round} takes the items never checked, in name order");
@@ -161,11 +182,12 @@ fn rolling_verify_checks_every_item_once_per_cycle() {
         seen.extend(checked);
     }
     assert_eq!(seen, all, "three rounds checked every item");
-    let stale = env.fails(&["verify", &root, "--age", "--cycle", "30"], 1);
+    let stale = ibi(&["verify", root, "--age", "--cycle", "30"]);
+    assert_eq!(stale.code, 1);
     assert!(stale.stdout.contains(&names[6]) && stale.stdout.contains("damaged"), "{}", stale.stdout);
     assert_eq!(stale.stdout.matches("stale fixity").count(), 1, "{}", stale.stdout);
     // The damaged item goes first in the next run.
-    let next = env.run(&["--json", "verify", &root, "--budget", "1"]);
+    let next = ibi(&["--json", "verify", root, "--budget", "1"]);
     assert_eq!(checked_names(&next), [names[6].clone()].into_iter().collect());
 }
 

@@ -467,6 +467,15 @@ impl Store for FarStore {
         matches!(self.call(&Request::Inventory), Ok(Reply::Inventory { present: true, .. }))
     }
 
+    /// The far server keeps the dates of its own checks (`CheckItem`); the
+    /// client's claims are not sent.
+    fn fixity_checks(&self) -> Result<Option<Vec<crate::store::inventory::FixityCheck>>> {
+        match self.call(&Request::FixityChecks)? {
+            Reply::FixityChecks(checks) => Ok(checks),
+            other => Err(self.conn.unexpected(&other)),
+        }
+    }
+
     fn events(&self, item: Option<&RepositoryName>, after: u64) -> Result<Option<Vec<crate::events::StoredEvent>>> {
         match self.call(&Request::Events { item: item.cloned(), after })? {
             Reply::Events(page) => Ok(page),

@@ -36,6 +36,7 @@ use crate::error::{Error, Result};
 use crate::fsx::CopyError;
 use crate::id::{Ibip, RepositoryName, Timestamp};
 use crate::store::config::CollectionConfig;
+use crate::store::inventory::{fixity_date, FixityCheck};
 use crate::store::local::Collection;
 use crate::store::{
     identifier_problems, AppendOnly, FileSource, ItemRecord, LockWait, Placement, StageId, Store, Writer,
@@ -67,6 +68,8 @@ const SMALL_FILE: u64 = 256 * 1024;
 const BUFFER_FILE: usize = 1 << 20;
 /// Entries per page of a walk or of the records.
 const PAGE: usize = 1024;
+/// How many of the server's own fixity checks it keeps in one transaction.
+const FIXITY_AT_ONCE: usize = 256;
 
 /// One staged item of the client's.
 struct StageState {
@@ -109,6 +112,8 @@ struct Session {
     pinned: OnceLock<rustix::fd::OwnedFd>,
     /// Bytes of arriving files held in memory.
     buffered: Budget,
+    /// The results of this server's own checks (`CheckItem`) not yet kept.
+    fixity: Mutex<Vec<FixityCheck>>,
 }
 
 /// A count of bytes in memory with a ceiling: taking waits while it is over.
@@ -186,6 +191,7 @@ pub fn serve(options: ServeOptions, input: impl Read, output: Box<dyn Write + Se
         writes: pool("ibi-serve-write")?,
         pinned: OnceLock::new(),
         buffered: Budget::default(),
+        fixity: Mutex::default(),
     });
     let queue = session.start_workers()?;
     let mut incoming = HashMap::new();
@@ -203,6 +209,7 @@ pub fn serve(options: ServeOptions, input: impl Read, output: Box<dyn Write + Se
     // dropped, then the lease released.
     drop(incoming);
     session.discard_all();
+    session.keep_fixity(true);
     lock(&session.writer).take();
     Ok(())
 }
@@ -567,6 +574,10 @@ impl Session {
             Request::Inventory => Reply::Inventory { id: c()?.collection_id(), present: c()?.has_inventory() },
             Request::Records(names) => Reply::Records(c()?.records(&names)?),
             Request::Events { item, after } => Reply::Events(c()?.events(item.as_ref(), after)?),
+            Request::FixityChecks => {
+                self.keep_fixity(true);
+                Reply::FixityChecks(c()?.fixity_checks()?)
+            }
             Request::Lease(wait) => return done(self.take_lease(wait)),
             Request::Unlease => {
                 lock(&self.writer).take();
@@ -762,6 +773,11 @@ impl Session {
         let c = self.collection()?;
         let check = bag::verify_bag(c.item_files(name).as_ref(), &name.to_string(), &|_| {});
         let identifiers = check.info.as_ref().map(|info| identifier_problems(c, name, info)).unwrap_or_default();
+        let ok = check.problems.is_empty() && identifiers.is_empty();
+        let date = fixity_date(crate::id::Timestamp::now());
+        let fixity = FixityCheck { name: name.clone(), date, ok, files: check.files, bytes: check.bytes };
+        lock(&self.fixity).push(fixity);
+        self.keep_fixity(false);
         Ok(WireCheck {
             problems: check.problems,
             info: check.info,
@@ -769,6 +785,23 @@ impl Session {
             bytes: check.bytes,
             identifiers,
         })
+    }
+
+    /// Keeps the dates of this server's own checks: all that wait, or a batch once
+    /// one is full (a client's claims are never taken: it only asks for checks). A
+    /// read-only server keeps none: it writes nothing. Failing to keep them loses no
+    /// item, only the order of later rolling runs, so no request fails for it.
+    fn keep_fixity(&self, all: bool) {
+        let batch = {
+            let mut waiting = lock(&self.fixity);
+            if waiting.is_empty() || !all && waiting.len() < FIXITY_AT_ONCE {
+                return;
+            }
+            std::mem::take(&mut *waiting)
+        };
+        if let (false, Ok(c)) = (self.options.read_only, self.collection()) {
+            let _ = c.record_fixity(&batch);
+        }
     }
 
     /// Checks each staged item (`admit_placement`), then places what passed, with

@@ -256,6 +256,8 @@ pub enum Request {
         item: Option<RepositoryName>,
         after: u64,
     },
+    /// Every item's last fixity check, as the server's own checks kept them.
+    FixityChecks,
 }
 
 /// A file's kind as sent.
@@ -404,6 +406,7 @@ pub enum Reply {
     Placed(Vec<(RepositoryName, Option<WireError>)>),
     Checked(WireCheck),
     Events(Option<Vec<crate::events::StoredEvent>>),
+    FixityChecks(Option<Vec<crate::store::inventory::FixityCheck>>),
 }
 
 /// A slot as sent.
