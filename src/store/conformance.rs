@@ -13,9 +13,11 @@ use std::time::Duration;
 use crate::bag::{self, verify_bag, BagContents, BagInfo};
 use crate::digest::Digests;
 use crate::error::Error;
+use crate::events::{ChainCheck, Event, EventKind};
 use crate::id::minter::ReplayClock;
 use crate::id::{Granularity, Minted, RepositoryName, Subsystem, Timestamp};
 use crate::store::config::{Minting, Peer, Successor};
+use crate::store::log::Action;
 use crate::store::{
     identity_digest, AppendOnly, FileSource, ItemRecord, Listed, LockWait, Placement, Slot, StageId, Status, Store,
     Writer,
@@ -325,6 +327,45 @@ pub fn inventory_records_placement_replacement_and_removal(store: &dyn Store, ot
     assert_eq!(seen, [(a.name, Status::Present), (b.name, Status::Removed)], "a removed item stays known");
 }
 
+/// Every change is logged once, in one chain that another handle reads: a
+/// placement, a replacement, an arrival carrying its history (which keeps its
+/// ids), a removal. A page starts after the seq asked for; an item's page holds
+/// its own events only.
+pub fn log_records_each_change_once_in_a_chain(store: &dyn Store, other: &dyn Store) {
+    let w = writer(store);
+    let (a, b) = (minted(11), minted(12));
+    place(w.as_ref(), &a, stage_bag(w.as_ref(), &a, b"first"), false).unwrap();
+    let stage = stage_bag(w.as_ref(), &a, b"second");
+    let update = Action::of(EventKind::Update, String::new());
+    let batch = [Placement { stage, name: a.name.clone(), ibip: a.ibip, replace: true, record: None, action: update }];
+    assert!(w.place(&batch).unwrap()[0].1.is_ok());
+    let history = Event::new(EventKind::Deposit, Some(b.name.to_string()), "success", "elsewhere".into());
+    let arrival = Action { kind: Some(EventKind::MirrorIn), note: "from there".into(), carried: vec![history.clone()] };
+    let stage = stage_bag(w.as_ref(), &b, b"arrived");
+    let batch =
+        [Placement { stage, name: b.name.clone(), ibip: b.ibip, replace: false, record: None, action: arrival }];
+    assert!(w.place(&batch).unwrap()[0].1.is_ok());
+    w.remove(std::slice::from_ref(&b.name)).unwrap();
+    drop(w);
+    let all = other.events(None, 0).unwrap().expect("every backend keeps a log");
+    let mut chain = ChainCheck::default();
+    all.iter().for_each(|stored| chain.next(stored));
+    assert_eq!((chain.broken(), chain.count()), (None, 5), "{all:?}");
+    let events: Vec<Event> = all.iter().map(|stored| stored.event().unwrap()).collect();
+    let kinds: Vec<(&str, String)> =
+        events.iter().map(|e| (e.kind.as_str(), e.item.clone().unwrap_or_default())).collect();
+    let (a, b) = (a.name.to_string(), b.name.to_string());
+    let expected = [("deposit", &a), ("update", &a), ("deposit", &b), ("mirror-in", &b), ("migrate-out", &b)];
+    assert_eq!(kinds, expected.map(|(kind, item)| (kind, item.clone())));
+    assert_eq!(events[2].id, history.id, "a carried event keeps its id");
+    assert!(events[2].carried_from.is_some() && events[3].carried_from.is_none());
+    assert!(events[3].detail.contains("from there"), "{}", events[3].detail);
+    let of_b = other.events(Some(&RepositoryName::parse(&b).unwrap()), 0).unwrap().unwrap();
+    assert_eq!(of_b.iter().map(|stored| stored.seq).collect::<Vec<_>>(), [3, 4, 5]);
+    let after = other.events(None, 3).unwrap().unwrap();
+    assert_eq!(after.iter().map(|stored| stored.seq).collect::<Vec<_>>(), [4, 5]);
+}
+
 /// Reads while a writer replaces an item, again and again: each read sees the old
 /// item or the new one, never a half, and never an error.
 pub fn reads_during_a_write_see_old_or_new(store: &dyn Store, other: &dyn Store) {
@@ -415,7 +456,7 @@ pub fn every_other_call_answers(store: &dyn Store, other: &dyn Store) {
 type Check<'a, S, F> = (&'static str, &'a dyn Fn(&S, &F));
 
 pub fn run_all<S: Store + 'static, F: Fn() -> S>(fresh: impl Fn() -> (S, F)) {
-    let checks: [Check<S, F>; 13] = [
+    let checks: [Check<S, F>; 14] = [
         ("minting_role_is_kept_and_obeyed", &|s, r| minting_role_is_kept_and_obeyed(s, &r())),
         ("placement_never_overwrites", &|s, _| placement_never_overwrites(s)),
         ("walk_is_in_name_order", &|s, _| walk_is_in_name_order(s)),
@@ -424,6 +465,7 @@ pub fn run_all<S: Store + 'static, F: Fn() -> S>(fresh: impl Fn() -> (S, F)) {
         ("one_of_two_concurrent_placements_wins", &|s, _| one_of_two_concurrent_placements_wins(s)),
         ("recovery_clears_an_interrupted_batch", &|s, r| recovery_clears_an_interrupted_batch(Box::new(r()), s)),
         ("inventory", &|s, r| inventory_records_placement_replacement_and_removal(s, &r())),
+        ("log", &|s, r| log_records_each_change_once_in_a_chain(s, &r())),
         ("staging_for_a_name", &|s, r| staging_for_a_name_is_unseen_until_placed(s, &r(), Box::new(r()))),
         ("minter_state_never_repeats", &|s, r| minter_state_never_repeats(s, &r())),
         ("reads_during_a_write_see_old_or_new", &|s, r| reads_during_a_write_see_old_or_new(s, &r())),
@@ -571,6 +613,12 @@ mod each_backend {
                 fn inventory_records_placement_replacement_and_removal() {
                     let (store, reopen, _dir) = $fresh;
                     super::inventory_records_placement_replacement_and_removal(&store, &reopen());
+                }
+
+                #[test]
+                fn log_records_each_change_once_in_a_chain() {
+                    let (store, reopen, _dir) = $fresh;
+                    super::log_records_each_change_once_in_a_chain(&store, &reopen());
                 }
 
                 #[test]

@@ -14,12 +14,14 @@ use crate::bag::manifest::check_path;
 use crate::bag::BagFiles;
 use crate::digest::{self, Algorithm, Digests, Hasher};
 use crate::error::{Error, Result};
+use crate::events::{Event, StoredEvent, GENESIS};
 use crate::fsx::CopyError;
 use crate::id::minter::MinterState;
 use crate::id::{Ibip, RepositoryName, Subsystem, Timestamp};
 use crate::problem::{Problem, ProblemKind};
 use crate::store::config::Minting;
 use crate::store::inventory::Forward;
+use crate::store::log::{minting_event, placement_events, removal_event, EVENT_PAGE};
 use crate::store::{
     item_ibip, FileSource, ItemRecord, Lease, Leased, Listed, LockWait, Placed, Placement, Refusal, Slot, StageId,
     Status, Store, WriteBackend, Writer,
@@ -45,6 +47,8 @@ struct Shared {
     inventory: Mutex<BTreeMap<RepositoryName, ItemRecord>>,
     /// `None` until set: a new collection mints.
     minting: Mutex<Option<Minting>>,
+    /// The event log, sealed in order.
+    log: Mutex<Vec<StoredEvent>>,
 }
 
 /// A collection in memory.
@@ -63,6 +67,19 @@ impl MemoryStore {
     /// Another handle on the same collection, as a second process would open it.
     pub fn handle(&self) -> MemoryStore {
         self.clone()
+    }
+
+    /// Appends events to the log, each after the last (ids already logged are skipped).
+    fn log(&self, events: &[Event]) {
+        let mut log = lock(&self.shared.log);
+        for event in events {
+            if log.iter().any(|stored| stored.event().is_ok_and(|e| e.id == event.id)) {
+                continue;
+            }
+            let prev = log.last().map_or(GENESIS.to_string(), |s| s.hash.clone());
+            let stored = event.clone().seal(log.len() as u64 + 1, &prev);
+            log.push(stored);
+        }
     }
 
     fn with_stage<T>(&self, stage: StageId, f: impl FnOnce(&mut Bag) -> T) -> Result<T> {
@@ -168,6 +185,7 @@ impl MemoryStore {
         }
         if let Ok(mut record) = ItemRecord::from_bag(&MemoryBag(Some(bag.clone())), &p.name) {
             record.deposit_keys = p.record.as_ref().map(|r| r.deposit_keys.clone()).unwrap_or_default();
+            self.log(&placement_events(&record, &p.action, &p.stage.0.to_string()));
             lock(&self.shared.inventory).insert(p.name.clone(), record);
         }
         items.insert(p.name.clone(), bag);
@@ -279,6 +297,14 @@ impl Store for MemoryStore {
         vec![Problem::new("staging", None, ProblemKind::Leftover, detail)]
     }
 
+    fn events(&self, item: Option<&RepositoryName>, after: u64) -> Result<Option<Vec<StoredEvent>>> {
+        let item = item.map(|n| n.to_string());
+        let log = lock(&self.shared.log);
+        let of_item = |s: &&StoredEvent| item.is_none() || s.event().is_ok_and(|e| e.item == item);
+        let page = log.iter().skip(after as usize).filter(of_item).take(EVENT_PAGE).cloned().collect();
+        Ok(Some(page))
+    }
+
     fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
         Ok(lock(&self.shared.records).get(key).cloned())
     }
@@ -290,7 +316,8 @@ impl Store for MemoryStore {
 
 impl WriteBackend for MemoryStore {
     fn set_minting(&self, minting: &Minting) -> Result<()> {
-        *lock(&self.shared.minting) = Some(minting.clone());
+        let before = lock(&self.shared.minting).replace(minting.clone()).unwrap_or(Minting::Mints);
+        self.log(minting_event(&before, minting).as_slice());
         Ok(())
     }
 
@@ -382,6 +409,7 @@ impl WriteBackend for MemoryStore {
             if let Some(record) = inventory.get_mut(name) {
                 record.status = Status::Removed;
             }
+            self.log(&[removal_event(name, inventory.get(name), &format!("{}", uuid::Uuid::new_v4()))]);
             if let Some(ibip) = ibip {
                 if aliases.get(&ibip.to_string()) == Some(name) {
                     aliases.remove(&ibip.to_string());

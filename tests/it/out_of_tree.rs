@@ -77,6 +77,9 @@ impl Store for Shell {
     fn has_inventory(&self) -> bool {
         self.0.has_inventory()
     }
+    fn events(&self, item: Option<&RepositoryName>, after: u64) -> Result<Option<Vec<ibi::events::StoredEvent>>> {
+        self.0.events(item, after)
+    }
     fn records(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {
         self.0.records(names)
     }

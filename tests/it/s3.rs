@@ -7,6 +7,7 @@
 //! stands for the network: killing it is the server dying mid-run, and one that
 //! renames the `If-None-Match` header is a server that ignores conditions.
 
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
@@ -165,6 +166,87 @@ fn put_object(port: u16, bucket: &str, key: &str, body: &[u8]) {
     assert!(status.success(), "boto3 put_object {key}");
 }
 
+/// Tampers with the event log of the collection at `prefix` as anyone holding the
+/// bucket's keys could (boto3): `edit`, `delete`, `insert` or `reorder` its third event.
+fn tamper_with_log(port: u16, bucket: &str, prefix: &str, how: &str) {
+    let script = r#"
+import boto3, sys
+url, bucket, prefix, how = sys.argv[1:5]
+s3 = boto3.client('s3', endpoint_url=url, region_name='us-east-1', aws_access_key_id='test', aws_secret_access_key='test')
+logdir = prefix + '/.ibi/log/'
+keys = sorted(o['Key'] for o in s3.list_objects_v2(Bucket=bucket, Prefix=logdir)['Contents'] if '!' in o['Key'])
+get = lambda k: s3.get_object(Bucket=bucket, Key=k)['Body'].read()
+put = lambda k, body: s3.put_object(Bucket=bucket, Key=k, Body=body)
+seq = lambda k: int(k[len(logdir):len(logdir) + 16])
+at = lambda k, n: logdir + '%016d' % n + k[len(logdir) + 16:]
+if how == 'edit':
+    put(keys[2], get(keys[2]).replace(b'"success"', b'"failure"'))
+elif how == 'delete':
+    s3.delete_object(Bucket=bucket, Key=keys[2])
+elif how == 'insert':
+    for k in reversed(keys[2:]):
+        put(at(k, seq(k) + 1), get(k))
+        s3.delete_object(Bucket=bucket, Key=k)
+    put(at(keys[1], 3), get(keys[1]))
+elif how == 'reorder':
+    third, fourth = get(keys[2]), get(keys[3])
+    for k in keys[2:4]:
+        s3.delete_object(Bucket=bucket, Key=k)
+    put(at(keys[2], 4), third)
+    put(at(keys[3], 3), fourth)
+"#;
+    let out = Command::new(repo().join("target/bagit-venv/bin/python"))
+        .args(["-c", script, &format!("http://127.0.0.1:{port}"), bucket, prefix, how])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "tamper {how}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The event log in object storage (issue 24): a mirror logs each arrival after
+/// the history it carries (ids kept); verify --budget keeps fixity dates there,
+/// so --age and the next rolling run use them; and an edited, deleted, inserted
+/// or reordered event object breaks the chain where it is, which verify names.
+fn s3_keeps_the_event_log_and_names_its_tampering(start: Start) {
+    let server = start("lib");
+    let p = server.port;
+    let env = TestEnv::new();
+    let local = env.filled("local", 3, 1);
+    let s3 = "s3://lib/main";
+    env.s3_collection(p, s3);
+    env.s3_ok(p, &["-q", "mirror", &local, s3]);
+    let log = env.s3_log(p, s3);
+    let own: Vec<&str> =
+        log.iter().filter(|e| e.get("carried_from").is_none()).map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(own, ["mirror-in"; 3], "{log:?}");
+    let local_ids: BTreeSet<String> = env.log(&local).iter().map(|e| e["id"].as_str().unwrap().to_string()).collect();
+    let carried: Vec<&serde_json::Value> = log.iter().filter(|e| e.get("carried_from").is_some()).collect();
+    assert_eq!(carried.len(), 3, "each item's deposit came along");
+    assert!(carried.iter().all(|e| local_ids.contains(e["id"].as_str().unwrap())), "{carried:?}");
+    env.s3_ok(p, &["-q", "verify", s3]);
+
+    let first = env.s3_ok(p, &["--json", "verify", s3, "--budget", "1"]);
+    assert_eq!(first.stdout.matches("\"event\":\"item\"").count(), 1, "{}", first.stdout);
+    let age = env.s3_ok(p, &["verify", s3, "--age"]);
+    assert!(age.stderr.contains("fixity of 3 item(s)") && age.stderr.contains("0 not found whole"), "{}", age.stderr);
+    let fixity = env.s3_ok(p, &["--json", "log", s3]).stdout.matches("\"type\":\"fixity\"").count();
+    assert_eq!(fixity, 3 + 1, "the whole verify and the rolling one logged their checks");
+
+    for (how, says) in [
+        ("edit", "event 3: its content"),
+        ("delete", "event 3 is missing"),
+        ("insert", "event 3: it says it is event 2"),
+        ("reorder", "event 3: it says it is event 4"),
+    ] {
+        let copy = format!("s3://lib/{how}");
+        env.s3_collection(p, &copy);
+        env.s3_ok(p, &["-q", "mirror", &local, &copy]);
+        env.s3_ok(p, &["-q", "verify", &copy]);
+        tamper_with_log(p, "lib", how, how);
+        let run = env.s3_fails(p, &["verify", &copy], 1);
+        assert!(run.stdout.contains("broken log") && run.stdout.contains(says), "{how}: {}", run.stdout);
+    }
+}
+
 /// A TCP proxy to `target`; `kill` closes every connection and stops accepting.
 /// With `strip_conditions` it renames `If-None-Match` headers, as a server that ignores them would.
 pub struct Proxy {
@@ -278,6 +360,12 @@ impl TestEnv {
             ["-q", "init", url, "--host", "test.ibi.example.org", "--ip", "192.0.2.30", "--granularity", "0.001"];
         self.s3_ok(port, &args);
         *minting = Some(url.to_string());
+    }
+
+    /// The collection's event log (`ibi --json log`), one value per event.
+    pub fn s3_log(&self, port: u16, root: &str) -> Vec<serde_json::Value> {
+        let out = self.s3_ok(port, &["--json", "log", root]).stdout;
+        out.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
     }
 
     /// name -> identity digest, through `ibi show --json` (works on any collection).
@@ -417,8 +505,13 @@ fn killed_s3_transfers_complete_on_rerun(start: Start) {
     assert_eq!(env.s3_identities(p, d).len(), files.len(), "each deposit once");
     for collection in [s3, d] {
         let verified = env.s3_ok(p, &["verify", collection]);
-        assert!(verified.stderr.contains("0 problem"), "{}", verified.stderr);
+        assert!(verified.stderr.contains("0 problem"), "the log's chain too: {}", verified.stderr);
+        let log = env.s3_log(p, collection);
+        let ids: BTreeSet<&str> = log.iter().map(|e| e["id"].as_str().unwrap()).collect();
+        assert_eq!(ids.len(), log.len(), "{collection}: no event logged twice");
     }
+    let deposits = env.s3_log(p, d).into_iter().filter(|e| e["type"] == "deposit").count();
+    assert_eq!(deposits, files.len(), "each deposit logged once, however often it was killed");
 }
 
 fn the_server_dying_mid_run_exits_3_and_a_rerun_completes(start: Start) {
@@ -606,7 +699,8 @@ fn reading_commands_work_with_read_only_s3_credentials(start: Start) {
 
 /// Verify took the write lease (a write) to look for leftovers: against a store
 /// whose writes get no answer (a data centre down) it waited for the write to time
-/// out. It now reads the lease and never writes.
+/// out. It now reads the lease; keeping the fixity dates asks the store for one
+/// write first, and gives up on them when none is answered within 5 s.
 fn regress_verify_takes_a_write_lease(start: Start) {
     let env = TestEnv::new();
     let (moto, _) = one_item_collection(&env, start);
@@ -1041,4 +1135,5 @@ on_every_server!(
     a_file_name_no_s3_key_can_hold_is_refused_at_deposit,
     percent_encoded_collections_are_read_and_upgraded_even_when_killed,
     regress_killed_s3_mirror_leaves_bags_other_tools_copy,
+    s3_keeps_the_event_log_and_names_its_tampering,
 );

@@ -9,6 +9,7 @@
 pub mod bag;
 pub mod keys;
 pub mod lease;
+pub mod log;
 pub mod objects;
 pub mod place;
 pub mod upgrade;
@@ -58,6 +59,10 @@ pub struct S3Store {
     /// The newest name of its own subsystem the collection's inventory records,
     /// found once: the minter never goes at or before it (a restored bucket).
     held_floor: std::sync::OnceLock<Option<crate::id::Timestamp>>,
+    /// The log's end, while this handle holds the lease.
+    log_tail: log::KnownTail,
+    /// Whether the store answered a write promptly (asked before keeping fixity dates).
+    answers_writes: std::sync::OnceLock<std::result::Result<(), String>>,
 }
 
 /// What this handle knows of one of its stages.
@@ -124,7 +129,10 @@ impl S3Store {
         let (config, subsystem) = CollectionConfig::parse(&text, &format!("{}/.ibi/collection.toml", objects.place))?;
         let minter_dir = crate::store::local::minter::machine_dir();
         let held_floor = std::sync::OnceLock::new();
-        Ok(S3Store { objects, keys, config, subsystem, stages: Mutex::default(), minter_dir, held_floor })
+        let log_tail = log::KnownTail::default();
+        let answers_writes = std::sync::OnceLock::new();
+        let stages = Mutex::default();
+        Ok(S3Store { objects, keys, config, subsystem, stages, minter_dir, held_floor, log_tail, answers_writes })
     }
 
     /// The config as stored now, with its version for a conditional rewrite.
@@ -148,6 +156,7 @@ impl S3Store {
     /// `If-Match`, so a concurrent change is never lost).
     pub fn set_minting(&self, minting: &Minting) -> Result<()> {
         let (config, version) = self.stored_config()?;
+        let before = config.minting();
         let config = config.with_minting(minting);
         let key = self.keys.config();
         let put = self.objects.put(&key, config.to_toml().into_bytes(), PutMode::Update(version));
@@ -155,7 +164,12 @@ impl S3Store {
             what: format!("the config of {}", self.objects.place),
             problem: "it changed meanwhile; run the command again".into(),
         })?;
-        Ok(())
+        let event = crate::store::log::minting_event(&before, minting);
+        let log = self.log();
+        self.objects.run(async {
+            log.append(event.as_slice(), None).await?;
+            log.save_end().await
+        })
     }
 
     /// Uses `dir` for the machine-wide minter states (tests keep theirs apart).
@@ -210,7 +224,11 @@ impl S3Store {
     }
 
     fn placer(&self) -> Placer<'_> {
-        Placer { objects: &self.objects, keys: &self.keys }
+        Placer { objects: &self.objects, keys: &self.keys, log: self.log() }
+    }
+
+    fn log(&self) -> log::ObjectLog<'_> {
+        log::ObjectLog { objects: &self.objects, keys: &self.keys, tail: &self.log_tail }
     }
 
     /// Where an item's files are read from: its own keys, or its stage while it is placed.

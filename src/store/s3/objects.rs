@@ -178,6 +178,15 @@ impl Objects {
         Ok(without_folder_objects(prefix, listed))
     }
 
+    /// The objects under `prefix` whose keys sort after `offset`, in key order, as
+    /// the server lists them (a page at a time).
+    pub fn list_after<'a>(&'a self, prefix: &'a Key, offset: &'a Key) -> BoxStream<'a, Result<ObjectMeta, Error>> {
+        if let Err(e) = self.answering(prefix) {
+            return futures_util::stream::once(async { Err(e) }).boxed();
+        }
+        self.store.list_with_offset(Some(prefix), offset).map_err(|e| self.list_error(prefix, e)).boxed()
+    }
+
     /// Whether any object (not a folder object) is under `prefix`; reads one page at most.
     pub async fn holds_objects(&self, prefix: &Key) -> Result<bool, Error> {
         self.answering(prefix)?;

@@ -8,7 +8,8 @@
 //! 2. claim the marker, create-only (a replacement: `If-Match` on its ETag), in
 //!    state `placing` naming the stage, so readers read the staged files;
 //! 3. copy the staged files to the item's keys (server-side), drop old extras;
-//! 4. write the alias and the inventory record;
+//! 4. write the alias and the inventory record, and append the item's events
+//!    to the log (`log`);
 //! 5. mark it `present`, then delete the stage and the intent.
 //!
 //! A killed writer leaves an intent: `recover` finishes the placement when the
@@ -18,9 +19,13 @@
 //! A new item whose name is known before staging (`Store::stage_for`: a copy or
 //! mirror) skips the copies: its intent (`.ibi/direct/<stage>`) names it, its
 //! files go straight to the item's keys with create-only writes, and placing it
-//! is the create-only marker, then the alias and the record. Until the marker
+//! rewrites the intent with the placement's action, then writes the create-only
+//! marker, appends the events, then the alias and the record. Until the marker
 //! exists nothing reads those files; `recover` deletes them when it never came,
-//! and completes the alias and record when it did.
+//! and completes the events, alias and record when it did.
+//!
+//! Every intent records the log's end when it was written, so that recovery,
+//! replaying the step, appends only the events it had not yet appended.
 
 use std::collections::BTreeSet;
 
@@ -32,7 +37,9 @@ use serde::{Deserialize, Serialize};
 use crate::bag::{BagInfo, BAG_INFO_TXT, TAGMANIFEST};
 use crate::error::{Error, Result};
 use crate::id::{Ibip, RepositoryName};
+use crate::store::log::{placement_events, removal_event, Action};
 use crate::store::s3::keys::{self, KeyForm, Keys};
+use crate::store::s3::log::ObjectLog;
 use crate::store::s3::objects::{Lost, Objects, IN_FLIGHT};
 use crate::store::{ItemRecord, Placement, Refusal, StageId, Status};
 
@@ -58,6 +65,49 @@ pub struct Intent {
     /// How the staged file paths are spelled (an intent an older ibi wrote: encoded).
     #[serde(default)]
     pub keys: KeyForm,
+    /// What the log records of it.
+    #[serde(default)]
+    pub action: Action,
+    /// The log's end when the intent was written (an older ibi's intent: none, 0).
+    #[serde(default)]
+    pub log_after: u64,
+}
+
+/// A direct placement's intent as placing it rewrites it (an older ibi's, or one
+/// not yet placed, holds the bare name).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DirectIntent {
+    pub name: RepositoryName,
+    pub action: Action,
+    pub log_after: u64,
+}
+
+impl DirectIntent {
+    fn parse(bytes: &[u8]) -> Result<DirectIntent> {
+        if let Ok(intent) = serde_json::from_slice(bytes) {
+            return Ok(intent);
+        }
+        let name = RepositoryName::parse(String::from_utf8_lossy(bytes).trim()).map_err(Error::from)?;
+        Ok(DirectIntent { name, action: Action::default(), log_after: 0 })
+    }
+}
+
+/// A removal's intent (an older ibi's holds only the alias).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RemovalIntent {
+    pub ibip: Option<String>,
+    pub step: String,
+    pub log_after: u64,
+}
+
+impl RemovalIntent {
+    fn parse(bytes: &[u8]) -> Option<RemovalIntent> {
+        if let Ok(intent) = serde_json::from_slice::<RemovalIntent>(bytes) {
+            return Some(intent);
+        }
+        let ibip: Option<String> = serde_json::from_slice(bytes).ok()?;
+        Some(RemovalIntent { ibip, step: String::new(), log_after: 0 })
+    }
 }
 
 fn json<T: Serialize>(value: &T) -> Vec<u8> {
@@ -73,6 +123,7 @@ fn parse<T: for<'de> Deserialize<'de>>(bytes: &[u8], objects: &Objects, key: &Ke
 pub struct Placer<'a> {
     pub objects: &'a Objects,
     pub keys: &'a Keys,
+    pub log: ObjectLog<'a>,
 }
 
 impl Placer<'_> {
@@ -114,6 +165,8 @@ impl Placer<'_> {
             replace: p.replace,
             record,
             keys: KeyForm::Names,
+            action: p.action.clone(),
+            log_after: self.log.end().await?,
         };
         let intent_key = self.keys.placing(p.stage);
         self.objects.overwrite(&intent_key, json(&intent)).await?;
@@ -122,7 +175,7 @@ impl Placer<'_> {
             let path = format!("{}/{}", self.objects.place, p.name).into();
             return Ok(Err(Error::AlreadyExists { path }));
         }
-        self.finish(&intent, p.stage).await?;
+        self.finish(&intent, p.stage, false).await?;
         Ok(Ok(()))
     }
 
@@ -138,8 +191,8 @@ impl Placer<'_> {
         Ok(self.objects.put(&key, json(&marker), mode).await?.map(drop))
     }
 
-    /// Steps 3 to 5: idempotent, so recovery runs it again after a kill.
-    pub async fn finish(&self, intent: &Intent, stage: StageId) -> Result<()> {
+    /// Steps 3 to 5: idempotent, so recovery runs it again after a kill (`replayed`).
+    pub async fn finish(&self, intent: &Intent, stage: StageId, replayed: bool) -> Result<()> {
         let name = &intent.name;
         let stage_key = self.keys.stage(stage);
         let staged = self.objects.list_all(&stage_key).await?;
@@ -162,6 +215,8 @@ impl Placer<'_> {
             self.objects.overwrite(&self.keys.alias(&ibip), name.to_string().into_bytes()).await?;
         }
         self.objects.overwrite(&self.keys.record(name), json(&intent.record)).await?;
+        let events = placement_events(&intent.record, &intent.action, &keys::stage_token(stage));
+        self.log.append(&events, replayed.then_some(intent.log_after)).await?;
         let marker = Marker { placing: false, stage: None, dirs: intent.dirs.clone(), keys: form };
         self.objects.overwrite(&self.keys.marker(name), json(&marker)).await?;
         self.objects.delete_all(&stage_key).await?;
@@ -176,16 +231,29 @@ impl Placer<'_> {
             Some(record) => record.clone(),
             None => self.record_at(&self.keys.item(&p.name), &p.name).await?,
         };
+        let intent = DirectIntent { name: p.name.clone(), action: p.action.clone(), log_after: self.log.end().await? };
+        self.objects.overwrite(&self.keys.direct(p.stage), json(&intent)).await?;
         let marker = Marker { placing: false, stage: None, dirs: dirs.into_iter().collect(), keys: KeyForm::Names };
         if self.objects.put(&self.keys.marker(&p.name), json(&marker), PutMode::Create).await?.is_err() {
             let path = format!("{}/{}", self.objects.place, p.name).into();
             return Ok(Err(Error::AlreadyExists { path }));
         }
-        self.commit_direct(&p.name, p.ibip, &record).await?;
+        self.commit_direct(&intent, p.stage, p.ibip, &record, false).await?;
         Ok(Ok(()))
     }
 
-    async fn commit_direct(&self, name: &RepositoryName, ibip: Option<Ibip>, record: &ItemRecord) -> Result<()> {
+    /// The events, alias and record of a direct placement whose marker is written.
+    async fn commit_direct(
+        &self,
+        intent: &DirectIntent,
+        stage: StageId,
+        ibip: Option<Ibip>,
+        record: &ItemRecord,
+        replayed: bool,
+    ) -> Result<()> {
+        let events = placement_events(record, &intent.action, &keys::stage_token(stage));
+        self.log.append(&events, replayed.then_some(intent.log_after)).await?;
+        let name = &intent.name;
         if let Some(ibip) = ibip {
             self.objects.overwrite(&self.keys.alias(&ibip), name.to_string().into_bytes()).await?;
         }
@@ -193,24 +261,33 @@ impl Placer<'_> {
     }
 
     /// Completes or clears one direct placement a killed writer left.
-    async fn recover_direct(&self, intent: &Key, name: &RepositoryName) -> Result<()> {
+    async fn recover_direct(&self, key: &Key, stage: StageId, intent: &DirectIntent) -> Result<()> {
+        let name = &intent.name;
         if self.marker(name).await?.is_none() {
             self.objects.delete_all(&self.keys.item(name)).await?;
-        } else if self.objects.get(&self.keys.record(name)).await?.is_none() {
+        } else {
             let record = self.record_at(&self.keys.item(name), name).await?;
-            self.commit_direct(name, record.ibip, &record).await?;
+            self.commit_direct(intent, stage, record.ibip, &record, true).await?;
         }
-        self.objects.delete(intent).await
+        self.objects.delete(key).await
     }
 
     async fn delete_keys(&self, keys: &[Key]) -> Result<()> {
         stream::iter(keys).map(|k| self.objects.delete(k)).buffer_unordered(IN_FLIGHT).try_collect::<()>().await
     }
 
-    /// Removes one item: intent, marker, files, alias, then the record says `removed`.
+    /// Removes one item: intent, marker, files, alias, then the record says `removed`
+    /// and the log records where it went.
     pub async fn remove_one(&self, name: &RepositoryName, ibip: Option<Ibip>) -> Result<()> {
-        let intent = self.keys.removing(name);
-        self.objects.overwrite(&intent, json(&ibip.map(|i| i.to_string()))).await?;
+        let step = uuid::Uuid::new_v4().to_string();
+        let intent = RemovalIntent { ibip: ibip.map(|i| i.to_string()), step, log_after: self.log.end().await? };
+        self.objects.overwrite(&self.keys.removing(name), json(&intent)).await?;
+        self.complete_removal(name, &intent, false).await
+    }
+
+    /// The removal `intent` describes, from its second step (recovery replays it).
+    async fn complete_removal(&self, name: &RepositoryName, intent: &RemovalIntent, replayed: bool) -> Result<()> {
+        let ibip = intent.ibip.as_deref().and_then(|i| Ibip::parse(i).ok());
         self.objects.delete(&self.keys.marker(name)).await?;
         self.objects.delete_all(&self.keys.item(name)).await?;
         if let Some(ibip) = ibip {
@@ -221,12 +298,18 @@ impl Placer<'_> {
             }
         }
         let record_key = self.keys.record(name);
-        if let Some(found) = self.objects.get(&record_key).await? {
-            let mut record: ItemRecord = parse(&found.bytes, self.objects, &record_key)?;
+        let mut record: Option<ItemRecord> = match self.objects.get(&record_key).await? {
+            Some(found) => Some(parse(&found.bytes, self.objects, &record_key)?),
+            None => None,
+        };
+        if let Some(record) = record.as_mut() {
             record.status = Status::Removed;
             self.objects.overwrite(&record_key, json(&record)).await?;
         }
-        self.objects.delete(&intent).await
+        let step = if intent.step.is_empty() { name.to_string() } else { intent.step.clone() };
+        let event = removal_event(name, record.as_ref(), &step);
+        self.log.append(&[event], replayed.then_some(intent.log_after)).await?;
+        self.objects.delete(&self.keys.removing(name)).await
     }
 }
 
@@ -240,7 +323,7 @@ impl Placer<'_> {
             let intent: Intent = parse(&found.bytes, self.objects, &meta.location)?;
             let token = Some(keys::stage_token(stage));
             match self.marker(&intent.name).await? {
-                Some(marker) if marker.placing && marker.stage == token => self.finish(&intent, stage).await?,
+                Some(marker) if marker.placing && marker.stage == token => self.finish(&intent, stage, true).await?,
                 _ => {
                     self.objects.delete_all(&self.keys.stage(stage)).await?;
                     self.objects.delete(&meta.location).await?;
@@ -249,15 +332,19 @@ impl Placer<'_> {
         }
         for meta in self.objects.list_all(&self.keys.at(keys::REMOVING)).await? {
             let Some(found) = self.objects.get(&meta.location).await? else { continue };
-            let ibip: Option<String> = parse(&found.bytes, self.objects, &meta.location)?;
+            let Some(intent) = RemovalIntent::parse(&found.bytes) else {
+                let path = self.objects.url(&meta.location).into();
+                return Err(Error::CorruptState { path, problem: "not a removal intent".into() });
+            };
             let text = meta.location.filename().unwrap_or_default().replace('+', "/");
             let name = RepositoryName::parse(&text).map_err(Error::from)?;
-            self.remove_one(&name, ibip.and_then(|i| Ibip::parse(&i).ok())).await?;
+            self.complete_removal(&name, &intent, true).await?;
         }
         for meta in self.objects.list_all(&self.keys.at(keys::DIRECT)).await? {
+            let Some(stage) = meta.location.filename().and_then(keys::parse_stage) else { continue };
             let Some(found) = self.objects.get(&meta.location).await? else { continue };
-            let name = RepositoryName::parse(String::from_utf8_lossy(&found.bytes).trim()).map_err(Error::from)?;
-            self.recover_direct(&meta.location, &name).await?;
+            let intent = DirectIntent::parse(&found.bytes)?;
+            self.recover_direct(&meta.location, stage, &intent).await?;
         }
         self.objects.delete_all(&self.keys.at(keys::STAGING)).await
     }
@@ -269,7 +356,7 @@ impl Placer<'_> {
         let mut partial = Vec::new();
         for meta in self.objects.list_all(&self.keys.at(keys::DIRECT)).await? {
             let Some(found) = self.objects.get(&meta.location).await? else { continue };
-            let Ok(name) = RepositoryName::parse(String::from_utf8_lossy(&found.bytes).trim()) else { continue };
+            let Ok(DirectIntent { name, .. }) = DirectIntent::parse(&found.bytes) else { continue };
             if self.marker(&name).await?.is_none() && self.objects.holds_objects(&self.keys.item(&name)).await? {
                 partial.push(name);
             }

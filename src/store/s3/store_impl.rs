@@ -167,6 +167,32 @@ impl Store for S3Store {
     fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
         Leased::begin(self, wait)
     }
+
+    /// The checks' events are appended under the lease (taken for a moment; a
+    /// writer holding it long makes this fail, and verify says so), then each
+    /// item's last check is kept beside its record.
+    fn record_fixity(&self, checks: &[crate::store::inventory::FixityCheck]) -> Result<()> {
+        if checks.is_empty() {
+            return Ok(());
+        }
+        self.answers_writes()?;
+        let _lease = WriteBackend::lease(self, LockWait::For(Duration::from_secs(10)))?;
+        let events: Vec<_> = checks.iter().map(|check| check.event()).collect();
+        let log = self.log();
+        self.objects.run(async {
+            log.append(&events, None).await?;
+            log.save_end().await?;
+            log.keep_checks(checks).await
+        })
+    }
+
+    fn fixity_checks(&self) -> Result<Option<Vec<crate::store::inventory::FixityCheck>>> {
+        self.objects.run(self.log().checks()).map(Some)
+    }
+
+    fn events(&self, item: Option<&RepositoryName>, after: u64) -> Result<Option<Vec<crate::events::StoredEvent>>> {
+        self.objects.run(self.log().page(item, after, crate::store::log::EVENT_PAGE)).map(Some)
+    }
 }
 
 impl WriteBackend for S3Store {
@@ -189,8 +215,12 @@ impl WriteBackend for S3Store {
         self.objects.run(stream::iter(writes).buffer_unordered(IN_FLIGHT).try_collect::<()>())
     }
 
+    /// Taking the lease forgets the log's end this handle knew: another writer
+    /// may have appended since.
     fn lease(&self, wait: LockWait) -> Result<Lease> {
-        lease::take(&self.objects, &self.keys, wait)
+        let lease = lease::take(&self.objects, &self.keys, wait)?;
+        *self.log_tail.blocking_lock() = None;
+        Ok(lease)
     }
 
     fn recover(&self) -> Result<()> {
@@ -323,6 +353,7 @@ impl WriteBackend for S3Store {
             placed.iter().filter_map(|p| stages.remove(&p.stage.0)?.direct.map(|_| self.keys.direct(p.stage))).collect()
         };
         self.objects.run(self.objects.delete_many(direct))?;
+        self.objects.run(self.log().save_end())?;
         Ok(batch.iter().map(|p| p.name.clone()).zip(outcomes).collect())
     }
 
@@ -338,11 +369,33 @@ impl WriteBackend for S3Store {
                 .map(|(name, ibip)| placer.remove_one(name, ibip))
                 .buffer_unordered(IN_FLIGHT)
                 .try_collect::<()>(),
-        )
+        )?;
+        self.objects.run(self.log().save_end())
     }
 }
 
+/// How long verify waits for a store to answer a write before it gives up
+/// keeping fixity dates there (a store with a data centre down never answers).
+const WRITES_ANSWER_WITHIN: Duration = Duration::from_secs(5);
+
 impl S3Store {
+    /// Whether the store answers a write promptly, asked once per handle: a
+    /// reading command that keeps dates never waits on a store whose writes hang.
+    fn answers_writes(&self) -> Result<()> {
+        let answered = self.answers_writes.get_or_init(|| {
+            let key = self.keys.probe(&uuid::Uuid::new_v4().to_string());
+            let write = async {
+                self.objects.overwrite(&key, Vec::new()).await?;
+                self.objects.delete(&key).await
+            };
+            match self.objects.run(async { tokio::time::timeout(WRITES_ANSWER_WITHIN, write).await }) {
+                Ok(done) => done.map_err(|e| e.to_string()),
+                Err(_) => Err(format!("it did not answer a write within {} s", WRITES_ANSWER_WITHIN.as_secs())),
+            }
+        });
+        answered.clone().map_err(|problem| Error::Connection { place: self.objects.place.clone(), problem })
+    }
+
     /// The newest name of the collection's own subsystem its inventory records (held,
     /// withdrawn or moved away), listed once per handle: a minter state restored from
     /// an older bucket never hands one out again.

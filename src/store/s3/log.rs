@@ -1,0 +1,222 @@
+//! The event log and fixity dates of a collection in object storage
+//! (ARCHITECTURE.md, "The event log"). Each event is one object,
+//! `.ibi/log/<seq>!<item>!<hash>` (the seq zero-padded to 16 digits, so that
+//! keys list in order; the item's name with `/` as `+`, empty for the
+//! collection's own events; the SHA-256 of the body), holding the event's
+//! canonical body. A listing thus gives each event's place, item and hash, and
+//! an edited body no longer matches the hash its key holds.
+//! Only the lease holder appends, one event at a time in order, each with a
+//! create-only write, so nothing ever overwrites an event. `.ibi/log-head` keeps
+//! the last seq and hash, so a writer finds the log's end by listing only what
+//! follows it. An intent (placement or removal) records the log's end when it
+//! is written: a step replayed by recovery appends only the events whose ids are
+//! not logged after it. Each item's last fixity check is `.ibi/fixity/<name path>`.
+
+use futures_util::stream::{self, StreamExt, TryStreamExt};
+use object_store::path::Path as Key;
+use object_store::{ObjectMeta, PutMode};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::events::{Event, StoredEvent, GENESIS};
+use crate::id::RepositoryName;
+use crate::store::inventory::FixityCheck;
+use crate::store::s3::keys::Keys;
+use crate::store::s3::objects::{Objects, IN_FLIGHT};
+
+pub const LOG: &str = ".ibi/log";
+pub const LOG_HEAD: &str = ".ibi/log-head";
+pub const FIXITY: &str = ".ibi/fixity";
+
+/// The log's last event: its seq and hash (seq 0 and `GENESIS` when empty).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tail {
+    pub seq: u64,
+    pub hash: String,
+}
+
+impl Default for Tail {
+    fn default() -> Tail {
+        Tail { seq: 0, hash: GENESIS.to_string() }
+    }
+}
+
+/// What this handle knows of the log's end, valid while it holds the lease
+/// (taking the lease forgets it).
+pub type KnownTail = tokio::sync::Mutex<Option<Tail>>;
+
+/// The log of one collection.
+pub struct ObjectLog<'a> {
+    pub objects: &'a Objects,
+    pub keys: &'a Keys,
+    pub tail: &'a KnownTail,
+}
+
+fn event_key(keys: &Keys, stored: &StoredEvent, item: Option<&str>) -> Key {
+    let item = item.unwrap_or_default().replace('/', "+");
+    keys.at(&format!("{LOG}/{:016}!{item}!{}", stored.seq, stored.hash))
+}
+
+/// An event as its key names it.
+struct Listed {
+    seq: u64,
+    item: String,
+    hash: String,
+    key: Key,
+}
+
+/// What an event's key holds; none for any other object.
+fn parse_event_key(meta: ObjectMeta) -> Option<Listed> {
+    let mut parts = meta.location.filename()?.splitn(3, '!');
+    let seq = parts.next()?.parse().ok()?;
+    let (item, hash) = (parts.next()?.to_string(), parts.next()?.to_string());
+    Some(Listed { seq, item, hash, key: meta.location })
+}
+
+fn corrupt(objects: &Objects, key: &Key, problem: String) -> Error {
+    Error::CorruptState { path: objects.url(key).into(), problem }
+}
+
+impl ObjectLog<'_> {
+    /// The keys of the events after `after`, in order, up to `limit` of those
+    /// whose item token is `item` when given.
+    async fn keys_after(&self, after: u64, item: Option<&str>, limit: usize) -> Result<Vec<Listed>> {
+        let prefix = self.keys.at(LOG);
+        let offset = self.keys.at(&format!("{LOG}/{:016}", after + 1));
+        let token = item.map(|i| i.replace('/', "+"));
+        let wanted = |meta: ObjectMeta| {
+            let listed = parse_event_key(meta)?;
+            (listed.seq > after && token.as_ref().is_none_or(|t| *t == listed.item)).then_some(listed)
+        };
+        self.objects
+            .list_after(&prefix, &offset)
+            .try_filter_map(|meta| std::future::ready(Ok(wanted(meta))))
+            .take(limit)
+            .try_collect()
+            .await
+    }
+
+    /// The stored events listed, in order.
+    async fn read(&self, listed: Vec<Listed>) -> Result<Vec<StoredEvent>> {
+        stream::iter(listed)
+            .map(|Listed { seq, hash, key, .. }| async move {
+                let found = self.objects.get(&key).await?;
+                let body = found.map(|f| String::from_utf8_lossy(&f.bytes).into_owned()).unwrap_or_default();
+                Ok::<_, Error>(StoredEvent { seq, hash, body })
+            })
+            .buffered(IN_FLIGHT)
+            .try_collect()
+            .await
+    }
+
+    /// Up to `limit` events after `after`, of `item` only when given.
+    pub async fn page(&self, item: Option<&RepositoryName>, after: u64, limit: usize) -> Result<Vec<StoredEvent>> {
+        let item = item.map(|n| n.to_string());
+        let keys = self.keys_after(after, item.as_deref(), limit).await?;
+        self.read(keys).await
+    }
+
+    /// The log's end as stored: the head object, then whatever follows it.
+    async fn load_tail(&self) -> Result<Tail> {
+        let head_key = self.keys.at(LOG_HEAD);
+        let head = match self.objects.get(&head_key).await? {
+            Some(found) => serde_json::from_slice(&found.bytes)
+                .map_err(|e| corrupt(self.objects, &head_key, format!("not a log head: {e}")))?,
+            None => Tail::default(),
+        };
+        let later = self.keys_after(head.seq, None, usize::MAX).await?;
+        Ok(later.last().map_or(head, |last| Tail { seq: last.seq, hash: last.hash.clone() }))
+    }
+
+    /// The seq of the log's last event (a step's intent records it).
+    pub async fn end(&self) -> Result<u64> {
+        let mut tail = self.tail.lock().await;
+        if tail.is_none() {
+            *tail = Some(self.load_tail().await?);
+        }
+        Ok(tail.as_ref().map_or(0, |t| t.seq))
+    }
+
+    /// The ids of the events after `after`.
+    async fn ids_after(&self, after: u64) -> Result<std::collections::HashSet<String>> {
+        let stored = self.read(self.keys_after(after, None, usize::MAX).await?).await?;
+        Ok(stored.iter().filter_map(|s| s.event().ok()).map(|e| e.id).collect())
+    }
+
+    /// Appends `events` in order; with `replayed_after`, skips those whose id is
+    /// logged after that seq (a step recovery replays). A create-only write that
+    /// loses means the remembered end was stale: the end is read again, once.
+    pub async fn append(&self, events: &[Event], replayed_after: Option<u64>) -> Result<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let known = match replayed_after {
+            Some(after) => self.ids_after(after).await?,
+            None => Default::default(),
+        };
+        let mut guard = self.tail.lock().await;
+        for event in events.iter().filter(|e| !known.contains(&e.id)) {
+            let mut tries = 0;
+            loop {
+                let tail = match guard.take() {
+                    Some(tail) => tail,
+                    None => self.load_tail().await?,
+                };
+                let stored = event.clone().seal(tail.seq + 1, &tail.hash);
+                let key = event_key(self.keys, &stored, event.item.as_deref());
+                match self.objects.put(&key, stored.body.into_bytes(), PutMode::Create).await? {
+                    Ok(_) => {
+                        *guard = Some(Tail { seq: stored.seq, hash: stored.hash });
+                        break;
+                    }
+                    Err(_) if tries == 0 => tries += 1,
+                    Err(_) => {
+                        let problem = "another writer appends to the log without the lease".into();
+                        return Err(corrupt(self.objects, &key, problem));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps the log's end in the head object (a hint: a stale head costs a longer listing).
+    pub async fn save_end(&self) -> Result<()> {
+        let tail = self.tail.lock().await.clone();
+        match tail {
+            Some(tail) => {
+                let bytes = serde_json::to_vec(&tail).expect("a tail serialises");
+                self.objects.overwrite(&self.keys.at(LOG_HEAD), bytes).await
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Keeps each item's last check.
+    pub async fn keep_checks(&self, checks: &[FixityCheck]) -> Result<()> {
+        stream::iter(checks)
+            .map(|check| async move {
+                let key = self.keys.at(&format!("{FIXITY}/{}", check.name));
+                self.objects.overwrite(&key, serde_json::to_vec(check).expect("a check serialises")).await
+            })
+            .buffer_unordered(IN_FLIGHT)
+            .try_collect::<()>()
+            .await
+    }
+
+    /// Every item's last check.
+    pub async fn checks(&self) -> Result<Vec<FixityCheck>> {
+        let listed = self.objects.list_all(&self.keys.at(FIXITY)).await?;
+        stream::iter(listed)
+            .map(|meta| async move {
+                let Some(found) = self.objects.get(&meta.location).await? else { return Ok(None) };
+                let check = serde_json::from_slice(&found.bytes)
+                    .map_err(|e| corrupt(self.objects, &meta.location, format!("not a fixity check: {e}")))?;
+                Ok::<_, Error>(Some(check))
+            })
+            .buffer_unordered(IN_FLIGHT)
+            .try_filter_map(|check| async move { Ok(check) })
+            .try_collect()
+            .await
+    }
+}
