@@ -2,6 +2,7 @@
 //! dispatcher in `cli::mod` turns them into library calls.
 
 use ibi::ops::fixity::Budget;
+use ibi::store::config::Media;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -185,6 +186,35 @@ Examples:
   ibi retire /srv/old/library                          # to move minting elsewhere, use `ibi handover`")]
     Retire {
         /// The collection's root folder.
+        root: PathBuf,
+    },
+    /// Add, remove or list the sites holding copies, and set the copy policy.
+    #[command(after_help = "Examples:
+  ibi site add /srv/library backup:/srv/library --zone campus-b --media disk
+  ibi site add /srv/library s3://library-copies/main --zone cloud-eu --media object
+  ibi site here /srv/library --zone campus-a --media disk
+  ibi site policy /srv/library --copies 3 --zones 2 --max-fixity-age 90d
+  ibi site list /srv/library")]
+    Site {
+        #[command(subcommand)]
+        command: SiteCommand,
+    },
+    /// Bring every site up to date: one forward-only mirror per site.
+    #[command(after_help = "Examples:
+  ibi replicate /srv/library                           # the one cron line a library needs
+  ibi replicate /srv/library --dry-run")]
+    Replicate {
+        /// The collection's root folder (its sites are in its collection.toml).
+        root: PathBuf,
+        #[command(flatten)]
+        flags: TransferFlags,
+    },
+    /// Compare every site's copies with the copy policy, moving no payload bytes.
+    #[command(after_help = "Examples:
+  ibi audit /srv/library                               # exit 1 names every item short of the policy
+  ibi --json audit /srv/library")]
+    Audit {
+        /// The collection's root folder (its sites are in its collection.toml).
         root: PathBuf,
     },
     /// Print the signed witness, prove an item is in it, or check a proof.
@@ -617,6 +647,62 @@ pub struct ListArgs {
     /// Only names dated at or before TIME; a day alone includes the whole day.
     #[arg(long, value_name = "TIME", value_parser = parse_until)]
     pub until: Option<Timestamp>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SiteCommand {
+    /// Add a site: a collection made with `init --like` (it never mints).
+    Add {
+        /// The collection's root folder.
+        root: PathBuf,
+        /// The site: a folder, HOST:PATH, ssh:// or s3://BUCKET/PREFIX.
+        url: String,
+        /// Its disaster zone (copies in distinct zones survive distinct disasters).
+        #[arg(long)]
+        zone: String,
+        /// What it keeps copies on: disk, object, tape or other.
+        #[arg(long, default_value = "disk", value_parser = parse_media)]
+        media: Media,
+        /// Where the public reaches its items over HTTP.
+        #[arg(long, value_name = "URL")]
+        public_url: Option<String>,
+    },
+    /// Remove a site from the configuration (its copies stay where they are).
+    Remove {
+        /// The collection's root folder.
+        root: PathBuf,
+        url: String,
+    },
+    /// List the sites, the collection's own zone and the policy.
+    List {
+        /// The collection's root folder.
+        root: PathBuf,
+    },
+    /// Set the collection's own zone and media.
+    Here {
+        /// The collection's root folder.
+        root: PathBuf,
+        #[arg(long)]
+        zone: String,
+        #[arg(long, default_value = "disk", value_parser = parse_media)]
+        media: Media,
+    },
+    /// Set the copy policy: copies (this collection included), zones, maximum fixity age.
+    Policy {
+        /// The collection's root folder.
+        root: PathBuf,
+        #[arg(long)]
+        copies: u32,
+        #[arg(long, default_value_t = 1)]
+        zones: u32,
+        /// Days, such as 90d: an older last check does not count as verified.
+        #[arg(long, value_name = "DAYS")]
+        max_fixity_age: Option<String>,
+    },
+}
+
+fn parse_media(text: &str) -> Result<Media, String> {
+    Media::parse(text).ok_or_else(|| format!("{text:?} is not one of disk, object, tape, other"))
 }
 
 #[derive(Debug, Args)]

@@ -8,6 +8,7 @@ mod demo;
 mod http;
 mod ident;
 mod printer;
+mod sites;
 mod transfer;
 mod versions;
 
@@ -111,6 +112,9 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
             collection::witness(g, root.as_deref(), prove.as_deref(), check.as_deref())
         }
         Command::Handover(args) => collection::handover(g, args),
+        Command::Site { command } => sites::site(g, command),
+        Command::Replicate { root, flags } => sites::replicate(g, root, flags),
+        Command::Audit { root } => sites::audit(g, root),
         Command::Handles(args) => versions::handles(g, args),
         Command::Serve(args) => serve(args),
         Command::Demo { dir } => demo::run(g, dir.as_deref()),

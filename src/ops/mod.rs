@@ -2,6 +2,7 @@
 //! and copy, migrate and mirror between collections.
 //! Each takes a `Reporter` for progress and returns a summary or a typed error.
 
+pub mod audit;
 pub mod copy;
 pub mod deposit;
 pub mod driver;
@@ -17,6 +18,7 @@ mod over_any_store;
 pub mod repair;
 pub mod report;
 pub mod resolution;
+pub mod sites;
 pub mod source;
 pub mod survey;
 pub mod transfer;

@@ -2,7 +2,10 @@
 //! (host, port, ip, ibip_port, granularity), the organisation, and the
 //! collection's part in minting: it mints the subsystem's names, follows the
 //! collection that does (`init --like`), or has stopped (`retire`, or `handover`
-//! to a successor). This module owns reading, checking and writing it.
+//! to a successor), and its copy policy: the sites that hold copies of it
+//! (`[[site]]`), its own disaster zone and media, and how many copies in how
+//! many zones it needs (`[policy]`). This module owns reading, checking and
+//! writing it.
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -35,7 +38,83 @@ pub struct CollectionConfig {
     /// Where minting went when this collection handed it over (`ibi handover`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub successor: Option<Successor>,
+    /// This collection's own disaster zone (`ibi site here`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// What this collection's copy is kept on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media: Option<Media>,
     pub subsystem: SubsystemConfig,
+    /// The other places holding copies of it (`ibi site add`).
+    #[serde(default, rename = "site", skip_serializing_if = "Vec::is_empty")]
+    pub sites: Vec<Site>,
+    /// How many copies it needs (`ibi site policy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Policy>,
+}
+
+/// What a copy is kept on (NDSA's storage levels ask for more than one kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Media {
+    #[default]
+    Disk,
+    Object,
+    Tape,
+    Other,
+}
+
+impl Media {
+    pub fn parse(text: &str) -> Option<Media> {
+        ["disk", "object", "tape", "other"]
+            .iter()
+            .position(|m| *m == text)
+            .map(|i| [Media::Disk, Media::Object, Media::Tape, Media::Other][i])
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Media::Disk => "disk",
+            Media::Object => "object",
+            Media::Tape => "tape",
+            Media::Other => "other",
+        }
+    }
+}
+
+/// Another place that holds copies of the collection: any location ibi opens
+/// (local, HOST:PATH, ssh://, s3://), made with `init --like` so it never mints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Site {
+    pub url: String,
+    /// Its declared disaster zone.
+    #[serde(default)]
+    pub zone: String,
+    #[serde(default)]
+    pub media: Media,
+    /// Where the public reaches its items over HTTP (`ibi serve` redirects there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_url: Option<String>,
+}
+
+/// How many complete, verified copies the collection needs, in how many zones,
+/// checked how recently.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// This collection included.
+    pub copies: u32,
+    pub zones: u32,
+    /// `90d`: a copy whose last good check is older is not counted as verified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_fixity_age: Option<String>,
+}
+
+/// Reads `90d` (days; the only unit a preservation policy needs).
+pub fn parse_days(text: &str) -> std::result::Result<u32, String> {
+    let days = text.trim().strip_suffix('d').unwrap_or(text.trim());
+    days.parse().map_err(|_| format!("{text:?} is not a number of days such as 90d"))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,6 +210,10 @@ impl CollectionConfig {
             retired: false,
             follows: None,
             successor: None,
+            zone: None,
+            media: None,
+            sites: Vec::new(),
+            policy: None,
             subsystem: SubsystemConfig {
                 host: subsystem.host.clone(),
                 port: subsystem.port,
@@ -156,6 +239,17 @@ impl CollectionConfig {
                 "format_version {} is not supported (expected {FORMAT_VERSION})",
                 config.format_version
             )));
+        }
+        if let Some(policy) = &config.policy {
+            if policy.copies == 0 || policy.zones == 0 || policy.zones > policy.copies {
+                return Err(invalid(format!(
+                    "[policy] asks for {} copies in {} zones: both must be at least 1, and zones at most copies",
+                    policy.copies, policy.zones
+                )));
+            }
+            if let Some(age) = &policy.max_fixity_age {
+                parse_days(age).map_err(|why| invalid(format!("[policy] max_fixity_age: {why}")))?;
+            }
         }
         let s = &config.subsystem;
         let granularity: Granularity = s.granularity.parse().map_err(|e: crate::ParseError| invalid(e.to_string()))?;

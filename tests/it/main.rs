@@ -16,6 +16,7 @@ mod out_of_tree;
 mod regress;
 mod s3;
 mod serve;
+mod sites;
 mod transfer;
 mod uniqueness;
 mod verify;

@@ -260,6 +260,18 @@ impl Collection {
         super::minter::register_minter(dir, &self.subsystem, &Peer { id, location: where_known.display().to_string() })
     }
 
+    /// Changes the collection's configuration under the write lease (`change`
+    /// may refuse); the new file replaces the old atomically.
+    pub fn change_config(&self, change: impl FnOnce(&mut CollectionConfig) -> Result<()>) -> Result<CollectionConfig> {
+        let _writer = crate::store::Store::begin_write(self, crate::store::LockWait::For(Duration::from_secs(30)))?;
+        let (mut config, _) = CollectionConfig::read(&self.layout.config())?;
+        change(&mut config)?;
+        let text = config.to_toml();
+        CollectionConfig::parse(&text, &self.layout.config().display().to_string())?;
+        atomic_write(&self.layout.config(), text.as_bytes())?;
+        Ok(config)
+    }
+
     /// Names the path this machine knows the collection by (a far server pins the
     /// folder and reaches it through `/proc/self/fd`).
     pub fn known_as(mut self, real: &Path) -> Collection {

@@ -1,0 +1,144 @@
+//! `ibi site`, `ibi replicate` and `ibi audit`: the command-line faces of
+//! `ops::sites` and `ops::audit` (the copy policy across sites).
+
+use std::path::Path;
+
+use anyhow::Result;
+use ibi::ops::audit::AuditReport;
+use ibi::ops::mirror::MirrorOptions;
+use ibi::ops::sites::{self, SiteChange};
+use ibi::store::config::{CollectionConfig, Policy, Site};
+use ibi::store::{Connect, LockWait};
+use serde_json::json;
+
+use super::args::{GlobalArgs, SiteCommand, TransferFlags};
+use super::printer::Printer;
+use super::Outcome;
+
+pub fn site(global: GlobalArgs, command: &SiteCommand) -> Result<Outcome> {
+    let printer = Printer::new(global);
+    let connect = Connect::from_env();
+    let (root, change) = match command {
+        SiteCommand::List { root } => {
+            let config = sites::configured(super::open(root)?.as_ref())?;
+            list(&printer, &config);
+            return Ok(Outcome::Success);
+        }
+        SiteCommand::Add { root, url, zone, media, public_url } => {
+            let site = Site { url: url.clone(), zone: zone.clone(), media: *media, public_url: public_url.clone() };
+            (root, SiteChange::Add(site))
+        }
+        SiteCommand::Remove { root, url } => (root, SiteChange::Remove(url.clone())),
+        SiteCommand::Here { root, zone, media } => (root, SiteChange::Here { zone: zone.clone(), media: *media }),
+        SiteCommand::Policy { root, copies, zones, max_fixity_age } => {
+            let policy = Policy { copies: *copies, zones: *zones, max_fixity_age: max_fixity_age.clone() };
+            (root, SiteChange::Policy(policy))
+        }
+    };
+    let config = sites::change(root, change, &connect)?;
+    list(&printer, &config);
+    Ok(Outcome::Success)
+}
+
+fn list(printer: &Printer, config: &CollectionConfig) {
+    let here = config.zone.as_deref().unwrap_or("-");
+    let media = config.media.unwrap_or_default().as_str();
+    if printer.json() {
+        printer.line(
+            &json!({ "zone": config.zone, "media": media, "sites": config.sites, "policy": config.policy }).to_string(),
+        );
+        return;
+    }
+    printer.line(&format!("here\tzone {here}\tmedia {media}"));
+    for site in &config.sites {
+        let public = site.public_url.as_deref().map(|u| format!("\tpublic {u}")).unwrap_or_default();
+        printer.line(&format!("{}\tzone {}\tmedia {}{public}", site.url, site.zone, site.media.as_str()));
+    }
+    if let Some(policy) = &config.policy {
+        let age = policy.max_fixity_age.as_deref().map(|a| format!(", fixity within {a}")).unwrap_or_default();
+        printer.line(&format!("policy\t{} copies in {} zones{age}", policy.copies, policy.zones));
+    }
+}
+
+pub fn replicate(global: GlobalArgs, root: &Path, flags: &TransferFlags) -> Result<Outcome> {
+    let store = super::open(root)?;
+    let config = sites::configured(store.as_ref())?;
+    let printer = Printer::new(global);
+    let wait = flags.wait.map_or(LockWait::No, |secs| LockWait::For(secs.0));
+    let options = MirrorOptions { dry_run: flags.dry_run, wait, checksum: false };
+    let runs = sites::replicate(store.as_ref(), &config, &options, &Connect::from_env(), &printer);
+    let mut outcome = Outcome::Success;
+    for run in &runs {
+        let url = &run.site.url;
+        match &run.result {
+            Ok(s) => {
+                let text =
+                    format!("replicate {url}: copied {}, replaced {}, skipped {}", s.copied, s.replaced, s.skipped);
+                let fields = json!({ "site": url, "copied": s.copied, "replaced": s.replaced, "skipped": s.skipped, "problems": s.problems });
+                printer.summary(&text, fields);
+                if s.problems > 0 {
+                    outcome = Outcome::Problems;
+                }
+            }
+            Err(e) => {
+                printer
+                    .summary(&format!("replicate {url}: failed: {e}"), json!({ "site": url, "error": e.to_string() }));
+                outcome = Outcome::Problems;
+            }
+        }
+    }
+    if config.sites.is_empty() {
+        printer.summary("replicate: the collection has no sites (`ibi site add` adds one)", json!({ "sites": 0 }));
+    }
+    Ok(outcome)
+}
+
+pub fn audit(global: GlobalArgs, root: &Path) -> Result<Outcome> {
+    let store = super::open(root)?;
+    let config = sites::configured(store.as_ref())?;
+    let printer = Printer::new(global);
+    let report = ibi::ops::audit::audit(store.as_ref(), &config, &Connect::from_env())?;
+    print_audit(&printer, &report);
+    Ok(if report.meets_policy() { Outcome::Success } else { Outcome::Problems })
+}
+
+fn print_audit(printer: &Printer, report: &AuditReport) {
+    if printer.json() {
+        for shortfall in &report.shortfalls {
+            printer.line(&json!({ "event": "shortfall", "item": shortfall }).to_string());
+        }
+        printer.line(
+            &json!({ "event": "summary", "audit": report.places, "items": report.items,
+            "policy": report.policy, "short": report.shortfalls.len() })
+            .to_string(),
+        );
+        return;
+    }
+    for shortfall in &report.shortfalls {
+        printer.line(&format!("{}\t{}", shortfall.name, shortfall.reasons.join("; ")));
+    }
+    for place in &report.places {
+        let state = match &place.unreachable {
+            Some(why) => format!("unreachable: {why}"),
+            None => format!(
+                "{} held, {} missing, {} divergent, {} damaged, {} stale, {} never checked, oldest check {}",
+                place.held,
+                place.missing,
+                place.divergent,
+                place.damaged,
+                place.stale,
+                place.never_checked,
+                place.oldest_check.as_deref().unwrap_or("-")
+            ),
+        };
+        printer.note(&format!("{} (zone {}, {}): {state}", place.url, place.zone, place.media));
+    }
+    let p = &report.policy;
+    printer.note(&format!(
+        "audit: {} item(s), {} short of the policy ({} copies in {} zones)",
+        report.items,
+        report.shortfalls.len(),
+        p.copies,
+        p.zones
+    ));
+}

@@ -1,0 +1,151 @@
+//! Copy policies across sites (issue 25): sites and a policy in the
+//! collection's configuration, `replicate` bringing every site up to date, and
+//! `audit` finding each fault at one site without moving payload bytes.
+
+use std::path::Path;
+
+use crate::env::TestEnv;
+
+/// Replaces an item's bag with another whose manifests agree with themselves:
+/// a swap no manifest check can see, only a comparison of copies.
+fn swap_item(item: &Path, content: &[u8]) {
+    std::fs::write(item.join("data/f0.txt"), content).unwrap();
+    let sha = |path: &Path| ibi::fsx::hash_file(path).unwrap().0;
+    std::fs::write(item.join("manifest-sha256.txt"), format!("{}  data/f0.txt\n", sha(&item.join("data/f0.txt"))))
+        .unwrap();
+    for extra in ["manifest-sha512.txt", "tagmanifest-sha512.txt"] {
+        let _ = std::fs::remove_file(item.join(extra));
+    }
+    let tags: String = ["bag-info.txt", "bagit.txt", "manifest-sha256.txt"]
+        .iter()
+        .map(|n| format!("{}  {n}\n", sha(&item.join(n))))
+        .collect();
+    std::fs::write(item.join("tagmanifest-sha256.txt"), tags).unwrap();
+}
+
+/// Every file under `root` but its `.ibi` state, with its bytes.
+fn snapshot(root: &Path) -> std::collections::BTreeMap<std::path::PathBuf, Vec<u8>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut folders = vec![root.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap().map(Result::unwrap) {
+            let path = entry.path();
+            if entry.file_name() == ".ibi" {
+                continue;
+            }
+            let kind = entry.file_type().unwrap();
+            if kind.is_symlink() {
+                let target = std::fs::read_link(&path).unwrap();
+                files.insert(path, target.to_string_lossy().into_owned().into_bytes());
+            } else if kind.is_dir() {
+                folders.push(path);
+            } else {
+                files.insert(path.clone(), std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    files
+}
+
+fn names(env: &TestEnv, root: &str) -> Vec<String> {
+    env.identities(root).into_keys().collect()
+}
+
+/// A three-site lab: the collection (zone a), a local site (zone b) and a far
+/// one over a shim (zone c), policy 3 copies in 2 zones. Returns the roots and
+/// the shim.
+fn lab(env: &TestEnv, items: usize) -> (String, String, String, String) {
+    let a = env.filled("a", items, 1);
+    let (b, c) = (env.path("b").to_string_lossy().into_owned(), env.path("c").to_string_lossy().into_owned());
+    for site in [&b, &c] {
+        env.ok(&["-q", "init", site, "--like", &a]);
+    }
+    let rsh = env.shim("rsh", "", None);
+    env.ok(&["site", "here", &a, "--zone", "zone-a"]);
+    env.ok(&["site", "add", &a, &b, "--zone", "zone-b"]);
+    env.far_ok(&rsh, &["site", "add", &a, &format!("lab:{c}"), "--zone", "zone-c"]);
+    let listed = env.ok(&["site", "policy", &a, "--copies", "3", "--zones", "2"]).stdout;
+    assert!(listed.contains("zone-b") && listed.contains("lab:") && listed.contains("3 copies in 2 zones"), "{listed}");
+    (a, b, c, rsh)
+}
+
+#[test]
+fn replicate_brings_new_sites_to_the_policy_and_audit_exits_0() {
+    let env = TestEnv::new();
+    let (a, b, c, rsh) = lab(&env, 4);
+    let before = env.far_fails(&rsh, &["audit", &a], 1);
+    assert_eq!(before.stdout.lines().count(), 4, "every item is short of copies: {}", before.stdout);
+    let replicated = env.far_ok(&rsh, &["replicate", &a]);
+    assert!(replicated.stderr.contains("copied 4"), "{}", replicated.stderr);
+    assert_eq!(env.identities(&b), env.identities(&a));
+    assert_eq!(env.identities(&c), env.identities(&a));
+    let audit = env.far_ok(&rsh, &["audit", &a]);
+    assert!(audit.stdout.is_empty() && audit.stderr.contains("0 short of the policy"), "{}", audit.stderr);
+    let json = env.far_ok(&rsh, &["--json", "audit", &a]).stdout;
+    let summary: serde_json::Value = serde_json::from_str(json.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["items"], 4);
+    assert_eq!(summary["audit"].as_array().unwrap().len(), 3, "{summary}");
+    assert!(summary["audit"].as_array().unwrap().iter().all(|p| p["held"] == 4), "{summary}");
+    let again = env.far_ok(&rsh, &["replicate", &a]);
+    assert!(again.stderr.matches("copied 0").count() == 2, "nothing left to do: {}", again.stderr);
+}
+
+/// Each fault at one site is found, named with the site and the reason, and the
+/// audit changes nothing: a deleted item, a bag replaced behind ibi's back with
+/// self-consistent manifests, a damaged copy its own verify found, three sites
+/// that hold three versions (no majority: a person decides), and a site that
+/// cannot be reached.
+#[test]
+fn audit_names_each_fault_at_one_site_and_changes_nothing() {
+    let env = TestEnv::new();
+    let (a, b, c, rsh) = lab(&env, 5);
+    env.far_ok(&rsh, &["replicate", &a]);
+    let items = names(&env, &a);
+    std::fs::remove_dir_all(Path::new(&b).join(&items[0])).unwrap();
+    swap_item(&Path::new(&c).join(&items[1]), b"another bag\n");
+    swap_item(&Path::new(&b).join(&items[4]), b"one version\n");
+    swap_item(&Path::new(&c).join(&items[4]), b"another version\n");
+    let flipped = Path::new(&a).join(&items[2]).join("data/f0.txt");
+    std::fs::write(&flipped, b"a item 2 file 1\n").unwrap();
+    env.fails(&["verify", &a], 1);
+    let before: Vec<_> = [&a, &b, &c].iter().map(|r| snapshot(Path::new(r))).collect();
+    let audit = env.far_fails(&rsh, &["audit", &a], 1);
+    let line = |name: &str| audit.stdout.lines().find(|l| l.starts_with(name)).unwrap_or_default().to_string();
+    assert!(line(&items[0]).contains(&format!("{b}: missing")), "{}", audit.stdout);
+    assert!(line(&items[1]).contains("lab:") && line(&items[1]).contains("divergent"), "{}", audit.stdout);
+    assert!(line(&items[2]).contains(&format!("{a}: damaged")), "{}", audit.stdout);
+    assert!(line(&items[4]).contains("no strict majority"), "{}", audit.stdout);
+    assert_eq!(line(&items[3]), "", "the sound item meets the policy: {}", audit.stdout);
+    let after: Vec<_> = [&a, &b, &c].iter().map(|r| snapshot(Path::new(r))).collect();
+    assert_eq!(before, after, "the audit changed nothing");
+
+    let gone = env.path("gone").to_string_lossy().into_owned();
+    env.ok(&["-q", "init", &gone, "--like", &a]);
+    env.ok(&["site", "add", &a, &gone, "--zone", "zone-d"]);
+    std::fs::remove_dir_all(&gone).unwrap();
+    let down = env.far_fails(&rsh, &["audit", &a], 1);
+    assert!(down.stderr.contains(&format!("{gone} (zone zone-d, disk): unreachable")), "{}", down.stderr);
+    // One site down does not stop the others: b gets its item back.
+    let replicated = env.far_fails(&rsh, &["replicate", &a], 1);
+    assert!(replicated.stderr.contains(&format!("replicate {gone}: failed")), "{}", replicated.stderr);
+    assert!(Path::new(&b).join(&items[0]).is_dir(), "the reachable site was brought up to date");
+}
+
+/// A site must be a copy that never mints, of the same subsystem, and not the
+/// collection itself; a policy must be possible.
+#[test]
+fn site_add_refuses_what_cannot_be_a_site() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 1, 1);
+    let other = env.own_subsystem("other");
+    let refused = env.fails(&["site", "add", &a, &other, "--zone", "z"], 2);
+    assert!(refused.stderr.contains("holds the names of") || refused.stderr.contains("mints"), "{}", refused.stderr);
+    let itself = env.fails(&["site", "add", &a, &a, "--zone", "z"], 2);
+    assert!(itself.stderr.contains("this collection itself"), "{}", itself.stderr);
+    let impossible = env.fails(&["site", "policy", &a, "--copies", "1", "--zones", "2"], 2);
+    assert!(impossible.stderr.contains("zones at most copies"), "{}", impossible.stderr);
+    let age = env.fails(&["site", "policy", &a, "--copies", "2", "--max-fixity-age", "ninety"], 2);
+    assert!(age.stderr.contains("max_fixity_age"), "{}", age.stderr);
+    let missing = env.fails(&["site", "remove", &a, "/nowhere"], 2);
+    assert!(missing.stderr.contains("not a site of this collection"), "{}", missing.stderr);
+}
