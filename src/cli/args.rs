@@ -212,10 +212,15 @@ Examples:
     /// Compare every site's copies with the copy policy, moving no payload bytes.
     #[command(after_help = "Examples:
   ibi audit /srv/library                               # exit 1 names every item short of the policy
+  ibi audit /srv/library --repair                      # restore bad copies from the majority's
   ibi --json audit /srv/library")]
     Audit {
         /// The collection's root folder (its sites are in its collection.toml).
         root: PathBuf,
+        /// Restore each missing, damaged or divergent copy from the copy a strict
+        /// majority of the sites agree on; never deletes; no majority, no change.
+        #[arg(long)]
+        repair: bool,
     },
     /// Print the signed witness, prove an item is in it, or check a proof.
     #[command(after_help = "Examples:

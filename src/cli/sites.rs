@@ -4,8 +4,9 @@
 use std::path::Path;
 
 use anyhow::Result;
-use ibi::ops::audit::AuditReport;
+use ibi::ops::audit::{repair_by_majority, AuditReport};
 use ibi::ops::mirror::MirrorOptions;
+use ibi::ops::repair::RepairOptions;
 use ibi::ops::sites::{self, SiteChange};
 use ibi::store::config::{CollectionConfig, Policy, Site};
 use ibi::store::{Connect, LockWait};
@@ -93,11 +94,27 @@ pub fn replicate(global: GlobalArgs, root: &Path, flags: &TransferFlags) -> Resu
     Ok(outcome)
 }
 
-pub fn audit(global: GlobalArgs, root: &Path) -> Result<Outcome> {
+pub fn audit(global: GlobalArgs, root: &Path, repair: bool) -> Result<Outcome> {
     let store = super::open(root)?;
     let config = sites::configured(store.as_ref())?;
     let printer = Printer::new(global);
-    let report = ibi::ops::audit::audit(store.as_ref(), &config, &Connect::from_env())?;
+    let connect = Connect::from_env();
+    let report = match repair {
+        false => ibi::ops::audit::audit(store.as_ref(), &config, &connect)?,
+        true => {
+            let options = RepairOptions { dry_run: false, wait: LockWait::No };
+            let (done, after) = repair_by_majority(store.as_ref(), &config, &connect, options, &printer)?;
+            for name in &done.undecided {
+                printer
+                    .line(&format!("{name}\tnot repaired: no strict majority of its copies agree; a person decides"));
+            }
+            for failed in &done.failed {
+                printer.note(&format!("repair failed at {failed}"));
+            }
+            printer.note(&format!("audit --repair: {} copies restored", done.repaired));
+            after
+        }
+    };
     print_audit(&printer, &report);
     Ok(if report.meets_policy() { Outcome::Success } else { Outcome::Problems })
 }

@@ -16,6 +16,8 @@ use rayon::prelude::*;
 
 use crate::error::Result;
 use crate::id::{RepositoryName, Timestamp};
+use crate::ops::repair::{repair_toward, RepairOptions};
+use crate::ops::report::Reporter;
 use crate::store::config::{parse_days, CollectionConfig, Policy};
 use crate::store::inventory::{fixity_date, FixityCheck, Status};
 use crate::store::{Connect, Store};
@@ -95,17 +97,42 @@ fn policy_of(config: &CollectionConfig) -> Policy {
     config.policy.clone().unwrap_or(Policy { copies, zones: 1, max_fixity_age: None })
 }
 
-/// Audits `store` and its configured sites against the policy.
-pub fn audit(store: &dyn Store, config: &CollectionConfig, connect: &Connect) -> Result<AuditReport> {
-    let policy = policy_of(config);
-    let cycle_start = match &policy.max_fixity_age {
-        Some(age) => {
-            let days = parse_days(age).map_err(|problem| crate::Error::Invalid { what: "[policy]".into(), problem })?;
-            let start = Timestamp::now().checked_add_nanos(-(i128::from(days) * 86_400 * 1_000_000_000));
-            Some(fixity_date(start))
+/// Every place surveyed: the collection first, then each site in the order
+/// configured (an unreachable one has no handle).
+struct Survey<'a> {
+    root: &'a dyn Store,
+    sites: Vec<Option<Box<dyn Store>>>,
+    names: Vec<RepositoryName>,
+    places: Vec<Place>,
+    policy: Policy,
+}
+
+impl Survey<'_> {
+    fn store(&self, place: usize) -> Option<&dyn Store> {
+        match place {
+            0 => Some(self.root),
+            i => self.sites[i - 1].as_deref(),
         }
-        None => None,
-    };
+    }
+
+    fn report(mut self) -> AuditReport {
+        let shortfalls = compare(&self.names, &mut self.places, &self.policy);
+        let places = self.places.into_iter().map(|p| p.facts).collect();
+        AuditReport { items: self.names.len() as u64, policy: self.policy, places, shortfalls }
+    }
+}
+
+/// The first day of the policy's fixity cycle, when it sets one.
+fn cycle_start(policy: &Policy) -> Result<Option<String>> {
+    let Some(age) = &policy.max_fixity_age else { return Ok(None) };
+    let days = parse_days(age).map_err(|problem| crate::Error::Invalid { what: "[policy]".into(), problem })?;
+    let start = Timestamp::now().checked_add_nanos(-(i128::from(days) * 86_400 * 1_000_000_000));
+    Ok(Some(fixity_date(start)))
+}
+
+fn survey_all<'a>(store: &'a dyn Store, config: &CollectionConfig, connect: &Connect) -> Result<Survey<'a>> {
+    let policy = policy_of(config);
+    let cycle_start = cycle_start(&policy)?;
     let names: Vec<RepositoryName> =
         store.all_records().filter_map(|r| r.ok().filter(|r| r.status == Status::Present).map(|r| r.name)).collect();
     let here = PlaceFacts {
@@ -115,25 +142,93 @@ pub fn audit(store: &dyn Store, config: &CollectionConfig, connect: &Connect) ->
         ..PlaceFacts::default()
     };
     let mut places = vec![survey(store, here, &names, cycle_start.as_deref())];
+    let mut sites = Vec::new();
     for site in &config.sites {
-        let facts = PlaceFacts {
-            url: site.url.clone(),
-            zone: site.zone.clone(),
-            media: site.media.as_str().into(),
-            ..Default::default()
-        };
-        places.push(match crate::store::open(Path::new(&site.url), connect) {
-            Ok(opened) => survey(opened.as_ref(), facts, &names, cycle_start.as_deref()),
-            Err(e) => Place { facts: PlaceFacts { unreachable: Some(e.to_string()), ..facts }, copies: Vec::new() },
-        });
+        let media = site.media.as_str().into();
+        let facts = PlaceFacts { url: site.url.clone(), zone: site.zone.clone(), media, ..Default::default() };
+        match crate::store::open(Path::new(&site.url), connect) {
+            Ok(opened) => {
+                places.push(survey(opened.as_ref(), facts, &names, cycle_start.as_deref()));
+                sites.push(Some(opened));
+            }
+            Err(e) => {
+                places.push(Place {
+                    facts: PlaceFacts { unreachable: Some(e.to_string()), ..facts },
+                    copies: Vec::new(),
+                });
+                sites.push(None);
+            }
+        }
     }
-    let shortfalls = compare(&names, &mut places, &policy);
-    Ok(AuditReport {
-        items: names.len() as u64,
-        policy,
-        places: places.into_iter().map(|p| p.facts).collect(),
-        shortfalls,
-    })
+    Ok(Survey { root: store, sites, names, places, policy })
+}
+
+/// Audits `store` and its configured sites against the policy.
+pub fn audit(store: &dyn Store, config: &CollectionConfig, connect: &Connect) -> Result<AuditReport> {
+    Ok(survey_all(store, config, connect)?.report())
+}
+
+/// What `audit --repair` did.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct MajorityRepair {
+    /// Copies restored or replaced.
+    pub repaired: u64,
+    /// Items whose copies disagree with no strict majority: left for a person.
+    pub undecided: Vec<String>,
+    /// Sites a repair could not reach or finish, and why.
+    pub failed: Vec<String>,
+}
+
+/// Whether a place's copy of item `i` is the agreed one, sound as far as its
+/// place knows: a source for the others.
+fn is_source(place: &Place, i: usize, agreed: &str) -> bool {
+    matches!(place.copies.get(i), Some(Copy::Held { identity, record_agrees: true, fixity })
+        if identity == agreed && *fixity != Fixity::Failed)
+}
+
+/// Restores every missing, damaged or divergent copy from a copy whose identity
+/// a strict majority of the places holding the item agree on (each copy is
+/// verified on arrival by the transfer driver); where no majority exists it
+/// changes nothing and names the item. Nothing is ever deleted. Returns what it
+/// did and the audit after it.
+pub fn repair_by_majority(
+    store: &dyn Store,
+    config: &CollectionConfig,
+    connect: &Connect,
+    options: RepairOptions,
+    reporter: &dyn Reporter,
+) -> Result<(MajorityRepair, AuditReport)> {
+    let survey = survey_all(store, config, connect)?;
+    let mut done = MajorityRepair::default();
+    let mut work: BTreeMap<(usize, usize), Vec<(RepositoryName, String)>> = BTreeMap::new();
+    for (i, name) in survey.names.iter().enumerate() {
+        let reachable: Vec<usize> =
+            (0..survey.places.len()).filter(|&p| survey.places[p].facts.unreachable.is_none()).collect();
+        let held = reachable.iter().filter_map(|&p| match survey.places[p].copies.get(i) {
+            Some(Copy::Held { identity, .. }) => Some(identity.as_str()),
+            _ => None,
+        });
+        let held: Vec<&str> = held.collect();
+        let Some(agreed) = majority(held.iter().copied()).map(str::to_string) else {
+            if !held.is_empty() {
+                done.undecided.push(name.to_string());
+            }
+            continue;
+        };
+        let Some(&source) = reachable.iter().find(|&&p| is_source(&survey.places[p], i, &agreed)) else { continue };
+        for &p in reachable.iter().filter(|&&p| !is_source(&survey.places[p], i, &agreed)) {
+            work.entry((p, source)).or_default().push((name.clone(), agreed.clone()));
+        }
+    }
+    for ((to, from), wanted) in &work {
+        let (Some(to_store), Some(from_store)) = (survey.store(*to), survey.store(*from)) else { continue };
+        match repair_toward(to_store, from_store, wanted, options, reporter) {
+            Ok(summary) => done.repaired += summary.copied + summary.replaced,
+            Err(e) => done.failed.push(format!("{}: {e}", to_store.location())),
+        }
+    }
+    drop(survey);
+    Ok((done, audit(store, config, connect)?))
 }
 
 /// What `store` holds of each name: identities, its records, its fixity dates.

@@ -29,6 +29,8 @@ pub struct RepairOptions {
 enum Need {
     Missing(RepositoryName),
     Damaged(RepositoryName),
+    /// To hold this identity (what a majority of the sites agree on).
+    Toward(RepositoryName, String),
 }
 
 /// The items to look at: those named, or every item plus every one an alias proves lost.
@@ -105,12 +107,47 @@ impl Repairer<'_> {
         ))
     }
 
+    /// A copy brought to `wanted` from OTHER, whose copy must have it: copied
+    /// when missing, replaced when damaged or holding another identity.
+    fn toward(&self, name: RepositoryName, wanted: &str) -> Result<Plan> {
+        if identity_digest(self.from, &name).ok().as_deref() != Some(wanted) {
+            return Ok(self.problem(&name, format!("OTHER holds no copy with identity {wanted}")));
+        }
+        if matches!(self.root.slot(&name)?, Slot::Empty) {
+            return Ok(Plan::Copy(name));
+        }
+        let ours = identity_digest(self.root, &name).ok();
+        if ours.as_deref() != Some(wanted) {
+            return Ok(Plan::Replace(name, "it differs from the copy a majority of sites hold"));
+        }
+        let (_, problems) = verify_item(self.root, &name, self.reporter);
+        if problems.iter().any(|p| p.kind != ProblemKind::BrokenAlias) {
+            return Ok(Plan::Replace(name, "damaged"));
+        }
+        self.reporter.item(&name.to_string(), Outcome::Unchanged);
+        Ok(Plan::Settled(name, false))
+    }
+
     fn plan(&self, need: Need) -> Result<Plan> {
         match need {
             Need::Missing(name) => self.missing(name),
             Need::Damaged(name) => self.held(name),
+            Need::Toward(name, wanted) => self.toward(name, &wanted),
         }
     }
+}
+
+/// Brings `root`'s copies of each item to the identity given with it, from
+/// `from` (`audit --repair`: what a strict majority of the sites agree on).
+pub fn repair_toward(
+    root: &dyn Store,
+    from: &dyn Store,
+    wanted: &[(RepositoryName, String)],
+    options: RepairOptions,
+    reporter: &dyn Reporter,
+) -> Result<TransferSummary> {
+    let needs = wanted.iter().map(|(name, identity)| Need::Toward(name.clone(), identity.clone())).collect();
+    run(root, from, needs, options, reporter)
 }
 
 /// Repairs `root` from `from`: the named items, or everything it lost or holds damaged.
@@ -121,6 +158,17 @@ pub fn repair(
     options: RepairOptions,
     reporter: &dyn Reporter,
 ) -> Result<TransferSummary> {
+    let needs = candidates(root, names)?;
+    run(root, from, needs, options, reporter)
+}
+
+fn run(
+    root: &dyn Store,
+    from: &dyn Store,
+    needs: Vec<Need>,
+    options: RepairOptions,
+    reporter: &dyn Reporter,
+) -> Result<TransferSummary> {
     check_pair(from, root)?;
     let writer = if options.dry_run { None } else { Some(root.begin_write(options.wait)?) };
     let writer = writer.as_deref();
@@ -128,7 +176,7 @@ pub fn repair(
     let repairer = Repairer { root, writer, from, tally: &tally, reporter };
     let driver = Driver { src: from, dst: root, writer, tally: &tally, reporter, event: EventKind::Repair };
     reporter.begin(Task::Repair);
-    let mut needs = candidates(root, names)?.into_iter().map(Ok);
+    let mut needs = needs.into_iter().map(Ok);
     let next_plans = || -> Result<Option<Vec<Plan>>> {
         let chunk = next_chunk(&mut needs)?;
         if chunk.is_empty() {

@@ -149,3 +149,44 @@ fn site_add_refuses_what_cannot_be_a_site() {
     let missing = env.fails(&["site", "remove", &a, "/nowhere"], 2);
     assert!(missing.stderr.contains("not a site of this collection"), "{}", missing.stderr);
 }
+
+/// `audit --repair` restores each bad copy from the majority's (a deleted one,
+/// a swapped one, a damaged one at the collection itself), verified on arrival,
+/// and leaves an item whose sites hold three versions unchanged for a person;
+/// it deletes nothing, and the audit after it names only that item.
+#[test]
+fn audit_repair_restores_from_the_majority_and_never_decides_without_one() {
+    let env = TestEnv::new();
+    let (a, b, c, rsh) = lab(&env, 5);
+    env.far_ok(&rsh, &["replicate", &a]);
+    let items = names(&env, &a);
+    let good = env.identities(&a);
+    std::fs::remove_dir_all(Path::new(&b).join(&items[0])).unwrap();
+    swap_item(&Path::new(&c).join(&items[1]), b"another bag\n");
+    std::fs::write(Path::new(&a).join(&items[2]).join("data/f0.txt"), b"a item 2 file 1\n").unwrap();
+    env.fails(&["verify", &a], 1);
+    swap_item(&Path::new(&b).join(&items[4]), b"one version\n");
+    swap_item(&Path::new(&c).join(&items[4]), b"another version\n");
+    let undecided = [&b, &c].map(|r| std::fs::read(Path::new(r).join(&items[4]).join("data/f0.txt")).unwrap());
+
+    let run = env.far_fails(&rsh, &["audit", &a, "--repair"], 1);
+    assert!(run.stdout.contains(&format!("{}\tnot repaired: no strict majority", items[4])), "{}", run.stdout);
+    assert!(run.stderr.contains("3 copies restored"), "{}", run.stderr);
+    for root in [&a, &b, &c] {
+        let held = env.identities(root);
+        for name in &items[..4] {
+            assert_eq!(held.get(name), good.get(name), "{root}: {name} holds the majority's copy");
+        }
+    }
+    env.ok(&["verify", &a]);
+    let at_b = env.fails(&["verify", &b], 1);
+    assert!(at_b.stdout.contains(&items[4]) && !at_b.stdout.contains(&items[0]), "{}", at_b.stdout);
+    let after: Vec<Vec<u8>> =
+        [&b, &c].iter().map(|r| std::fs::read(Path::new(r).join(&items[4]).join("data/f0.txt")).unwrap()).collect();
+    assert_eq!(after, undecided, "no majority, no change");
+    let shortfalls: Vec<&str> = run.stdout.lines().filter(|l| !l.contains("not repaired")).collect();
+    assert_eq!(shortfalls.len(), 1, "only the undecided item is still short: {}", run.stdout);
+    assert!(shortfalls[0].starts_with(&items[4]));
+    let repairs = env.own_events(&b, "repair");
+    assert_eq!(repairs.get(&items[0]), Some(&1), "the restored copy's arrival is logged as a repair: {repairs:?}");
+}

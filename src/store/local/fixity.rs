@@ -122,3 +122,26 @@ pub fn witness_seed(path: &std::path::Path, may_write: bool) -> Result<Option<[u
         Err(e) => Err(crate::Error::io("rename a temporary file onto", path, e)),
     }
 }
+
+/// Forgets the last checks of items just placed (within the placement's
+/// transaction): they were of the copy that was replaced, and the new copy was
+/// verified on arrival; the next rolling run checks it first, as never checked.
+pub(super) fn forget_checks(
+    tx: &rusqlite::Transaction,
+    path: &std::path::Path,
+    records: &[crate::store::ItemRecord],
+) -> Result<()> {
+    let err = |e| sql_error(path, e);
+    let exists: Option<i64> = tx
+        .query_row("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'fixity'", [], |row| row.get(0))
+        .optional()
+        .map_err(err)?;
+    if exists.is_none() {
+        return Ok(());
+    }
+    let mut forget = tx.prepare_cached("DELETE FROM fixity WHERE name = ?1").map_err(err)?;
+    for record in records {
+        forget.execute(params![record.name.to_string()]).map_err(err)?;
+    }
+    Ok(())
+}

@@ -344,6 +344,9 @@ impl Inventory {
                     .map_err(|e| sql_error(&path, e))?;
             }
         }
+        if !events.is_empty() {
+            super::fixity::forget_checks(&tx, &path, records)?;
+        }
         super::events::append(&tx, &path, events)?;
         tx.commit().map_err(|e| sql_error(&path, e))
     }
