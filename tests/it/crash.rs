@@ -281,3 +281,60 @@ fn regress_killed_mirror_redoes_its_whole_first_batch() {
     env.ok(&["verify", &dst]);
     assert!(control_empty(&dst, "staging"));
 }
+
+/// `replicate` and `audit --repair` killed at random moments (issue 25): each
+/// round adds items (replicate) or deletes a copy at a site (repair) and kills
+/// the run somewhere; after a clean rerun both sites hold exactly the
+/// collection's items, intact, each arrival logged once.
+#[test]
+fn replicate_and_audit_repair_killed_at_random_moments_converge() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 30, 2);
+    let sites: Vec<String> = ["b", "c"].iter().map(|s| env.path(s).to_string_lossy().into_owned()).collect();
+    for (site, zone) in sites.iter().zip(["zone-b", "zone-c"]) {
+        env.ok(&["-q", "init", site, "--like", &a]);
+        env.ok(&["-q", "site", "add", &a, site, "--zone", zone]);
+    }
+    let full = full_run_ms(&env, &["-q", "replicate", &a]);
+    let mut dice = Dice::new();
+    let mut killed = 0;
+    for round in 0..20 {
+        for i in 0..3 {
+            env.write(&format!("new/{round}-{i}/f.txt"), format!("round {round} item {i}\n").as_bytes());
+        }
+        let paths: Vec<String> =
+            (0..3).map(|i| env.path(&format!("new/{round}-{i}")).to_string_lossy().into_owned()).collect();
+        let mut deposit = vec!["-q", "deposit", "--each", &a];
+        deposit.extend(paths.iter().map(String::as_str));
+        env.ok(&deposit);
+        killed +=
+            usize::from(run_and_kill(&env, &["-q", "replicate", &a], Duration::from_millis(dice.below(full * 2))));
+    }
+    assert!(killed > 0, "some replicate runs were killed");
+    env.ok(&["-q", "replicate", &a]);
+    let expected = env.identities(&a);
+    assert_eq!(expected.len(), 90);
+    for site in &sites {
+        assert_eq!(env.identities(site), expected, "{site} holds every item once");
+        assert!(env.own_events(site, "mirror-in").values().all(|n| *n == 1), "{site}: each arrival logged once");
+        env.ok(&["verify", site]);
+    }
+    let names: Vec<String> = expected.keys().cloned().collect();
+    let full = full_run_ms(&env, &["-q", "audit", &a, "--repair"]);
+    let killed_replicating = killed;
+    for round in 0..20 {
+        let lost = &names[dice.below(names.len() as u64) as usize];
+        let site = &sites[round % 2];
+        let _ = std::fs::remove_dir_all(Path::new(site).join(lost));
+        let delay = Duration::from_millis(dice.below(full * 2));
+        killed += usize::from(run_and_kill(&env, &["-q", "audit", &a, "--repair"], delay));
+    }
+    assert!(killed > killed_replicating, "some repairs were killed too");
+    env.ok(&["-q", "audit", &a, "--repair"]);
+    env.ok(&["audit", &a]);
+    for site in &sites {
+        assert_eq!(env.identities(site), expected, "{site} got every lost copy back");
+        env.ok(&["verify", site]);
+        assert!(control_empty(site, "staging") && control_empty(site, "trash"), "{site}: nothing left staged");
+    }
+}
