@@ -247,6 +247,52 @@ fn s3_keeps_the_event_log_and_names_its_tampering(start: Start) {
     }
 }
 
+/// A collection with a local site and an S3 site (issue 25): replicate fills
+/// the bucket, audit reads its copies' identities and fixity dates there and
+/// exits 0; a copy deleted from the bucket behind ibi's back is named missing
+/// at the S3 site, and `audit --repair` brings it back from the majority.
+fn an_s3_site_is_replicated_audited_and_repaired(start: Start) {
+    let server = start("lib");
+    let p = server.port;
+    let env = TestEnv::new();
+    let a = env.filled("a", 3, 1);
+    let b = env.path("b").to_string_lossy().into_owned();
+    env.ok(&["-q", "init", &b, "--like", &a]);
+    let s3 = "s3://lib/site";
+    env.s3_collection(p, s3);
+    env.ok(&["-q", "site", "add", &a, &b, "--zone", "zone-b"]);
+    env.s3_ok(p, &["-q", "site", "add", &a, s3, "--zone", "cloud", "--media", "object"]);
+    env.ok(&["-q", "site", "policy", &a, "--copies", "3", "--zones", "2"]);
+    env.s3_ok(p, &["-q", "replicate", &a]);
+    assert_eq!(env.s3_identities(p, s3), env.identities(&a));
+    env.s3_ok(p, &["-q", "verify", s3]);
+    let audit = env.s3_ok(p, &["audit", &a]);
+    assert!(audit.stderr.contains("s3://lib/site (zone cloud, object): 3 held"), "{}", audit.stderr);
+    let name = env.identities(&a).into_keys().next().unwrap();
+    delete_object(p, "lib", &format!("site/{name}/tagmanifest-sha256.txt"));
+    let short = env.s3_fails(p, &["audit", &a], 1);
+    assert!(
+        short.stdout.contains(&format!("{name}\t")) && short.stdout.contains("s3://lib/site: missing"),
+        "{}",
+        short.stdout
+    );
+    env.s3_ok(p, &["-q", "audit", &a, "--repair"]);
+    assert_eq!(env.s3_identities(p, s3), env.identities(&a), "the bucket's copy is whole again");
+}
+
+/// Deletes one object behind ibi's back, with boto3.
+fn delete_object(port: u16, bucket: &str, key: &str) {
+    let script = "import boto3, sys\n\
+        s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', \
+        aws_access_key_id='test', aws_secret_access_key='test')\n\
+        s3.delete_object(Bucket=sys.argv[2], Key=sys.argv[3])\n";
+    let status = Command::new(repo().join("target/bagit-venv/bin/python"))
+        .args(["-c", script, &format!("http://127.0.0.1:{port}"), bucket, key])
+        .status()
+        .unwrap();
+    assert!(status.success(), "boto3 delete_object {key}");
+}
+
 /// A TCP proxy to `target`; `kill` closes every connection and stops accepting.
 /// With `strip_conditions` it renames `If-None-Match` headers, as a server that ignores them would.
 pub struct Proxy {
@@ -1136,4 +1182,5 @@ on_every_server!(
     percent_encoded_collections_are_read_and_upgraded_even_when_killed,
     regress_killed_s3_mirror_leaves_bags_other_tools_copy,
     s3_keeps_the_event_log_and_names_its_tampering,
+    an_s3_site_is_replicated_audited_and_repaired,
 );
