@@ -364,6 +364,17 @@ pub fn log_records_each_change_once_in_a_chain(store: &dyn Store, other: &dyn St
     assert_eq!(of_b.iter().map(|stored| stored.seq).collect::<Vec<_>>(), [3, 4, 5]);
     let after = other.events(None, 3).unwrap().unwrap();
     assert_eq!(after.iter().map(|stored| stored.seq).collect::<Vec<_>>(), [4, 5]);
+    // The item comes back carrying the same history: it is logged once.
+    let back = minted(12);
+    let w = writer(store);
+    let stage = stage_bag(w.as_ref(), &back, b"arrived");
+    let again = Action { kind: Some(EventKind::MirrorIn), note: String::new(), carried: vec![history.clone()] };
+    let batch =
+        [Placement { stage, name: back.name.clone(), ibip: back.ibip, replace: false, record: None, action: again }];
+    assert!(w.place(&batch).unwrap()[0].1.is_ok());
+    let ids: Vec<String> =
+        other.events(None, 0).unwrap().unwrap().iter().map(|stored| stored.event().unwrap().id).collect();
+    assert_eq!(ids.iter().filter(|id| **id == history.id).count(), 1, "a carried event is logged once: {ids:?}");
 }
 
 /// Reads while a writer replaces an item, again and again: each read sees the old

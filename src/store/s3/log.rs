@@ -137,6 +137,18 @@ impl ObjectLog<'_> {
         Ok(tail.as_ref().map_or(0, |t| t.seq))
     }
 
+    /// The ids of the events of these items (by name).
+    pub async fn ids_of(
+        &self,
+        items: &std::collections::BTreeSet<String>,
+    ) -> Result<std::collections::HashSet<String>> {
+        let tokens: std::collections::BTreeSet<String> = items.iter().map(|i| i.replace('/', "+")).collect();
+        let listed = self.keys_after(0, None, usize::MAX).await?;
+        let theirs: Vec<Listed> = listed.into_iter().filter(|l| tokens.contains(&l.item)).collect();
+        let stored = self.read(theirs).await?;
+        Ok(stored.iter().filter_map(|s| s.event().ok()).map(|e| e.id).collect())
+    }
+
     /// The ids of the events after `after`.
     async fn ids_after(&self, after: u64) -> Result<std::collections::HashSet<String>> {
         let stored = self.read(self.keys_after(after, None, usize::MAX).await?).await?;

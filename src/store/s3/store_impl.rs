@@ -328,6 +328,7 @@ impl WriteBackend for S3Store {
     }
 
     fn place(&self, batch: &[Placement]) -> Result<Placed> {
+        let batch = &self.without_known_history(batch)?;
         let metas: Vec<StageMeta> = {
             let stages = lock(&self.stages);
             batch
@@ -371,6 +372,25 @@ impl WriteBackend for S3Store {
                 .try_collect::<()>(),
         )?;
         self.objects.run(self.log().save_end())
+    }
+}
+
+impl S3Store {
+    /// The batch with each carried event already in this log left out (an item
+    /// that comes back keeps its history once): the log is listed once, and the
+    /// events of the items that carry history are read.
+    fn without_known_history(&self, batch: &[Placement]) -> Result<Vec<Placement>> {
+        let carrying: BTreeSet<String> =
+            batch.iter().filter(|p| !p.action.carried.is_empty()).map(|p| p.name.to_string()).collect();
+        if carrying.is_empty() {
+            return Ok(batch.to_vec());
+        }
+        let known = self.objects.run(self.log().ids_of(&carrying))?;
+        let mut batch = batch.to_vec();
+        for placement in &mut batch {
+            placement.action.carried.retain(|event| !known.contains(&event.id));
+        }
+        Ok(batch)
     }
 }
 
