@@ -249,8 +249,10 @@ fn killed_far_transfers_complete_on_rerun() {
         }
         child.wait().unwrap();
     }
-    env.far_ok(&rsh, &["-q", "mirror", &a, &far(&b)]);
-    env.far_ok(&rsh, &["-q", "mirror", &far(&b), &c]);
+    // The far server of the last killed run ends when it reads the end of its
+    // input, releasing B's lease: the reruns wait for it rather than exit 75.
+    env.far_ok(&rsh, &["-q", "mirror", &a, &far(&b), "--wait", "30"]);
+    env.far_ok(&rsh, &["-q", "mirror", &far(&b), &c, "--wait", "30"]);
     assert_eq!(env.identities(&b), expected);
     assert_eq!(env.identities(&c), expected);
     for root in [&b, &c] {
