@@ -82,6 +82,10 @@ pub fn replicate(global: GlobalArgs, root: &Path, flags: &TransferFlags) -> Resu
                 }
             }
             Err(e) => {
+                // On stdout too: under -q (cron) a failed site must still be told.
+                if !printer.json() {
+                    printer.line(&format!("{url}\tnot replicated: {e}"));
+                }
                 printer
                     .summary(&format!("replicate {url}: failed: {e}"), json!({ "site": url, "error": e.to_string() }));
                 outcome = Outcome::Problems;
@@ -109,7 +113,7 @@ pub fn audit(global: GlobalArgs, root: &Path, repair: bool) -> Result<Outcome> {
                     .line(&format!("{name}\tnot repaired: no strict majority of its copies agree; a person decides"));
             }
             for failed in &done.failed {
-                printer.note(&format!("repair failed at {failed}"));
+                printer.line(&format!("repair failed at {failed}"));
             }
             printer.note(&format!("audit --repair: {} copies restored", done.repaired));
             after
@@ -133,6 +137,10 @@ fn print_audit(printer: &Printer, report: &AuditReport) {
     }
     for shortfall in &report.shortfalls {
         printer.line(&format!("{}\t{}", shortfall.name, shortfall.reasons.join("; ")));
+    }
+    // An unreachable site is a problem: told on stdout, as the items are, even under -q.
+    for place in report.places.iter().filter(|p| p.unreachable.is_some()) {
+        printer.line(&format!("{}\tunreachable: {}", place.url, place.unreachable.as_deref().unwrap_or_default()));
     }
     for place in &report.places {
         let state = match &place.unreachable {

@@ -110,7 +110,9 @@ fn audit_names_each_fault_at_one_site_and_changes_nothing() {
     env.fails(&["verify", &a], 1);
     let before: Vec<_> = [&a, &b, &c].iter().map(|r| snapshot(Path::new(r))).collect();
     let audit = env.far_fails(&rsh, &["audit", &a], 1);
-    let line = |name: &str| audit.stdout.lines().find(|l| l.starts_with(name)).unwrap_or_default().to_string();
+    // A name and its tab: one name can be a prefix of another (`….4`, `….403`).
+    let line =
+        |name: &str| audit.stdout.lines().find(|l| l.starts_with(&format!("{name}\t"))).unwrap_or_default().to_string();
     assert!(line(&items[0]).contains(&format!("{b}: missing")), "{}", audit.stdout);
     assert!(line(&items[1]).contains("lab:") && line(&items[1]).contains("divergent"), "{}", audit.stdout);
     assert!(line(&items[2]).contains(&format!("{a}: damaged")), "{}", audit.stdout);
@@ -125,9 +127,13 @@ fn audit_names_each_fault_at_one_site_and_changes_nothing() {
     std::fs::remove_dir_all(&gone).unwrap();
     let down = env.far_fails(&rsh, &["audit", &a], 1);
     assert!(down.stderr.contains(&format!("{gone} (zone zone-d, disk): unreachable")), "{}", down.stderr);
+    let quiet = env.far_fails(&rsh, &["-q", "audit", &a], 1);
+    assert!(quiet.stdout.contains(&format!("{gone}\tunreachable")), "told under -q too: {}", quiet.stdout);
     // One site down does not stop the others: b gets its item back.
     let replicated = env.far_fails(&rsh, &["replicate", &a], 1);
     assert!(replicated.stderr.contains(&format!("replicate {gone}: failed")), "{}", replicated.stderr);
+    let quiet = env.far_fails(&rsh, &["-q", "replicate", &a], 1);
+    assert!(quiet.stdout.contains(&format!("{gone}\tnot replicated")), "told under -q too: {}", quiet.stdout);
     assert!(Path::new(&b).join(&items[0]).is_dir(), "the reachable site was brought up to date");
 }
 
