@@ -153,26 +153,35 @@ fn http(port: u16, request: &str) -> String {
     reply
 }
 
-/// Overwrites one object behind ibi's back, with boto3 (moto[server] brings it).
+/// Runs `code` with `s3`, a boto3 client of the server on `port` (moto[server]
+/// brings boto3), and `args` as `sys.argv[1:]`: what anyone holding the
+/// bucket's keys could do behind ibi's back.
+fn boto3(port: u16, code: &str, args: &[&str]) {
+    let script = format!(
+        "import boto3, sys\ns3 = boto3.client('s3', endpoint_url='http://127.0.0.1:{port}', region_name='us-east-1', \
+         aws_access_key_id='test', aws_secret_access_key='test')\n{code}"
+    );
+    let out =
+        Command::new(repo().join("target/bagit-venv/bin/python")).args(["-c", &script]).args(args).output().unwrap();
+    assert!(out.status.success(), "boto3 {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Overwrites one object behind ibi's back.
 fn put_object(port: u16, bucket: &str, key: &str, body: &[u8]) {
-    let script = "import boto3, sys\n\
-        s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', \
-        aws_access_key_id='test', aws_secret_access_key='test')\n\
-        s3.put_object(Bucket=sys.argv[2], Key=sys.argv[3], Body=sys.argv[4].encode())\n";
-    let status = Command::new(repo().join("target/bagit-venv/bin/python"))
-        .args(["-c", script, &format!("http://127.0.0.1:{port}"), bucket, key, &String::from_utf8_lossy(body)])
-        .status()
-        .unwrap();
-    assert!(status.success(), "boto3 put_object {key}");
+    let code = "s3.put_object(Bucket=sys.argv[1], Key=sys.argv[2], Body=sys.argv[3].encode())";
+    boto3(port, code, &[bucket, key, &String::from_utf8_lossy(body)]);
+}
+
+/// Deletes one object behind ibi's back.
+fn delete_object(port: u16, bucket: &str, key: &str) {
+    boto3(port, "s3.delete_object(Bucket=sys.argv[1], Key=sys.argv[2])", &[bucket, key]);
 }
 
 /// Tampers with the event log of the collection at `prefix` as anyone holding the
 /// bucket's keys could (boto3): `edit`, `delete`, `insert` or `reorder` its third event.
 fn tamper_with_log(port: u16, bucket: &str, prefix: &str, how: &str) {
-    let script = r#"
-import boto3, sys
-url, bucket, prefix, how = sys.argv[1:5]
-s3 = boto3.client('s3', endpoint_url=url, region_name='us-east-1', aws_access_key_id='test', aws_secret_access_key='test')
+    let code = r#"
+bucket, prefix, how = sys.argv[1:4]
 logdir = prefix + '/.ibi/log/'
 keys = sorted(o['Key'] for o in s3.list_objects_v2(Bucket=bucket, Prefix=logdir)['Contents'] if '!' in o['Key'])
 get = lambda k: s3.get_object(Bucket=bucket, Key=k)['Body'].read()
@@ -195,11 +204,7 @@ elif how == 'reorder':
     put(at(keys[2], 4), third)
     put(at(keys[3], 3), fourth)
 "#;
-    let out = Command::new(repo().join("target/bagit-venv/bin/python"))
-        .args(["-c", script, &format!("http://127.0.0.1:{port}"), bucket, prefix, how])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "tamper {how}: {}", String::from_utf8_lossy(&out.stderr));
+    boto3(port, code, &[bucket, prefix, how]);
 }
 
 /// The event log in object storage (issue 24): a mirror logs each arrival after
@@ -278,19 +283,6 @@ fn an_s3_site_is_replicated_audited_and_repaired(start: Start) {
     );
     env.s3_ok(p, &["-q", "audit", &a, "--repair"]);
     assert_eq!(env.s3_identities(p, s3), env.identities(&a), "the bucket's copy is whole again");
-}
-
-/// Deletes one object behind ibi's back, with boto3.
-fn delete_object(port: u16, bucket: &str, key: &str) {
-    let script = "import boto3, sys\n\
-        s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', \
-        aws_access_key_id='test', aws_secret_access_key='test')\n\
-        s3.delete_object(Bucket=sys.argv[2], Key=sys.argv[3])\n";
-    let status = Command::new(repo().join("target/bagit-venv/bin/python"))
-        .args(["-c", script, &format!("http://127.0.0.1:{port}"), bucket, key])
-        .status()
-        .unwrap();
-    assert!(status.success(), "boto3 delete_object {key}");
 }
 
 /// A TCP proxy to `target`; `kill` closes every connection and stops accepting.
