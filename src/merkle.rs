@@ -36,6 +36,46 @@ pub fn root(leaves: &[Hash]) -> Hash {
     }
 }
 
+/// The root over leaves given one at a time, in order, holding only the roots of
+/// the perfect subtrees not yet joined (one per bit of the count): the same root as
+/// `root` over all of them, in memory that does not grow with the collection.
+#[derive(Debug, Default, Clone)]
+pub struct Builder {
+    /// Perfect subtrees, largest (leftmost) first, with their leaf counts.
+    pending: Vec<(Hash, u64)>,
+    count: u64,
+}
+
+impl Builder {
+    pub fn push(&mut self, leaf: Hash) {
+        let mut node = (leaf, 1);
+        while let Some(&(left, size)) = self.pending.last() {
+            if size != node.1 {
+                break;
+            }
+            self.pending.pop();
+            node = (node_hash(&left, &node.0), size * 2);
+        }
+        self.pending.push(node);
+        self.count += 1;
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The root of the leaves pushed so far: the perfect subtrees joined right to
+    /// left, as RFC 6962 splits a tree at the largest power of two below its size.
+    pub fn root(&self) -> Hash {
+        let mut subtrees = self.pending.iter().rev();
+        let Some(&(mut hash, _)) = subtrees.next() else { return Sha256::digest([]).into() };
+        for (left, _) in subtrees {
+            hash = node_hash(left, &hash);
+        }
+        hash
+    }
+}
+
 /// The audit path of leaf `index` (from the leaf up); `None` when out of range.
 pub fn proof(leaves: &[Hash], index: usize) -> Option<Vec<Hash>> {
     if index >= leaves.len() {
@@ -112,6 +152,18 @@ mod tests {
         assert_eq!(hex(&root(&[])), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
         assert_eq!(hex(&root(&ct_leaves()[..1])), "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d");
         assert_eq!(hex(&root(&ct_leaves())), "5dc9da79a70659a9ad559cb701ded9a2ab9d823aad2f4960cfe370eff4604328");
+    }
+
+    #[test]
+    fn the_builder_gives_the_root_of_every_size() {
+        let leaves: Vec<Hash> = (0..70u32).map(|i| leaf_hash(&i.to_be_bytes())).collect();
+        let mut builder = Builder::default();
+        assert_eq!(builder.root(), root(&[]));
+        for (n, leaf) in leaves.iter().enumerate() {
+            builder.push(*leaf);
+            assert_eq!(builder.root(), root(&leaves[..=n]), "{} leaves", n + 1);
+            assert_eq!(builder.count(), n as u64 + 1);
+        }
     }
 
     #[test]

@@ -93,10 +93,9 @@ pub fn deposit(
 ) -> Result<u64> {
     check_meta(&options.meta)?;
     crate::store::refuse_unless_minting(collection)?;
-    for path in paths {
-        if let Some(root) = collection.local_root() {
-            guard::check_source("deposit source", path, root)?;
-        }
+    if let Some(root) = collection.local_root() {
+        let mut sources = guard::SourceGuard::new("deposit source", root)?;
+        paths.iter().try_for_each(|path| sources.check(path))?;
     }
     let writer = collection.begin_write(LockWait::Forever)?;
     let groups: Vec<Vec<PathBuf>> = if options.each || options.bag {

@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::id::{RepositoryName, Timestamp};
 use crate::ops::report::{Reporter, Task};
-use crate::ops::verify::{known_items, verify_one, Counters, VerifySummary};
+use crate::ops::verify::{known_items, verify_one, Counters, Recorded, VerifySummary};
+
+/// How many items' records a rolling run reads at once.
+const PAGE: usize = 256;
 use crate::problem::{Problem, ProblemKind};
 use crate::store::inventory::{fixity_date, FixityCheck};
 use crate::store::{Listed, Store};
@@ -61,19 +64,21 @@ pub fn verify_rolling(store: &dyn Store, budget: Budget, reporter: &dyn Reporter
     let checks = last_checks(store)?;
     let turn = in_turn(store, &checks)?;
     drop(checks);
-    let known = known_items(store, &[])?;
     let counters = Counters::default();
     let started = Instant::now();
     reporter.begin(Task::Verify);
-    for name in &turn {
-        let spent = match budget {
-            Budget::Bytes(bytes) => counters.bytes() >= bytes,
-            Budget::Time(time) => started.elapsed() >= time,
-        };
-        if spent {
-            break;
+    'turns: for page in turn.chunks(PAGE) {
+        let known = known_items(store, page)?;
+        for name in page {
+            let spent = match budget {
+                Budget::Bytes(bytes) => counters.bytes() >= bytes,
+                Budget::Time(time) => started.elapsed() >= time,
+            };
+            if spent {
+                break 'turns;
+            }
+            verify_one(store, name, Recorded::taken_from(known.as_ref(), name), &counters, reporter);
         }
-        verify_one(store, name, known.as_ref(), &counters, reporter);
     }
     counters.flush(store, reporter);
     reporter.end();

@@ -7,6 +7,7 @@
 //! items, so memory stays flat.
 
 use std::collections::{BTreeSet, HashMap};
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -19,7 +20,7 @@ use crate::ops::report::{Outcome, ProblemCount, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::problem::{Problem, ProblemKind};
 use crate::store::inventory::FixityCheck;
-use crate::store::{identity_digest, resolve, ItemRecord, Listed, Slot, Status, Store};
+use crate::store::{identity_digest, resolve, Listed, Slot, Status, Store};
 use crate::sync::lock;
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -104,13 +105,34 @@ pub fn vanished(store: &dyn Store, name: &RepositoryName) -> bool {
 /// What the inventory records of each item: its status and identity digest.
 type Known = Mutex<HashMap<RepositoryName, (Status, String)>>;
 
+/// What the inventory records of one item about to be verified.
+pub(crate) enum Recorded {
+    /// The collection keeps no inventory yet: nothing to compare.
+    NoInventory,
+    Unknown,
+    As(Status, String),
+}
+
+impl Recorded {
+    /// The record of `name` in `known` (taken out of it).
+    pub(crate) fn taken_from(known: Option<&Known>, name: &RepositoryName) -> Recorded {
+        match known {
+            None => Recorded::NoInventory,
+            Some(known) => lock(known).remove(name).map_or(Recorded::Unknown, |(s, d)| Recorded::As(s, d)),
+        }
+    }
+}
+
 /// Compares an item at its place with what the inventory records of it.
-fn against_inventory(store: &dyn Store, name: &RepositoryName, known: Option<&Known>) -> Option<Problem> {
+fn against_inventory(store: &dyn Store, name: &RepositoryName, recorded: Recorded) -> Option<Problem> {
     let label = name.to_string();
-    let recorded = lock(known?).remove(name);
-    let Some((status, digest)) = recorded else {
-        let detail = "the collection's inventory does not know this item (placed behind ibi's back?)";
-        return Some(Problem::new(&label, None, ProblemKind::Unknown, detail));
+    let (status, digest) = match recorded {
+        Recorded::NoInventory => return None,
+        Recorded::As(status, digest) => (status, digest),
+        Recorded::Unknown => {
+            let detail = "the collection's inventory does not know this item (placed behind ibi's back?)";
+            return Some(Problem::new(&label, None, ProblemKind::Unknown, detail));
+        }
     };
     if !status.expected_on_disk() {
         let detail = format!(
@@ -129,35 +151,115 @@ fn against_inventory(store: &dyn Store, name: &RepositoryName, known: Option<&Kn
     }
 }
 
-/// The inventory's records by name, for the items of `names` (all when empty);
-/// `None` for a collection without an inventory yet.
+/// The inventory's records by name, for the named items; `None` for a
+/// collection without an inventory yet.
 pub(crate) fn known_items(store: &dyn Store, names: &[RepositoryName]) -> Result<Option<Known>> {
     if !store.has_inventory() {
         return Ok(None);
     }
-    let records: Vec<ItemRecord> = if names.is_empty() {
-        store.all_records().collect::<Result<_>>()?
-    } else {
-        store.records(names)?.into_iter().flatten().collect()
-    };
-    let map = records.into_iter().map(|r| (r.name.clone(), (r.status, r.current().digest.clone()))).collect();
+    let records = store.records(names)?.into_iter().flatten();
+    let map = records.map(|r| (r.name.clone(), (r.status, r.current().digest.clone()))).collect();
     Ok(Some(Mutex::new(map)))
+}
+
+/// One entry of a whole verify's walk, with what the inventory records of it.
+enum Job {
+    Item(RepositoryName, Recorded),
+    Stray { place: String, why: String },
+}
+
+/// How many walked entries are looked up in the inventory at once.
+const LOOKUP_AT_ONCE: usize = 256;
+
+/// The walk, its items paired with their records (looked up a page at a time), and
+/// every walked name noted in `walked` as a 64-bit hash: memory that stays a few
+/// bytes an item, where a map of every record held a kilobyte.
+struct Paired<'a> {
+    store: &'a dyn Store,
+    walk: Box<dyn Iterator<Item = Result<Listed>> + Send + 'a>,
+    inventory: bool,
+    walked: &'a mut WalkedNames,
+    ready: std::collections::VecDeque<Result<Job>>,
+}
+
+impl Iterator for Paired<'_> {
+    type Item = Result<Job>;
+
+    fn next(&mut self) -> Option<Result<Job>> {
+        if self.ready.is_empty() {
+            self.fill();
+        }
+        self.ready.pop_front()
+    }
+}
+
+impl Paired<'_> {
+    fn fill(&mut self) {
+        let page: Vec<Result<Listed>> = self.walk.by_ref().take(LOOKUP_AT_ONCE).collect();
+        let names: Vec<RepositoryName> =
+            page.iter().filter_map(|l| if let Ok(Listed::Item(n)) = l { Some(n.clone()) } else { None }).collect();
+        names.iter().for_each(|name| self.walked.note(name));
+        let mut records = match self.inventory.then(|| self.store.records(&names)) {
+            None => vec![],
+            Some(Ok(found)) => found,
+            Some(Err(e)) => return self.ready.push_back(Err(e)),
+        }
+        .into_iter();
+        for listed in page {
+            self.ready.push_back(listed.map(|listed| match listed {
+                Listed::Stray { place, why } => Job::Stray { place, why },
+                Listed::Item(name) if !self.inventory => Job::Item(name, Recorded::NoInventory),
+                Listed::Item(name) => {
+                    let record = records.next().flatten();
+                    Job::Item(
+                        name,
+                        record.map_or(Recorded::Unknown, |r| Recorded::As(r.status, r.current().digest.clone())),
+                    )
+                }
+            }));
+        }
+    }
+}
+
+/// The names a walk found, as 64-bit hashes (a collision, about one in 10^13 for a
+/// million items, could hide one vanished item from one run).
+#[derive(Default)]
+struct WalkedNames {
+    hashes: std::collections::HashSet<u64>,
+    state: std::hash::RandomState,
+}
+
+impl WalkedNames {
+    fn note(&mut self, name: &RepositoryName) {
+        self.hashes.insert(std::hash::BuildHasher::hash_one(&self.state, name.to_string()));
+    }
+
+    fn contains(&self, name: &RepositoryName) -> bool {
+        self.hashes.contains(&std::hash::BuildHasher::hash_one(&self.state, name.to_string()))
+    }
 }
 
 /// Reports what the inventory expects but no walk found: items that vanished.
 fn report_vanished(
     store: &dyn Store,
-    known: Option<Known>,
+    walked: &WalkedNames,
     counters: &Counters,
     reporter: &dyn Reporter,
 ) -> Result<()> {
     let mut reported = BTreeSet::new();
-    let left = known.map(|k| k.into_inner().unwrap_or_else(|p| p.into_inner())).unwrap_or_default();
-    for (name, (status, _)) in left.into_iter().filter(|(_, (status, _))| status.expected_on_disk()) {
-        let detail =
-            format!("the inventory records it as {}, but the collection lacks it: it vanished", status.as_str());
-        counters.report(reporter, &Problem::new(&name.to_string(), None, ProblemKind::Missing, detail));
-        reported.insert(name);
+    if store.has_inventory() {
+        for record in store.all_records() {
+            let record = record?;
+            if !record.status.expected_on_disk() || walked.contains(&record.name) {
+                continue;
+            }
+            let detail = format!(
+                "the inventory records it as {}, but the collection lacks it: it vanished",
+                record.status.as_str()
+            );
+            counters.report(reporter, &Problem::new(&record.name.to_string(), None, ProblemKind::Missing, detail));
+            reported.insert(record.name);
+        }
     }
     for (ibip, name) in store.dangling_aliases()?.into_iter().filter(|(_, name)| !reported.contains(name)) {
         let detail = format!("alias {ibip} names this item, but the collection does not hold it: it vanished");
@@ -177,12 +279,12 @@ fn check_log(store: &dyn Store, counters: &Counters, reporter: &dyn Reporter) ->
 pub(crate) fn verify_one(
     store: &dyn Store,
     name: &RepositoryName,
-    known: Option<&Known>,
+    recorded: Recorded,
     counters: &Counters,
     reporter: &dyn Reporter,
 ) {
     let (check, mut problems) = verify_item(store, name, reporter);
-    problems.extend(against_inventory(store, name, known));
+    problems.extend(against_inventory(store, name, recorded));
     if !problems.is_empty() && vanished(store, name) {
         reporter.item(&name.to_string(), Outcome::Vanished);
         return;
@@ -209,24 +311,33 @@ pub fn verify(store: &dyn Store, names: &[String], reporter: &dyn Reporter) -> R
             for problem in store.leftovers() {
                 counters.report(reporter, &problem);
             }
-            let known = known_items(store, &[])?;
-            store.walk().par_bridge().try_for_each(|listed| -> Result<()> {
-                match listed? {
-                    Listed::Item(name) => verify_one(store, &name, known.as_ref(), &counters, reporter),
-                    Listed::Stray { place, why } => {
+            let mut walked = WalkedNames::default();
+            let paired = Paired {
+                store,
+                walk: store.walk(),
+                inventory: store.has_inventory(),
+                walked: &mut walked,
+                ready: Default::default(),
+            };
+            paired.par_bridge().try_for_each(|job| -> Result<()> {
+                match job? {
+                    Job::Item(name, recorded) => verify_one(store, &name, recorded, &counters, reporter),
+                    Job::Stray { place, why } => {
                         counters.report(reporter, &Problem::new(&place, None, ProblemKind::StrayEntry, why))
                     }
                 }
                 Ok(())
             })?;
-            report_vanished(store, known, &counters, reporter)?;
+            report_vanished(store, &walked, &counters, reporter)?;
             check_log(store, &counters, reporter)?;
         } else {
             let mut items: Vec<RepositoryName> = names.iter().map(|n| resolve(store, n)).collect::<Result<_>>()?;
             let mut seen = std::collections::BTreeSet::new();
             items.retain(|name| seen.insert(name.clone()));
             let known = known_items(store, &items)?;
-            items.iter().for_each(|name| verify_one(store, name, known.as_ref(), &counters, reporter));
+            for name in &items {
+                verify_one(store, name, Recorded::taken_from(known.as_ref(), name), &counters, reporter);
+            }
         }
         Ok(())
     })?;

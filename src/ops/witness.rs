@@ -10,7 +10,7 @@ use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::id::Timestamp;
+use crate::id::{RepositoryName, Timestamp};
 use crate::merkle::{self, Hash};
 use crate::store::{items, Status, Store};
 
@@ -76,36 +76,71 @@ pub fn leaf(name: &str, identity: &str) -> Hash {
     merkle::leaf_hash(format!("{name}\n{identity}").as_bytes())
 }
 
-/// Every present item's (name, identity), in byte order of the names. The
-/// identities are computed from the bags (the sha256 of each tagmanifest), not
-/// taken from the inventory, so that an item swapped behind ibi's back changes the root.
-fn leaves(store: &dyn Store) -> Result<Vec<(String, String)>> {
-    let names: Vec<crate::id::RepositoryName> = if store.has_inventory() {
-        let records = store.all_records().filter(|r| r.as_ref().map_or(true, |r| r.status == Status::Present));
-        records.map(|r| r.map(|r| r.name)).collect::<Result<_>>()?
-    } else {
-        items(store).collect::<Result<_>>()?
-    };
+/// How many items' identities are read at once (in parallel) for a witness.
+const LEAVES_AT_ONCE: usize = 1024;
+
+/// The items a witness covers: the inventory's present records, or every item
+/// walked in a collection without an inventory.
+fn covered(store: &dyn Store) -> Box<dyn Iterator<Item = Result<RepositoryName>> + Send + '_> {
+    if !store.has_inventory() {
+        return Box::new(items(store));
+    }
+    Box::new(store.all_records().filter_map(|r| match r {
+        Ok(r) => (r.status == Status::Present).then_some(Ok(r.name)),
+        Err(e) => Some(Err(e)),
+    }))
+}
+
+/// Calls `each` with every covered item's name and identity, in byte order of the
+/// names, a page at a time. The identities are computed from the bags (the sha256
+/// of each tagmanifest), not taken from the inventory, so that an item swapped
+/// behind ibi's back changes the root. Stores list in that order but for nested
+/// prefixes (`a.b/x` and `a.b.c/x`); then, and only then, the names are sorted in memory.
+fn each_leaf(store: &dyn Store, each: &mut dyn FnMut(&str, &str)) -> Result<()> {
+    let mut names = covered(store);
+    let mut last = String::new();
+    loop {
+        let page: Vec<Named> = names.by_ref().take(LEAVES_AT_ONCE).map(named).collect::<Result<_>>()?;
+        if page.is_empty() {
+            return Ok(());
+        }
+        let ordered = page.iter().all(|(text, _)| std::mem::replace(&mut last, text.clone()) < *text);
+        if !ordered {
+            let mut all: Vec<Named> = covered(store).map(named).collect::<Result<_>>()?;
+            all.sort();
+            return all.chunks(LEAVES_AT_ONCE).try_for_each(|page| leaves_of(store, page, each));
+        }
+        leaves_of(store, &page, each)?;
+    }
+}
+
+/// A name with its text, which orders the leaves.
+type Named = (String, RepositoryName);
+
+fn named(name: Result<RepositoryName>) -> Result<Named> {
+    name.map(|name| (name.to_string(), name))
+}
+
+/// The identities of one page of names, read in parallel, handed on in order.
+fn leaves_of(store: &dyn Store, page: &[Named], each: &mut dyn FnMut(&str, &str)) -> Result<()> {
     use rayon::prelude::*;
-    let mut pairs: Vec<(String, String)> = names
-        .par_iter()
-        .map(|name| Ok((name.to_string(), crate::store::identity_digest(store, name)?)))
-        .collect::<Result<_>>()?;
-    pairs.sort();
-    Ok(pairs)
+    let identities: Vec<String> =
+        page.par_iter().map(|(_, name)| crate::store::identity_digest(store, name)).collect::<Result<_>>()?;
+    page.iter().zip(&identities).for_each(|((text, _), identity)| each(text, identity));
+    Ok(())
 }
 
 /// Makes, signs and keeps a new witness of `store`; `None` when the store keeps no key.
 pub fn make(store: &dyn Store, now: Timestamp) -> Result<Option<Witness>> {
     let Some(seed) = store.witness_seed()? else { return Ok(None) };
     let key = SigningKey::from_bytes(&seed);
-    let pairs = leaves(store)?;
-    let hashes: Vec<Hash> = pairs.iter().map(|(n, i)| leaf(n, i)).collect();
+    let mut tree = merkle::Builder::default();
+    each_leaf(store, &mut |name, identity| tree.push(leaf(name, identity)))?;
     let mut witness = Witness {
         collection: store.collection_id().unwrap_or_else(|| store.location()),
         date: crate::store::inventory::fixity_date(now),
-        items: pairs.len() as u64,
-        root: hex(&merkle::root(&hashes)),
+        items: tree.count(),
+        root: hex(&tree.root()),
         public_key: hex(key.verifying_key().as_bytes()),
         signature: String::new(),
     };
@@ -127,8 +162,14 @@ pub fn latest(store: &dyn Store) -> Result<Option<Witness>> {
 /// The proof that `name` is in `witness`'s tree, from the collection as it is now;
 /// refused when the collection no longer matches the witness.
 pub fn prove(store: &dyn Store, witness: &Witness, name: &str) -> Result<Proof> {
-    let pairs = leaves(store)?;
-    let hashes: Vec<Hash> = pairs.iter().map(|(n, i)| leaf(n, i)).collect();
+    let mut hashes: Vec<Hash> = Vec::new();
+    let mut found: Option<(usize, String)> = None;
+    each_leaf(store, &mut |n, identity| {
+        if n == name {
+            found = Some((hashes.len(), identity.to_string()));
+        }
+        hashes.push(leaf(n, identity));
+    })?;
     if hex(&merkle::root(&hashes)) != witness.root {
         return Err(Error::Data {
             what: "witness".into(),
@@ -139,19 +180,13 @@ pub fn prove(store: &dyn Store, witness: &Witness, name: &str) -> Result<Proof> 
             ),
         });
     }
-    let index = pairs.iter().position(|(n, _)| n == name).ok_or_else(|| Error::NotFound {
+    let (index, identity) = found.ok_or_else(|| Error::NotFound {
         what: "item",
         name: name.to_string(),
         place: store.location().into(),
     })?;
     let path = merkle::proof(&hashes, index).unwrap_or_default().iter().map(|h| hex(h)).collect();
-    Ok(Proof {
-        witness: witness.clone(),
-        name: name.to_string(),
-        identity: pairs[index].1.clone(),
-        index: index as u64,
-        path,
-    })
+    Ok(Proof { witness: witness.clone(), name: name.to_string(), identity, index: index as u64, path })
 }
 
 /// Checks a proof on its own: the witness's signature, then the path to its root.

@@ -61,17 +61,73 @@ fn refuse(what: &str, path: &Path, problem: String) -> Error {
 /// `collection_root`. (A source that contains another collection is refused while
 /// it is walked, where a `.ibi` folder with a config is met.)
 pub fn check_source(what: &str, path: &Path, collection_root: &Path) -> Result<()> {
-    if fs::symlink_metadata(path).is_err() {
-        return Ok(()); // planning reports a missing path with its own words
+    SourceGuard::new(what, collection_root)?.check(path)
+}
+
+/// `check_source` for many sources of one collection: the places of the
+/// collection's folders are read once, and so are the folders the sources share
+/// (a deposit of a million files of one folder asks about that folder once).
+pub struct SourceGuard<'a> {
+    what: &'a str,
+    collection_root: &'a Path,
+    /// The collection's root and every folder above it, resolved.
+    above_collection: Vec<Place>,
+    /// Folders met so far: resolved, and the collection that holds each, if any.
+    folders: std::collections::HashMap<PathBuf, (PathBuf, Option<PathBuf>)>,
+}
+
+impl<'a> SourceGuard<'a> {
+    pub fn new(what: &'a str, collection_root: &'a Path) -> Result<SourceGuard<'a>> {
+        let mut above_collection = vec![Place::of(collection_root).with_path("inspect", collection_root)?];
+        for dir in ancestors(collection_root)?.iter().skip(1) {
+            above_collection.extend(Place::of(dir).ok());
+        }
+        Ok(SourceGuard { what, collection_root, above_collection, folders: Default::default() })
     }
-    if let Some(root) = enclosing_collection(path)? {
-        return Err(refuse(what, path, format!("is inside the collection {}; refusing to touch it", root.display())));
+
+    pub fn check(&mut self, path: &Path) -> Result<()> {
+        let Ok(meta) = fs::symlink_metadata(path) else {
+            return Ok(()); // planning reports a missing path with its own words
+        };
+        let (real, folder) = match (path.parent(), path.file_name(), meta.file_type().is_symlink()) {
+            (Some(parent), Some(name), false) => {
+                let parent = if parent.as_os_str().is_empty() { Path::new(".") } else { parent };
+                let folder = self.folder(parent)?;
+                (folder.0.join(name), Some(folder))
+            }
+            _ => (fs::canonicalize(path).with_path("resolve", path)?, None),
+        };
+        let enclosing = match folder {
+            Some((_, above)) => {
+                if is_collection_root(&real) {
+                    Some(real.clone())
+                } else {
+                    above
+                }
+            }
+            None => ancestors(&real)?.into_iter().find(|dir| is_collection_root(dir)),
+        };
+        if let Some(root) = enclosing {
+            let problem = format!("is inside the collection {}; refusing to touch it", root.display());
+            return Err(refuse(self.what, path, problem));
+        }
+        if Place::of(&real).is_ok_and(|place| self.above_collection.contains(&place)) {
+            let problem = format!("contains the collection {}; refusing to touch it", self.collection_root.display());
+            return Err(refuse(self.what, path, problem));
+        }
+        Ok(())
     }
-    if within(collection_root, path)? {
-        let problem = format!("contains the collection {}; refusing to touch it", collection_root.display());
-        return Err(refuse(what, path, problem));
+
+    /// A folder resolved, and the collection that holds it (or is it), if any.
+    fn folder(&mut self, dir: &Path) -> Result<(PathBuf, Option<PathBuf>)> {
+        if let Some(known) = self.folders.get(dir) {
+            return Ok(known.clone());
+        }
+        let real = fs::canonicalize(dir).with_path("resolve", dir)?;
+        let holder = real.ancestors().find(|d| is_collection_root(d)).map(Path::to_path_buf);
+        self.folders.insert(dir.to_path_buf(), (real.clone(), holder.clone()));
+        Ok((real, holder))
     }
-    Ok(())
 }
 
 /// Whether a folder met while walking a source is a collection's control folder.
