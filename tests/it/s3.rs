@@ -587,6 +587,51 @@ fn a_server_that_ignores_conditional_writes_is_refused_at_init(start: Start) {
     env.s3_ok(moto.port, &["list", "s3://lib/x"]);
 }
 
+/// moto behind TLS with its own self-signed certificate: the client makes real
+/// handshakes (its TLS is rustls over ring, installed when a client is built), so
+/// an untrusted certificate is refused, naming the location and the reason, and one allowed by
+/// `AWS_ALLOW_INVALID_CERTIFICATES` carries a whole deposit.
+#[test]
+fn s3_over_https_makes_real_handshakes_and_checks_the_certificate() {
+    let env = TestEnv::new();
+    let port = free_port();
+    let python = repo().join("target/bagit-venv/bin/python");
+    let child = Command::new(&python)
+        .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string(), "--ssl"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start moto");
+    let _server = Reaper(Some(child));
+    assert!(wait_until(60, || TcpStream::connect(("127.0.0.1", port)).is_ok()), "moto did not start");
+    let create = format!(
+        "import ssl, urllib.request; urllib.request.urlopen(urllib.request.Request('https://127.0.0.1:{port}/lib', \
+         method='PUT'), context=ssl._create_unverified_context())"
+    );
+    assert!(Command::new(&python).args(["-c", &create]).status().unwrap().success(), "create the bucket over TLS");
+    let https = |args: &[&str], allow_invalid: bool| -> Run {
+        let mut cmd = env.s3_command(port, args);
+        cmd.env("AWS_ENDPOINT_URL", format!("https://127.0.0.1:{port}")).env_remove("AWS_ALLOW_HTTP");
+        if allow_invalid {
+            cmd.env("AWS_ALLOW_INVALID_CERTIFICATES", "true");
+        }
+        cmd.output().unwrap().into()
+    };
+    let init = ["-q", "init", "s3://lib/tls", "--host", "test.ibi.example.org", "--ip", "192.0.2.30"];
+    let refused = https(&init, false);
+    assert_eq!(refused.code, 3, "an untrusted certificate: {}", refused.stderr);
+    assert!(refused.stderr.contains("s3://lib/tls") && !refused.stderr.contains("panicked"), "{}", refused.stderr);
+    // The reason is the client error's cause, which its own words leave out.
+    assert!(refused.stderr.contains("invalid peer certificate"), "the reason named: {}", refused.stderr);
+    assert_eq!(https(&init, true).code, 0);
+    let paper = env.write("paper.txt", b"a paper over TLS\n");
+    let deposited = https(&["deposit", "s3://lib/tls", paper.to_str().unwrap()], true);
+    assert_eq!(deposited.code, 0, "{}", deposited.stderr);
+    let listed = https(&["list", "s3://lib/tls"], true);
+    assert_eq!(listed.stdout.lines().count(), 1, "{}", listed.stderr);
+    assert_eq!(https(&["verify", "s3://lib/tls"], true).code, 0);
+}
+
 #[test]
 fn s3_is_never_a_local_folder() {
     let env = TestEnv::new();

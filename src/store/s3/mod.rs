@@ -81,6 +81,7 @@ struct StageMeta {
 /// The client for `address`, configured from the standard AWS environment.
 pub fn connect(address: &ObjectAddress) -> Result<Objects> {
     refuse_plain_http_unless_allowed(address)?;
+    install_tls_crypto();
     let retry = RetryConfig { max_retries: 2, retry_timeout: Duration::from_secs(20), ..Default::default() };
     let store = AmazonS3Builder::from_env()
         .with_bucket_name(&address.bucket)
@@ -88,6 +89,13 @@ pub fn connect(address: &ObjectAddress) -> Result<Objects> {
         .build()
         .map_err(|e| Error::Invalid { what: format!("S3 location {address}"), problem: e.to_string() })?;
     Objects::new(Arc::new(store) as Arc<dyn ObjectStore>, address.to_string())
+}
+
+/// The S3 client's TLS is rustls over `ring`, installed as the process's provider
+/// before the first client is built (reqwest is built without one, so that the
+/// C build of aws-lc is not needed). A provider already installed is kept.
+fn install_tls_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// A plain-HTTP endpoint without `AWS_ALLOW_HTTP=true`: the client would fail

@@ -72,7 +72,7 @@ impl Objects {
     /// The error for a failed request on `key`: the place and the store's own words.
     /// A transport failure marks the server down for `DOWN_FOR`.
     pub fn error(&self, key: &Key, e: object_store::Error) -> Error {
-        let problem = without_xml(&e.to_string());
+        let problem = without_xml(&with_causes(&e));
         if is_transport(&e) {
             *crate::sync::lock(&self.down) = Some((Instant::now(), problem.clone()));
         }
@@ -256,6 +256,22 @@ fn how_long_ago(elapsed: Duration) -> String {
         0 => "moments ago".into(),
         n => format!("{n} s ago"),
     }
+}
+
+/// An error's words followed by its causes' that it does not already say: the
+/// client's own words for a transport failure stop at "error sending request",
+/// and the reason (a refused connection, an untrusted certificate) is a cause.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let said = c.to_string();
+        if !text.contains(&said) {
+            text = format!("{text}: {said}");
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// A message with an S3 error document (`<?xml …><Error><Code>NoSuchBucket</Code>
