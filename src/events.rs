@@ -213,17 +213,55 @@ pub struct ChainCheck {
     count: u64,
     prev: Option<String>,
     broken: Option<String>,
+    anchor: Option<Anchor>,
+}
+
+/// A log's head as a signed witness saw it: the log must still hold that event.
+#[derive(Debug, Clone)]
+pub struct Anchor {
+    pub seq: u64,
+    pub hash: String,
+    /// The witness's date, for the message.
+    pub signed: String,
 }
 
 impl ChainCheck {
+    /// A check that also holds the log to `anchor`: the event it names must be
+    /// there, unchanged, so that a log cut short (its tail removed, which leaves
+    /// the chain that remains whole) or rewritten since is seen.
+    pub fn anchored(anchor: Anchor) -> ChainCheck {
+        ChainCheck { anchor: Some(anchor), ..ChainCheck::default() }
+    }
+
+    /// Ends the walk: a log shorter than its anchor lost its tail.
+    pub fn end(&mut self) {
+        match &self.anchor {
+            Some(anchor) if self.broken.is_none() && self.count < anchor.seq => {
+                self.broken = Some(format!(
+                    "the log ends at event {}, but the witness of {} signed a log of {} events: its tail was removed",
+                    self.count, anchor.signed, anchor.seq
+                ));
+            }
+            _ => {}
+        }
+    }
+
     /// Checks the next stored event; after a break, nothing more is checked.
     pub fn next(&mut self, stored: &StoredEvent) {
         if self.broken.is_some() {
             return;
         }
         self.count += 1;
-        self.broken = self.link_problem(stored);
+        self.broken = self.link_problem(stored).or_else(|| self.anchor_problem(stored));
         self.prev = Some(stored.hash.clone());
+    }
+
+    fn anchor_problem(&self, stored: &StoredEvent) -> Option<String> {
+        let anchor = self.anchor.as_ref().filter(|a| a.seq == stored.seq && a.hash != stored.hash)?;
+        Some(format!(
+            "event {}: it is not the event the witness of {} signed as the log's last (the log was rewritten since)",
+            stored.seq, anchor.signed
+        ))
     }
 
     fn link_problem(&self, stored: &StoredEvent) -> Option<String> {

@@ -226,7 +226,7 @@ Examples:
     #[command(after_help = "Examples:
   ibi witness /srv/library                             # the latest root, date, key and signature
   ibi witness /srv/library --prove sid.inpe.br/mtc-m18/2009/02.16.17.46 > proof.json
-  ibi witness --check proof.json                       # anywhere, without the collection")]
+  ibi witness --check proof.json --key 3b6a27bc…       # anywhere: KEY is collection.toml's witness_key")]
     Witness {
         /// The collection's root folder.
         #[arg(required_unless_present = "check")]
@@ -237,6 +237,11 @@ Examples:
         /// Check a proof made by --prove: its signature and its path to the root.
         #[arg(long, value_name = "PROOF", conflicts_with = "root")]
         check: Option<PathBuf>,
+        /// With --check: the collection's public key (hex, its collection.toml's
+        /// witness_key), which must be the key that signed the proof. Without it,
+        /// the proof shows only that its own key signed it.
+        #[arg(long, value_name = "HEX", requires = "check")]
+        key: Option<String>,
     },
     /// Rewrite what an older ibi stored in a form it no longer writes (S3 keys).
     #[command(after_help = "Examples:

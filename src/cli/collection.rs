@@ -103,12 +103,12 @@ pub fn verify(global: GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
     if args.age {
         return fixity_age(collection, args.cycle, &printer);
     }
-    let s = match args.budget {
+    let mut s = match args.budget {
         Some(budget) => ibi::ops::fixity::verify_rolling(collection, budget, &printer)?,
         None => verify_items(collection, &args.names, &printer)?,
     };
     if args.names.is_empty() {
-        witness_after_verify(collection, &printer);
+        s.problems += witness_after_verify(collection, &printer);
     }
     let seconds = printer.seconds();
     printer.summary(
@@ -289,25 +289,32 @@ pub fn retire(global: GlobalArgs, root: &Path) -> Result<Outcome> {
     Ok(Outcome::Success)
 }
 
-pub fn witness(global: GlobalArgs, root: Option<&Path>, prove: Option<&str>, check: Option<&Path>) -> Result<Outcome> {
+/// `ibi witness --check PROOF [--key HEX]`: the proof's signature and path, and
+/// that the signing key is the collection's when `key` names it.
+pub fn check_proof(global: GlobalArgs, file: &Path, key: Option<&str>) -> Result<Outcome> {
     use ibi::ops::witness;
     let printer = Printer::new(global);
-    if let Some(file) = check {
-        let text = std::fs::read_to_string(file).map_err(|e| ibi::Error::io("read", file, e))?;
-        let proof: witness::Proof = serde_json::from_str(&text).map_err(|e| ibi::Error::Invalid {
-            what: file.display().to_string(),
-            problem: format!("not a proof: {e}"),
-        })?;
-        witness::check(&proof)?;
-        printer.summary(
-            &format!(
-                "{} is leaf {} of the root {} that key {} signed on {}",
-                proof.name, proof.index, proof.witness.root, proof.witness.public_key, proof.witness.date
-            ),
-            json!({"name": proof.name, "ok": true, "root": proof.witness.root, "public_key": proof.witness.public_key}),
-        );
-        return Ok(Outcome::Success);
+    let text = std::fs::read_to_string(file).map_err(|e| ibi::Error::io("read", file, e))?;
+    let proof: witness::Proof = serde_json::from_str(&text)
+        .map_err(|e| ibi::Error::Invalid { what: file.display().to_string(), problem: format!("not a proof: {e}") })?;
+    witness::check(&proof, key)?;
+    if key.is_none() {
+        printer.note("ibi: note: the proof is signed by its own key; give --key (collection.toml's witness_key) to check that it is the collection's");
     }
+    printer.summary(
+        &format!(
+            "{} is leaf {} of the root {} that key {} signed on {}",
+            proof.name, proof.index, proof.witness.root, proof.witness.public_key, proof.witness.date
+        ),
+        json!({"name": proof.name, "ok": true, "root": proof.witness.root, "public_key": proof.witness.public_key,
+               "key_checked": key.is_some()}),
+    );
+    Ok(Outcome::Success)
+}
+
+pub fn witness(global: GlobalArgs, root: Option<&Path>, prove: Option<&str>) -> Result<Outcome> {
+    use ibi::ops::witness;
+    let printer = Printer::new(global);
     let collection = super::open(root.expect("clap requires ROOT without --check"))?;
     let collection = collection.as_ref();
     let latest = witness::latest(collection)?.ok_or_else(|| ibi::Error::Invalid {
@@ -322,16 +329,23 @@ pub fn witness(global: GlobalArgs, root: Option<&Path>, prove: Option<&str>, che
     Ok(Outcome::Success)
 }
 
-/// Makes a new witness after a whole or rolling verify and says so; a failure is
-/// told, never a problem of the collection.
-fn witness_after_verify(collection: &dyn ibi::store::Store, printer: &Printer) {
+/// Makes a new witness after a whole or rolling verify and says so. A failure to
+/// make one is told, never a problem of the collection, but for a signing key that
+/// is not the published one (replaced): that is a problem, counted in the result.
+fn witness_after_verify(collection: &dyn ibi::store::Store, printer: &Printer) -> u64 {
     match ibi::ops::witness::make(collection, ibi::id::Timestamp::now()) {
         Ok(Some(w)) => {
             printer.note(&format!("witness: root {} over {} item(s), signed by {}", w.root, w.items, w.public_key))
         }
         Ok(None) => {}
+        Err(e @ ibi::Error::Data { .. }) => {
+            printer.event("problem", json!({"what": "witness key", "problem": e.to_string()}));
+            printer.note(&format!("ibi: problem: no witness was made: {e}"));
+            return 1;
+        }
         Err(e) => printer.note(&format!("ibi: warning: no witness was made: {e}")),
     }
+    0
 }
 
 pub fn upgrade(global: GlobalArgs, root: &Path, wait: Option<super::args::Seconds>) -> Result<Outcome> {

@@ -108,9 +108,10 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
         Command::Repair(args) => transfer::repair(g, args),
         Command::Retire { root } => collection::retire(g, root),
         Command::Upgrade { root, wait } => collection::upgrade(g, root, *wait),
-        Command::Witness { root, prove, check } => {
-            collection::witness(g, root.as_deref(), prove.as_deref(), check.as_deref())
-        }
+        Command::Witness { root, prove, check, key } => match check {
+            Some(proof) => collection::check_proof(g, proof, key.as_deref()),
+            None => collection::witness(g, root.as_deref(), prove.as_deref()),
+        },
         Command::Handover(args) => collection::handover(g, args),
         Command::Site { command } => sites::site(g, command),
         Command::Replicate { root, flags } => sites::replicate(g, root, flags),

@@ -38,13 +38,16 @@ pub fn read(stored: &StoredEvent) -> Result<Event> {
     stored.event().map_err(|problem| Error::Data { what: "the event log".into(), problem })
 }
 
-/// Walks the whole log checking its chain; `None` when the collection keeps none.
+/// Walks the whole log checking its chain, and that it still holds the last
+/// event the latest witness signed; `None` when the collection keeps no log.
 pub fn check_chain(store: &dyn Store) -> Result<Option<ChainCheck>> {
-    let mut check = ChainCheck::default();
+    let anchor = crate::ops::witness::latest(store)?.and_then(|w| w.log_anchor());
+    let mut check = anchor.map_or_else(ChainCheck::default, ChainCheck::anchored);
     let keeps = for_each(store, None, &mut |stored| {
         check.next(stored);
         Ok(())
     })?;
+    check.end();
     Ok(keeps.then_some(check))
 }
 

@@ -28,6 +28,12 @@ pub struct Witness {
     pub public_key: String,
     /// The Ed25519 signature of `Witness::message`, hex.
     pub signature: String,
+    /// How many events the log held when it was made (its last event's place).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_events: Option<u64>,
+    /// The hash of that last event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_head: Option<String>,
 }
 
 /// That one item is a leaf of a witness's tree.
@@ -54,9 +60,21 @@ fn unhex<const N: usize>(text: &str, what: &str) -> Result<[u8; N]> {
 }
 
 impl Witness {
-    /// The signed text: `ibi-witness-v1`, collection, date, items and root, one a line.
+    /// The signed text: `ibi-witness-v1`, collection, date, items and root, one a
+    /// line; `ibi-witness-v2` adds the log's event count and head hash.
     pub fn message(&self) -> String {
-        format!("ibi-witness-v1\n{}\n{}\n{}\n{}\n", self.collection, self.date, self.items, self.root)
+        let (collection, date, items, root) = (&self.collection, &self.date, self.items, &self.root);
+        match (self.log_events, &self.log_head) {
+            (Some(events), Some(head)) => {
+                format!("ibi-witness-v2\n{collection}\n{date}\n{items}\n{root}\n{events}\n{head}\n")
+            }
+            _ => format!("ibi-witness-v1\n{collection}\n{date}\n{items}\n{root}\n"),
+        }
+    }
+
+    /// The log's head it signed, for the chain check.
+    pub fn log_anchor(&self) -> Option<crate::events::Anchor> {
+        Some(crate::events::Anchor { seq: self.log_events?, hash: self.log_head.clone()?, signed: self.date.clone() })
     }
 
     /// Whether the signature is the public key's over the message.
@@ -134,6 +152,7 @@ fn leaves_of(store: &dyn Store, page: &[Named], each: &mut dyn FnMut(&str, &str)
 pub fn make(store: &dyn Store, now: Timestamp) -> Result<Option<Witness>> {
     let Some(seed) = store.witness_seed()? else { return Ok(None) };
     let key = SigningKey::from_bytes(&seed);
+    let log = store.log_head()?;
     let mut tree = merkle::Builder::default();
     each_leaf(store, &mut |name, identity| tree.push(leaf(name, identity)))?;
     let mut witness = Witness {
@@ -143,6 +162,8 @@ pub fn make(store: &dyn Store, now: Timestamp) -> Result<Option<Witness>> {
         root: hex(&tree.root()),
         public_key: hex(key.verifying_key().as_bytes()),
         signature: String::new(),
+        log_events: log.as_ref().map(|(seq, _)| *seq),
+        log_head: log.map(|(_, hash)| hash),
     };
     witness.signature = hex(&key.sign(witness.message().as_bytes()).to_bytes());
     let json = serde_json::to_string_pretty(&witness).expect("a witness serialises");
@@ -189,8 +210,21 @@ pub fn prove(store: &dyn Store, witness: &Witness, name: &str) -> Result<Proof> 
     Ok(Proof { witness: witness.clone(), name: name.to_string(), identity, index: index as u64, path })
 }
 
-/// Checks a proof on its own: the witness's signature, then the path to its root.
-pub fn check(proof: &Proof) -> Result<()> {
+/// Checks a proof: that `trusted_key` (hex, the collection's published key), when
+/// given, signed it; the witness's signature; then the path to its root.
+pub fn check(proof: &Proof, trusted_key: Option<&str>) -> Result<()> {
+    if let Some(trusted) = trusted_key {
+        let trusted = hex(&unhex::<32>(trusted.trim(), "--key")?);
+        if trusted != proof.witness.public_key.to_ascii_lowercase() {
+            return Err(Error::Data {
+                what: "proof".into(),
+                problem: format!(
+                    "it is signed by key {}, not by the collection's key {trusted}",
+                    proof.witness.public_key
+                ),
+            });
+        }
+    }
     proof.witness.signed()?;
     let root = unhex::<32>(&proof.witness.root, "root")?;
     let path: Vec<Hash> = proof.path.iter().map(|h| unhex::<32>(h, "proof path")).collect::<Result<_>>()?;

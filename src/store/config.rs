@@ -51,6 +51,11 @@ pub struct CollectionConfig {
     /// How many copies it needs (`ibi site policy`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<Policy>,
+    /// The Ed25519 public key (hex) that signs the collection's witnesses, written
+    /// when the key is made: what a proof's key is checked against
+    /// (`ibi witness --check PROOF --key HEX`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub witness_key: Option<String>,
 }
 
 /// What a copy is kept on (NDSA's storage levels ask for more than one kind).
@@ -214,6 +219,7 @@ impl CollectionConfig {
             media: None,
             sites: Vec::new(),
             policy: None,
+            witness_key: None,
             subsystem: SubsystemConfig {
                 host: subsystem.host.clone(),
                 port: subsystem.port,

@@ -191,6 +191,12 @@ pub trait Store: Send + Sync {
     fn events(&self, _item: Option<&RepositoryName>, _after: u64) -> Result<Option<Vec<crate::events::StoredEvent>>> {
         Ok(None)
     }
+    /// The log's last event: its place and hash (what a witness signs, so that a
+    /// log cut short after it is seen); `None` when the backend keeps no log or
+    /// it is empty.
+    fn log_head(&self) -> Result<Option<(u64, String)>> {
+        Ok(None)
+    }
     /// Whether a writer of this collection would take `from`'s items by rename
     /// (`Writer::adopt_from`) rather than by copy: asked by a dry run, which holds
     /// no writer, so that it counts what the real run would.

@@ -153,6 +153,23 @@ fn tampered_events_break_the_chain_at_their_place_locally_and_far() {
     }
 }
 
+/// A log cut short keeps a whole chain (issue 24): removing its last events left
+/// every remaining link intact, and verify said nothing. A witness now signs the
+/// log's last event, and verify holds the log to the latest witness.
+#[test]
+fn regress_a_log_cut_short_passes_the_chain_check() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 4, 1);
+    env.ok(&["-q", "verify", &a]);
+    env.ok(&["-q", "verify", &a]);
+    let witness: Value = serde_json::from_str(&env.ok(&["witness", &a]).stdout).unwrap();
+    let signed = witness["log_events"].as_u64().expect("the witness signs the log's length");
+    assert!(signed > 4, "the log held the deposits and a verify's checks: {witness}");
+    tamper(&a, &format!("DELETE FROM events WHERE seq >= {};", signed - 1));
+    let run = env.fails(&["verify", &a], 1);
+    assert!(run.stdout.contains("broken log") && run.stdout.contains("tail was removed"), "{}", run.stdout);
+}
+
 /// A far server logs as its own agent, naming the session's restriction: an
 /// append-only key's arrivals say so.
 #[test]

@@ -15,6 +15,7 @@ mod minting;
 mod out_of_tree;
 mod regress;
 mod s3;
+mod scale;
 mod serve;
 mod sites;
 mod transfer;

@@ -1149,8 +1149,8 @@ fn regress_s3_setup_mistakes_print_builder_error_or_raw_xml() {
 /// Mirroring a far collection's large file into S3 held the whole file in memory
 /// (the client read the far stream as fast as the pipe gave it, into an unbounded
 /// queue, while the upload drained it slowly): 1 GiB peaked at 631-719 MB RSS.
-/// The queue of a file stream is bounded now; peak RSS is measured by a Python
-/// parent (`RUSAGE_CHILDREN`: the largest of ibi and the far side it runs).
+/// The queue of a file stream is bounded now; peak RSS is the largest of ibi and
+/// the far side it runs (`env::run_measuring_peak_rss`).
 #[test]
 fn regress_far_to_s3_memory_grows_with_the_file() {
     let env = TestEnv::new();
@@ -1165,22 +1165,10 @@ fn regress_far_to_s3_memory_grows_with_the_file() {
     std::fs::remove_file(&big).unwrap();
     let s3 = "s3://lib/big";
     env.s3_collection(p, s3);
-    let peak = "import resource, subprocess, sys\n\
-        code = subprocess.run(sys.argv[1:]).returncode\n\
-        print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n\
-        sys.exit(code)\n";
-    let mirror = env.s3_command(p, &["-q", "mirror", &format!("lab:{far}"), s3]);
-    let out = Command::new("python3")
-        .args(["-c", peak, crate::env::ibi_bin().to_str().unwrap()])
-        .args(mirror.get_args())
-        .envs(mirror.get_envs().filter_map(|(k, v)| Some((k, v?))))
-        .env("IBI_RSH", &rsh)
-        .env("IBI_REMOTE_IBI", crate::env::ibi_bin())
-        .current_dir(mirror.get_current_dir().unwrap_or(&env.path("")))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let kib: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let mut mirror = env.s3_command(p, &["-q", "mirror", &format!("lab:{far}"), s3]);
+    mirror.env("IBI_RSH", &rsh).env("IBI_REMOTE_IBI", crate::env::ibi_bin());
+    let (run, kib) = crate::env::run_measuring_peak_rss(&mirror);
+    assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(kib < 160 * 1024, "mirroring a 300 MiB far file into S3 peaked at {} MiB", kib / 1024);
     env.s3_ok(p, &["-q", "verify", s3]);
 }

@@ -271,3 +271,46 @@ fn the_witness_is_recomputed_and_proved_by_a_third_party() {
     let bad = env.fails(&["witness", "--check", resigned.to_str().unwrap()], 1);
     assert!(bad.stderr.contains("signature"), "{}", bad.stderr);
 }
+
+/// The witness key (issue 24, "the public key is in `collection.toml`"): a proof
+/// carried its own public key and `witness --check` trusted it, so any key could
+/// sign a proof of any tree, and a collection's key could be swapped unseen. The
+/// key is published in collection.toml when it is made; `--check --key` holds a
+/// proof to it; a signing key that is not the published one is a problem of verify.
+#[test]
+fn regress_a_witness_key_of_anyone_is_trusted() {
+    let env = TestEnv::new();
+    let root = env.collection("lib");
+    env.write("src/a/f.txt", b"an item\n");
+    env.ok(&["-q", "deposit", &root, env.path("src/a").to_str().unwrap()]);
+    env.ok(&["-q", "verify", &root]);
+    let config = std::fs::read_to_string(std::path::Path::new(&root).join(".ibi/collection.toml")).unwrap();
+    let witness: serde_json::Value = serde_json::from_str(&env.ok(&["witness", &root]).stdout).unwrap();
+    let key = witness["public_key"].as_str().unwrap().to_string();
+    assert!(config.contains(&format!("witness_key = \"{key}\"")), "the key is published: {config}");
+
+    let name = env.identities(&root).into_keys().next().unwrap();
+    let proof = env.write("proof.json", env.ok(&["witness", &root, "--prove", &name]).stdout.as_bytes());
+    let proof = proof.to_str().unwrap();
+    env.ok(&["witness", "--check", proof, "--key", &key]);
+    let unanchored = env.ok(&["witness", "--check", proof]);
+    assert!(unanchored.stderr.contains("--key"), "says the key was not checked: {}", unanchored.stderr);
+
+    // Another collection's key signs a true proof of the same item: not this collection's.
+    let copy = env.collection("copy");
+    env.ok(&["-q", "mirror", &root, &copy]);
+    env.ok(&["-q", "verify", &copy]);
+    let other = env.write("other.json", env.ok(&["witness", &copy, "--prove", &name]).stdout.as_bytes());
+    env.ok(&["witness", "--check", other.to_str().unwrap()]);
+    let refused = env.fails(&["witness", "--check", other.to_str().unwrap(), "--key", &key], 1);
+    assert!(refused.stderr.contains("not by the collection's key"), "{}", refused.stderr);
+    env.fails(&["witness", "--check", proof, "--key", "not-hex"], 2);
+
+    // The signing key swapped behind ibi's back: verify says so and signs nothing.
+    let key_file = std::path::Path::new(&root).join(".ibi/witness.key");
+    std::fs::write(&key_file, "11".repeat(32)).unwrap();
+    let swapped = env.fails(&["verify", &root], 1);
+    assert!(swapped.stderr.contains("replaced"), "{}", swapped.stderr);
+    let kept: serde_json::Value = serde_json::from_str(&env.ok(&["witness", &root]).stdout).unwrap();
+    assert_eq!(kept, witness, "no witness was signed with the swapped key");
+}

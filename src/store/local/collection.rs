@@ -272,6 +272,39 @@ impl Collection {
         Ok(config)
     }
 
+    /// Checks the witness key `seed` against the public key `collection.toml`
+    /// publishes, writing it there the first time: a key that is not the published
+    /// one was replaced, and nothing it would sign could be trusted.
+    pub fn publish_witness_key(&self, seed: &[u8; 32]) -> Result<()> {
+        let public: String = ed25519_dalek::SigningKey::from_bytes(seed)
+            .verifying_key()
+            .as_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let published = CollectionConfig::read(&self.layout.config())?.0.witness_key;
+        match published {
+            Some(key) if key == public => Ok(()),
+            Some(key) => Err(Error::Data {
+                what: self.layout.witness_key().display().to_string(),
+                problem: format!(
+                    "its public key {public} is not the one collection.toml publishes ({key}): the key was replaced. \
+                     Restore the original key, or remove witness_key from collection.toml to publish this one"
+                ),
+            }),
+            None if self.read_only => Ok(()),
+            None => self
+                .change_config(|config| {
+                    config.witness_key.get_or_insert(public.clone());
+                    Ok(())
+                })
+                .and_then(|config| match config.witness_key {
+                    Some(key) if key == public => Ok(()),
+                    _ => self.publish_witness_key(seed),
+                }),
+        }
+    }
+
     /// Names the path this machine knows the collection by (a far server pins the
     /// folder and reaches it through `/proc/self/fd`).
     pub fn known_as(mut self, real: &Path) -> Collection {

@@ -71,6 +71,17 @@ impl Inventory {
         Ok(found.is_some())
     }
 
+    /// The last event's place and hash (the log's head); `None` for an empty log.
+    pub fn log_head(&self) -> Result<Option<(u64, String)>> {
+        if !self.has_events()? {
+            return Ok(None);
+        }
+        self.conn
+            .query_row("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+            .map_err(|e| sql_error(&self.path, e))
+    }
+
     /// Up to `limit` events after `after`, of `item` only when given, in order.
     pub fn events_page(&self, after: u64, item: Option<&str>, limit: usize) -> Result<Vec<StoredEvent>> {
         if !self.has_events()? {

@@ -95,7 +95,11 @@ impl Store for Collection {
     }
 
     fn witness_seed(&self) -> Result<Option<[u8; 32]>> {
-        super::fixity::witness_seed(&self.layout.witness_key(), !self.read_only)
+        let Some(seed) = super::fixity::witness_seed(&self.layout.witness_key(), !self.read_only)? else {
+            return Ok(None);
+        };
+        self.publish_witness_key(&seed)?;
+        Ok(Some(seed))
     }
 
     fn latest_witness(&self) -> Result<Option<String>> {
@@ -121,6 +125,10 @@ impl Store for Collection {
         let page = self
             .with_inventory(|inventory| inventory.events_page(after, item.as_deref(), crate::store::log::EVENT_PAGE))?;
         Ok(Some(page.unwrap_or_default()))
+    }
+
+    fn log_head(&self) -> Result<Option<(u64, String)>> {
+        Ok(self.with_inventory(|inventory| inventory.log_head())?.flatten())
     }
 
     fn adopts_by_rename(&self, from: &dyn Store) -> bool {
