@@ -213,7 +213,8 @@ Examples:
     #[command(after_help = "Examples:
   ibi audit /srv/library                               # exit 1 names every item short of the policy
   ibi audit /srv/library --repair                      # restore bad copies from the majority's
-  ibi --json audit /srv/library")]
+  ibi --json audit /srv/library
+  ibi audit /srv/library --ndsa                        # the NDSA v2.0 cells the facts prove")]
     Audit {
         /// The collection's root folder (its sites are in its collection.toml).
         root: PathBuf,
@@ -221,6 +222,11 @@ Examples:
         /// majority of the sites agree on; never deletes; no majority, no change.
         #[arg(long)]
         repair: bool,
+        /// Also print the NDSA Levels of Digital Preservation v2.0 cells (Storage,
+        /// Integrity, Control, Metadata) that the collection's facts prove: met,
+        /// partial or unmet with the evidence, or "person" for those they cannot.
+        #[arg(long)]
+        ndsa: bool,
     },
     /// Print the signed witness, prove an item is in it, or check a proof.
     #[command(after_help = "Examples:

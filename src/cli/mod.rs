@@ -115,7 +115,7 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
         Command::Handover(args) => collection::handover(g, args),
         Command::Site { command } => sites::site(g, command),
         Command::Replicate { root, flags } => sites::replicate(g, root, flags),
-        Command::Audit { root, repair } => sites::audit(g, root, *repair),
+        Command::Audit { root, repair, ndsa } => sites::audit(g, root, *repair, *ndsa),
         Command::Handles(args) => versions::handles(g, args),
         Command::Serve(args) => serve(args),
         Command::Demo { dir } => demo::run(g, dir.as_deref()),

@@ -98,7 +98,7 @@ pub fn replicate(global: GlobalArgs, root: &Path, flags: &TransferFlags) -> Resu
     Ok(outcome)
 }
 
-pub fn audit(global: GlobalArgs, root: &Path, repair: bool) -> Result<Outcome> {
+pub fn audit(global: GlobalArgs, root: &Path, repair: bool, ndsa: bool) -> Result<Outcome> {
     let store = super::open(root)?;
     let config = sites::configured(store.as_ref())?;
     let printer = Printer::new(global);
@@ -120,7 +120,28 @@ pub fn audit(global: GlobalArgs, root: &Path, repair: bool) -> Result<Outcome> {
         }
     };
     print_audit(&printer, &report);
+    if ndsa {
+        let evidence = ibi::ops::ndsa::evidence(store.as_ref())?;
+        print_ndsa(&printer, &ibi::ops::ndsa::cells(&report, &evidence));
+    }
     Ok(if report.meets_policy() { Outcome::Success } else { Outcome::Problems })
+}
+
+/// The NDSA cells, one a line (`AREA LEVEL JUDGEMENT TEXT — EVIDENCE`), or as JSON.
+fn print_ndsa(printer: &Printer, cells: &[ibi::ops::ndsa::Cell]) {
+    for cell in cells {
+        match printer.json() {
+            true => printer.line(&json!({ "event": "ndsa", "cell": cell }).to_string()),
+            false => printer.line(&format!(
+                "NDSA {} {}\t{}\t{} — {}",
+                cell.area,
+                cell.level,
+                cell.judgement.as_str(),
+                cell.text,
+                cell.evidence
+            )),
+        }
+    }
 }
 
 fn print_audit(printer: &Printer, report: &AuditReport) {

@@ -14,6 +14,7 @@ pub mod list;
 pub mod log;
 pub mod minting;
 pub mod mirror;
+pub mod ndsa;
 mod over_any_store;
 pub mod repair;
 pub mod report;

@@ -198,3 +198,50 @@ fn audit_repair_restores_from_the_majority_and_never_decides_without_one() {
     let repairs = env.own_events(&b, "repair");
     assert_eq!(repairs.get(&items[0]), Some(&1), "the restored copy's arrival is logged as a repair: {repairs:?}");
 }
+
+/// `audit --ndsa` (issue 25): the NDSA v2.0 cells the collection's facts prove,
+/// each with its judgement and evidence; the cells no fact proves are a person's.
+/// A damaged copy at one site takes the repair cell to unmet and three complete
+/// copies to partial.
+#[test]
+fn audit_ndsa_judges_the_cells_the_facts_prove() {
+    let env = TestEnv::new();
+    let (a, b, c, rsh) = lab(&env, 3);
+    env.far_ok(&rsh, &["replicate", &a]);
+    for root in [&a, &b, &c] {
+        env.ok(&["-q", "verify", root]);
+    }
+    let cell = |out: &str, text: &str| out.lines().find(|l| l.contains(text)).unwrap_or_default().to_string();
+    let judged = |out: &str, text: &str, judgement: &str| {
+        let line = cell(out, text);
+        assert!(line.contains(&format!("\t{judgement}\t")), "{text}: {judgement} expected: {line:?} in\n{out}");
+    };
+    let run = env.far_ok(&rsh, &["audit", &a, "--ndsa"]).stdout;
+    judged(&run, "Have two complete copies in separate locations", "met");
+    judged(&run, "Have three complete copies with at least one copy", "met");
+    judged(&run, "each with a different disaster threat", "met");
+    judged(&run, "on a different storage media type", "unmet");
+    judged(&run, "Maintain logs and identify", "met");
+    judged(&run, "Verify integrity information of content at fixed intervals", "partial");
+    judged(&run, "Virus check all content", "person");
+    assert!(cell(&run, "Have two complete copies").contains("3 of 3 places"), "{run}");
+
+    let json = env.far_ok(&rsh, &["--json", "audit", &a, "--ndsa"]).stdout;
+    let cells: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["event"] == "ndsa")
+        .map(|v| v["cell"].clone())
+        .collect();
+    let areas: std::collections::BTreeSet<_> = cells.iter().map(|c| c["area"].as_str().unwrap().to_string()).collect();
+    assert_eq!(areas.into_iter().collect::<Vec<_>>(), ["Control", "Integrity", "Metadata", "Storage"]);
+    assert!(cells.iter().all(|c| ["met", "partial", "unmet", "person"].contains(&c["judgement"].as_str().unwrap())));
+
+    let item = names(&env, &a).remove(0);
+    std::fs::write(Path::new(&b).join(&item).join("data/f0.txt"), b"flipped\n").unwrap();
+    env.fails(&["-q", "verify", &b], 1);
+    let after = env.far_fails(&rsh, &["audit", &a, "--ndsa"], 1).stdout;
+    judged(&after, "Replace or repair corrupted content", "unmet");
+    judged(&after, "Have three complete copies with at least one copy", "partial");
+    judged(&after, "Have two complete copies in separate locations", "met");
+}
