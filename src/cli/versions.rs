@@ -171,16 +171,22 @@ pub fn handles(global: GlobalArgs, args: &super::args::HandlesArgs) -> Result<Ou
         HandleSuffix::Ibip => SuffixKind::Ibip,
         HandleSuffix::Pilin => SuffixKind::Pilin,
     };
+    let store = super::open(&args.root)?;
+    let mut mirrors = args.mirrors.clone();
+    for site in ibi::ops::sites::public_urls(store.as_ref()) {
+        if !mirrors.contains(&site) {
+            mirrors.push(site);
+        }
+    }
     let options = HandleExport {
         prefix: args.prefix.clone(),
         url_base: args.url_base.clone(),
-        mirrors: args.mirrors.clone(),
+        mirrors,
         admin: args.admin.clone(),
         suffix,
         since,
     }
     .checked()?;
-    let store = super::open(&args.root)?;
     let mut batch = Vec::new();
     let summary = export_handles(store.as_ref(), &options, &mut batch)?;
     super::write_stdout(&String::from_utf8_lossy(&batch))?;

@@ -164,7 +164,9 @@ impl HandleExport {
 }
 
 /// A URL base in its one form: `http://` or `https://`, a host, no spaces, ending with `/`.
-fn url_base(text: &str) -> std::result::Result<String, &'static str> {
+/// `text` as a base URL a name is appended to (http or https, a host, no query
+/// or fragment), ending in `/`; else why not.
+pub fn url_base(text: &str) -> std::result::Result<String, &'static str> {
     let rest = text.strip_prefix("https://").or_else(|| text.strip_prefix("http://"));
     let Some(rest) = rest else { return Err("is not an http:// or https:// URL") };
     let host = rest.split(['/', '?', '#']).next().unwrap_or_default();

@@ -162,6 +162,8 @@ impl Resolver {
         if let Some(cached) = self.cache.lock().expect("cache lock").get(&key) {
             let fresh = match (&stamp, &cached.stamp) {
                 (Some(now), Some(then)) => now == then,
+                // Stamped when read, unstamped now: the item is gone from its place.
+                (None, Some(_)) => false,
                 _ => cached.read_at.elapsed() < UNSTAMPED_TTL,
             };
             if fresh {

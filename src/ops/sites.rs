@@ -7,11 +7,13 @@
 use std::path::Path;
 
 use crate::error::{Error, Result};
+use crate::id::RepositoryName;
 use crate::ops::copy::TransferSummary;
 use crate::ops::mirror::{mirror, MirrorOptions};
 use crate::ops::report::Reporter;
 use crate::store::config::Minting;
 use crate::store::config::{CollectionConfig, Media, Policy, Site};
+use crate::store::inventory::Status;
 use crate::store::local::Collection;
 use crate::store::{Connect, Store};
 
@@ -56,7 +58,16 @@ fn apply(config: &mut CollectionConfig, change: SiteChange) -> Result<()> {
         SiteChange::Add(site) if config.sites.iter().any(|s| s.url == site.url) => {
             return invalid(&site.url, "it is already a site of this collection".into());
         }
-        SiteChange::Add(site) => config.sites.push(site),
+        SiteChange::Add(mut site) => {
+            if let Some(url) = &site.public_url {
+                let checked = crate::ops::handles::url_base(url).map_err(|why| Error::Invalid {
+                    what: format!("--public-url {url}"),
+                    problem: format!("it {why}"),
+                })?;
+                site.public_url = Some(checked);
+            }
+            config.sites.push(site)
+        }
         SiteChange::Remove(url) => {
             let before = config.sites.len();
             config.sites.retain(|s| s.url != url);
@@ -116,4 +127,34 @@ pub fn replicate(
         mirror(store, dst.as_ref(), options, reporter).map_err(|stopped| stopped.error)
     };
     config.sites.iter().map(|site| SiteRun { site: site.clone(), result: one(site) }).collect()
+}
+
+/// The public URLs of the sites of the collection `store` is (each ending in
+/// `/`; one that is not an http or https base URL is left out), in the
+/// configuration's order; none when it keeps no sites here.
+pub fn public_urls(store: &dyn Store) -> Vec<String> {
+    let Ok(config) = configured(store) else { return Vec::new() };
+    config.sites.iter().filter_map(|s| crate::ops::handles::url_base(s.public_url.as_ref()?).ok()).collect()
+}
+
+/// Whether `site` holds a verified copy of `name`: a bag whose identity digest
+/// (read from its tagmanifest there) is `expected` when that is known, that the
+/// site's own record names present with that identity, and whose last fixity
+/// check at the site, if any, passed. A site that cannot answer holds none.
+pub fn holds_verified_copy(site: &dyn Store, name: &RepositoryName, expected: Option<&str>) -> bool {
+    let Ok(identity) = crate::store::identity_digest(site, name) else { return false };
+    if expected.is_some_and(|e| e != identity) {
+        return false;
+    }
+    let recorded = match site.records(std::slice::from_ref(name)) {
+        Ok(mut records) => records.pop().flatten(),
+        Err(_) => return false,
+    };
+    if !recorded.is_some_and(|r| r.status == Status::Present && r.current().digest == identity) {
+        return false;
+    }
+    match site.fixity_checks() {
+        Ok(checks) => !checks.unwrap_or_default().iter().any(|c| &c.name == name && !c.ok),
+        Err(_) => false,
+    }
 }

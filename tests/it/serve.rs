@@ -952,3 +952,17 @@ fn regress_grown_small_file_is_read_whole() {
     let after = rss_mib(server.pid());
     assert!(after < before + 100, "memory grew from {before} to {after} MiB");
 }
+
+/// An item whose folder was removed behind the server's back was still served
+/// (its landing page, 200) from the view read before, until the cache's time
+/// ran out: a view read with a stamp now has none, so it is read again and
+/// the item is not found.
+#[test]
+fn regress_an_item_gone_from_disk_is_served_from_the_cache() {
+    let env = TestEnv::new();
+    let (root, names) = library(&env);
+    let server = env.serve(&[&root], &[]);
+    assert_eq!(get(&server.url(&format!("/{}", names[1])), &[]).status, 200);
+    std::fs::remove_dir_all(env.path(&format!("lib/{}", names[1]))).unwrap();
+    assert_eq!(get(&server.url(&format!("/{}", names[1])), &[]).status, 404);
+}

@@ -245,3 +245,56 @@ fn audit_ndsa_judges_the_cells_the_facts_prove() {
     judged(&after, "Have three complete copies with at least one copy", "partial");
     judged(&after, "Have two complete copies in separate locations", "met");
 }
+
+/// `serve` of a collection with sites (issue 25): every site's public URL is in
+/// the 10320/loc value; when this server cannot read an item's bytes (a file
+/// damaged here, the item gone from here) it answers 307 to the first site
+/// holding a verified copy (the same identity, its own record agreeing, its last
+/// check passed), and with no such site it still fails rather than send the
+/// client to a damaged copy. Unknown names never make it ask the sites.
+#[test]
+fn serve_redirects_to_a_site_with_a_verified_copy() {
+    use crate::serve::get;
+    let env = TestEnv::new();
+    let a = env.filled("a", 3, 1);
+    let (b, c) = (env.path("b").to_string_lossy().into_owned(), env.path("c").to_string_lossy().into_owned());
+    for site in [&b, &c] {
+        env.ok(&["-q", "init", site, "--like", &a]);
+    }
+    let bad = env.fails(&["site", "add", &a, &c, "--zone", "zone-c", "--public-url", "javascript:alert(1)"], 2);
+    assert!(bad.stderr.contains("--public-url") && bad.stderr.contains("http"), "{}", bad.stderr);
+    env.ok(&["-q", "site", "add", &a, &c, "--zone", "zone-c", "--public-url", "https://c.example/"]);
+    env.ok(&["-q", "site", "add", &a, &b, "--zone", "zone-b", "--public-url", "http://b.example/lib"]);
+    env.ok(&["-q", "replicate", &a]);
+    let items = names(&env, &a);
+    // c's copies of items 0 and 2 are damaged, and its verify found them so; b has no item 2.
+    for item in [&items[0], &items[2]] {
+        std::fs::write(Path::new(&c).join(item).join("data/f0.txt"), b"flipped at c\n").unwrap();
+    }
+    env.fails(&["-q", "verify", &c], 1);
+    env.ok(&["-q", "verify", &b]);
+    std::fs::remove_dir_all(Path::new(&b).join(&items[2])).unwrap();
+
+    let server = env.serve(&[&a], &[]);
+    let loc = get(&server.url(&format!("/api/handles/{}?type=10320/loc", items[1])), &[]).text();
+    for href in [format!("https://c.example/{}", items[1]), format!("http://b.example/lib/{}", items[1])] {
+        assert!(loc.contains(&href), "{href} in {loc}");
+    }
+    assert_eq!(get(&server.url(&format!("/{}", items[0])), &[]).status, 200);
+
+    // Damaged here (never served before: small files are kept by digest once checked): c's copy failed its check, so b's.
+    std::fs::write(Path::new(&a).join(&items[0]).join("data/f0.txt"), b"flipped at a\n").unwrap();
+    let damaged = get(&server.url(&format!("/{}/data/f0.txt", items[0])), &[]);
+    assert_eq!(damaged.status, 307, "{}", damaged.text());
+    assert_eq!(damaged.header("location"), format!("http://b.example/lib/{}/data/f0.txt", items[0]));
+    // Gone from here: c's copy is the first verified one.
+    std::fs::remove_dir_all(Path::new(&a).join(&items[1])).unwrap();
+    let gone = get(&server.url(&format!("/{}", items[1])), &[]);
+    assert_eq!(gone.status, 307, "{}", gone.text());
+    assert_eq!(gone.header("location"), format!("https://c.example/{}", items[1]));
+    // Damaged here, damaged at c, missing at b: no site to send the client to.
+    std::fs::write(Path::new(&a).join(&items[2]).join("data/f0.txt"), b"flipped at a\n").unwrap();
+    assert_eq!(get(&server.url(&format!("/{}/data/f0.txt", items[2])), &[]).status, 500);
+    let never = items[0].replacen("/20", "/19", 1);
+    assert_eq!(get(&server.url(&format!("/{never}")), &[]).status, 404);
+}

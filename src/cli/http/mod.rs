@@ -7,6 +7,7 @@
 //! (`ibi::ops::resolution`). Store calls block, so they run on tokio's blocking pool.
 
 mod common;
+mod elsewhere;
 mod files;
 mod pages;
 mod routes;
@@ -49,6 +50,22 @@ pub struct App {
     pub small_files: files::SmallFiles,
     /// Hash large files as they stream, and cut a damaged one short.
     pub verify_streams: bool,
+    /// The collections' sites, where a request goes when the bytes here cannot be read.
+    pub elsewhere: elsewhere::Elsewhere,
+}
+
+impl App {
+    /// The other places serving collection `store`'s items: `--mirror`s, then its
+    /// sites' public URLs (for 10320/loc and the landing page), each once.
+    pub fn mirrors_of(&self, store: usize) -> Vec<String> {
+        let mut all = self.mirrors.clone();
+        for url in self.elsewhere.public_urls(store) {
+            if !all.iter().any(|m| m == url) {
+                all.push(url.to_string());
+            }
+        }
+        all
+    }
 }
 
 /// How to serve, from the command line.
@@ -65,7 +82,9 @@ pub fn serve(roots: &[PathBuf], options: Options) -> Result<()> {
     let stores = roots.iter().map(|root| super::open(root)).collect::<ibi::Result<Vec<_>>>()?;
     let with_slash = |url: String| if url.ends_with('/') { url } else { format!("{url}/") };
     let all_local = stores.iter().all(|store| store.local_root().is_some());
+    let elsewhere = elsewhere::Elsewhere::new(&stores);
     let app = Arc::new(App {
+        elsewhere,
         all_local,
         small_files: files::SmallFiles::new(),
         verify_streams,

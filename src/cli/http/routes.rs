@@ -136,36 +136,108 @@ async fn item_route(State(app): State<Arc<App>>, request: Request) -> Response {
     let identifier = asked.identifier.clone();
     let resolution = match short(&app, move || resolver_app.resolver.resolve(&identifier)).await {
         Ok(resolution) => resolution,
-        Err(timed_out) => return timed_out,
+        Err(timed_out) => return elsewhere_or(&app, &asked, Lost::unknown(&asked), uri.query(), timed_out).await,
     };
     let headers = request.headers();
     match resolution {
-        Err(e) => pages::not_found_response(
+        Err(e @ (ibi::Error::Parse(_) | ibi::Error::Invalid { .. })) => pages::not_found_response(
             &asked.identifier,
             &format!("it is not an identifier this server knows how to read: {e}"),
         ),
+        Err(e) => {
+            let failed = refuse(StatusCode::SERVICE_UNAVAILABLE, "collection", &e.to_string());
+            elsewhere_or(&app, &asked, Lost::unknown(&asked), uri.query(), failed).await
+        }
         Ok(Resolution::Unknown) => {
-            pages::not_found_response(&asked.identifier, "no collection served here holds or held it")
+            let missing = pages::not_found_response(&asked.identifier, "no collection served here holds or held it");
+            match recorded_present(&app, &asked).await {
+                Some(lost) => elsewhere_or(&app, &asked, lost, uri.query(), missing).await,
+                None => missing,
+            }
         }
         Ok(Resolution::Redirect(name)) => redirect(&name, &asked, uri.query()),
         Ok(Resolution::Moved { name, to }) => match &to.url {
-            Some(url) => forward(&format!("{url}{name}"), &asked),
+            Some(url) => forward(StatusCode::MOVED_PERMANENTLY, &format!("{url}{name}"), &asked, None),
             None => pages::moved_response(&name, &to, wants_json(headers)),
         },
         Ok(Resolution::Withdrawn { view, .. }) => pages::gone_response(&view, wants_json(headers)),
-        Ok(Resolution::Item { store, view }) => serve_item(&app, store, view, &asked, uri.query(), headers).await,
+        Ok(Resolution::Item { store, view }) => {
+            let lost =
+                Lost { name: Some(view.name.clone()), store: Some(store), identity: Some(view.identity.clone()) };
+            let response = serve_item(&app, store, view, &asked, uri.query(), headers).await;
+            match response.status() {
+                StatusCode::INTERNAL_SERVER_ERROR | StatusCode::SERVICE_UNAVAILABLE => {
+                    elsewhere_or(&app, &asked, lost, uri.query(), response).await
+                }
+                _ => response,
+            }
+        }
     }
 }
 
-/// 301 to where a moved item now lives (its name under the new server's URL,
-/// with the file or `.zip` asked for).
-fn forward(base: &str, asked: &Asked) -> Response {
+/// An item whose bytes this server cannot read: its name (when the request
+/// spelled one or it resolved), the collection that should hold it and the
+/// identity it should have, when known.
+struct Lost {
+    name: Option<ibi::id::RepositoryName>,
+    store: Option<usize>,
+    identity: Option<String>,
+}
+
+impl Lost {
+    /// Nothing known but what the request spelled.
+    fn unknown(asked: &Asked) -> Lost {
+        Lost { name: ibi::id::RepositoryName::parse(&asked.identifier).ok(), store: None, identity: None }
+    }
+}
+
+/// The collection whose inventory names `asked` present (and the identity it
+/// records) although the resolver found no item: its copy here went missing.
+/// Asked only when some collection served has sites to send the request to.
+async fn recorded_present(app: &Arc<App>, asked: &Asked) -> Option<Lost> {
+    let name = ibi::id::RepositoryName::parse(&asked.identifier).ok().filter(|_| app.elsewhere.any())?;
+    let finder = app.clone();
+    blocking(move || {
+        finder.resolver.stores().iter().enumerate().find_map(|(index, store)| {
+            let record = store.records(std::slice::from_ref(&name)).ok()?.pop().flatten()?;
+            (record.status == ibi::store::inventory::Status::Present).then(|| Lost {
+                identity: Some(record.current().digest.clone()),
+                name: Some(name.clone()),
+                store: Some(index),
+            })
+        })
+    })
+    .await
+}
+
+/// 307 to a site of the collection that holds a verified copy of the item
+/// (`elsewhere`), with the file, `.zip` and query asked for; `failed` when no
+/// site does, or the sites did not answer in time.
+async fn elsewhere_or(app: &Arc<App>, asked: &Asked, lost: Lost, query: Option<&str>, failed: Response) -> Response {
+    let Some(name) = lost.name.filter(|_| app.elsewhere.any()) else { return failed };
+    let finder = app.clone();
+    let target = name.clone();
+    let find = blocking(move || finder.elsewhere.site_with(lost.store, &target, lost.identity.as_deref()));
+    match tokio::time::timeout(super::RESPONSE_TIMEOUT, find).await {
+        Ok(Some(base)) => forward(StatusCode::TEMPORARY_REDIRECT, &format!("{base}{name}"), asked, query),
+        _ => failed,
+    }
+}
+
+/// A redirect (`status`: 301 where a moved item now lives, 307 to a site with a
+/// copy) to the item's name under `base`, with the file or `.zip` asked for,
+/// and the query when given.
+fn forward(status: StatusCode, base: &str, asked: &Asked, query: Option<&str>) -> Response {
     let mut location = format!("{base}{}", if asked.zip { ".zip" } else { "" });
     if !asked.rest.is_empty() {
         location.push('/');
         location.push_str(&pages::percent_path(&asked.rest.join("/")));
     }
-    let mut response = StatusCode::MOVED_PERMANENTLY.into_response();
+    if let Some(query) = query {
+        location.push('?');
+        location.push_str(query);
+    }
+    let mut response = status.into_response();
     match HeaderValue::from_str(&location) {
         Ok(value) => response.headers_mut().insert(header::LOCATION, value),
         Err(_) => return refuse(StatusCode::BAD_REQUEST, "path", "it cannot be redirected"),
@@ -208,7 +280,7 @@ async fn serve_item(
         let (metadata, files) = item_query(query);
         let page = match metadata {
             true => pages::metadata_response(&view, json, files),
-            false => pages::landing_response(&view, &base, &app.mirrors, json, files),
+            false => pages::landing_response(&view, &base, &app.mirrors_of(store), json, files),
         };
         return compressed(headers, page).await;
     }
@@ -351,14 +423,14 @@ async fn api_handles(State(app): State<Arc<App>>, request: Request) -> Response 
         }
         Err(e) => return handle_answer(StatusCode::INTERNAL_SERVER_ERROR, 2, &asked, Some(&e.to_string()), None),
     };
-    let view = match target {
-        Resolution::Item { view, .. } | Resolution::Withdrawn { view, .. } => view,
+    let (store, view) = match target {
+        Resolution::Item { store, view } | Resolution::Withdrawn { store, view } => (store, view),
         _ => return handle_answer(StatusCode::NOT_FOUND, 100, &asked, None, None),
     };
     let is_ibip = matches!(first, Resolution::Redirect(_)) && !asked.contains('.');
     let values = match is_ibip {
         true => resolution::alias_values(&view),
-        false => resolution::handle_values(&view, &base, &app.mirrors),
+        false => resolution::handle_values(&view, &base, &app.mirrors_of(store)),
     };
     let picked: Vec<_> = values
         .into_iter()
