@@ -722,6 +722,24 @@ fn one_item_collection(env: &TestEnv, start: Start) -> (Moto, String) {
     (moto, name)
 }
 
+/// An item replaced in object storage kept its old copy's last fixity check, so
+/// `verify --age` (and audit) counted bytes never checked as checked; the local
+/// inventory forgot it. A replacement (here an update) and a removal now forget it at
+/// S3 too (moto only: the placement code is the same on every server).
+#[test]
+fn regress_s3_replaced_item_keeps_the_old_copys_fixity_date() {
+    let env = TestEnv::new();
+    let (moto, name) = one_item_collection(&env, Moto::start);
+    let (p, s3) = (moto.port, "s3://lib/main");
+    env.s3_ok(p, &["-q", "verify", s3]);
+    env.s3_ok(p, &["-q", "verify", s3, "--age"]);
+    env.s3_ok(p, &["-q", "update", s3, &name, "--meta", "Round=2"]);
+    let after = env.s3_fails(p, &["verify", s3, "--age"], 1);
+    assert!(after.stdout.contains(&name) && after.stdout.contains("never checked"), "{}", after.stdout);
+    env.s3_ok(p, &["-q", "verify", s3, "--budget", "1"]);
+    env.s3_ok(p, &["-q", "verify", s3, "--age"]);
+}
+
 /// An S3 endpoint whose credentials may only read: `tests/readonly_s3_proxy.py` in
 /// front of `target`, answering every write with 403 AccessDenied.
 struct ReadOnlyS3 {

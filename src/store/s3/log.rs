@@ -216,6 +216,14 @@ impl ObjectLog<'_> {
             .await
     }
 
+    /// Forgets the last check of `name`: it was of a copy being replaced or
+    /// removed (the new copy was verified on arrival; the next rolling run
+    /// takes it first, as never checked). Deleting a check that is not there is
+    /// no error, so a replayed placement forgets again harmlessly.
+    pub async fn forget_check(&self, name: &RepositoryName) -> Result<()> {
+        self.objects.delete(&self.keys.at(&format!("{FIXITY}/{name}"))).await
+    }
+
     /// Every item's last check.
     pub async fn checks(&self) -> Result<Vec<FixityCheck>> {
         let listed = self.objects.list_all(&self.keys.at(FIXITY)).await?;

@@ -198,7 +198,13 @@ impl Placer<'_> {
         let staged = self.objects.list_all(&stage_key).await?;
         let form = intent.keys;
         let rels: Vec<String> = staged.iter().filter_map(|m| Keys::relative(&stage_key, &m.location, form)).collect();
-        let old = if intent.replace { self.objects.list_all(&self.keys.item(name)).await? } else { Vec::new() };
+        let old = match intent.replace {
+            true => {
+                self.log.forget_check(name).await?;
+                self.objects.list_all(&self.keys.item(name)).await?
+            }
+            false => Vec::new(),
+        };
         stream::iter(rels.iter())
             .map(|rel| async move {
                 let (from, to) = (self.keys.staged_file(stage, rel, form), self.keys.item_file(name, rel, form));
@@ -289,6 +295,7 @@ impl Placer<'_> {
     async fn complete_removal(&self, name: &RepositoryName, intent: &RemovalIntent, replayed: bool) -> Result<()> {
         let ibip = intent.ibip.as_deref().and_then(|i| Ibip::parse(i).ok());
         self.objects.delete(&self.keys.marker(name)).await?;
+        self.log.forget_check(name).await?;
         self.objects.delete_all(&self.keys.item(name)).await?;
         if let Some(ibip) = ibip {
             let alias = self.keys.alias(&ibip);
