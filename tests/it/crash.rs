@@ -228,7 +228,7 @@ fn deposit_killed_at_random_moments_logs_each_item_once() {
         args
     };
     let timing = deposit_round(999);
-    let span = full_run_ms(&env, &timing.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut span = full_run_ms(&env, &timing.iter().map(String::as_str).collect::<Vec<_>>());
     let mut dice = Dice::new();
     let (mut kills, mut round) = (0, 0);
     while kills < 20 && round < 100 {
@@ -237,6 +237,9 @@ fn deposit_killed_at_random_moments_logs_each_item_once() {
         if run_and_kill(&env, &args, Duration::from_millis(dice.below(span))) {
             kills += 1;
             env.ok(&args);
+        } else {
+            // The timing run was slow (a busy machine): aim the kills earlier.
+            span = (span * 3 / 4).max(20);
         }
         round += 1;
     }

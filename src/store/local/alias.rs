@@ -1,8 +1,9 @@
 //! IBIp alias links: one relative symlink `.ibip/<PREFIX>/<SUFFIX>` →
 //! `../../<four-part name>` per item, so a collection still works after
-//! `cp -a` or `rsync -a`. Links are replaced atomically (new link beside,
-//! then rename) and their directory is fsynced.
+//! `cp -a` or `rsync -a`. A new link is made in place; one already there is
+//! replaced atomically (new link beside, then rename); their directory is fsynced.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::io;
 use std::os::unix::fs::symlink;
@@ -15,7 +16,7 @@ use crate::store::local::layout::Layout;
 
 /// Creates or repairs the alias of `name`, durably.
 pub fn create(layout: &Layout, ibip: &Ibip, name: &RepositoryName) -> Result<()> {
-    match create_unsynced(layout, ibip, name)? {
+    match create_unsynced(layout, ibip, name, &BTreeSet::new())? {
         Some(dir) => fsync_dir(&dir),
         None => Ok(()),
     }
@@ -23,15 +24,30 @@ pub fn create(layout: &Layout, ibip: &Ibip, name: &RepositoryName) -> Result<()>
 
 /// Creates or repairs the alias of `name`; returns the directory to fsync (the caller
 /// fsyncs each once after a batch), or `None` when the link was already right.
-pub fn create_unsynced(layout: &Layout, ibip: &Ibip, name: &RepositoryName) -> Result<Option<PathBuf>> {
+/// `known` holds the directories this batch already made or found whole.
+pub fn create_unsynced(
+    layout: &Layout,
+    ibip: &Ibip,
+    name: &RepositoryName,
+    known: &BTreeSet<PathBuf>,
+) -> Result<Option<PathBuf>> {
     let link = layout.alias(ibip);
     let target = Layout::alias_target(name);
+    let dir = parent_dir(&link).to_path_buf();
+    if !known.contains(&dir) {
+        refuse_symlinked_dir(&dir)?;
+        create_dir_all_durable(&dir)?;
+    }
+    // A new alias is made where it goes (symlink(2) either makes it whole or not
+    // at all); only one already there is read, and replaced through a temporary.
+    match symlink(&target, &link) {
+        Ok(()) => return Ok(Some(dir)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(Error::io("create symlink", &link, e)),
+    }
     if fs::read_link(&link).is_ok_and(|t| t == target) {
         return Ok(None);
     }
-    let dir = parent_dir(&link).to_path_buf();
-    refuse_symlinked_dir(&dir)?;
-    create_dir_all_durable(&dir)?;
     let temp = dir.join(format!("{TEMP_PREFIX}{}", ibip.suffix()));
     let _ = fs::remove_file(&temp);
     symlink(&target, &temp).with_path("create symlink", &temp)?;

@@ -4,6 +4,7 @@
 //! owns opening and creating collections, locking writers out, minting,
 //! resolving names and IBIps, and recovering after an interrupted writer.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -380,7 +381,11 @@ impl Collection {
 
     /// Creates the three parent directories of `name`'s place, refusing to go
     /// through anything that is not a real directory.
-    pub fn make_parents(&self, name: &RepositoryName) -> Result<PathBuf> {
+    pub fn make_parents(&self, name: &RepositoryName, known: &BTreeSet<PathBuf>) -> Result<PathBuf> {
+        let parent = self.layout.item(name).parent().map(Path::to_path_buf);
+        if let Some(parent) = parent.filter(|p| known.contains(p)) {
+            return Ok(parent);
+        }
         let mut path = self.layout.root.clone();
         for component in &name.components()[..3] {
             let parent = path.clone();
@@ -440,7 +445,10 @@ impl Collection {
         check_content_key(key)?;
         let path = self.layout.deposit_records().join(key);
         match fsx::read_capped(&path, 4096) {
-            Ok(bytes) => Ok(String::from_utf8(bytes).ok().and_then(|t| RepositoryName::parse(t.trim_end()).ok())),
+            // Only a whole record counts: one a crash cut short lacks its newline.
+            Ok(bytes) => Ok(String::from_utf8(bytes)
+                .ok()
+                .and_then(|t| t.strip_suffix('\n').and_then(|t| RepositoryName::parse(t).ok()))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(Error::io("read", &path, e)),
         }
@@ -458,9 +466,20 @@ impl Collection {
         for (key, name) in records {
             check_content_key(key)?;
             let path = dir.join(key);
+            let line = format!("{name}\n");
+            // A new record is written where it goes: until the batch's syncfs it may
+            // be cut short by a crash, but then no item of the batch was placed, and a
+            // record that names no item is ignored. One already there is replaced whole.
+            match fsx::write_new(&path, line.as_bytes()) {
+                Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::AlreadyExists => {}
+                other => {
+                    other?;
+                    continue;
+                }
+            }
             let temp = dir.join(format!("{}{key}", fsx::TEMP_PREFIX));
             fsx::remove_tree(&temp)?;
-            fsx::write_new(&temp, format!("{name}\n").as_bytes())?;
+            fsx::write_new(&temp, line.as_bytes())?;
             fs::rename(&temp, &path).with_path("rename a record onto", &path)?;
         }
         Ok(())

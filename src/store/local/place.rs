@@ -44,8 +44,13 @@ impl Staged {
 }
 
 /// Renames one staged copy to its place; `Err` says why the place was refused.
-fn rename_into_place(dst: &Collection, staged: &mut Staged) -> Result<std::result::Result<PathBuf, Error>> {
-    let parent = match dst.make_parents(&staged.name) {
+/// `known` holds the parents this batch already made or found whole.
+fn rename_into_place(
+    dst: &Collection,
+    staged: &mut Staged,
+    known: &BTreeSet<PathBuf>,
+) -> Result<std::result::Result<PathBuf, Error>> {
+    let parent = match dst.make_parents(&staged.name, known) {
         Ok(parent) => parent,
         Err(e @ Error::Data { .. }) => return Ok(Err(e)),
         Err(e) => return Err(e),
@@ -139,7 +144,7 @@ pub fn place_all(
         // An interrupt waits for the renames, so it never removes a folder mid-rename.
         let _renaming = crate::store::local::staging_guard();
         for copy in staged.iter_mut() {
-            let outcome = rename_into_place(dst, copy)?.map(|parent| {
+            let outcome = rename_into_place(dst, copy, &dirs)?.map(|parent| {
                 dirs.insert(parent);
             });
             outcomes.push((copy.name.clone(), outcome));
@@ -150,7 +155,8 @@ pub fn place_all(
     let mut alias_dirs = BTreeSet::new();
     for (copy, (_, outcome)) in staged.iter().zip(&outcomes) {
         if let (Some(ibip), Ok(())) = (&copy.ibip, outcome) {
-            alias_dirs.extend(alias::create_unsynced(&dst.layout, ibip, &copy.name)?);
+            let made = alias::create_unsynced(&dst.layout, ibip, &copy.name, &alias_dirs)?;
+            alias_dirs.extend(made);
         }
     }
     alias_dirs.iter().try_for_each(|dir| fsync_dir(dir))?;
@@ -236,7 +242,7 @@ pub fn move_all(
     let mut dirs = BTreeSet::new();
     let mut outcomes = Vec::with_capacity(items.len());
     for item in items {
-        let outcome = match dst.make_parents(&item.name) {
+        let outcome = match dst.make_parents(&item.name, &dirs) {
             Err(e @ Error::Data { .. }) => Err(e),
             Err(e) => return Err(e),
             Ok(parent) => match rename_noreplace(&item.path, &dst.layout.item(&item.name)) {
@@ -257,7 +263,8 @@ pub fn move_all(
     let mut alias_dirs = BTreeSet::new();
     for ((name, outcome), ibip) in outcomes.iter().zip(&ibips) {
         if let (Ok(()), Some(ibip)) = (outcome, ibip) {
-            alias_dirs.extend(alias::create_unsynced(&dst.layout, ibip, name)?);
+            let made = alias::create_unsynced(&dst.layout, ibip, name, &alias_dirs)?;
+            alias_dirs.extend(made);
             alias_dirs.extend(alias::remove_unsynced(&src.layout, ibip, name)?);
         }
     }
