@@ -113,6 +113,18 @@ pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(10);
 /// Waits until `creation` on `clock`, unless that is further than `max_wait` (or one
 /// grain of the granularity, whichever is longer) away: then the clock is behind the state.
 pub fn wait_for(clock: &dyn Clock, now: Timestamp, creation: Timestamp, allowed: i128, state: Timestamp) -> Result<()> {
+    check_wait(now, creation, allowed, state)?;
+    if creation.nanos() > now.nanos() {
+        clock.sleep_until(creation);
+    }
+    Ok(())
+}
+
+/// The wait a minter gathers before it sleeps it (fine granularities wait a grain a name).
+const GATHERED_WAIT: Duration = Duration::from_millis(5);
+
+/// `Err(ClockBehind)` when `creation` is further than `allowed` nanoseconds after `now`.
+fn check_wait(now: Timestamp, creation: Timestamp, allowed: i128, state: Timestamp) -> Result<()> {
     let wait = creation.nanos() - now.nanos();
     if wait > allowed {
         return Err(Error::ClockBehind {
@@ -121,9 +133,6 @@ pub fn wait_for(clock: &dyn Clock, now: Timestamp, creation: Timestamp, allowed:
             wait_seconds: Timestamp::from_nanos(wait).to_decimal(),
             max_wait_seconds: Timestamp::from_nanos(allowed).to_decimal(),
         });
-    }
-    if wait > 0 {
-        clock.sleep_until(creation);
     }
     Ok(())
 }
@@ -154,13 +163,24 @@ impl<'c> Minter<'c> {
         update_with(self.state, |last| {
             let mut distributor = Distributor::new(self.granularity, last);
             let mut dates = Vec::with_capacity(count);
+            // No date is handed out before the clock reaches it, but the dates of one
+            // call are handed out together: the waits are gathered and slept at once
+            // (every `GATHERED_WAIT`, and before returning), not spun name by name.
+            let mut until: Option<Timestamp> = None;
             for _ in 0..count {
                 let now = self.clock.now();
                 let previous = distributor.last;
                 let out = distributor.next(now);
-                wait_for(self.clock, now, out.creation, allowed, previous.unwrap_or(out.date))?;
+                check_wait(now, out.creation, allowed, previous.unwrap_or(out.date))?;
                 accept(out.date)?;
                 dates.push(out.date);
+                until = Some(out.creation);
+                if out.creation.nanos() - now.nanos() >= GATHERED_WAIT.as_nanos() as i128 {
+                    self.clock.sleep_until(out.creation);
+                }
+            }
+            if let Some(until) = until.filter(|u| u.nanos() > self.clock.now().nanos()) {
+                self.clock.sleep_until(until);
             }
             let last = distributor.last.or(last).unwrap_or(Timestamp::from_nanos(0));
             Ok((dates, last))

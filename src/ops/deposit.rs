@@ -26,7 +26,6 @@ use crate::ops::foreign_bag::plan_bag;
 use crate::ops::report::{NoticedClock, Outcome, Reporter, Task};
 use crate::ops::source::{plan_paths, PlannedFile, SourcePlan};
 use crate::ops::survey::{while_surveying, Survey};
-use crate::ops::transfer::BATCH;
 use crate::ops::transfer::{place_staged, StagedItem};
 use crate::store::guard;
 use crate::store::log::Action;
@@ -81,7 +80,7 @@ pub struct DepositOutcome {
 }
 
 /// Deposits `paths` as one item (or one per path with `each` or `bag`), holding the
-/// write lock. Items go in batches of `BATCH`; `on_durable` sees each item as soon as
+/// write lock. Items go in batches of `DEPOSIT_BATCH`; `on_durable` sees each item as soon as
 /// it is durable, before any original is removed. Returns how many items it saw.
 pub fn deposit(
     collection: &dyn Store,
@@ -107,9 +106,23 @@ pub fn deposit(
     let each = options.each || options.bag;
     let survey = Survey::Paths { paths, follow: options.follow_symlinks, each };
     let count = while_surveying(reporter, survey, || -> Result<u64> {
+        let writer = writer.as_ref();
         let mut count = 0;
-        for batch in groups.chunks(BATCH) {
-            count += deposit_groups(writer.as_ref(), batch, options, clock, reporter, on_durable)?;
+        let mut ready: Option<(Vec<SourcePlan>, Vec<Payload>)> = None;
+        // A pipeline of two: each batch is planned and staged on a thread of its own
+        // while the one before it is named, made durable and placed here.
+        for batch in groups.chunks(DEPOSIT_BATCH).map(Some).chain([None]) {
+            let (staged, finished) = std::thread::scope(|scope| {
+                let staging = batch.map(|batch| scope.spawn(|| plan_and_stage(writer, batch, options, reporter)));
+                let finished = ready.take().map(|(plans, payloads)| {
+                    finish_groups(writer, &plans, payloads, (options, clock, reporter), on_durable)
+                });
+                (staging.map(|thread| thread.join().expect("a staging thread panicked")), finished)
+            });
+            if let Some(finished) = finished {
+                count += finished?;
+            }
+            ready = staged.transpose()?;
         }
         Ok(count)
     })?;
@@ -117,21 +130,31 @@ pub fn deposit(
     Ok(count)
 }
 
-/// Plans and deposits one batch of groups, reporting each item as soon as it is
-/// durable, then removes the moved originals. Returns how many items it saw.
-fn deposit_groups(
-    writer: &dyn Writer,
+/// Plans one batch of groups and stages their payloads.
+fn plan_and_stage<'a>(
+    writer: &'a dyn Writer,
     batch: &[Vec<PathBuf>],
     options: &DepositOptions,
-    clock: &dyn Clock,
     reporter: &dyn Reporter,
-    on_durable: &mut dyn FnMut(&Deposited),
-) -> Result<u64> {
+) -> Result<(Vec<SourcePlan>, Vec<Payload<'a>>)> {
     let plans: Vec<SourcePlan> = batch
         .iter()
         .map(|group| if options.bag { plan_bag(&group[0]) } else { plan_paths(group, options.follow_symlinks) })
         .collect::<Result<_>>()?;
-    let outcomes = deposit_batch(writer, &plans, options, clock, reporter, None)?;
+    let payloads = stage_batch(writer, &plans, reporter)?;
+    Ok((plans, payloads))
+}
+
+/// Names, makes durable and places one staged batch, reporting each item as soon
+/// as it is durable, then removes the moved originals. Returns how many items it saw.
+fn finish_groups(
+    writer: &dyn Writer,
+    plans: &[SourcePlan],
+    payloads: Vec<Payload>,
+    (options, clock, reporter): (&DepositOptions, &dyn Clock, &dyn Reporter),
+    on_durable: &mut dyn FnMut(&Deposited),
+) -> Result<u64> {
+    let outcomes = finish_batch(writer, plans, payloads, options, clock, reporter, None)?;
     for (plan, outcome) in plans.iter().zip(&outcomes) {
         let d = &outcome.deposited;
         let name = d.minted.name.to_string();
@@ -272,7 +295,7 @@ fn bag_info(
     payload: &Payload,
     plan: &SourcePlan,
     options: &DepositOptions,
-    clock: &dyn Clock,
+    today: &str,
 ) -> BagInfo {
     let mut info = BagInfo::default();
     info.push("External-Identifier", minted.name.to_string());
@@ -283,8 +306,7 @@ fn bag_info(
     // and Bag-Size stand, and ibi's are added only where it has none.
     let source_has = |label: &str| plan.info.as_ref().is_some_and(|i| i.first(label).is_some());
     if !source_has("Bagging-Date") {
-        let today = clock.now().to_rfc3339();
-        info.push("Bagging-Date", today.get(..10).unwrap_or(&today));
+        info.push("Bagging-Date", today);
     }
     info.push("Payload-Oxum", payload.oxum.to_string());
     if let (Some(org), false) = (collection.organisation(), source_has("Source-Organization")) {
@@ -366,6 +388,65 @@ fn holds_exactly(collection: &dyn Store, name: &RepositoryName, files: &[(String
     problems.is_empty() && listed == ours
 }
 
+/// One item of a batch once named: its staged payload, its plan and content key,
+/// its name, and whether that content was already deposited (then it is not placed).
+struct NewItem<'a, 'p> {
+    payload: Payload<'a>,
+    plan: &'p SourcePlan,
+    key: String,
+    minted: Minted,
+    already: bool,
+}
+
+/// Pairs each staged payload with its name: the one it was already deposited as
+/// (`known`), else the next of `minted` (one per unknown payload, in order).
+fn name_items<'a, 'p>(
+    payloads: Vec<Payload<'a>>,
+    plans: &'p [SourcePlan],
+    keys: Vec<String>,
+    known: Vec<Option<Minted>>,
+    minted: Vec<Minted>,
+) -> Vec<NewItem<'a, 'p>> {
+    let mut minted = minted.into_iter();
+    let named = payloads.into_iter().zip(plans).zip(keys).zip(known);
+    named
+        .map(|(((payload, plan), key), known)| {
+            let (minted, already) = match known {
+                Some(m) => (m, true),
+                None => (minted.next().expect("one name was minted per fresh item"), false),
+            };
+            NewItem { payload, plan, key, minted, already }
+        })
+        .collect()
+}
+
+/// Writes a new item's tag files into its staging; returns the inventory's record of it.
+fn tag_new_item(
+    writer: &dyn Writer,
+    item: &NewItem,
+    options: &DepositOptions,
+    today: &str,
+) -> Result<Option<ItemRecord>> {
+    let info = bag_info(writer.store(), &item.minted, &item.payload, item.plan, options, today);
+    let contents = BagContents {
+        info: &info,
+        algorithms: &item.plan.algorithms,
+        payload: &item.payload.files,
+        tag_files: &item.payload.tag_files,
+    };
+    let identity = write_tags(writer, item.payload.staging.id, &contents)?;
+    Ok(ItemRecord::from_info(&item.minted.name, &info, &identity).ok().map(|mut record| {
+        record.deposit_keys = vec![item.key.clone()];
+        record
+    }))
+}
+
+/// How many items a deposit stages, makes durable and places together: each
+/// batch pays one `syncfs`, one journal record, one fsync per touched folder and
+/// one inventory transaction, which small items feel (one-file items, medians of
+/// interleaved runs: 1,048 items/s at 64 a batch, 1,305 at 256, 1,285 at 1,024).
+pub const DEPOSIT_BATCH: usize = 256;
+
 /// Called with the minted identifiers just before the items are renamed into place.
 pub type BeforePlace<'a> = &'a dyn Fn(&Minted) -> Result<()>;
 
@@ -381,9 +462,27 @@ pub fn deposit_batch(
     reporter: &dyn Reporter,
     before_place: Option<BeforePlace>,
 ) -> Result<Vec<DepositOutcome>> {
+    let payloads = stage_batch(writer, plans, reporter)?;
+    finish_batch(writer, plans, payloads, options, clock, reporter, before_place)
+}
+
+/// Stages each plan's payload, in parallel; nothing is minted.
+fn stage_batch<'a>(writer: &'a dyn Writer, plans: &[SourcePlan], reporter: &dyn Reporter) -> Result<Vec<Payload<'a>>> {
+    plans.par_iter().map(|plan| stage_payload(writer, plan, reporter)).collect()
+}
+
+/// The rest of `deposit_batch` once the payloads are staged: content already
+/// deposited is recognised, the rest named, tagged, recorded and placed.
+fn finish_batch(
+    writer: &dyn Writer,
+    plans: &[SourcePlan],
+    payloads: Vec<Payload>,
+    options: &DepositOptions,
+    clock: &dyn Clock,
+    reporter: &dyn Reporter,
+    before_place: Option<BeforePlace>,
+) -> Result<Vec<DepositOutcome>> {
     let collection = writer.store();
-    let payloads: Vec<Payload> =
-        plans.par_iter().map(|plan| stage_payload(writer, plan, reporter)).collect::<Result<_>>()?;
     let keys: Vec<String> = payloads.iter().zip(plans).map(|(p, plan)| content_key(p, plan, options)).collect();
     let mut known = Vec::with_capacity(plans.len());
     for (key, payload) in keys.iter().zip(&payloads) {
@@ -391,40 +490,35 @@ pub fn deposit_batch(
         known.push(if options.duplicate { None } else { deposited_as(collection, key, payload, check)? });
     }
     let fresh = known.iter().filter(|k| k.is_none()).count();
-    let mut minted = mint(writer, fresh, &NoticedClock { clock, reporter })?.into_iter();
+    let minted = mint(writer, fresh, &NoticedClock { clock, reporter })?;
+    let now = clock.now().to_rfc3339();
+    let today = now.get(..10).unwrap_or(&now);
+    let items = name_items(payloads, plans, keys, known, minted);
+    // Each new bag's tag files, in parallel: they are what a small item mostly is.
+    let tagged: Vec<Option<Option<ItemRecord>>> = items
+        .par_iter()
+        .map(|item| match item.already {
+            true => Ok(None),
+            false => tag_new_item(writer, item, options, today).map(Some),
+        })
+        .collect::<Result<_>>()?;
     let mut outcomes = Vec::with_capacity(plans.len());
     let mut staged = Vec::with_capacity(fresh);
     let mut records = Vec::with_capacity(fresh);
-    for (((payload, plan), key), known) in payloads.into_iter().zip(plans).zip(keys).zip(known) {
-        let (m, already) = match known {
-            Some(m) => (m, true),
-            None => {
-                let Some(m) = minted.next() else { unreachable!("one name was minted per fresh item") };
-                let info = bag_info(collection, &m, &payload, plan, options, clock);
-                let contents = BagContents {
-                    info: &info,
-                    algorithms: &plan.algorithms,
-                    payload: &payload.files,
-                    tag_files: &payload.tag_files,
-                };
-                let identity = write_tags(writer, payload.staging.id, &contents)?;
-                let record = ItemRecord::from_info(&m.name, &info, &identity).ok().map(|mut record| {
-                    record.deposit_keys = vec![key.clone()];
-                    record
-                });
-                records.push((key, m.name.clone()));
-                let placement = Placement {
-                    stage: payload.staging.id,
-                    name: m.name.clone(),
-                    ibip: m.ibip,
-                    replace: false,
-                    record,
-                    action: Action::of(EventKind::Deposit, String::new()),
-                };
-                staged.push(StagedItem { staging: payload.staging, placement, bytes: payload.oxum.octets });
-                (m, false)
-            }
-        };
+    for (item, record) in items.into_iter().zip(tagged) {
+        let NewItem { payload, key, minted: m, already, .. } = item;
+        if let Some(record) = record {
+            records.push((key, m.name.clone()));
+            let placement = Placement {
+                stage: payload.staging.id,
+                name: m.name.clone(),
+                ibip: m.ibip,
+                replace: false,
+                record,
+                action: Action::of(EventKind::Deposit, String::new()),
+            };
+            staged.push(StagedItem { staging: payload.staging, placement, bytes: payload.oxum.octets });
+        }
         outcomes.push(DepositOutcome { deposited: Deposited { minted: m, already }, stamps: payload.stamps });
     }
     writer.write_deposit_records(&records)?;
