@@ -33,7 +33,7 @@ fn last_checks(store: &dyn Store) -> Result<HashMap<RepositoryName, FixityCheck>
     let checks = store.fixity_checks()?.ok_or_else(|| Error::Invalid {
         what: "verify".into(),
         problem: format!(
-            "{} keeps no fixity dates (local and far collections do; object storage does not yet): verify it whole, without --budget or --age",
+            "{} keeps no fixity dates (local, far and S3 collections do; this one does not): verify it whole, without --budget or --age",
             store.location()
         ),
     })?;

@@ -221,8 +221,9 @@ impl Paired<'_> {
     }
 }
 
-/// The names a walk found, as 64-bit hashes (a collision, about one in 10^13 for a
-/// million items, could hide one vanished item from one run).
+/// The names a walk found, as 64-bit hashes of the parsed names (no text made per
+/// name; a collision, about one in 10^13 for a million items, could hide one
+/// vanished item from one run).
 #[derive(Default)]
 struct WalkedNames {
     hashes: std::collections::HashSet<u64>,
@@ -231,11 +232,11 @@ struct WalkedNames {
 
 impl WalkedNames {
     fn note(&mut self, name: &RepositoryName) {
-        self.hashes.insert(std::hash::BuildHasher::hash_one(&self.state, name.to_string()));
+        self.hashes.insert(std::hash::BuildHasher::hash_one(&self.state, name));
     }
 
     fn contains(&self, name: &RepositoryName) -> bool {
-        self.hashes.contains(&std::hash::BuildHasher::hash_one(&self.state, name.to_string()))
+        self.hashes.contains(&std::hash::BuildHasher::hash_one(&self.state, name))
     }
 }
 

@@ -112,23 +112,42 @@ fn covered(store: &dyn Store) -> Box<dyn Iterator<Item = Result<RepositoryName>>
 /// Calls `each` with every covered item's name and identity, in byte order of the
 /// names, a page at a time. The identities are computed from the bags (the sha256
 /// of each tagmanifest), not taken from the inventory, so that an item swapped
-/// behind ibi's back changes the root. Stores list in that order but for nested
-/// prefixes (`a.b/x` and `a.b.c/x`); then, and only then, the names are sorted in memory.
+/// behind ibi's back changes the root.
 fn each_leaf(store: &dyn Store, each: &mut dyn FnMut(&str, &str)) -> Result<()> {
-    let mut names = covered(store);
-    let mut last = String::new();
+    in_leaf_order(&|| covered(store), &mut |page| leaves_of(store, page, each))
+}
+
+/// The names `names()` lists, handed to `page_each` a page at a time in byte order
+/// of their text. Stores list in that order but for nested prefixes (`a.b/x/…`
+/// sorts after `a.b.c/x/…`, since `.` is before `/`): one pass over the names
+/// (no bag is read) says whether they are in order; only when they are not are
+/// they sorted in memory, so no page is handed on before the order is known.
+fn in_leaf_order<'s>(
+    names: &dyn Fn() -> Box<dyn Iterator<Item = Result<RepositoryName>> + Send + 's>,
+    page_each: &mut dyn FnMut(&[Named]) -> Result<()>,
+) -> Result<()> {
+    let mut last: Option<String> = None;
+    let mut ordered = true;
+    for name in names() {
+        let text = name?.to_string();
+        ordered &= last.as_ref().is_none_or(|last| *last < text);
+        last = Some(text);
+        if !ordered {
+            break;
+        }
+    }
+    if !ordered {
+        let mut all: Vec<Named> = names().map(named).collect::<Result<_>>()?;
+        all.sort();
+        return all.chunks(LEAVES_AT_ONCE).try_for_each(page_each);
+    }
+    let mut listed = names();
     loop {
-        let page: Vec<Named> = names.by_ref().take(LEAVES_AT_ONCE).map(named).collect::<Result<_>>()?;
+        let page: Vec<Named> = listed.by_ref().take(LEAVES_AT_ONCE).map(named).collect::<Result<_>>()?;
         if page.is_empty() {
             return Ok(());
         }
-        let ordered = page.iter().all(|(text, _)| std::mem::replace(&mut last, text.clone()) < *text);
-        if !ordered {
-            let mut all: Vec<Named> = covered(store).map(named).collect::<Result<_>>()?;
-            all.sort();
-            return all.chunks(LEAVES_AT_ONCE).try_for_each(|page| leaves_of(store, page, each));
-        }
-        leaves_of(store, &page, each)?;
+        page_each(&page)?;
     }
 }
 
@@ -239,4 +258,59 @@ pub fn check(proof: &Proof, trusted_key: Option<&str>) -> Result<()> {
             proof.name, proof.identity, proof.index
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` names under `prefix`, one a second from 2009-02-16 00:00:00, in order.
+    fn names_under(prefix: &str, n: usize) -> Vec<RepositoryName> {
+        (0..n)
+            .map(|i| {
+                let (h, m, s) = (i / 3600, (i / 60) % 60, i % 60);
+                RepositoryName::parse(&format!("{prefix}/2009/02.16.{h:02}.{m:02}.{s:02}")).unwrap()
+            })
+            .collect()
+    }
+
+    /// The order a store lists in, (prefix, suffix), is not the leaves' byte order
+    /// when one prefix starts another (`…/mtc-m18/…` sorts after `…/mtc-m18.8080/…`).
+    /// When that shows only past the first page, no page may have been handed on:
+    /// every name once, in byte order.
+    #[test]
+    fn regress_nested_prefixes_past_the_first_page_hand_a_page_on_twice() {
+        let mut listed = names_under("sid.inpe.br/mtc-m18", LEAVES_AT_ONCE + 100);
+        listed.extend(names_under("sid.inpe.br/mtc-m18.8080", 50));
+        let names = || -> Box<dyn Iterator<Item = Result<RepositoryName>> + Send> {
+            Box::new(listed.clone().into_iter().map(Ok))
+        };
+        let mut handed: Vec<String> = Vec::new();
+        in_leaf_order(&names, &mut |page| {
+            handed.extend(page.iter().map(|(text, _)| text.clone()));
+            Ok(())
+        })
+        .unwrap();
+        let mut expected: Vec<String> = listed.iter().map(|n| n.to_string()).collect();
+        expected.sort();
+        assert_eq!(handed.len(), listed.len(), "each name once");
+        assert_eq!(handed, expected, "in byte order of the names");
+        assert!(handed[0].contains("mtc-m18.8080"), "the nested prefix sorts first");
+    }
+
+    /// Names already in byte order are handed on as listed, a page at a time.
+    #[test]
+    fn names_in_order_are_handed_on_in_pages() {
+        let listed = names_under("sid.inpe.br/mtc-m18", LEAVES_AT_ONCE * 2 + 1);
+        let names = || -> Box<dyn Iterator<Item = Result<RepositoryName>> + Send> {
+            Box::new(listed.clone().into_iter().map(Ok))
+        };
+        let mut pages = Vec::new();
+        in_leaf_order(&names, &mut |page| {
+            pages.push(page.len());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(pages, [LEAVES_AT_ONCE, LEAVES_AT_ONCE, 1]);
+    }
 }
