@@ -110,44 +110,61 @@ fn covered(store: &dyn Store) -> Box<dyn Iterator<Item = Result<RepositoryName>>
 }
 
 /// Calls `each` with every covered item's name and identity, in byte order of the
-/// names, a page at a time. The identities are computed from the bags (the sha256
-/// of each tagmanifest), not taken from the inventory, so that an item swapped
-/// behind ibi's back changes the root.
-fn each_leaf(store: &dyn Store, each: &mut dyn FnMut(&str, &str)) -> Result<()> {
-    in_leaf_order(&|| covered(store), &mut |page| leaves_of(store, page, each))
+/// names, a page at a time; `each(None)` says that every leaf handed on so far is
+/// void and all of them follow again (see `in_leaf_order`). The identities are
+/// computed from the bags (the sha256 of each tagmanifest), not taken from the
+/// inventory, so that an item swapped behind ibi's back changes the root.
+fn each_leaf(store: &dyn Store, each: &mut dyn FnMut(Leaf)) -> Result<()> {
+    in_leaf_order(&|| covered(store), &mut |leaves| match leaves {
+        Leaves::Page(page) => leaves_of(store, page, &mut |name, identity| each(Some((name, identity)))),
+        Leaves::Restart => {
+            each(None);
+            Ok(())
+        }
+    })
+}
+
+/// An item's name and identity, or `None`: every leaf handed on so far is void.
+type Leaf<'a> = Option<(&'a str, &'a str)>;
+
+/// What `in_leaf_order` hands on.
+enum Leaves<'a> {
+    /// The next page of names, in byte order.
+    Page(&'a [Named]),
+    /// Every page handed on so far is void: the names follow again from the first.
+    Restart,
 }
 
 /// The names `names()` lists, handed to `page_each` a page at a time in byte order
-/// of their text. Stores list in that order but for nested prefixes (`a.b/x/…`
-/// sorts after `a.b.c/x/…`, since `.` is before `/`): one pass over the names
-/// (no bag is read) says whether they are in order; only when they are not are
-/// they sorted in memory, so no page is handed on before the order is known.
+/// of their text, as they are listed. Stores list in that order but for nested
+/// prefixes (`…/mtc-m18/…` sorts after `…/mtc-m18.8080/…`, since `.` is before
+/// `/`): when a name comes out of order, the pages handed on are void
+/// (`Leaves::Restart`) and every name follows again, sorted in memory. Names in
+/// order thus cost one pass and a page of memory.
 fn in_leaf_order<'s>(
     names: &dyn Fn() -> Box<dyn Iterator<Item = Result<RepositoryName>> + Send + 's>,
-    page_each: &mut dyn FnMut(&[Named]) -> Result<()>,
+    page_each: &mut dyn FnMut(Leaves) -> Result<()>,
 ) -> Result<()> {
-    let mut last: Option<String> = None;
-    let mut ordered = true;
-    for name in names() {
-        let text = name?.to_string();
-        ordered &= last.as_ref().is_none_or(|last| *last < text);
-        last = Some(text);
-        if !ordered {
-            break;
-        }
-    }
-    if !ordered {
-        let mut all: Vec<Named> = names().map(named).collect::<Result<_>>()?;
-        all.sort();
-        return all.chunks(LEAVES_AT_ONCE).try_for_each(page_each);
-    }
     let mut listed = names();
+    let mut last = String::new();
+    let mut handed_on = false;
     loop {
         let page: Vec<Named> = listed.by_ref().take(LEAVES_AT_ONCE).map(named).collect::<Result<_>>()?;
         if page.is_empty() {
             return Ok(());
         }
-        page_each(&page)?;
+        let ordered = page.iter().all(|(text, _)| std::mem::replace(&mut last, text.clone()) < *text);
+        if !ordered {
+            drop(listed);
+            if handed_on {
+                page_each(Leaves::Restart)?;
+            }
+            let mut all: Vec<Named> = names().map(named).collect::<Result<_>>()?;
+            all.sort();
+            return all.chunks(LEAVES_AT_ONCE).try_for_each(|page| page_each(Leaves::Page(page)));
+        }
+        page_each(Leaves::Page(&page))?;
+        handed_on = true;
     }
 }
 
@@ -173,7 +190,10 @@ pub fn make(store: &dyn Store, now: Timestamp) -> Result<Option<Witness>> {
     let key = SigningKey::from_bytes(&seed);
     let log = store.log_head()?;
     let mut tree = merkle::Builder::default();
-    each_leaf(store, &mut |name, identity| tree.push(leaf(name, identity)))?;
+    each_leaf(store, &mut |item| match item {
+        Some((name, identity)) => tree.push(leaf(name, identity)),
+        None => tree = merkle::Builder::default(),
+    })?;
     let mut witness = Witness {
         collection: store.collection_id().unwrap_or_else(|| store.location()),
         date: crate::store::inventory::fixity_date(now),
@@ -204,11 +224,17 @@ pub fn latest(store: &dyn Store) -> Result<Option<Witness>> {
 pub fn prove(store: &dyn Store, witness: &Witness, name: &str) -> Result<Proof> {
     let mut hashes: Vec<Hash> = Vec::new();
     let mut found: Option<(usize, String)> = None;
-    each_leaf(store, &mut |n, identity| {
-        if n == name {
-            found = Some((hashes.len(), identity.to_string()));
+    each_leaf(store, &mut |item| match item {
+        Some((n, identity)) => {
+            if n == name {
+                found = Some((hashes.len(), identity.to_string()));
+            }
+            hashes.push(leaf(n, identity));
         }
-        hashes.push(leaf(n, identity));
+        None => {
+            hashes.clear();
+            found = None;
+        }
     })?;
     if hex(&merkle::root(&hashes)) != witness.root {
         return Err(Error::Data {
@@ -286,8 +312,11 @@ mod tests {
             Box::new(listed.clone().into_iter().map(Ok))
         };
         let mut handed: Vec<String> = Vec::new();
-        in_leaf_order(&names, &mut |page| {
-            handed.extend(page.iter().map(|(text, _)| text.clone()));
+        in_leaf_order(&names, &mut |leaves| {
+            match leaves {
+                Leaves::Page(page) => handed.extend(page.iter().map(|(text, _)| text.clone())),
+                Leaves::Restart => handed.clear(),
+            }
             Ok(())
         })
         .unwrap();
@@ -306,8 +335,11 @@ mod tests {
             Box::new(listed.clone().into_iter().map(Ok))
         };
         let mut pages = Vec::new();
-        in_leaf_order(&names, &mut |page| {
-            pages.push(page.len());
+        in_leaf_order(&names, &mut |leaves| {
+            match leaves {
+                Leaves::Page(page) => pages.push(page.len()),
+                Leaves::Restart => panic!("names in order never restart"),
+            }
             Ok(())
         })
         .unwrap();
