@@ -129,12 +129,21 @@ pub fn replicate(
     config.sites.iter().map(|site| SiteRun { site: site.clone(), result: one(site) }).collect()
 }
 
-/// The public URLs of the sites of the collection `store` is (each ending in
-/// `/`; one that is not an http or https base URL is left out), in the
-/// configuration's order; none when it keeps no sites here.
-pub fn public_urls(store: &dyn Store) -> Vec<String> {
+/// The sites of the collection `store` is that have a public URL, each with that
+/// URL as a base (ending in `/`; one that is not an http or https base URL is
+/// left out), in the configuration's order; none when it keeps no sites here.
+pub fn public_sites(store: &dyn Store) -> Vec<(Site, String)> {
     let Ok(config) = configured(store) else { return Vec::new() };
-    config.sites.iter().filter_map(|s| crate::ops::handles::url_base(s.public_url.as_ref()?).ok()).collect()
+    let with_base = |site: Site| {
+        let base = crate::ops::handles::url_base(site.public_url.as_ref()?).ok()?;
+        Some((site, base))
+    };
+    config.sites.into_iter().filter_map(with_base).collect()
+}
+
+/// The public URLs of `public_sites`.
+pub fn public_urls(store: &dyn Store) -> Vec<String> {
+    public_sites(store).into_iter().map(|(_, url)| url).collect()
 }
 
 /// Whether `site` holds a verified copy of `name`: a bag whose identity digest

@@ -45,14 +45,10 @@ impl Elsewhere {
         let sites = stores
             .iter()
             .map(|store| {
-                let config = ibi::ops::sites::configured(store.as_ref()).ok();
-                let sites = config.map(|c| c.sites).unwrap_or_default();
+                let sites = ibi::ops::sites::public_sites(store.as_ref());
                 sites
                     .into_iter()
-                    .filter_map(|site| {
-                        let public_url = ibi::ops::handles::url_base(site.public_url.as_ref()?).ok()?;
-                        Some(SiteLink { site, public_url, store: Mutex::new(None) })
-                    })
+                    .map(|(site, public_url)| SiteLink { site, public_url, store: Mutex::new(None) })
                     .collect()
             })
             .collect();
