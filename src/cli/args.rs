@@ -227,6 +227,11 @@ Examples:
         /// partial or unmet with the evidence, or "person" for those they cannot.
         #[arg(long)]
         ndsa: bool,
+        /// Ask the SeaweedFS cluster behind each s3:// site that names one which
+        /// data centres hold every object of each item: a site counts as one zone
+        /// per data centre it proves, and an item below its replication is degraded.
+        #[arg(long)]
+        placement: bool,
     },
     /// Print the signed witness, prove an item is in it, or check a proof.
     #[command(after_help = "Examples:
@@ -682,6 +687,13 @@ pub enum SiteCommand {
         /// Where the public reaches its items over HTTP.
         #[arg(long, value_name = "URL")]
         public_url: Option<String>,
+        /// The HTTP address of the SeaweedFS master behind an s3:// site, whose
+        /// volume status says which data centres hold its objects (`audit --placement`).
+        #[arg(long, value_name = "URL", requires = "seaweedfs_filer")]
+        seaweedfs_master: Option<String>,
+        /// The HTTP address of that cluster's filer, which says which volumes hold each object.
+        #[arg(long, value_name = "URL", requires = "seaweedfs_master")]
+        seaweedfs_filer: Option<String>,
     },
     /// Remove a site from the configuration (its copies stay where they are).
     Remove {

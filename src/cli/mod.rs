@@ -115,7 +115,7 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
         Command::Handover(args) => collection::handover(g, args),
         Command::Site { command } => sites::site(g, command),
         Command::Replicate { root, flags } => sites::replicate(g, root, flags),
-        Command::Audit { root, repair, ndsa } => sites::audit(g, root, *repair, *ndsa),
+        Command::Audit { root, repair, ndsa, placement } => sites::audit(g, root, *repair, *ndsa, *placement),
         Command::Handles(args) => versions::handles(g, args),
         Command::Serve(args) => serve(args),
         Command::Demo { dir } => demo::run(g, dir.as_deref()),
@@ -163,6 +163,7 @@ fn serve(args: &args::ServeArgs) -> Result<Outcome> {
         read_only: args.read_only,
         append_only: args.append_only,
         minter_dir: None,
+        witness: Some(ibi::ops::witness::make_json),
     };
     ibi::store::serve_stdio(options)?;
     Ok(Outcome::Success)

@@ -8,7 +8,7 @@ use ibi::ops::audit::{repair_by_majority, AuditReport};
 use ibi::ops::mirror::MirrorOptions;
 use ibi::ops::repair::RepairOptions;
 use ibi::ops::sites::{self, SiteChange};
-use ibi::store::config::{CollectionConfig, Policy, Site};
+use ibi::store::config::{CollectionConfig, Policy, SeaweedFs, Site};
 use ibi::store::{Connect, LockWait};
 use serde_json::json;
 
@@ -25,8 +25,13 @@ pub fn site(global: GlobalArgs, command: &SiteCommand) -> Result<Outcome> {
             list(&printer, &config);
             return Ok(Outcome::Success);
         }
-        SiteCommand::Add { root, url, zone, media, public_url } => {
-            let site = Site { url: url.clone(), zone: zone.clone(), media: *media, public_url: public_url.clone() };
+        SiteCommand::Add { root, url, zone, media, public_url, seaweedfs_master, seaweedfs_filer } => {
+            let seaweedfs = match (seaweedfs_master, seaweedfs_filer) {
+                (Some(master), Some(filer)) => Some(SeaweedFs { master: master.clone(), filer: filer.clone() }),
+                _ => None,
+            };
+            let (url, zone, media, public_url) = (url.clone(), zone.clone(), *media, public_url.clone());
+            let site = Site { url, zone, media, public_url, seaweedfs };
             (root, SiteChange::Add(site))
         }
         SiteCommand::Remove { root, url } => (root, SiteChange::Remove(url.clone())),
@@ -36,7 +41,7 @@ pub fn site(global: GlobalArgs, command: &SiteCommand) -> Result<Outcome> {
             (root, SiteChange::Policy(policy))
         }
     };
-    let config = sites::change(root, change, &connect)?;
+    let config = sites::change(super::open(root)?.as_ref(), change, &connect)?;
     list(&printer, &config);
     Ok(Outcome::Success)
 }
@@ -53,7 +58,9 @@ fn list(printer: &Printer, config: &CollectionConfig) {
     printer.line(&format!("here\tzone {here}\tmedia {media}"));
     for site in &config.sites {
         let public = site.public_url.as_deref().map(|u| format!("\tpublic {u}")).unwrap_or_default();
-        printer.line(&format!("{}\tzone {}\tmedia {}{public}", site.url, site.zone, site.media.as_str()));
+        let cluster = site.seaweedfs.as_ref().map(|c| format!("\tseaweedfs {} {}", c.master, c.filer));
+        let (url, zone, media) = (&site.url, &site.zone, site.media.as_str());
+        printer.line(&format!("{url}\tzone {zone}\tmedia {media}{public}{}", cluster.unwrap_or_default()));
     }
     if let Some(policy) = &config.policy {
         let age = policy.max_fixity_age.as_deref().map(|a| format!(", fixity within {a}")).unwrap_or_default();
@@ -98,16 +105,16 @@ pub fn replicate(global: GlobalArgs, root: &Path, flags: &TransferFlags) -> Resu
     Ok(outcome)
 }
 
-pub fn audit(global: GlobalArgs, root: &Path, repair: bool, ndsa: bool) -> Result<Outcome> {
+pub fn audit(global: GlobalArgs, root: &Path, repair: bool, ndsa: bool, placement: bool) -> Result<Outcome> {
     let store = super::open(root)?;
     let config = sites::configured(store.as_ref())?;
     let printer = Printer::new(global);
     let connect = Connect::from_env();
     let report = match repair {
-        false => ibi::ops::audit::audit(store.as_ref(), &config, &connect)?,
+        false => ibi::ops::audit::audit(store.as_ref(), &config, &connect, placement)?,
         true => {
             let options = RepairOptions { dry_run: false, wait: LockWait::No };
-            let (done, after) = repair_by_majority(store.as_ref(), &config, &connect, options, &printer)?;
+            let (done, after) = repair_by_majority(store.as_ref(), &config, &connect, options, placement, &printer)?;
             for name in &done.undecided {
                 printer
                     .line(&format!("{name}\tnot repaired: no strict majority of its copies agree; a person decides"));
@@ -149,6 +156,9 @@ fn print_audit(printer: &Printer, report: &AuditReport) {
         for shortfall in &report.shortfalls {
             printer.line(&json!({ "event": "shortfall", "item": shortfall }).to_string());
         }
+        for stray in &report.strays {
+            printer.line(&json!({ "event": "stray", "item": stray }).to_string());
+        }
         printer.line(
             &json!({ "event": "summary", "audit": report.places, "items": report.items,
             "policy": report.policy, "short": report.shortfalls.len() })
@@ -159,21 +169,35 @@ fn print_audit(printer: &Printer, report: &AuditReport) {
     for shortfall in &report.shortfalls {
         printer.line(&format!("{}\t{}", shortfall.name, shortfall.reasons.join("; ")));
     }
+    for stray in &report.strays {
+        printer.line(&format!(
+            "{}\t{}: held there, but this collection has no record of it (planted there, or its record lost \
+             here): a person decides",
+            stray.name, stray.place
+        ));
+    }
     // An unreachable site is a problem: told on stdout, as the items are, even under -q.
     for place in report.places.iter().filter(|p| p.unreachable.is_some()) {
         printer.line(&format!("{}\tunreachable: {}", place.url, place.unreachable.as_deref().unwrap_or_default()));
+    }
+    // What `--placement` asked for, even under -q.
+    for place in &report.places {
+        if let Some(facts) = &place.placement {
+            printer.line(&format!("{}\t{}", place.url, ibi::ops::placement::describe(facts)));
+        }
     }
     for place in &report.places {
         let state = match &place.unreachable {
             Some(why) => format!("unreachable: {why}"),
             None => format!(
-                "{} held, {} missing, {} divergent, {} damaged, {} stale, {} never checked, oldest check {}",
+                "{} held, {} missing, {} divergent, {} damaged, {} stale, {} never checked, {} unknown here, oldest check {}",
                 place.held,
                 place.missing,
                 place.divergent,
                 place.damaged,
                 place.stale,
                 place.never_checked,
+                place.strays,
                 place.oldest_check.as_deref().unwrap_or("-")
             ),
         };

@@ -9,17 +9,18 @@
 //! (and, with `max_fixity_age`, passed within it). An item meets the policy
 //! with enough complete, verified copies in enough zones.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-
-use rayon::prelude::*;
 
 use crate::error::Result;
 use crate::id::{RepositoryName, Timestamp};
+use crate::ops::fixity::{LastCheck, LastChecks};
+use crate::ops::placement::{self, PlacementFacts};
 use crate::ops::repair::{repair_toward, RepairOptions};
 use crate::ops::report::Reporter;
-use crate::store::config::{parse_days, CollectionConfig, Policy};
-use crate::store::inventory::{fixity_date, FixityCheck, Status};
+use crate::store::config::{parse_days, CollectionConfig, Policy, SeaweedFs};
+use crate::store::inventory::Status;
+use crate::store::placement::ItemPlacement;
 use crate::store::{Connect, Store};
 
 /// How many names one request asks about.
@@ -56,8 +57,13 @@ pub struct PlaceFacts {
     pub damaged: u64,
     pub stale: u64,
     pub never_checked: u64,
+    /// Items it holds that the collection never recorded (planted, or lost here).
+    pub strays: u64,
     /// The oldest last good check of its copies (RFC 3339), when it keeps dates.
     pub oldest_check: Option<String>,
+    /// Where its cluster proves its copies are (`--placement`), when asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementFacts>,
 }
 
 /// An item short of the policy, and why.
@@ -69,6 +75,16 @@ pub struct Shortfall {
     pub reasons: Vec<String>,
 }
 
+/// An item a site holds that the collection has no record of.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Stray {
+    pub name: String,
+    pub place: String,
+}
+
+/// How many strays the report names (the places' counts are whole).
+const STRAYS_NAMED: usize = 1000;
+
 /// The audit's findings.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct AuditReport {
@@ -76,11 +92,14 @@ pub struct AuditReport {
     pub policy: Policy,
     pub places: Vec<PlaceFacts>,
     pub shortfalls: Vec<Shortfall>,
+    /// The first strays found (each place's `strays` counts them all).
+    pub strays: Vec<Stray>,
 }
 
 impl AuditReport {
     pub fn meets_policy(&self) -> bool {
-        self.shortfalls.is_empty() && self.places.iter().all(|p| p.unreachable.is_none())
+        let sound = |p: &PlaceFacts| p.unreachable.is_none() && p.placement.as_ref().is_none_or(PlacementFacts::sound);
+        self.shortfalls.is_empty() && self.strays.is_empty() && self.places.iter().all(sound)
     }
 }
 
@@ -89,6 +108,8 @@ impl AuditReport {
 struct Place {
     facts: PlaceFacts,
     copies: Vec<Copy>,
+    /// Where its cluster proves each item is (`--placement`), in the same order.
+    placed: Option<Vec<ItemPlacement>>,
 }
 
 /// The policy in force: the configured one, or every place a copy.
@@ -105,6 +126,7 @@ struct Survey<'a> {
     names: Vec<RepositoryName>,
     places: Vec<Place>,
     policy: Policy,
+    strays: Vec<Stray>,
 }
 
 impl Survey<'_> {
@@ -118,54 +140,151 @@ impl Survey<'_> {
     fn report(mut self) -> AuditReport {
         let shortfalls = compare(&self.names, &mut self.places, &self.policy);
         let places = self.places.into_iter().map(|p| p.facts).collect();
-        AuditReport { items: self.names.len() as u64, policy: self.policy, places, shortfalls }
+        let (items, policy, strays) = (self.names.len() as u64, self.policy, self.strays);
+        AuditReport { items, policy, places, shortfalls, strays }
     }
 }
 
 /// The first day of the policy's fixity cycle, when it sets one.
-fn cycle_start(policy: &Policy) -> Result<Option<String>> {
+fn cycle_start(policy: &Policy) -> Result<Option<i64>> {
     let Some(age) = &policy.max_fixity_age else { return Ok(None) };
     let days = parse_days(age).map_err(|problem| crate::Error::Invalid { what: "[policy]".into(), problem })?;
     let start = Timestamp::now().checked_add_nanos(-(i128::from(days) * 86_400 * 1_000_000_000));
-    Ok(Some(fixity_date(start)))
+    Ok(Some(start.nanos().div_euclid(1_000_000_000) as i64))
 }
 
-fn survey_all<'a>(store: &'a dyn Store, config: &CollectionConfig, connect: &Connect) -> Result<Survey<'a>> {
+fn survey_all<'a>(
+    store: &'a dyn Store,
+    config: &CollectionConfig,
+    connect: &Connect,
+    placement: bool,
+) -> Result<Survey<'a>> {
     let policy = policy_of(config);
     let cycle_start = cycle_start(&policy)?;
-    let names: Vec<RepositoryName> =
-        store.all_records().filter_map(|r| r.ok().filter(|r| r.status == Status::Present).map(|r| r.name)).collect();
+    // Sorted: strays are looked up by binary search.
+    let (mut names, mut gone) = (Vec::new(), Vec::new());
+    for record in store.all_records() {
+        let record = record?;
+        match record.status {
+            Status::Present => names.push(record.name),
+            _ => gone.push(record.name),
+        }
+    }
+    names.sort_unstable();
+    gone.sort_unstable();
+    let known = Known { present: &names, gone: &gone };
+    let mut strays = Vec::new();
     let here = PlaceFacts {
         url: store.location(),
         zone: config.zone.clone().unwrap_or_else(|| "here".into()),
         media: config.media.unwrap_or_default().as_str().into(),
         ..PlaceFacts::default()
     };
-    let mut places = vec![survey(store, here, &names, cycle_start.as_deref())];
+    let mut places = vec![survey(store, here, &names, cycle_start)];
     let mut sites = Vec::new();
     for site in &config.sites {
         let media = site.media.as_str().into();
         let facts = PlaceFacts { url: site.url.clone(), zone: site.zone.clone(), media, ..Default::default() };
         match crate::store::open(Path::new(&site.url), connect) {
             Ok(opened) => {
-                places.push(survey(opened.as_ref(), facts, &names, cycle_start.as_deref()));
+                let mut place = survey(opened.as_ref(), facts, &names, cycle_start);
+                find_strays(&mut place, opened.as_ref(), &known, &mut strays);
+                if let Some(cluster) = site.seaweedfs.as_ref().filter(|_| placement) {
+                    ask_placement(&mut place, opened.as_ref(), cluster, &names);
+                }
+                places.push(place);
                 sites.push(Some(opened));
             }
             Err(e) => {
-                places.push(Place {
-                    facts: PlaceFacts { unreachable: Some(e.to_string()), ..facts },
-                    copies: Vec::new(),
-                });
+                let facts = PlaceFacts { unreachable: Some(e.to_string()), ..facts };
+                places.push(Place { facts, copies: Vec::new(), placed: None });
                 sites.push(None);
             }
         }
     }
-    Ok(Survey { root: store, sites, names, places, policy })
+    Ok(Survey { root: store, sites, names, places, policy, strays })
 }
 
-/// Audits `store` and its configured sites against the policy.
-pub fn audit(store: &dyn Store, config: &CollectionConfig, connect: &Connect) -> Result<AuditReport> {
-    Ok(survey_all(store, config, connect)?.report())
+/// The names the collection has records of: held, and withdrawn or moved away.
+struct Known<'a> {
+    present: &'a [RepositoryName],
+    gone: &'a [RepositoryName],
+}
+
+impl Known<'_> {
+    fn contains(&self, name: &RepositoryName) -> bool {
+        self.present.binary_search(name).is_ok() || self.gone.binary_search(name).is_ok()
+    }
+}
+
+/// Counts the items a reachable place records present that the collection has
+/// no record of (an item planted there, or one whose record was lost here),
+/// naming the first ones; a place whose records cannot be read is unreachable.
+/// Only the names are listed; the records of the unknown ones are read.
+fn find_strays(place: &mut Place, store: &dyn Store, known: &Known, strays: &mut Vec<Stray>) {
+    if place.facts.unreachable.is_some() {
+        return;
+    }
+    let mut unknown = Vec::new();
+    let mut names = store.record_names();
+    loop {
+        let next = names.next();
+        if next.is_none() || unknown.len() == NAMES_AT_ONCE {
+            if let Err(e) = count_strays(place, store, &std::mem::take(&mut unknown), strays) {
+                return place.facts.unreachable = Some(e.to_string());
+            }
+        }
+        match next {
+            None => return,
+            Some(Err(e)) => return place.facts.unreachable = Some(e.to_string()),
+            Some(Ok(name)) if !known.contains(&name) => unknown.push(name),
+            Some(Ok(_)) => {}
+        }
+    }
+}
+
+/// Counts and names those of `unknown` the place records present.
+fn count_strays(
+    place: &mut Place,
+    store: &dyn Store,
+    unknown: &[RepositoryName],
+    strays: &mut Vec<Stray>,
+) -> Result<()> {
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    for record in store.records(unknown)?.into_iter().flatten() {
+        if record.status == Status::Present {
+            place.facts.strays += 1;
+            if strays.len() < STRAYS_NAMED {
+                strays.push(Stray { name: record.name.to_string(), place: place.facts.url.clone() });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Asks the cluster behind a reachable place where the items it holds are.
+fn ask_placement(place: &mut Place, store: &dyn Store, cluster: &SeaweedFs, names: &[RepositoryName]) {
+    if place.facts.unreachable.is_some() {
+        return;
+    }
+    let held: Vec<usize> =
+        (0..names.len()).filter(|&i| matches!(place.copies.get(i), Some(Copy::Held { .. }))).collect();
+    let held_names: Vec<RepositoryName> = held.iter().map(|&i| names[i].clone()).collect();
+    let (facts, found) = placement::ask(store, cluster, &held_names);
+    let mut placed = vec![ItemPlacement::default(); names.len()];
+    for (i, item) in held.into_iter().zip(found) {
+        placed[i] = item;
+    }
+    place.facts.placement = Some(facts);
+    place.placed = Some(placed);
+}
+
+/// Audits `store` and its configured sites against the policy; with `placement`,
+/// each site that names its SeaweedFS cluster counts the data centres it proves.
+pub fn audit(store: &dyn Store, config: &CollectionConfig, connect: &Connect, placement: bool) -> Result<AuditReport> {
+    Ok(survey_all(store, config, connect, placement)?.report())
 }
 
 /// What `audit --repair` did.
@@ -196,9 +315,10 @@ pub fn repair_by_majority(
     config: &CollectionConfig,
     connect: &Connect,
     options: RepairOptions,
+    placement: bool,
     reporter: &dyn Reporter,
 ) -> Result<(MajorityRepair, AuditReport)> {
-    let survey = survey_all(store, config, connect)?;
+    let survey = survey_all(store, config, connect, false)?;
     let mut done = MajorityRepair::default();
     let mut work: BTreeMap<(usize, usize), Vec<(RepositoryName, String)>> = BTreeMap::new();
     for (i, name) in survey.names.iter().enumerate() {
@@ -228,25 +348,29 @@ pub fn repair_by_majority(
         }
     }
     drop(survey);
-    Ok((done, audit(store, config, connect)?))
+    Ok((done, audit(store, config, connect, placement)?))
 }
 
 /// What `store` holds of each name: identities, its records, its fixity dates.
-fn survey(store: &dyn Store, facts: PlaceFacts, names: &[RepositoryName], cycle_start: Option<&str>) -> Place {
-    let checks = match store.fixity_checks() {
-        Ok(checks) => checks.map(|c| c.into_iter().map(|c| (c.name.clone(), c)).collect::<HashMap<_, _>>()),
-        Err(e) => return Place { facts: PlaceFacts { unreachable: Some(e.to_string()), ..facts }, copies: Vec::new() },
+fn survey(store: &dyn Store, facts: PlaceFacts, names: &[RepositoryName], cycle_start: Option<i64>) -> Place {
+    let checks = match LastChecks::read(store) {
+        Ok(checks) => checks,
+        Err(e) => {
+            let facts = PlaceFacts { unreachable: Some(e.to_string()), ..facts };
+            return Place { facts, copies: Vec::new(), placed: None };
+        }
     };
     let mut copies = Vec::with_capacity(names.len());
     for batch in names.chunks(NAMES_AT_ONCE) {
         let records = match store.records(batch) {
             Ok(records) => records,
-            Err(e) => return Place { facts: PlaceFacts { unreachable: Some(e.to_string()), ..facts }, copies },
+            Err(e) => {
+                return Place { facts: PlaceFacts { unreachable: Some(e.to_string()), ..facts }, copies, placed: None }
+            }
         };
         // Read from each bag's tagmanifest (no payload byte), not from the records,
         // so that a copy deleted or replaced behind ibi's back shows.
-        let identities: Vec<Result<String>> =
-            batch.par_iter().map(|name| crate::store::identity_digest(store, name)).collect();
+        let identities = store.bag_identities(batch);
         for ((name, identity), record) in batch.iter().zip(identities).zip(records) {
             let Ok(identity) = identity else {
                 copies.push(Copy::Missing);
@@ -257,16 +381,17 @@ fn survey(store: &dyn Store, facts: PlaceFacts, names: &[RepositoryName], cycle_
             copies.push(Copy::Held { identity, record_agrees, fixity });
         }
     }
-    let mut place = Place { facts, copies };
-    place.facts.oldest_check = checks.and_then(|c| c.values().filter(|c| c.ok).map(|c| c.date.clone()).min());
+    let mut place = Place { facts, copies, placed: None };
+    place.facts.oldest_check = checks.and_then(|c| c.oldest_good()).map(|check| check.date());
     place
 }
 
-fn fixity_of(check: Option<&FixityCheck>, cycle_start: Option<&str>) -> Fixity {
+fn fixity_of(check: Option<LastCheck>, cycle_start: Option<i64>) -> Fixity {
     match check {
         None => Fixity::Never,
+        Some(check) if check.undated() => Fixity::Never,
         Some(check) if !check.ok => Fixity::Failed,
-        Some(check) if cycle_start.is_some_and(|start| check.date.as_str() < start) => Fixity::Stale,
+        Some(check) if cycle_start.is_some_and(|start| check.at < start) => Fixity::Stale,
         Some(_) => Fixity::Passed,
     }
 }
@@ -302,10 +427,14 @@ fn compare(names: &[RepositoryName], places: &mut [Place], policy: &Policy) -> V
             if place.facts.unreachable.is_some() {
                 continue;
             }
+            let placed = place.placed.as_ref().and_then(|p| p.get(i)).cloned();
+            if placed.as_ref().is_some_and(|p| p.degraded) {
+                reasons.push(format!("{}: degraded: its store keeps fewer replicas than it asks for", place.facts.url));
+            }
             match verdict(place, i, agreed.as_deref(), policy) {
                 Ok(()) => {
                     good += 1;
-                    zones.insert(place.facts.zone.clone());
+                    zones.extend(placement::zones_of(&place.facts.zone, placed.as_ref()));
                 }
                 Err(why) => reasons.push(format!("{}: {why}", place.facts.url)),
             }

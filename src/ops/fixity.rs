@@ -16,7 +16,7 @@ use crate::ops::verify::{known_items, verify_one, Counters, Recorded, VerifySumm
 /// How many items' records a rolling run reads at once.
 const PAGE: usize = 256;
 use crate::problem::{Problem, ProblemKind};
-use crate::store::inventory::{fixity_date, FixityCheck};
+use crate::store::inventory::fixity_date;
 use crate::store::{Listed, Store};
 
 /// How much one rolling run may do.
@@ -28,33 +28,97 @@ pub enum Budget {
     Time(Duration),
 }
 
-/// The store's last checks by name; refuses a store that keeps none.
-fn last_checks(store: &dyn Store) -> Result<HashMap<RepositoryName, FixityCheck>> {
-    let checks = store.fixity_checks()?.ok_or_else(|| Error::Invalid {
+/// When an item's last check was, in seconds, when its date does not read.
+const NEVER: i64 = i64::MIN;
+
+/// One item's last check: when (seconds since 1970) and whether it passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastCheck {
+    pub at: i64,
+    pub ok: bool,
+}
+
+impl LastCheck {
+    /// It passed, and its date reads.
+    pub fn passed(&self) -> bool {
+        self.ok && self.at != NEVER
+    }
+
+    /// Its date does not read (written by another party): as if never checked.
+    pub fn undated(&self) -> bool {
+        self.at == NEVER
+    }
+
+    /// Its date as `fixity_date` writes it.
+    pub fn date(&self) -> String {
+        chrono::DateTime::from_timestamp(self.at, 0)
+            .map(|d| d.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            .unwrap_or_default()
+    }
+}
+
+/// Every item's last check, sixteen bytes an item (a 64-bit hash of the name,
+/// the check's second and result), read from the store one check at a time:
+/// what a plan or a report over a large collection holds. Two names whose hashes
+/// collide share an answer, which can only misplace one item in a rolling turn
+/// or in a report of ages, never lose one.
+pub struct LastChecks(HashMap<u64, LastCheck>);
+
+impl LastChecks {
+    /// The store's last checks; `None` when it keeps none.
+    pub fn read(store: &dyn Store) -> Result<Option<LastChecks>> {
+        let mut checks = HashMap::new();
+        let kept = store.each_fixity_check(&mut |check| {
+            let at = chrono::DateTime::parse_from_rfc3339(&check.date).map_or(NEVER, |date| date.timestamp());
+            checks.insert(name_key(&check.name), LastCheck { at, ok: check.ok });
+        })?;
+        Ok(kept.then_some(LastChecks(checks)))
+    }
+
+    pub fn get(&self, name: &RepositoryName) -> Option<LastCheck> {
+        self.0.get(&name_key(name)).copied()
+    }
+
+    /// The oldest of the checks that passed.
+    pub fn oldest_good(&self) -> Option<LastCheck> {
+        self.0.values().filter(|check| check.passed()).min_by_key(|check| check.at).copied()
+    }
+
+    /// When `name` was last found whole, if it was.
+    fn good(&self, name: &RepositoryName) -> Option<i64> {
+        self.get(name).filter(LastCheck::passed).map(|check| check.at)
+    }
+}
+
+/// A name's 64-bit hash.
+fn name_key(name: &RepositoryName) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    name.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The store's last checks; refuses a store that keeps none.
+fn last_checks(store: &dyn Store) -> Result<LastChecks> {
+    LastChecks::read(store)?.ok_or_else(|| Error::Invalid {
         what: "verify".into(),
         problem: format!(
             "{} keeps no fixity dates (local, far and S3 collections do; this one does not): verify it whole, without --budget or --age",
             store.location()
         ),
-    })?;
-    Ok(checks.into_iter().map(|check| (check.name.clone(), check)).collect())
+    })
 }
 
-/// When an item was last found whole: `""` (first in line) when never, or when
-/// its last check found it damaged.
-fn last_good(checks: &HashMap<RepositoryName, FixityCheck>, name: &RepositoryName) -> String {
-    checks.get(name).filter(|check| check.ok).map(|check| check.date.clone()).unwrap_or_default()
-}
-
-/// The held items, those checked longest ago first (by name among equals).
-fn in_turn(store: &dyn Store, checks: &HashMap<RepositoryName, FixityCheck>) -> Result<Vec<RepositoryName>> {
-    let mut items: Vec<(String, RepositoryName)> = Vec::new();
+/// The held items' names, those checked longest ago first (by name among equals).
+fn in_turn(store: &dyn Store, checks: &LastChecks) -> Result<Vec<Box<str>>> {
+    let mut items: Vec<(i64, Box<str>)> = Vec::new();
     for listed in store.walk() {
         if let Listed::Item(name) = listed? {
-            items.push((last_good(checks, &name), name));
+            let at = checks.good(&name).unwrap_or(NEVER);
+            items.push((at, name.to_string().into_boxed_str()));
         }
     }
-    items.sort();
+    items.sort_unstable();
     Ok(items.into_iter().map(|(_, name)| name).collect())
 }
 
@@ -68,6 +132,9 @@ pub fn verify_rolling(store: &dyn Store, budget: Budget, reporter: &dyn Reporter
     let started = Instant::now();
     reporter.begin(Task::Verify);
     'turns: for page in turn.chunks(PAGE) {
+        let page: Vec<RepositoryName> =
+            page.iter().map(|name| RepositoryName::parse(name)).collect::<Result<_, _>>()?;
+        let page = page.as_slice();
         let known = known_items(store, page)?;
         for name in page {
             let spent = match budget {
@@ -101,24 +168,29 @@ pub fn fixity_age(store: &dyn Store, cycle: Duration, now: Timestamp, reporter: 
     let cycle_start =
         Timestamp::from_nanos(now.nanos().saturating_sub(cycle.as_nanos().min(i128::MAX as u128) as i128));
     let since = fixity_date(cycle_start);
+    let since_at = cycle_start.nanos().div_euclid(1_000_000_000) as i64;
     let mut age = FixityAge::default();
+    let mut oldest: Option<(i64, RepositoryName)> = None;
     for listed in store.walk() {
         let Listed::Item(name) = listed? else { continue };
         age.items += 1;
-        let good = last_good(&checks, &name);
-        if !good.is_empty() && age.oldest.as_ref().is_none_or(|(date, _)| good < *date) {
-            age.oldest = Some((good.clone(), name.clone()));
+        if let Some(good) = checks.good(&name) {
+            if oldest.as_ref().is_none_or(|(at, _)| good < *at) {
+                oldest = Some((good, name.clone()));
+            }
         }
         let detail = match checks.get(&name) {
             None => "never checked".to_string(),
-            Some(check) if !check.ok => format!("its last check ({}) found it damaged", check.date),
-            Some(check) if check.date < since => {
-                format!("last found whole {}, before the cycle began ({since})", check.date)
+            Some(check) if check.undated() => "its last check's date does not read".to_string(),
+            Some(check) if !check.ok => format!("its last check ({}) found it damaged", check.date()),
+            Some(check) if check.at < since_at => {
+                format!("last found whole {}, before the cycle began ({since})", check.date())
             }
             Some(_) => continue,
         };
         age.stale += 1;
         reporter.problem(&Problem::new(&name.to_string(), None, ProblemKind::StaleFixity, detail));
     }
+    age.oldest = oldest.map(|(at, name)| (LastCheck { at, ok: true }.date(), name));
     Ok(age)
 }

@@ -16,6 +16,7 @@ pub mod minting;
 pub mod mirror;
 pub mod ndsa;
 mod over_any_store;
+pub mod placement;
 pub mod repair;
 pub mod report;
 pub mod resolution;

@@ -12,9 +12,9 @@ use crate::ops::copy::TransferSummary;
 use crate::ops::mirror::{mirror, MirrorOptions};
 use crate::ops::report::Reporter;
 use crate::store::config::Minting;
-use crate::store::config::{CollectionConfig, Media, Policy, Site};
+use crate::store::config::{CollectionConfig, Media, Policy, SeaweedFs, Site};
 use crate::store::inventory::Status;
-use crate::store::local::Collection;
+use crate::store::location::Location;
 use crate::store::{Connect, Store};
 
 /// One change to a collection's sites.
@@ -30,26 +30,48 @@ pub enum SiteChange {
     Policy(Policy),
 }
 
-/// The configuration of the collection `store` is: sites live in a local
-/// collection's `collection.toml`, read on the machine that holds it.
+/// The configuration of the collection `store` is, where its sites and policy
+/// are kept: read from the folder, the bucket, or the far server (protocol 4).
+/// A far collection's site that is a folder is one on the far machine, never
+/// opened here: it is refused, and named.
 pub fn configured(store: &dyn Store) -> Result<CollectionConfig> {
-    let root = store.local_root().ok_or_else(|| Error::Invalid {
+    let config = store.current_config()?.ok_or_else(|| Error::Invalid {
         what: store.location(),
-        problem: "sites and the copy policy are kept in a local collection's configuration: run this on the \
-                  machine that holds the collection"
+        problem: "the far ibi is older than this one and cannot send the collection's configuration (its sites \
+                  and policy): install the same ibi there, or run this on the machine that holds the collection"
             .into(),
     })?;
-    Ok(CollectionConfig::read(&root.join(".ibi/collection.toml"))?.0)
+    let is = |url: &str, far: bool| match Location::parse(Path::new(url)) {
+        Ok(Location::Far(_)) => far,
+        Ok(Location::Local(_)) => !far,
+        _ => false,
+    };
+    if is(&store.location(), true) {
+        if let Some(site) = config.sites.iter().find(|site| is(&site.url, false)) {
+            return Err(Error::Invalid {
+                what: format!("site {}", site.url),
+                problem: format!(
+                    "it is a folder on the machine that holds {}, not on this one: run this there",
+                    store.location()
+                ),
+            });
+        }
+    }
+    Ok(config)
 }
 
-/// Applies `change` to the local collection at `root`; a site added must be a
+/// Applies `change` to the configuration of the collection `store` is (a local
+/// or S3 one; a far one is edited on its own machine); a site added must be a
 /// collection of the same subsystem that does not mint (made with `init --like`).
-pub fn change(root: &Path, change: SiteChange, connect: &Connect) -> Result<CollectionConfig> {
-    let collection = Collection::open(root)?;
+pub fn change(store: &dyn Store, change: SiteChange, connect: &Connect) -> Result<CollectionConfig> {
     if let SiteChange::Add(site) = &change {
-        check_site(&collection, site, connect)?;
+        check_site(store, site, connect)?;
     }
-    collection.change_config(|config| apply(config, change))
+    store.change_config(&mut |config| apply(config, change.clone()))?.ok_or_else(|| Error::Invalid {
+        what: store.location(),
+        problem: "a far collection's sites and policy are edited on the machine that holds it (`ibi site` there)"
+            .into(),
+    })
 }
 
 fn apply(config: &mut CollectionConfig, change: SiteChange) -> Result<()> {
@@ -66,6 +88,9 @@ fn apply(config: &mut CollectionConfig, change: SiteChange) -> Result<()> {
                 })?;
                 site.public_url = Some(checked);
             }
+            if let Some(cluster) = &mut site.seaweedfs {
+                check_cluster(&site.url, cluster)?;
+            }
             config.sites.push(site)
         }
         SiteChange::Remove(url) => {
@@ -81,8 +106,25 @@ fn apply(config: &mut CollectionConfig, change: SiteChange) -> Result<()> {
     Ok(())
 }
 
+/// A SeaweedFS cluster is named for an `s3://` site only, by two http(s) base
+/// URLs (kept without their trailing `/`).
+fn check_cluster(url: &str, cluster: &mut SeaweedFs) -> Result<()> {
+    if !url.starts_with("s3://") {
+        return Err(Error::Invalid {
+            what: format!("site {url}"),
+            problem: "only an s3:// site has a SeaweedFS cluster behind it".into(),
+        });
+    }
+    for (flag, address) in [("--seaweedfs-master", &mut cluster.master), ("--seaweedfs-filer", &mut cluster.filer)] {
+        let base = crate::ops::handles::url_base(address)
+            .map_err(|why| Error::Invalid { what: format!("{flag} {address}"), problem: format!("it {why}") })?;
+        *address = base.trim_end_matches('/').to_string();
+    }
+    Ok(())
+}
+
 /// A site is a collection of the same subsystem that never mints.
-fn check_site(collection: &Collection, site: &Site, connect: &Connect) -> Result<()> {
+fn check_site(collection: &dyn Store, site: &Site, connect: &Connect) -> Result<()> {
     let opened = crate::store::open(Path::new(&site.url), connect)?;
     let refuse = |problem: String| Err(Error::Invalid { what: format!("site {}", site.url), problem });
     if opened.collection_id().is_some() && opened.collection_id() == collection.collection_id() {
@@ -94,14 +136,14 @@ fn check_site(collection: &Collection, site: &Site, connect: &Connect) -> Result
             opened.subsystem().prefix(),
             collection.subsystem().prefix(),
             site.url,
-            collection.root().display()
+            collection.location()
         ));
     }
     if opened.minting()? == Minting::Mints {
         return refuse(format!(
             "it mints names of its own; a site holds copies and never mints (make it with `ibi init {} --like {}`)",
             site.url,
-            collection.root().display()
+            collection.location()
         ));
     }
     Ok(())

@@ -175,17 +175,25 @@ fn named(name: Result<RepositoryName>) -> Result<Named> {
     name.map(|name| (name.to_string(), name))
 }
 
-/// The identities of one page of names, read in parallel, handed on in order.
+/// The identities of one page of names, read from the bags at once (in parallel,
+/// or in one round trip to a far server), handed on in order.
 fn leaves_of(store: &dyn Store, page: &[Named], each: &mut dyn FnMut(&str, &str)) -> Result<()> {
-    use rayon::prelude::*;
-    let identities: Vec<String> =
-        page.par_iter().map(|(_, name)| crate::store::identity_digest(store, name)).collect::<Result<_>>()?;
+    let names: Vec<RepositoryName> = page.iter().map(|(_, name)| name.clone()).collect();
+    let identities: Vec<String> = store.bag_identities(&names).into_iter().collect::<Result<_>>()?;
     page.iter().zip(&identities).for_each(|((text, _), identity)| each(text, identity));
     Ok(())
 }
 
 /// Makes, signs and keeps a new witness of `store`; `None` when the store keeps no key.
+/// A backend that makes its own (a far server) is asked to, and what it sends
+/// must carry a good signature.
 pub fn make(store: &dyn Store, now: Timestamp) -> Result<Option<Witness>> {
+    if store.makes_own_witness() {
+        let Some(json) = store.make_own_witness()? else { return Ok(None) };
+        let witness = parse(store, &json)?;
+        witness.signed()?;
+        return Ok(Some(witness));
+    }
     let Some(seed) = store.witness_seed()? else { return Ok(None) };
     let key = SigningKey::from_bytes(&seed);
     let log = store.log_head()?;
@@ -213,10 +221,22 @@ pub fn make(store: &dyn Store, now: Timestamp) -> Result<Option<Witness>> {
 /// The latest witness kept.
 pub fn latest(store: &dyn Store) -> Result<Option<Witness>> {
     let Some(json) = store.latest_witness()? else { return Ok(None) };
-    serde_json::from_str(&json).map(Some).map_err(|e| Error::CorruptState {
+    parse(store, &json).map(Some)
+}
+
+/// A witness's JSON, as `store` kept or sent it.
+fn parse(store: &dyn Store, json: &str) -> Result<Witness> {
+    serde_json::from_str(json).map_err(|e| Error::CorruptState {
         path: format!("{}/.ibi/witness.json", store.location()).into(),
         problem: e.to_string(),
     })
+}
+
+/// Makes a witness of `store` now, as the JSON it is kept as: what a far server
+/// hands its sessions (`ServeOptions::witness`).
+pub fn make_json(store: &dyn Store) -> Result<Option<String>> {
+    let made = make(store, Timestamp::now())?;
+    Ok(made.map(|w| serde_json::to_string_pretty(&w).expect("a witness serialises")))
 }
 
 /// The proof that `name` is in `witness`'s tree, from the collection as it is now;

@@ -101,6 +101,21 @@ pub struct Site {
     /// Where the public reaches its items over HTTP (`ibi serve` redirects there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_url: Option<String>,
+    /// The SeaweedFS cluster behind an `s3://` site, whose master and filer say in
+    /// which data centres its objects are (`ibi audit --placement`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seaweedfs: Option<SeaweedFs>,
+}
+
+/// The HTTP addresses of a SeaweedFS cluster's master (volume placement) and
+/// filer (which volumes hold each object's chunks).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeaweedFs {
+    /// `http://HOST:9333`
+    pub master: String,
+    /// `http://HOST:8888`
+    pub filer: String,
 }
 
 /// How many complete, verified copies the collection needs, in how many zones,
@@ -247,9 +262,12 @@ impl CollectionConfig {
             )));
         }
         if let Some(policy) = &config.policy {
-            if policy.copies == 0 || policy.zones == 0 || policy.zones > policy.copies {
+            // A copy spans several zones only where a cluster proves its data centres.
+            let spanning = config.sites.iter().any(|site| site.seaweedfs.is_some());
+            if policy.copies == 0 || policy.zones == 0 || (policy.zones > policy.copies && !spanning) {
                 return Err(invalid(format!(
-                    "[policy] asks for {} copies in {} zones: both must be at least 1, and zones at most copies",
+                    "[policy] asks for {} copies in {} zones: both must be at least 1, and zones at most copies \
+                     (unless a site names the SeaweedFS cluster that proves its data centres)",
                     policy.copies, policy.zones
                 )));
             }

@@ -29,6 +29,7 @@ pub mod location;
 pub mod log;
 pub mod memory;
 pub mod open;
+pub mod placement;
 #[cfg(feature = "s3")]
 pub mod s3;
 pub mod state_file;
@@ -163,6 +164,14 @@ pub trait Store: Send + Sync {
         use rayon::prelude::*;
         names.par_iter().map(|name| identity_digest(self.as_dyn(), name)).collect()
     }
+    /// The identity digest of each of `names` read from its bag's tagmanifest
+    /// (`identity_digest`), never from a record: what the audit compares, so that
+    /// a copy replaced behind ibi's back shows. A far backend asks its server in
+    /// one round trip; here, each is read in parallel.
+    fn bag_identities(&self, names: &[RepositoryName]) -> Vec<Result<String>> {
+        use rayon::prelude::*;
+        names.par_iter().map(|name| identity_digest(self.as_dyn(), name)).collect()
+    }
     /// Keeps the results of fixity checks (verify), each replacing the item's last;
     /// a backend that keeps none (or a read-only handle) ignores them.
     fn record_fixity(&self, _checks: &[inventory::FixityCheck]) -> Result<()> {
@@ -172,10 +181,28 @@ pub trait Store: Send + Sync {
     fn fixity_checks(&self) -> Result<Option<Vec<inventory::FixityCheck>>> {
         Ok(None)
     }
+    /// Hands on every item's last fixity check, one at a time (a backend that can
+    /// stream them does); `false` when the backend keeps none.
+    fn each_fixity_check(&self, each: &mut dyn FnMut(inventory::FixityCheck)) -> Result<bool> {
+        let Some(checks) = self.fixity_checks()? else { return Ok(false) };
+        checks.into_iter().for_each(each);
+        Ok(true)
+    }
     /// The seed of the collection's witness signing key (Ed25519), made on first
     /// use and kept private (mode 0600); `None` when the backend keeps none or the
     /// handle may not write.
     fn witness_seed(&self) -> Result<Option<[u8; 32]>> {
+        Ok(None)
+    }
+    /// Whether the backend makes its witness itself (a far server: from its own
+    /// bags, with a key that never leaves its machine) rather than being handed
+    /// one to keep.
+    fn makes_own_witness(&self) -> bool {
+        false
+    }
+    /// Has the backend make, sign and keep a witness; its JSON, or `None` when it
+    /// keeps no key (or may not write).
+    fn make_own_witness(&self) -> Result<Option<String>> {
         Ok(None)
     }
     /// The latest witness (`ops::witness`, JSON), if one was kept.
@@ -203,6 +230,29 @@ pub trait Store: Send + Sync {
     fn adopts_by_rename(&self, _from: &dyn Store) -> bool {
         false
     }
+    /// In which data centres the objects of each of `names` are held, as the
+    /// SeaweedFS cluster behind the store proves it (`ibi audit --placement`);
+    /// `None` when this backend cannot ask.
+    fn placement(
+        &self,
+        _names: &[RepositoryName],
+        _cluster: &config::SeaweedFs,
+    ) -> Result<Option<Vec<placement::ItemPlacement>>> {
+        Ok(None)
+    }
+    /// The collection's configuration as stored now (its sites and policy among
+    /// it); `None` when this backend cannot read it.
+    fn current_config(&self) -> Result<Option<config::CollectionConfig>> {
+        Ok(None)
+    }
+    /// Applies `change` to the stored configuration at once (a concurrent change
+    /// is never lost) and returns the result; `None` when this backend cannot.
+    fn change_config(
+        &self,
+        _change: &mut dyn FnMut(&mut config::CollectionConfig) -> Result<()>,
+    ) -> Result<Option<config::CollectionConfig>> {
+        Ok(None)
+    }
     /// This store as a trait object (for provided methods).
     fn as_dyn(&self) -> &dyn Store;
     /// Staging and trash left by an interrupted writer, as problems.
@@ -220,6 +270,11 @@ pub trait Store: Send + Sync {
     fn records(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>>;
     /// Every record, in `RepositoryName` order, streaming.
     fn all_records(&self) -> Box<dyn Iterator<Item = Result<ItemRecord>> + Send + '_>;
+    /// The name of every record (any status), streaming; a backend that can list
+    /// names without reading each record (S3) does.
+    fn record_names(&self) -> Box<dyn Iterator<Item = Result<RepositoryName>> + Send + '_> {
+        Box::new(self.all_records().map(|record| record.map(|r| r.name)))
+    }
 
     /// The name content `key` was deposited as, if recorded.
     fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>>;

@@ -298,25 +298,22 @@ fn replicate_and_audit_repair_killed_at_random_moments_converge() {
         env.ok(&["-q", "init", site, "--like", &a]);
         env.ok(&["-q", "site", "add", &a, site, "--zone", zone]);
     }
+    env.ok(&["-q", "replicate", &a]);
+    // Timed on one round's work (three new items), so that kills land inside runs.
+    let round_of = |round: &str| env.deposit_new_items(&a, &format!("new/{round}"), 3);
+    round_of("timing");
     let full = full_run_ms(&env, &["-q", "replicate", &a]);
     let mut dice = Dice::new();
     let mut killed = 0;
     for round in 0..20 {
-        for i in 0..3 {
-            env.write(&format!("new/{round}-{i}/f.txt"), format!("round {round} item {i}\n").as_bytes());
-        }
-        let paths: Vec<String> =
-            (0..3).map(|i| env.path(&format!("new/{round}-{i}")).to_string_lossy().into_owned()).collect();
-        let mut deposit = vec!["-q", "deposit", "--each", &a];
-        deposit.extend(paths.iter().map(String::as_str));
-        env.ok(&deposit);
+        round_of(&round.to_string());
         killed +=
             usize::from(run_and_kill(&env, &["-q", "replicate", &a], Duration::from_millis(dice.below(full * 2))));
     }
     assert!(killed > 0, "some replicate runs were killed");
     env.ok(&["-q", "replicate", &a]);
     let expected = env.identities(&a);
-    assert_eq!(expected.len(), 90);
+    assert_eq!(expected.len(), 93);
     for site in &sites {
         assert_eq!(env.identities(site), expected, "{site} holds every item once");
         assert!(env.own_events(site, "mirror-in").values().all(|n| *n == 1), "{site}: each arrival logged once");

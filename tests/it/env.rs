@@ -224,6 +224,20 @@ impl TestEnv {
         self.ok(&["-q", "init", root, "--host", host, "--ip", "192.0.2.30", "--granularity", "0.001"]);
     }
 
+    /// Deposits `n` new one-file items into `root` (`deposit --each`), their
+    /// sources `FOLDER-I/f.txt` under the temp dir.
+    pub fn deposit_new_items(&self, root: &str, folder: &str, n: usize) {
+        let sources: Vec<String> = (0..n)
+            .map(|i| {
+                let file = self.write(&format!("{folder}-{i}/f.txt"), format!("{folder} item {i}\n").as_bytes());
+                file.parent().unwrap().to_string_lossy().into_owned()
+            })
+            .collect();
+        let mut args = vec!["-q", "deposit", "--each", root];
+        args.extend(sources.iter().map(String::as_str));
+        self.ok(&args);
+    }
+
     /// Writes a file (creating parents) under the temp dir.
     pub fn write(&self, rel: &str, content: &[u8]) -> PathBuf {
         let path = self.path(rel);

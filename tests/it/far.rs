@@ -471,3 +471,36 @@ fn regress_ssh_host_key_failure_says_the_far_side_never_greeted() {
     assert!(error.contains("ssh could not connect (exit 255): Host key verification failed."), "{}", run.stderr);
     assert!(!error.contains("never greeted") && !error.contains("Is ibi installed"), "{error}");
 }
+
+/// The witness of a far collection (issue 24): a verify run from another machine
+/// has the far server make it from its own bags and sign it with its own key,
+/// which never crosses the wire; `ibi witness HOST:PATH` reads it, a proof made
+/// through the server checks against the key published at the far end, and a
+/// read-only key makes none. A version-3 far side makes none either.
+#[test]
+fn a_far_verify_has_the_server_make_and_sign_the_witness() {
+    let env = TestEnv::new();
+    let rsh = env.shim("rsh", "", None);
+    let library = env.filled("library", 4, 1);
+    let far_library = far(&library);
+    let read_only = env.shim("ro", "", Some(&format!("{} serve --stdio --read-only", ibi_bin().display())));
+    env.far_ok(&read_only, &["-q", "verify", &far_library]);
+    env.far_fails(&rsh, &["witness", &far_library], 2);
+    let verified = env.far_ok(&rsh, &["verify", &far_library]);
+    assert!(verified.stderr.contains("witness: root"), "{}", verified.stderr);
+    let from_afar: serde_json::Value =
+        serde_json::from_str(&env.far_ok(&rsh, &["witness", &far_library]).stdout).unwrap();
+    let here: serde_json::Value = serde_json::from_str(&env.ok(&["witness", &library]).stdout).unwrap();
+    assert_eq!(from_afar, here, "the far server kept what it made");
+    assert_eq!(here["items"], 4);
+    let config = std::fs::read_to_string(Path::new(&library).join(".ibi/collection.toml")).unwrap();
+    let key = here["public_key"].as_str().unwrap();
+    assert!(config.contains(key), "the far end published its own key");
+    let name = env.identities(&library).into_keys().next().unwrap();
+    let proof =
+        env.write("proof.json", env.far_ok(&rsh, &["witness", &far_library, "--prove", &name]).stdout.as_bytes());
+    env.ok(&["witness", "--check", proof.to_str().unwrap(), "--key", key]);
+    let older = env.shim("rsh3", "export IBI_PROTOCOL_VERSIONS=3", None);
+    let old = env.far_ok(&older, &["verify", &far_library]);
+    assert!(!old.stderr.contains("witness: root"), "{}", old.stderr);
+}

@@ -565,3 +565,29 @@ fn minting_requests_are_refused_to_restricted_keys() {
     assert_eq!(std::fs::read(&config).unwrap(), before, "the collection still mints");
     lab.env.ok(&["resolve", &lab.lib, &name]);
 }
+
+/// The requests of protocol 4 sent by hand: a read-only session reads the
+/// config and the bags' identities but makes no witness (no key, no file), and
+/// the identities it hands out are the bags' own, for a name that parses only.
+#[test]
+fn protocol_4_requests_by_hand_write_nothing_through_a_read_only_key() {
+    let lab = Lab::new();
+    let control = Path::new(&lab.lib).join(".ibi");
+    let before = std::fs::read_dir(&control).unwrap().flatten().map(|e| e.file_name()).collect::<Vec<_>>();
+    let mut far = lab.serve(&["--read-only"]);
+    assert!(far.open(&lab.lib).0.get("Opened").is_some());
+    let config = far.call(json!("Config")).0;
+    assert!(config["Config"].as_str().is_some_and(|t| t.contains("test.ibi.example.org")), "{config}");
+    let made = far.call(json!("MakeWitness")).0;
+    assert_eq!(made, json!({"Text": null}), "a read-only session made a witness");
+    assert_eq!(far.call(json!("LatestWitness")).0, json!({"Text": null}));
+    let names = lab.names(&lab.lib);
+    let identities = far.call(json!({"BagIdentities": [names[0].0]})).0;
+    let expected = lab.env.identities(&lab.lib)[&names[0].0].clone();
+    assert_eq!(identities["Identities"][0]["Ok"], json!(expected), "{identities}");
+    let escape = far.call(json!({"BagIdentities": ["../../secret"]})).0;
+    assert!(escape.get("Identities").is_none(), "a path for a name was read: {escape}");
+    drop(far);
+    let after = std::fs::read_dir(&control).unwrap().flatten().map(|e| e.file_name()).collect::<Vec<_>>();
+    assert_eq!(before, after, "a read-only session wrote in .ibi");
+}

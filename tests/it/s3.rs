@@ -10,6 +10,7 @@
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -84,21 +85,22 @@ impl Moto {
     /// data in a folder of its own; it dies with the test's thread (`setpriv
     /// --pdeathsig`) even if the test process is killed.
     pub fn seaweedfs(bucket: &str) -> Moto {
-        // A port taken between the search and weed's bind (by a parallel test) fails
-        // one start: try again on other ports.
-        for _ in 0..2 {
-            match Moto::try_seaweedfs(bucket) {
-                Ok(server) => return server,
-                Err(log) => eprintln!("SeaweedFS did not start, trying other ports: {log}"),
-            }
-        }
-        Moto::try_seaweedfs(bucket).unwrap_or_else(|log| panic!("SeaweedFS did not start: {log}"))
+        started_on_free_ports(|| Moto::try_seaweedfs(bucket))
     }
 
     fn try_seaweedfs(bucket: &str) -> Result<Moto, String> {
-        let weed = repo().join("target/bagit-venv/bin/weed");
-        assert!(weed.exists(), "SeaweedFS is missing: run scripts/setup (scripts/test does)");
-        let ports = free_ports(8);
+        Moto::try_weed_server(bucket, &free_ports(8), &[], |_| true)
+    }
+
+    /// `weed server` on `ports` (master, volume, filer, S3, then their gRPC ports)
+    /// with `extra` flags; the bucket is made once `ready(data folder)` holds.
+    fn try_weed_server(
+        bucket: &str,
+        ports: &[u16],
+        extra: &[&str],
+        mut ready: impl FnMut(&Path) -> bool,
+    ) -> Result<Moto, String> {
+        let weed = weed();
         let data = std::env::temp_dir().join(format!("ibi-seaweedfs-{}", ports[3]));
         let _ = std::fs::remove_dir_all(&data);
         std::fs::create_dir_all(&data).unwrap();
@@ -106,6 +108,7 @@ impl Moto {
         let mut args = vec!["--pdeathsig".to_string(), "KILL".into(), weed.to_str().unwrap().into()];
         args.extend(["server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-s3", "-volume.max=0"].map(String::from));
         args.extend(["-master.volumeSizeLimitMB=64", "-s3.port.iceberg=0", "-s3.port.lance=0"].map(String::from));
+        args.extend(extra.iter().map(|flag| flag.to_string()));
         args.push(format!("-dir={}", data.display()));
         for (i, name) in ["master.port", "volume.port", "filer.port", "s3.port"].iter().enumerate() {
             args.push(flag(name, ports[i]));
@@ -121,7 +124,9 @@ impl Moto {
         let server = Moto { port, _server: Reaper(Some(child)), data: Some(data.clone()) };
         let create = format!("PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n");
         let created = wait_until(30, || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok() && http(port, &create).starts_with("HTTP/1.1 200")
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+                && ready(&data)
+                && http(port, &create).starts_with("HTTP/1.1 200")
         });
         let log = std::fs::read_to_string(data.join("log")).unwrap_or_default();
         match created {
@@ -129,6 +134,100 @@ impl Moto {
             false => Err(log[log.len().saturating_sub(3000)..].to_string()),
         }
     }
+}
+
+/// Starts SeaweedFS with `start`: a port taken between the search and weed's bind
+/// (by a parallel test) fails one start, so it tries twice more on other ports.
+fn started_on_free_ports<T>(start: impl Fn() -> Result<T, String>) -> T {
+    for _ in 0..2 {
+        match start() {
+            Ok(server) => return server,
+            Err(log) => eprintln!("SeaweedFS did not start, trying other ports: {log}"),
+        }
+    }
+    start().unwrap_or_else(|log| panic!("SeaweedFS did not start: {log}"))
+}
+
+/// The `weed` binary the setup script installed.
+fn weed() -> PathBuf {
+    let weed = repo().join("target/bagit-venv/bin/weed");
+    assert!(weed.exists(), "SeaweedFS is missing: run scripts/setup (scripts/test does)");
+    weed
+}
+
+/// SeaweedFS with two data centres on loopback: `weed server` (master, filer, S3
+/// and a volume server in `dc1`) and a second volume server in `dc2`; every
+/// volume is kept in both (`-master.defaultReplication=100`).
+pub struct TwoDataCentres {
+    pub s3: Moto,
+    pub master: u16,
+    pub filer: u16,
+    second: Reaper,
+    second_port: u16,
+}
+
+impl TwoDataCentres {
+    pub fn start(bucket: &str) -> TwoDataCentres {
+        started_on_free_ports(|| TwoDataCentres::try_start(bucket))
+    }
+
+    fn try_start(bucket: &str) -> Result<TwoDataCentres, String> {
+        let ports = free_ports(10);
+        let (master, volume) = (ports[0], ports[8]);
+        let mut second = Reaper(None);
+        let extra = ["-dataCenter=dc1", "-master.defaultReplication=100"];
+        // The second volume server joins once the master answers; the bucket is
+        // made once the master sees both data centres.
+        let s3 = Moto::try_weed_server(bucket, &ports[..8], &extra, |data| {
+            if second.0.is_none() && TcpStream::connect(("127.0.0.1", master)).is_ok() {
+                second.0 = Some(second_volume_server(data, (master, ports[4]), volume, ports[9]));
+            }
+            let status = || http(master, "GET /dir/status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+            second.0.is_some() && status().contains(&format!("127.0.0.1:{volume}"))
+        })?;
+        Ok(TwoDataCentres { s3, master, filer: ports[2], second, second_port: volume })
+    }
+
+    /// Stops the second data centre's volume server, and waits until the master
+    /// has let it go.
+    pub fn stop_second(&mut self) {
+        drop(std::mem::replace(&mut self.second, Reaper(None)));
+        let node = format!("127.0.0.1:{}", self.second_port);
+        let gone = wait_until(60, || !self.volume_status().contains(&node));
+        assert!(gone, "the master still lists the second data centre: {}", self.volume_status());
+    }
+
+    pub fn volume_status(&self) -> String {
+        http(self.master, "GET /vol/status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    }
+}
+
+/// `weed volume` in data centre `dc2`, its data beside the first's.
+/// (`master` is its HTTP and gRPC ports.)
+fn second_volume_server(data: &Path, master: (u16, u16), port: u16, grpc: u16) -> std::process::Child {
+    let dir = data.join("dc2");
+    std::fs::create_dir_all(&dir).unwrap();
+    let weed = weed();
+    let args = [
+        "--pdeathsig".to_string(),
+        "KILL".into(),
+        weed.to_str().unwrap().into(),
+        "volume".into(),
+        "-ip=127.0.0.1".into(),
+        "-ip.bind=127.0.0.1".into(),
+        "-dataCenter=dc2".into(),
+        "-max=0".into(),
+        format!("-dir={}", dir.display()),
+        format!("-port={port}"),
+        format!("-port.grpc={grpc}"),
+        format!("-master=127.0.0.1:{}.{}", master.0, master.1),
+    ];
+    Command::new("setpriv")
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(data.join("log-dc2")).unwrap())
+        .spawn()
+        .expect("start the second volume server")
 }
 
 impl Drop for Moto {
@@ -1227,3 +1326,116 @@ on_every_server!(
     s3_keeps_the_event_log_and_names_its_tampering,
     an_s3_site_is_replicated_audited_and_repaired,
 );
+
+/// SeaweedFS with two data centres (issue 25): a site in it counts as one zone per
+/// data centre only when `audit --placement` has the cluster prove it; a killed
+/// mirror into it converges; with one data centre stopped, reading, listing and
+/// verifying the site still work (and promptly), and the audit names the items
+/// degraded and short of the zones.
+#[test]
+fn seaweedfs_with_two_data_centres_proves_zones_and_reports_one_stopped() {
+    let env = TestEnv::new();
+    let mut cluster = TwoDataCentres::start("lib");
+    let p = cluster.s3.port;
+    let a = env.filled("a", 3, 2);
+    let site = "s3://lib/site";
+    env.s3_collection(p, site);
+    env.ok(&["-q", "site", "here", &a, "--zone", "campus"]);
+    let (master, filer) =
+        (format!("http://127.0.0.1:{}", cluster.master), format!("http://127.0.0.1:{}", cluster.filer));
+    let add = ["-q", "site", "add", &a, site, "--zone", "cloud", "--media", "object"];
+    env.ok(&[&add[..], &["--seaweedfs-master", &master, "--seaweedfs-filer", &filer]].concat());
+    env.ok(&["-q", "site", "policy", &a, "--copies", "2", "--zones", "3"]);
+    env.ok(&["-q", "replicate", &a]);
+    let declared = env.fails(&["audit", &a], 1);
+    assert!(declared.stdout.contains("2 good copies in 2 zones"), "{}", declared.stdout);
+    let proven = env.ok(&["audit", &a, "--placement"]);
+    assert!(proven.stdout.contains("3 in 2; per data centre: dc1 3, dc2 3; 0 degraded"), "{}", proven.stdout);
+
+    // A mirror into both data centres killed midway (sooner each time one ends
+    // first), then run again.
+    let (mut killed, mut delay) = (false, 200);
+    for round in 0..6 {
+        env.deposit_new_items(&a, &format!("more/{round}"), 4);
+        let mut child =
+            env.command(&["-q", "replicate", &a]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(delay));
+        killed = child.try_wait().unwrap().is_none();
+        let _ = child.kill();
+        child.wait().unwrap();
+        if killed {
+            break;
+        }
+        delay /= 2;
+    }
+    assert!(killed, "a mirror was killed midway");
+    env.ok(&["-q", "replicate", &a]);
+    let items = env.identities(&a).len();
+    let json = env.ok(&["--json", "audit", &a, "--placement"]);
+    let summary: serde_json::Value = serde_json::from_str(json.stdout.lines().last().unwrap()).unwrap();
+    let placed = &summary["audit"][1]["placement"];
+    assert_eq!(
+        (&placed["spread"]["2"], &placed["degraded"]),
+        (&serde_json::json!(items), &serde_json::json!(0)),
+        "{placed}"
+    );
+
+    cluster.stop_second();
+    let names = env.s3_ok(p, &["list", site]).lines().len();
+    assert_eq!(names, items, "every item listed with one data centre down");
+    let name = env.s3_ok(p, &["list", site]).pairs()[0].0.clone();
+    let exported = env.path("exported");
+    env.s3_ok(p, &["-q", "export", site, &name, exported.to_str().unwrap()]);
+    assert!(exported.join("data").is_dir(), "an item read with one data centre down");
+    verify_does_not_wait_on_writes(&env, p, site);
+    let degraded = env.fails(&["audit", &a, "--placement"], 1);
+    let spread = format!("{items} in 1; per data centre: dc1 {items}; {items} degraded");
+    assert!(degraded.stdout.contains(&spread), "{}", degraded.stdout);
+    assert!(degraded.stdout.contains("degraded: its store keeps fewer replicas"), "{}", degraded.stdout);
+}
+
+/// `verify` keeps fixity dates only where the store answers a write within 5 s;
+/// it asked by writing an empty object, which SeaweedFS keeps in its filer alone,
+/// so with a data centre down the probe was answered and verify then waited 30 s
+/// on the lease's write. The probe now writes bytes, which reach the volumes.
+#[test]
+fn regress_write_probe_answered_by_the_filer_alone() {
+    let env = TestEnv::new();
+    let mut cluster = TwoDataCentres::start("lib");
+    let p = cluster.s3.port;
+    env.s3_collection(p, "s3://lib/main");
+    let src = env.write("src/a/a.txt", b"alpha\n");
+    env.s3_ok(p, &["-q", "deposit", "s3://lib/main", src.parent().unwrap().to_str().unwrap()]);
+    cluster.stop_second();
+    verify_does_not_wait_on_writes(&env, p, "s3://lib/main");
+}
+
+/// `verify` of `root` succeeds well before a hung write would time out (30 s).
+fn verify_does_not_wait_on_writes(env: &TestEnv, port: u16, root: &str) {
+    let mut verify =
+        env.s3_command(port, &["verify", root]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let finished = wait_until(20, || verify.try_wait().unwrap().is_some());
+    let _ = verify.kill();
+    let status = verify.wait().unwrap();
+    assert!(finished, "verify of {root} waited on a write with a data centre down");
+    assert!(status.success(), "verify of {root}: {status}");
+}
+
+/// Sites kept by a collection in S3 (issue 25): edited in the bucket's
+/// collection.toml (rewritten with If-Match), then `replicate` and `audit` run
+/// from it like from a local collection (moto only: the config is one object).
+#[test]
+fn an_s3_collection_keeps_sites_and_replicates() {
+    let env = TestEnv::new();
+    let (moto, name) = one_item_collection(&env, Moto::start);
+    let (p, main, copy) = (moto.port, "s3://lib/main", "s3://lib/copy");
+    env.s3_ok(p, &["-q", "init", copy, "--like", main]);
+    env.s3_ok(p, &["-q", "site", "here", main, "--zone", "zone-a"]);
+    env.s3_ok(p, &["-q", "site", "add", main, copy, "--zone", "zone-b", "--media", "object"]);
+    let listed = env.s3_ok(p, &["site", "policy", main, "--copies", "2", "--zones", "2"]).stdout;
+    assert!(listed.contains(&format!("{copy}\tzone zone-b")) && listed.contains("2 copies in 2 zones"), "{listed}");
+    env.s3_fails(p, &["-q", "audit", main], 1);
+    env.s3_ok(p, &["-q", "replicate", main]);
+    assert_eq!(env.s3_ok(p, &["list", copy]).pairs()[0].0, name);
+    env.s3_ok(p, &["-q", "audit", main]);
+}

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::env::TestEnv;
+use crate::env::{ibi_bin, sh, TestEnv, MINTER_DIR_ENV};
 
 /// Replaces an item's bag with another whose manifests agree with themselves:
 /// a swap no manifest check can see, only a comparison of copies.
@@ -118,6 +118,9 @@ fn audit_names_each_fault_at_one_site_and_changes_nothing() {
     assert!(line(&items[2]).contains(&format!("{a}: damaged")), "{}", audit.stdout);
     assert!(line(&items[4]).contains("no strict majority"), "{}", audit.stdout);
     assert_eq!(line(&items[3]), "", "the sound item meets the policy: {}", audit.stdout);
+    // A far side of protocol version 3 is asked per item, with the same findings.
+    let older = env.shim("rsh3", "export IBI_PROTOCOL_VERSIONS=3", None);
+    assert_eq!(env.far_fails(&older, &["audit", &a], 1).stdout, audit.stdout, "protocol 3 finds the same");
     let after: Vec<_> = [&a, &b, &c].iter().map(|r| snapshot(Path::new(r))).collect();
     assert_eq!(before, after, "the audit changed nothing");
 
@@ -152,6 +155,11 @@ fn site_add_refuses_what_cannot_be_a_site() {
     assert!(impossible.stderr.contains("zones at most copies"), "{}", impossible.stderr);
     let age = env.fails(&["site", "policy", &a, "--copies", "2", "--max-fixity-age", "ninety"], 2);
     assert!(age.stderr.contains("max_fixity_age"), "{}", age.stderr);
+    let b = env.path("b").to_string_lossy().into_owned();
+    env.ok(&["-q", "init", &b, "--like", &a]);
+    let cluster = ["--seaweedfs-master", "http://127.0.0.1:9333", "--seaweedfs-filer", "http://127.0.0.1:8888"];
+    let not_s3 = env.fails(&[&["site", "add", &a, &b, "--zone", "z"][..], &cluster].concat(), 2);
+    assert!(not_s3.stderr.contains("only an s3:// site"), "{}", not_s3.stderr);
     let missing = env.fails(&["site", "remove", &a, "/nowhere"], 2);
     assert!(missing.stderr.contains("not a site of this collection"), "{}", missing.stderr);
 }
@@ -297,4 +305,123 @@ fn serve_redirects_to_a_site_with_a_verified_copy() {
     assert_eq!(get(&server.url(&format!("/{}/data/f0.txt", items[2])), &[]).status, 500);
     let never = items[0].replacen("/20", "/19", 1);
     assert_eq!(get(&server.url(&format!("/{never}")), &[]).status, 404);
+}
+
+/// A shim for `IBI_RSH` that serves host `vault` through an append-only forced
+/// command (as an authorized_keys line would) and every other host plainly.
+fn vault_shim(env: &TestEnv) -> String {
+    let path = env.path("rsh-vault");
+    let forced = format!("{} serve --stdio --append-only", ibi_bin().display());
+    let script = format!("#!/bin/sh\nhost=$1\nshift\n[ \"$host\" = vault ] && exec {forced}\nexec \"$@\"\n");
+    std::fs::write(&path, script).unwrap();
+    sh(&format!("chmod +x '{}'", path.display()));
+    path.to_string_lossy().into_owned()
+}
+
+/// A four-site lab (issue 25): the collection, a local site, a far site and a
+/// far "vault" whose key only appends, a key an attacker also holds. Through it
+/// the attacker's forged new version and withdrawal are refused, and the item
+/// they plant under the collection's names (minted by a collection of their own
+/// that claims the subsystem) is named by the audit for a person. A damaged copy
+/// at b and an item deleted at c are found and repaired from the majority; the
+/// vault loses nothing, not even the planted item, and the collection is unchanged.
+#[test]
+fn four_sites_withstand_an_attacker_with_an_append_only_key() {
+    let env = TestEnv::new();
+    let (a, b, c, _) = lab(&env, 4);
+    let d = env.path("d").to_string_lossy().into_owned();
+    env.ok(&["-q", "init", &d, "--like", &a]);
+    let rsh = vault_shim(&env);
+    let vault = format!("vault:{d}");
+    env.far_ok(&rsh, &["-q", "site", "add", &a, &vault, "--zone", "zone-d"]);
+    env.ok(&["-q", "site", "policy", &a, "--copies", "4", "--zones", "3"]);
+    env.far_ok(&rsh, &["-q", "replicate", &a]);
+    env.far_ok(&rsh, &["-q", "audit", &a]);
+    let items = names(&env, &a);
+    let good = env.identities(&a);
+
+    // The attacker's own collection of the subsystem, on a machine of their own.
+    let evil = env.path("evil").to_string_lossy().into_owned();
+    let attacker = |args: &[&str]| {
+        let mut command = env.far_command(&rsh, args);
+        command.env(MINTER_DIR_ENV, env.path("evil-minter"));
+        crate::env::Run::from(command.output().unwrap())
+    };
+    let init = ["-q", "init", &evil, "--host", "test.ibi.example.org", "--ip", "192.0.2.30", "--granularity", "0.001"];
+    assert_eq!(attacker(&init).code, 0);
+    assert_eq!(attacker(&["-q", "mirror", &vault, &evil]).code, 0, "the vault's key reads");
+    assert_eq!(attacker(&["-q", "update", &evil, &items[0], "--meta", "Title=forged"]).code, 0);
+    let planted_src = env.write("planted/x.txt", b"planted\n");
+    let planted = attacker(&["deposit", &evil, planted_src.parent().unwrap().to_str().unwrap()]).pairs()[0].0.clone();
+    let pushed = attacker(&["mirror", &evil, &vault]);
+    assert_ne!(pushed.code, 0, "the forged version was refused: {}", pushed.stderr);
+    assert!(pushed.stderr.contains("append-only") || pushed.stdout.contains("append-only"), "{}", pushed.stderr);
+    let withdrawn = attacker(&["withdraw", &vault, &items[1], "--reason", "wipe"]);
+    assert_eq!(withdrawn.code, 2, "{}", withdrawn.stderr);
+    assert!(Path::new(&d).join(&planted).is_dir(), "the key let a new item in");
+
+    // Faults of wear at two other sites.
+    std::fs::write(Path::new(&b).join(&items[2]).join("data/f0.txt"), b"a item 2 file 0 \n").unwrap();
+    env.fails(&["-q", "verify", &b], 1);
+    std::fs::remove_dir_all(Path::new(&c).join(&items[3])).unwrap();
+    let (a_before, d_before) = (snapshot(Path::new(&a)), snapshot(Path::new(&d)));
+
+    let audit = env.far_fails(&rsh, &["-q", "audit", &a], 1);
+    let line = |name: &str| audit.stdout.lines().find(|l| l.starts_with(&format!("{name}\t"))).unwrap_or_default();
+    assert!(
+        line(&planted).contains(&format!("{vault}: held there, but this collection has no record")),
+        "{}",
+        audit.stdout
+    );
+    assert!(line(&items[2]).contains(&format!("{b}: damaged")), "{}", audit.stdout);
+    assert!(line(&items[3]).contains(&format!("{c}: missing")), "{}", audit.stdout);
+    assert_eq!(audit.stdout.lines().count(), 3, "detected: the planted item and the two faults, nothing else");
+
+    let repaired = env.far_fails(&rsh, &["audit", &a, "--repair"], 1);
+    assert!(repaired.stderr.contains("2 copies restored"), "{}", repaired.stderr);
+    for root in [&a, &b, &c, &vault] {
+        let held = match root.strip_prefix("vault:") {
+            Some(path) => env.identities(path),
+            None => env.identities(root),
+        };
+        for name in &items {
+            assert_eq!(held.get(name), good.get(name), "{root}: {name} holds the collection's copy");
+        }
+    }
+    assert_eq!(snapshot(Path::new(&a)), a_before, "the collection is unchanged");
+    assert_eq!(snapshot(Path::new(&d)), d_before, "the vault lost nothing, the planted item included");
+    let after = env.far_fails(&rsh, &["-q", "audit", &a], 1);
+    assert_eq!(after.stdout.lines().count(), 1, "only the planted item is left, for a person: {}", after.stdout);
+    assert!(after.stdout.starts_with(&format!("{planted}\t")), "{}", after.stdout);
+}
+
+/// Sites kept by a far collection (issue 25): read through its server (protocol
+/// 4), so `site list`, `replicate` and `audit` run from another machine; a site
+/// that is a folder on the far machine is refused rather than opened here, the
+/// sites are edited on the far machine, and an older far ibi is named.
+#[test]
+fn a_far_collections_sites_are_read_through_its_server() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 3, 1);
+    let c = env.path("c").to_string_lossy().into_owned();
+    env.ok(&["-q", "init", &c, "--like", &a]);
+    let rsh = env.shim("rsh", "", None);
+    env.far_ok(&rsh, &["-q", "site", "add", &a, &format!("lab:{c}"), "--zone", "zone-c"]);
+    let far_a = format!("lab:{a}");
+    assert!(env.far_ok(&rsh, &["site", "list", &far_a]).stdout.contains(&format!("lab:{c}\tzone zone-c")));
+    env.far_ok(&rsh, &["-q", "replicate", &far_a]);
+    assert_eq!(env.identities(&c), env.identities(&a), "the far collection's site got every item");
+    env.far_ok(&rsh, &["-q", "audit", &far_a]);
+
+    env.ok(&["-q", "init", &format!("{c}2"), "--like", &a]);
+    let refused = env.far_fails(&rsh, &["site", "add", &far_a, &format!("lab:{c}2"), "--zone", "z"], 2);
+    assert!(refused.stderr.contains("edited on the machine that holds it"), "{}", refused.stderr);
+    let b = env.path("b").to_string_lossy().into_owned();
+    env.ok(&["-q", "init", &b, "--like", &a]);
+    env.ok(&["-q", "site", "add", &a, &b, "--zone", "zone-b"]);
+    let folder = env.far_fails(&rsh, &["audit", &far_a], 2);
+    assert!(folder.stderr.contains("is a folder on the machine that holds"), "{}", folder.stderr);
+    let older = env.shim("rsh3", "export IBI_PROTOCOL_VERSIONS=3", None);
+    let old = env.far_fails(&older, &["site", "list", &far_a], 2);
+    assert!(old.stderr.contains("older than this one"), "{}", old.stderr);
 }

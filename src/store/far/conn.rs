@@ -54,6 +54,8 @@ pub struct Connection {
     next_id: AtomicU64,
     /// The ssh process, when the session runs through one.
     child: Mutex<Option<Child>>,
+    /// The protocol version agreed on.
+    version: u32,
 }
 
 impl Connection {
@@ -123,11 +125,17 @@ impl Connection {
             routes,
             next_id: AtomicU64::new(1),
             child: Mutex::new(None),
+            version,
         })
     }
 
     pub fn place(&self) -> &str {
         &self.place
+    }
+
+    /// The protocol version agreed on with the far side.
+    pub fn version(&self) -> u32 {
+        self.version
     }
 
     fn ended(&self) -> Error {

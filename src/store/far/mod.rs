@@ -83,6 +83,28 @@ fn wait_to_wire(wait: LockWait) -> Wait {
 }
 
 impl FarStore {
+    /// The far side's `Text` answer to `request`.
+    fn text_reply(&self, request: &Request) -> Result<Option<String>> {
+        match self.call(request)? {
+            Reply::Text(text) => Ok(text),
+            other => Err(self.conn.unexpected(&other)),
+        }
+    }
+
+    /// The identities the far side answers `request` (about `names`) with.
+    fn identities_asked(&self, request: &Request, names: &[RepositoryName]) -> Vec<Result<String>> {
+        match self.call(request) {
+            Ok(Reply::Identities(all)) => {
+                all.into_iter().map(|r| r.map_err(|e| e.into_error(self.conn.place()))).collect()
+            }
+            Ok(other) => names.iter().map(|_| Err(self.conn.unexpected(&other))).collect(),
+            Err(e) => {
+                let text = e.to_string();
+                names.iter().map(|_| Err(Error::Connection { place: self.location(), problem: text.clone() })).collect()
+            }
+        }
+    }
+
     /// Opens the far collection at `address`.
     pub fn open(address: &FarAddress, connect: &Connect) -> Result<FarStore> {
         let conn = Connection::open(address, connect)?;
@@ -426,16 +448,44 @@ impl Store for FarStore {
     }
 
     fn identities(&self, names: &[RepositoryName]) -> Vec<Result<String>> {
-        match self.call(&Request::Identities(names.to_vec())) {
-            Ok(Reply::Identities(all)) => {
-                all.into_iter().map(|r| r.map_err(|e| e.into_error(self.conn.place()))).collect()
-            }
-            Ok(other) => names.iter().map(|_| Err(self.conn.unexpected(&other))).collect(),
-            Err(e) => {
-                let text = e.to_string();
-                names.iter().map(|_| Err(Error::Connection { place: self.location(), problem: text.clone() })).collect()
-            }
+        self.identities_asked(&Request::Identities(names.to_vec()), names)
+    }
+
+    fn makes_own_witness(&self) -> bool {
+        self.conn.version() >= 4
+    }
+
+    fn make_own_witness(&self) -> Result<Option<String>> {
+        self.text_reply(&Request::MakeWitness)
+    }
+
+    fn latest_witness(&self) -> Result<Option<String>> {
+        match self.conn.version() >= 4 {
+            true => self.text_reply(&Request::LatestWitness),
+            false => Ok(None),
         }
+    }
+
+    /// Read by the far server (protocol 4); an older one cannot say.
+    fn current_config(&self) -> Result<Option<crate::store::config::CollectionConfig>> {
+        if self.conn.version() < 4 {
+            return Ok(None);
+        }
+        match self.call(&Request::Config)? {
+            Reply::Config(text) => {
+                let what = format!("{}/.ibi/collection.toml", self.location());
+                crate::store::config::CollectionConfig::parse(&text, &what).map(|(config, _)| Some(config))
+            }
+            other => Err(self.conn.unexpected(&other)),
+        }
+    }
+
+    /// One round trip from a version-4 server; one per item from an older one.
+    fn bag_identities(&self, names: &[RepositoryName]) -> Vec<Result<String>> {
+        if self.conn.version() < 4 {
+            return names.iter().map(|name| crate::store::identity_digest(self, name)).collect();
+        }
+        self.identities_asked(&Request::BagIdentities(names.to_vec()), names)
     }
 
     fn as_dyn(&self) -> &dyn Store {

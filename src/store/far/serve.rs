@@ -43,6 +43,10 @@ use crate::store::{
 };
 use crate::sync::lock;
 
+/// Makes, signs and keeps a witness of a collection, as JSON (`ops::witness`,
+/// handed in by the caller so that this layer never reaches up into the ops).
+pub type MakeWitness = fn(&dyn crate::store::Store) -> Result<Option<String>>;
+
 /// What a server admits.
 #[derive(Debug, Clone, Default)]
 pub struct ServeOptions {
@@ -51,6 +55,9 @@ pub struct ServeOptions {
     pub append_only: bool,
     /// Where the machine-wide minter states are (default: the machine's own).
     pub minter_dir: Option<PathBuf>,
+    /// How this server makes a witness when a client's verify ends (`MakeWitness`):
+    /// from its own bags, with its own key, which never leaves this machine.
+    pub witness: Option<MakeWitness>,
 }
 
 /// Threads that answer requests, per session.
@@ -570,6 +577,15 @@ impl Session {
             Request::Identities(names) => Reply::Identities(
                 c()?.identities(&names).iter().map(|r| r.as_ref().map_err(WireError::from).cloned()).collect(),
             ),
+            Request::BagIdentities(names) => Reply::Identities(
+                c()?.bag_identities(&names).iter().map(|r| r.as_ref().map_err(WireError::from).cloned()).collect(),
+            ),
+            Request::Config => Reply::Config(c()?.current_config()?.map(|config| config.to_toml()).unwrap_or_default()),
+            Request::MakeWitness => Reply::Text(match (self.options.read_only, self.options.witness) {
+                (false, Some(make)) => make(c()?)?,
+                _ => None,
+            }),
+            Request::LatestWitness => Reply::Text(c()?.latest_witness()?),
             Request::Leftovers => Reply::Problems(c()?.leftovers()),
             Request::Inventory => Reply::Inventory { id: c()?.collection_id(), present: c()?.has_inventory() },
             Request::Records(names) => Reply::Records(c()?.records(&names)?),

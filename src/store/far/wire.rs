@@ -28,7 +28,8 @@ pub const GREETING: &str = "IBI-SERVE";
 pub const ANSWER: &str = "IBI-CLIENT";
 /// The protocol versions this build speaks.
 /// Version 2: the server mints with its own state (`Mint`); a client never writes one.
-pub const VERSIONS: (u32, u32) = (3, 3);
+/// Version 4: `BagIdentities`, each read from the bag (a version-3 peer is asked per item).
+pub const VERSIONS: (u32, u32) = (3, 4);
 /// Replaces `VERSIONS` (`MIN-MAX` or `N`), to test version skew.
 pub const VERSIONS_ENV: &str = "IBI_PROTOCOL_VERSIONS";
 /// How much a far shell may print before the greeting.
@@ -197,6 +198,15 @@ pub enum Request {
         rel: String,
     },
     Identities(Vec<RepositoryName>),
+    /// Version 4: identities read from each bag's tagmanifest, not from records.
+    BagIdentities(Vec<RepositoryName>),
+    /// Version 4: the collection's configuration as stored now (its sites and policy).
+    Config,
+    /// Version 4: the server makes, signs and keeps a witness of its collection
+    /// (from its own bags, with its own key) and sends it (`Reply::Text`).
+    MakeWitness,
+    /// Version 4: the latest witness kept (`Reply::Text`).
+    LatestWitness,
     Leftovers,
     Inventory,
     Records(Vec<RepositoryName>),
@@ -392,6 +402,8 @@ pub enum Reply {
     FileStart(Option<(i64, u32)>),
     Data,
     Identities(Vec<Result<String, WireError>>),
+    /// The configuration's TOML text.
+    Config(String),
     Problems(Vec<Problem>),
     Inventory {
         id: Option<String>,

@@ -43,27 +43,33 @@ impl Inventory {
 
     /// Every item's last check; empty when none was ever recorded.
     pub fn fixity_checks(&self) -> Result<Vec<FixityCheck>> {
+        let mut checks = Vec::new();
+        self.each_fixity_check(&mut |check| checks.push(check))?;
+        Ok(checks)
+    }
+
+    /// Hands on every item's last check, one row at a time.
+    pub fn each_fixity_check(&self, each: &mut dyn FnMut(FixityCheck)) -> Result<()> {
         let exists: Option<i64> = self
             .conn
             .query_row("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'fixity'", [], |row| row.get(0))
             .optional()
             .map_err(|e| sql_error(&self.path, e))?;
         if exists.is_none() {
-            return Ok(Vec::new());
+            return Ok(());
         }
         let mut select =
             self.conn.prepare("SELECT name, checked, ok FROM fixity").map_err(|e| sql_error(&self.path, e))?;
         let rows = select
             .query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, bool>(2)?)))
             .map_err(|e| sql_error(&self.path, e))?;
-        let mut checks = Vec::new();
         for row in rows {
             let (name, date, ok) = row.map_err(|e| sql_error(&self.path, e))?;
             if let Ok(name) = RepositoryName::parse(&name) {
-                checks.push(FixityCheck { name, date, ok, files: 0, bytes: 0 });
+                each(FixityCheck { name, date, ok, files: 0, bytes: 0 });
             }
         }
-        Ok(checks)
+        Ok(())
     }
 }
 

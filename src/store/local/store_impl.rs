@@ -19,6 +19,7 @@ use crate::fsx::{self, CopyError, CopyMode};
 use crate::id::minter::MinterState;
 use crate::id::{Ibip, RepositoryName, Subsystem};
 use crate::problem::{Problem, ProblemKind};
+use crate::store::config::CollectionConfig;
 use crate::store::config::Minting;
 use crate::store::inventory::Forward;
 use crate::store::StateFile;
@@ -92,6 +93,12 @@ impl Store for Collection {
 
     fn fixity_checks(&self) -> Result<Option<Vec<crate::store::inventory::FixityCheck>>> {
         Ok(Some(self.with_inventory(|inventory| inventory.fixity_checks())?.unwrap_or_default()))
+    }
+
+    /// Row by row from the inventory, never all at once.
+    fn each_fixity_check(&self, each: &mut dyn FnMut(crate::store::inventory::FixityCheck)) -> Result<bool> {
+        self.with_inventory(|inventory| inventory.each_fixity_check(each))?;
+        Ok(true)
     }
 
     fn witness_seed(&self) -> Result<Option<[u8; 32]>> {
@@ -236,6 +243,17 @@ impl Store for Collection {
 
     fn collection_id(&self) -> Option<String> {
         self.id.get().cloned()
+    }
+
+    fn current_config(&self) -> Result<Option<CollectionConfig>> {
+        Ok(Some(CollectionConfig::read(&self.layout.config())?.0))
+    }
+
+    fn change_config(
+        &self,
+        change: &mut dyn FnMut(&mut CollectionConfig) -> Result<()>,
+    ) -> Result<Option<CollectionConfig>> {
+        Collection::change_config(self, change).map(Some)
     }
 
     fn minting(&self) -> Result<Minting> {

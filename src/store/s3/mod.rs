@@ -12,6 +12,7 @@ pub mod lease;
 pub mod log;
 pub mod objects;
 pub mod place;
+pub mod seaweedfs;
 pub mod upgrade;
 pub mod upload;
 pub mod walk;
@@ -259,6 +260,29 @@ impl S3Store {
         };
         let settled = (base != own).then_some(own);
         ObjectBag { objects: &self.objects, base, dirs, exists, known: None, cached: HashMap::new(), settled, form }
+    }
+
+    /// The identity digest of `name` as `store::identity_digest` reads it (the
+    /// sha256 of its tagmanifest, where `item_bag` looks), without blocking.
+    async fn identity(&self, name: &RepositoryName) -> Result<String> {
+        let own = self.keys.item(name);
+        let placer = self.placer();
+        let (base, form) = match placer.marker(name).await {
+            Ok(Some(marker)) => match marker.stage.as_deref().and_then(keys::parse_stage) {
+                Some(stage) if marker.placing => (self.keys.stage(stage), marker.keys),
+                _ => (own.clone(), marker.keys),
+            },
+            _ => (own.clone(), KeyForm::Names),
+        };
+        let rel = crate::bag::TAGMANIFEST;
+        let mut found = self.objects.get(&keys::key_under(&base, rel, form)).await?;
+        if found.is_none() && base != own {
+            found = self.objects.get(&keys::key_under(&own, rel, form)).await?;
+        }
+        let bytes = found
+            .ok_or_else(|| Error::Data { what: format!("{name}/{rel}"), problem: "it is not there".into() })?
+            .bytes;
+        Ok(crate::digest::of_bytes(&bytes, &[]).sha256().to_string())
     }
 
     fn record_batch(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {

@@ -64,6 +64,12 @@ impl Objects {
         format!("{}/{key}", bucket.join("/"))
     }
 
+    /// The bucket's name.
+    pub fn bucket(&self) -> &str {
+        let rest = self.place.strip_prefix("s3://").unwrap_or(&self.place);
+        rest.split('/').next().unwrap_or(rest)
+    }
+
     /// Runs a future to completion on this store's runtime (never call it from inside one).
     pub fn run<F: Future>(&self, future: F) -> F::Output {
         self.runtime.block_on(future)
@@ -261,7 +267,7 @@ fn how_long_ago(elapsed: Duration) -> String {
 /// An error's words followed by its causes' that it does not already say: the
 /// client's own words for a transport failure stop at "error sending request",
 /// and the reason (a refused connection, an untrusted certificate) is a cause.
-fn with_causes(e: &dyn std::error::Error) -> String {
+pub(crate) fn with_causes(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {

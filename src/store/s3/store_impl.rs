@@ -156,6 +156,16 @@ impl Store for S3Store {
         )
     }
 
+    /// Listed, no record read.
+    fn record_names(&self) -> Box<dyn Iterator<Item = Result<RepositoryName>> + Send + '_> {
+        let leaves = walk::leaves(&self.objects, self.keys.at(keys::INVENTORY));
+        Box::new(leaves.filter_map(|leaf| match leaf {
+            Ok(Listed::Item(name)) => Some(Ok(name)),
+            Ok(Listed::Stray { .. }) => None,
+            Err(e) => Some(Err(e)),
+        }))
+    }
+
     fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
         let digest = crate::digest::of_bytes(key.as_bytes(), &[]);
         let Some(found) = self.objects.run(self.objects.get(&self.keys.deposit(digest.sha256())))? else {
@@ -184,6 +194,49 @@ impl Store for S3Store {
             log.save_end().await?;
             log.keep_checks(checks).await
         })
+    }
+
+    /// From the bags, as the provided method does, but `IN_FLIGHT` at once.
+    fn identities(&self, names: &[RepositoryName]) -> Vec<Result<String>> {
+        self.bag_identities(names)
+    }
+
+    /// Each identity read by its own requests, `IN_FLIGHT` at once.
+    fn bag_identities(&self, names: &[RepositoryName]) -> Vec<Result<String>> {
+        self.objects.run(stream::iter(names).map(|name| self.identity(name)).buffered(IN_FLIGHT).collect())
+    }
+
+    fn current_config(&self) -> Result<Option<CollectionConfig>> {
+        Ok(Some(self.stored_config()?.0))
+    }
+
+    /// Rewritten with `If-Match`, as the minting part is (`set_minting`).
+    fn change_config(
+        &self,
+        change: &mut dyn FnMut(&mut CollectionConfig) -> Result<()>,
+    ) -> Result<Option<CollectionConfig>> {
+        let (mut config, version) = self.stored_config()?;
+        change(&mut config)?;
+        let text = config.to_toml();
+        CollectionConfig::parse(&text, &format!("{}/.ibi/collection.toml", self.objects.place))?;
+        let key = self.keys.config();
+        self.objects.run(self.objects.put(&key, text.into_bytes(), PutMode::Update(version)))?.map_err(|Lost| {
+            Error::Invalid {
+                what: format!("the config of {}", self.objects.place),
+                problem: "it changed meanwhile; run the command again".into(),
+            }
+        })?;
+        Ok(Some(config))
+    }
+
+    fn placement(
+        &self,
+        names: &[RepositoryName],
+        cluster: &crate::store::config::SeaweedFs,
+    ) -> Result<Option<Vec<crate::store::placement::ItemPlacement>>> {
+        let folders: Vec<String> = names.iter().map(|name| self.keys.item(name).to_string()).collect();
+        let bucket = self.objects.bucket();
+        self.objects.run(super::seaweedfs::placements(cluster, bucket, &folders)).map(Some)
     }
 
     fn fixity_checks(&self) -> Result<Option<Vec<crate::store::inventory::FixityCheck>>> {
@@ -405,7 +458,9 @@ impl S3Store {
         let answered = self.answers_writes.get_or_init(|| {
             let key = self.keys.probe(&uuid::Uuid::new_v4().to_string());
             let write = async {
-                self.objects.overwrite(&key, Vec::new()).await?;
+                // Some bytes: SeaweedFS keeps an empty object in its filer alone,
+                // which answers while the volumes' writes hang.
+                self.objects.overwrite(&key, b"ibi write probe\n".to_vec()).await?;
                 self.objects.delete(&key).await
             };
             match self.objects.run(async { tokio::time::timeout(WRITES_ANSWER_WITHIN, write).await }) {
