@@ -400,7 +400,11 @@ impl TestEnv {
 /// a child of this test process (large and long-lived, with other tests running
 /// in it) reported this process's peak: 76.7 MiB for a 33 MiB verify in CI.
 pub fn run_measuring_peak_rss(command: &Command) -> (Run, u64) {
-    let parent = "import resource, subprocess, sys\n\
+    // Transparent huge pages off for the child (prctl PR_SET_THP_DISABLE, which
+    // it inherits): where the kernel makes them always, resident memory grows in
+    // 2 MiB steps that depend on where the allocator's arenas fall.
+    let parent = "import ctypes, resource, subprocess, sys\n\
+        ctypes.CDLL(None, use_errno=True).prctl(41, 1, 0, 0, 0)\n\
         code = subprocess.run(sys.argv[2:]).returncode\n\
         open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))\n\
         sys.exit(code)\n";
