@@ -73,6 +73,13 @@ def make_old():
                 s3.delete_object(Bucket=BUCKET, Key=key)
 
 
+def forget_log_index():
+    """The event log as an ibi from before the per-item index left it."""
+    for key in list(keys(PREFIX + "/.ibi/log-items")):
+        s3.delete_object(Bucket=BUCKET, Key=key)
+    s3.delete_object(Bucket=BUCKET, Key=PREFIX + "/.ibi/log-items-from")
+
+
 if COMMAND == "keys":
     for key in keys(PREFIX):
         print(json.dumps(key))
@@ -80,5 +87,9 @@ elif COMMAND == "download":
     download(sys.argv[5])
 elif COMMAND == "make-old":
     make_old()
+elif COMMAND == "forget-log-index":
+    forget_log_index()
+elif COMMAND == "get":
+    sys.stdout.write(s3.get_object(Bucket=BUCKET, Key=PREFIX + "/" + sys.argv[5])["Body"].read().decode())
 else:
     sys.exit("unknown command " + COMMAND)

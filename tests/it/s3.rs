@@ -351,6 +351,90 @@ fn s3_keeps_the_event_log_and_names_its_tampering(start: Start) {
     }
 }
 
+/// One item's events in object storage are found through its index (issue 24),
+/// never by listing the whole log: `ibi log ROOT NAME` gives exactly the item's
+/// events of the whole log; an index entry that names no event (what a kill
+/// between its two writes leaves) is passed over; a log from before the index
+/// (no `.ibi/log-items-from`) is read whole as before, and the next append
+/// starts the index after the log's last event.
+fn s3_finds_an_items_events_through_its_index(start: Start) {
+    let server = start("lib");
+    let p = server.port;
+    let env = TestEnv::new();
+    let local = env.filled("local", 2, 1);
+    let s3 = "s3://lib/main";
+    env.s3_collection(p, s3);
+    env.s3_ok(p, &["-q", "mirror", &local, s3]);
+    env.s3_ok(p, &["-q", "verify", s3]);
+    let item_events = |name: &str| -> Vec<String> {
+        let out = env.s3_ok(p, &["--json", "log", s3, name]).stdout;
+        out.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].to_string()).collect()
+    };
+    let from_whole_log = |name: &str| -> Vec<String> {
+        let log = env.s3_log(p, s3);
+        log.iter().filter(|e| e["item"] == name).map(|e| e["id"].to_string()).collect()
+    };
+    let agree = |when: &str| {
+        for name in env.s3_ok(p, &["list", s3]).lines().iter().map(|l| l.split('\t').next().unwrap().to_string()) {
+            let (found, whole) = (item_events(&name), from_whole_log(&name));
+            assert!(found.len() >= 2, "{when}: {name} has deposit, mirror-in and fixity events: {found:?}");
+            assert_eq!(found, whole, "{when}: {name}'s events through its index are not the log's");
+        }
+    };
+    let with_item = env.s3_log(p, s3).iter().filter(|e| e["item"].is_string()).count();
+    assert_eq!(keys_under(p, "main/.ibi/log-items").len(), with_item, "one index entry per event of an item");
+    agree("indexed");
+
+    let name = env.s3_ok(p, &["list", s3]).lines()[0].split('\t').next().unwrap().to_string();
+    let stale = format!("main/.ibi/log-items/{name}/{:016}!{}!no-such-event", 2, "0".repeat(64));
+    put_object(p, "lib", &stale, b"");
+    agree("with an entry that names no event");
+
+    s3_peer(p, &["forget-log-index", "lib", "main"]);
+    agree("from before the index");
+    let end = env.s3_log(p, s3).len();
+    env.deposit_new_items(&local, "more", 1);
+    env.s3_ok(p, &["-q", "mirror", &local, s3]);
+    let from = s3_peer(p, &["get", "lib", "main", ".ibi/log-items-from"]);
+    assert_eq!(from.trim(), (end + 1).to_string(), "the index starts after the log's last event");
+    agree("half indexed");
+    env.s3_ok(p, &["-q", "verify", s3]);
+}
+
+/// Six `site add`s of one S3 collection at once (issue 25): its configuration
+/// is changed with conditional writes, so none overwrites another's site, and
+/// each that loses the race reads the configuration again and applies its own
+/// change to it, so all six land (none asks its user to run it again).
+fn concurrent_site_adds_on_s3_all_land(start: Start) {
+    let server = start("lib");
+    let p = server.port;
+    let env = TestEnv::new();
+    let main = "s3://lib/main";
+    env.s3_collection(p, main);
+    let sites: Vec<String> = (0..6).map(|i| format!("s3://lib/site-{i}")).collect();
+    for site in &sites {
+        env.s3_ok(p, &["-q", "init", site, "--like", main]);
+    }
+    let running: Vec<_> = sites
+        .iter()
+        .enumerate()
+        .map(|(i, site)| {
+            let zone = format!("zone-{i}");
+            let mut add = env.s3_command(p, &["-q", "site", "add", main, site, "--zone", &zone]);
+            add.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+            add.spawn().unwrap()
+        })
+        .collect();
+    for child in running {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "a site add failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let listed = env.s3_ok(p, &["site", "list", main]).stdout;
+    for (i, site) in sites.iter().enumerate() {
+        assert!(listed.contains(&format!("{site}\tzone zone-{i}")), "{site} was lost: {listed}");
+    }
+}
+
 /// A collection with a local site and an S3 site (issue 25): replicate fills
 /// the bucket, audit reads its copies' identities and fixity dates there and
 /// exits 0; a copy deleted from the bucket behind ibi's back is named missing
@@ -1324,6 +1408,8 @@ on_every_server!(
     percent_encoded_collections_are_read_and_upgraded_even_when_killed,
     regress_killed_s3_mirror_leaves_bags_other_tools_copy,
     s3_keeps_the_event_log_and_names_its_tampering,
+    s3_finds_an_items_events_through_its_index,
+    concurrent_site_adds_on_s3_all_land,
     an_s3_site_is_replicated_audited_and_repaired,
 );
 

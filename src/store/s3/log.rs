@@ -11,8 +11,17 @@
 //! follows it. An intent (placement or removal) records the log's end when it
 //! is written: a step replayed by recovery appends only the events whose ids are
 //! not logged after it. Each item's last fixity check is `.ibi/fixity/<name path>`.
+//!
+//! So that one item's events are found without listing the whole log, each
+//! event of an item is first indexed under the item,
+//! `.ibi/log-items/<name path>/<seq>!<hash>!<event id>` (an empty object),
+//! and only then appended. An index entry names exactly one event key, which
+//! holds that event or nothing (a kill between the two writes, or a lost
+//! race for the seq, leaves an entry that resolves to nothing and is passed
+//! over). `.ibi/log-items-from` holds the first seq indexed: a log begun by an
+//! older ibi lists its earlier part whole, as before.
 
-use futures_util::stream::{self, StreamExt, TryStreamExt};
+use futures_util::stream::{self, StreamExt, TryStream, TryStreamExt};
 use object_store::path::Path as Key;
 use object_store::{ObjectMeta, PutMode};
 use serde::{Deserialize, Serialize};
@@ -27,6 +36,8 @@ use crate::store::s3::objects::{Objects, IN_FLIGHT};
 pub const LOG: &str = ".ibi/log";
 pub const LOG_HEAD: &str = ".ibi/log-head";
 pub const FIXITY: &str = ".ibi/fixity";
+pub const LOG_ITEMS: &str = ".ibi/log-items";
+pub const LOG_ITEMS_FROM: &str = ".ibi/log-items-from";
 
 /// The log's last event: its seq and hash (seq 0 and `GENESIS` when empty).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,16 +56,41 @@ impl Default for Tail {
 /// (taking the lease forgets it).
 pub type KnownTail = tokio::sync::Mutex<Option<Tail>>;
 
+/// The first seq of the per-item index, once this handle has read or written it.
+pub type KnownIndex = tokio::sync::Mutex<Option<u64>>;
+
 /// The log of one collection.
 pub struct ObjectLog<'a> {
     pub objects: &'a Objects,
     pub keys: &'a Keys,
     pub tail: &'a KnownTail,
+    pub index: &'a KnownIndex,
 }
 
 fn event_key(keys: &Keys, stored: &StoredEvent, item: Option<&str>) -> Key {
     let item = item.unwrap_or_default().replace('/', "+");
     keys.at(&format!("{LOG}/{:016}!{item}!{}", stored.seq, stored.hash))
+}
+
+/// An event's entry in its item's index.
+fn index_key(keys: &Keys, item: &str, stored: &StoredEvent, id: &str) -> Key {
+    keys.at(&format!("{LOG_ITEMS}/{item}/{:016}!{}!{id}", stored.seq, stored.hash))
+}
+
+/// An index entry: the event it names (its seq, hash and the key it is kept
+/// at) and that event's id.
+struct Indexed {
+    listed: Listed,
+    id: String,
+}
+
+fn parse_index_key(keys: &Keys, item: &str, meta: ObjectMeta) -> Option<Indexed> {
+    let mut parts = meta.location.filename()?.splitn(3, '!');
+    let seq = parts.next()?.parse().ok()?;
+    let (hash, id) = (parts.next()?.to_string(), parts.next()?.to_string());
+    let token = item.replace('/', "+");
+    let key = keys.at(&format!("{LOG}/{seq:016}!{token}!{hash}"));
+    Some(Indexed { listed: Listed { seq, item: token, hash, key }, id })
 }
 
 /// An event as its key names it.
@@ -78,9 +114,9 @@ fn corrupt(objects: &Objects, key: &Key, problem: String) -> Error {
 }
 
 impl ObjectLog<'_> {
-    /// The keys of the events after `after`, in order, up to `limit` of those
-    /// whose item token is `item` when given.
-    async fn keys_after(&self, after: u64, item: Option<&str>, limit: usize) -> Result<Vec<Listed>> {
+    /// The keys of the events after `after` and before `before`, in order, up
+    /// to `limit` of those whose item token is `item` when given.
+    async fn keys_between(&self, after: u64, before: u64, item: Option<&str>, limit: usize) -> Result<Vec<Listed>> {
         let prefix = self.keys.at(LOG);
         let offset = self.keys.at(&format!("{LOG}/{:016}", after + 1));
         let token = item.map(|i| i.replace('/', "+"));
@@ -91,9 +127,14 @@ impl ObjectLog<'_> {
         self.objects
             .list_after(&prefix, &offset)
             .try_filter_map(|meta| std::future::ready(Ok(wanted(meta))))
+            .try_take_while(|listed| std::future::ready(Ok(listed.seq < before)))
             .take(limit)
             .try_collect()
             .await
+    }
+
+    async fn keys_after(&self, after: u64, item: Option<&str>, limit: usize) -> Result<Vec<Listed>> {
+        self.keys_between(after, u64::MAX, item, limit).await
     }
 
     /// The stored events listed, in order.
@@ -111,9 +152,92 @@ impl ObjectLog<'_> {
 
     /// Up to `limit` events after `after`, of `item` only when given.
     pub async fn page(&self, item: Option<&RepositoryName>, after: u64, limit: usize) -> Result<Vec<StoredEvent>> {
-        let item = item.map(|n| n.to_string());
-        let keys = self.keys_after(after, item.as_deref(), limit).await?;
-        self.read(keys).await
+        let Some(item) = item.map(|n| n.to_string()) else {
+            return self.read(self.keys_after(after, None, limit).await?).await;
+        };
+        let from = self.indexed_from().await?;
+        let before = from.unwrap_or(u64::MAX);
+        let mut events = match before > after + 1 {
+            true => self.read(self.keys_between(after, before, Some(&item), limit).await?).await?,
+            false => Vec::new(),
+        };
+        if from.is_some() && events.len() < limit {
+            let after = after.max(before - 1);
+            events.extend(self.indexed_page(&item, after, limit - events.len()).await?);
+        }
+        Ok(events)
+    }
+
+    /// The entries of `item`'s index after seq `after`, in order.
+    fn index_after<'a>(
+        &'a self,
+        item: &'a str,
+        prefix: &'a Key,
+        offset: &'a Key,
+    ) -> impl TryStream<Ok = Indexed, Error = Error> + 'a {
+        self.objects
+            .list_after(prefix, offset)
+            .try_filter_map(move |meta| std::future::ready(Ok(parse_index_key(self.keys, item, meta))))
+    }
+
+    /// Up to `limit` of `item`'s events after `after`, found through its index;
+    /// an entry whose event is not there is passed over.
+    async fn indexed_page(&self, item: &str, after: u64, limit: usize) -> Result<Vec<StoredEvent>> {
+        let prefix = self.keys.at(&format!("{LOG_ITEMS}/{item}"));
+        let offset = self.keys.at(&format!("{LOG_ITEMS}/{item}/{:016}", after + 1));
+        self.index_after(item, &prefix, &offset)
+            .try_filter(|indexed| std::future::ready(indexed.listed.seq > after))
+            .map_ok(|Indexed { listed: Listed { seq, hash, key, .. }, .. }| async move {
+                let found = self.objects.get(&key).await?;
+                Ok(found.map(|f| StoredEvent { seq, hash, body: String::from_utf8_lossy(&f.bytes).into_owned() }))
+            })
+            .try_buffered(IN_FLIGHT)
+            .try_filter_map(|found| std::future::ready(Ok(found)))
+            .take(limit)
+            .try_collect()
+            .await
+    }
+
+    /// The ids of `item`'s indexed events that are in the log.
+    async fn indexed_ids(&self, item: &str) -> Result<Vec<String>> {
+        let prefix = self.keys.at(&format!("{LOG_ITEMS}/{item}"));
+        self.index_after(item, &prefix, &prefix)
+            .map_ok(|Indexed { listed, id }| async move { Ok(self.objects.exists(&listed.key).await?.then_some(id)) })
+            .try_buffered(IN_FLIGHT)
+            .try_filter_map(|found| std::future::ready(Ok(found)))
+            .try_collect()
+            .await
+    }
+
+    /// The first seq indexed per item; none when this log has no index (begun
+    /// by an older ibi and not appended to since).
+    async fn indexed_from(&self) -> Result<Option<u64>> {
+        let mut known = self.index.lock().await;
+        if known.is_none() {
+            *known = self.read_indexed_from().await?;
+        }
+        Ok(*known)
+    }
+
+    async fn read_indexed_from(&self) -> Result<Option<u64>> {
+        let key = self.keys.at(LOG_ITEMS_FROM);
+        let Some(found) = self.objects.get(&key).await? else { return Ok(None) };
+        let text = String::from_utf8_lossy(&found.bytes);
+        let from = text.trim().parse().map_err(|e| corrupt(self.objects, &key, format!("not a seq: {e}")))?;
+        Ok(Some(from))
+    }
+
+    /// Makes sure every event appended from now on is indexed: a log without an
+    /// index starts one after its last event (the caller holds the lease, so no
+    /// other writer appends meanwhile).
+    async fn start_index(&self) -> Result<()> {
+        if self.indexed_from().await?.is_some() {
+            return Ok(());
+        }
+        let from = self.load_tail().await?.seq + 1;
+        self.objects.overwrite(&self.keys.at(LOG_ITEMS_FROM), from.to_string().into_bytes()).await?;
+        *self.index.lock().await = Some(from);
+        Ok(())
     }
 
     /// The log's end as stored: the head object, then whatever follows it.
@@ -137,16 +261,31 @@ impl ObjectLog<'_> {
         Ok(tail.as_ref().map_or(0, |t| t.seq))
     }
 
-    /// The ids of the events of these items (by name).
+    /// The ids of the events of these items (by name): through their indexes,
+    /// and for a log begun by an older ibi, a listing of its unindexed part.
     pub async fn ids_of(
         &self,
         items: &std::collections::BTreeSet<String>,
     ) -> Result<std::collections::HashSet<String>> {
-        let tokens: std::collections::BTreeSet<String> = items.iter().map(|i| i.replace('/', "+")).collect();
-        let listed = self.keys_after(0, None, usize::MAX).await?;
-        let theirs: Vec<Listed> = listed.into_iter().filter(|l| tokens.contains(&l.item)).collect();
-        let stored = self.read(theirs).await?;
-        Ok(stored.iter().filter_map(|s| s.event().ok()).map(|e| e.id).collect())
+        let from = self.indexed_from().await?;
+        let before = from.unwrap_or(u64::MAX);
+        let mut ids = std::collections::HashSet::new();
+        if before > 1 {
+            let tokens: std::collections::BTreeSet<String> = items.iter().map(|i| i.replace('/', "+")).collect();
+            let listed = self.keys_between(0, before, None, usize::MAX).await?;
+            let theirs: Vec<Listed> = listed.into_iter().filter(|l| tokens.contains(&l.item)).collect();
+            let stored = self.read(theirs).await?;
+            ids.extend(stored.iter().filter_map(|s| s.event().ok()).map(|e| e.id));
+        }
+        if from.is_some() {
+            let indexed: Vec<Vec<String>> = stream::iter(items)
+                .map(|item| self.indexed_ids(item))
+                .buffer_unordered(IN_FLIGHT)
+                .try_collect()
+                .await?;
+            ids.extend(indexed.into_iter().flatten());
+        }
+        Ok(ids)
     }
 
     /// The ids of the events after `after`.
@@ -166,6 +305,9 @@ impl ObjectLog<'_> {
             Some(after) => self.ids_after(after).await?,
             None => Default::default(),
         };
+        if events.iter().any(|e| e.item.is_some()) {
+            self.start_index().await?;
+        }
         let mut guard = self.tail.lock().await;
         for event in events.iter().filter(|e| !known.contains(&e.id)) {
             let mut tries = 0;
@@ -176,6 +318,9 @@ impl ObjectLog<'_> {
                 };
                 let stored = event.clone().seal(tail.seq + 1, &tail.hash);
                 let key = event_key(self.keys, &stored, event.item.as_deref());
+                if let Some(item) = event.item.as_deref() {
+                    self.objects.overwrite(&index_key(self.keys, item, &stored, &event.id), Vec::new()).await?;
+                }
                 match self.objects.put(&key, stored.body.into_bytes(), PutMode::Create).await? {
                     Ok(_) => {
                         *guard = Some(Tail { seq: stored.seq, hash: stored.hash });

@@ -62,6 +62,7 @@ pub struct S3Store {
     held_floor: std::sync::OnceLock<Option<crate::id::Timestamp>>,
     /// The log's end, while this handle holds the lease.
     log_tail: log::KnownTail,
+    log_index: log::KnownIndex,
     /// Whether the store answered a write promptly (asked before keeping fixity dates).
     answers_writes: std::sync::OnceLock<std::result::Result<(), String>>,
 }
@@ -139,9 +140,21 @@ impl S3Store {
         let minter_dir = crate::store::local::minter::machine_dir();
         let held_floor = std::sync::OnceLock::new();
         let log_tail = log::KnownTail::default();
+        let log_index = log::KnownIndex::default();
         let answers_writes = std::sync::OnceLock::new();
         let stages = Mutex::default();
-        Ok(S3Store { objects, keys, config, subsystem, stages, minter_dir, held_floor, log_tail, answers_writes })
+        Ok(S3Store {
+            objects,
+            keys,
+            config,
+            subsystem,
+            stages,
+            minter_dir,
+            held_floor,
+            log_tail,
+            log_index,
+            answers_writes,
+        })
     }
 
     /// The config as stored now, with its version for a conditional rewrite.
@@ -237,7 +250,7 @@ impl S3Store {
     }
 
     fn log(&self) -> log::ObjectLog<'_> {
-        log::ObjectLog { objects: &self.objects, keys: &self.keys, tail: &self.log_tail }
+        log::ObjectLog { objects: &self.objects, keys: &self.keys, tail: &self.log_tail, index: &self.log_index }
     }
 
     /// Where an item's files are read from: its own keys, or its stage while it is placed.

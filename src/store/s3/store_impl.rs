@@ -215,18 +215,23 @@ impl Store for S3Store {
         &self,
         change: &mut dyn FnMut(&mut CollectionConfig) -> Result<()>,
     ) -> Result<Option<CollectionConfig>> {
-        let (mut config, version) = self.stored_config()?;
-        change(&mut config)?;
-        let text = config.to_toml();
-        CollectionConfig::parse(&text, &format!("{}/.ibi/collection.toml", self.objects.place))?;
+        let place = format!("{}/.ibi/collection.toml", self.objects.place);
         let key = self.keys.config();
-        self.objects.run(self.objects.put(&key, text.into_bytes(), PutMode::Update(version)))?.map_err(|Lost| {
-            Error::Invalid {
-                what: format!("the config of {}", self.objects.place),
-                problem: "it changed meanwhile; run the command again".into(),
+        for _ in 0..CONFIG_TRIES {
+            let (mut config, version) = self.stored_config()?;
+            change(&mut config)?;
+            let text = config.to_toml();
+            CollectionConfig::parse(&text, &place)?;
+            // A lost conditional write means another writer changed it since it
+            // was read: read it again and make this change to what it is now.
+            if self.objects.run(self.objects.put(&key, text.into_bytes(), PutMode::Update(version)))?.is_ok() {
+                return Ok(Some(config));
             }
-        })?;
-        Ok(Some(config))
+        }
+        Err(Error::Invalid {
+            what: format!("the config of {}", self.objects.place),
+            problem: format!("other writers changed it {CONFIG_TRIES} times while this change was made; run it again"),
+        })
     }
 
     fn placement(
@@ -446,6 +451,10 @@ impl S3Store {
         Ok(batch)
     }
 }
+
+/// How many times a change of the configuration is made again on what another
+/// writer left before it gives up.
+const CONFIG_TRIES: usize = 16;
 
 /// How long verify waits for a store to answer a write before it gives up
 /// keeping fixity dates there (a store with a data centre down never answers).
