@@ -355,8 +355,9 @@ fn s3_keeps_the_event_log_and_names_its_tampering(start: Start) {
 /// never by listing the whole log: `ibi log ROOT NAME` gives exactly the item's
 /// events of the whole log; an index entry that names no event (what a kill
 /// between its two writes leaves) is passed over; a log from before the index
-/// (no `.ibi/log-items-from`) is read whole as before, and the next append
-/// starts the index after the log's last event.
+/// (no `.ibi/log-items-from`) is read whole as before, the next append
+/// starts the index after the log's last event, and `ibi upgrade` indexes the
+/// part before it.
 fn s3_finds_an_items_events_through_its_index(start: Start) {
     let server = start("lib");
     let p = server.port;
@@ -398,6 +399,12 @@ fn s3_finds_an_items_events_through_its_index(start: Start) {
     let from = s3_peer(p, &["get", "lib", "main", ".ibi/log-items-from"]);
     assert_eq!(from.trim(), (end + 1).to_string(), "the index starts after the log's last event");
     agree("half indexed");
+    env.s3_ok(p, &["-q", "upgrade", s3]);
+    let from = s3_peer(p, &["get", "lib", "main", ".ibi/log-items-from"]);
+    assert_eq!(from.trim(), "1", "ibi upgrade indexes the events from before the index");
+    let with_item = env.s3_log(p, s3).iter().filter(|e| e["item"].is_string()).count();
+    assert_eq!(keys_under(p, "main/.ibi/log-items").len(), with_item, "one entry per event of an item again");
+    agree("upgraded");
     env.s3_ok(p, &["-q", "verify", s3]);
 }
 

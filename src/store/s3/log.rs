@@ -261,6 +261,34 @@ impl ObjectLog<'_> {
         Ok(tail.as_ref().map_or(0, |t| t.seq))
     }
 
+    /// Indexes the events of items that a log begun by an older ibi holds
+    /// before its index starts (`ibi upgrade`, under the lease), then records
+    /// that the index starts at the first event; the number indexed. Each entry
+    /// is written whole before the start moves, so a killed run is run again.
+    pub async fn index_earlier_events(&self) -> Result<usize> {
+        self.start_index().await?;
+        let from = self.indexed_from().await?.unwrap_or(1);
+        if from == 1 {
+            return Ok(0);
+        }
+        let earlier: Vec<Listed> =
+            self.keys_between(0, from, None, usize::MAX).await?.into_iter().filter(|l| !l.item.is_empty()).collect();
+        let indexed = earlier.len();
+        let stored = self.read(earlier).await?;
+        stream::iter(stored)
+            .map(|stored| async move {
+                let event = stored.event().map_err(|problem| corrupt(self.objects, &self.keys.at(LOG), problem))?;
+                let Some(item) = event.item.as_deref() else { return Ok(()) };
+                self.objects.overwrite(&index_key(self.keys, item, &stored, &event.id), Vec::new()).await
+            })
+            .buffer_unordered(IN_FLIGHT)
+            .try_collect::<()>()
+            .await?;
+        self.objects.overwrite(&self.keys.at(LOG_ITEMS_FROM), b"1".to_vec()).await?;
+        *self.index.lock().await = Some(1);
+        Ok(indexed)
+    }
+
     /// The ids of the events of these items (by name): through their indexes,
     /// and for a log begun by an older ibi, a listing of its unindexed part.
     pub async fn ids_of(

@@ -255,7 +255,9 @@ impl Store for S3Store {
 
 impl WriteBackend for S3Store {
     fn upgrade_stored_form(&self, done: &dyn Fn(&RepositoryName, Option<&str>)) -> Result<usize> {
-        self.upgrade_keys(done)
+        let rewritten = self.upgrade_keys(done)?;
+        self.objects.run(self.log().index_earlier_events())?;
+        Ok(rewritten)
     }
 
     fn set_minting(&self, minting: &Minting) -> Result<()> {
