@@ -42,6 +42,9 @@ pub enum ProblemKind {
     /// The event log's hash chain is broken: an event was edited, removed,
     /// inserted or reordered.
     BrokenLog,
+    /// The cluster behind the store keeps fewer replicas of an item's objects
+    /// than they ask for (a volume server or data centre is down).
+    Degraded,
 }
 
 impl ProblemKind {
@@ -65,6 +68,7 @@ impl ProblemKind {
             ProblemKind::Changed => "changed",
             ProblemKind::StaleFixity => "stale fixity",
             ProblemKind::BrokenLog => "broken log",
+            ProblemKind::Degraded => "degraded",
         }
     }
 }

@@ -706,7 +706,7 @@ pub enum SiteCommand {
         /// The collection's root folder.
         root: PathBuf,
     },
-    /// Set the collection's own zone and media.
+    /// Set the collection's own zone and media (and, for one in S3, the SeaweedFS cluster behind it).
     Here {
         /// The collection's root folder.
         root: PathBuf,
@@ -714,6 +714,13 @@ pub enum SiteCommand {
         zone: String,
         #[arg(long, default_value = "disk", value_parser = parse_media)]
         media: Media,
+        /// The master of the SeaweedFS cluster behind this S3 collection: verify then
+        /// reports items whose volumes keep fewer replicas than they ask for.
+        #[arg(long, value_name = "URL", requires = "seaweedfs_filer")]
+        seaweedfs_master: Option<String>,
+        /// That cluster's filer (its HTTP port, 8888 by default).
+        #[arg(long, value_name = "URL", requires = "seaweedfs_master")]
+        seaweedfs_filer: Option<String>,
     },
     /// Set the copy policy: copies (this collection included), zones, maximum fixity age.
     Policy {

@@ -26,16 +26,16 @@ pub fn site(global: GlobalArgs, command: &SiteCommand) -> Result<Outcome> {
             return Ok(Outcome::Success);
         }
         SiteCommand::Add { root, url, zone, media, public_url, seaweedfs_master, seaweedfs_filer } => {
-            let seaweedfs = match (seaweedfs_master, seaweedfs_filer) {
-                (Some(master), Some(filer)) => Some(SeaweedFs { master: master.clone(), filer: filer.clone() }),
-                _ => None,
-            };
+            let seaweedfs = cluster(seaweedfs_master, seaweedfs_filer);
             let (url, zone, media, public_url) = (url.clone(), zone.clone(), *media, public_url.clone());
             let site = Site { url, zone, media, public_url, seaweedfs };
             (root, SiteChange::Add(site))
         }
         SiteCommand::Remove { root, url } => (root, SiteChange::Remove(url.clone())),
-        SiteCommand::Here { root, zone, media } => (root, SiteChange::Here { zone: zone.clone(), media: *media }),
+        SiteCommand::Here { root, zone, media, seaweedfs_master, seaweedfs_filer } => {
+            let seaweedfs = cluster(seaweedfs_master, seaweedfs_filer);
+            (root, SiteChange::Here { zone: zone.clone(), media: *media, seaweedfs })
+        }
         SiteCommand::Policy { root, copies, zones, max_fixity_age } => {
             let policy = Policy { copies: *copies, zones: *zones, max_fixity_age: max_fixity_age.clone() };
             (root, SiteChange::Policy(policy))
@@ -46,16 +46,27 @@ pub fn site(global: GlobalArgs, command: &SiteCommand) -> Result<Outcome> {
     Ok(Outcome::Success)
 }
 
+/// A SeaweedFS cluster named by its master and filer (clap asks for both or neither).
+fn cluster(master: &Option<String>, filer: &Option<String>) -> Option<SeaweedFs> {
+    match (master, filer) {
+        (Some(master), Some(filer)) => Some(SeaweedFs { master: master.clone(), filer: filer.clone() }),
+        _ => None,
+    }
+}
+
 fn list(printer: &Printer, config: &CollectionConfig) {
     let here = config.zone.as_deref().unwrap_or("-");
     let media = config.media.unwrap_or_default().as_str();
     if printer.json() {
         printer.line(
-            &json!({ "zone": config.zone, "media": media, "sites": config.sites, "policy": config.policy }).to_string(),
+            &json!({ "zone": config.zone, "media": media, "seaweedfs": config.seaweedfs, "sites": config.sites,
+                "policy": config.policy })
+            .to_string(),
         );
         return;
     }
-    printer.line(&format!("here\tzone {here}\tmedia {media}"));
+    let cluster = config.seaweedfs.as_ref().map(|c| format!("\tseaweedfs {} {}", c.master, c.filer));
+    printer.line(&format!("here\tzone {here}\tmedia {media}{}", cluster.unwrap_or_default()));
     for site in &config.sites {
         let public = site.public_url.as_deref().map(|u| format!("\tpublic {u}")).unwrap_or_default();
         let cluster = site.seaweedfs.as_ref().map(|c| format!("\tseaweedfs {} {}", c.master, c.filer));

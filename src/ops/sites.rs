@@ -22,10 +22,12 @@ use crate::store::{Connect, Store};
 pub enum SiteChange {
     Add(Site),
     Remove(String),
-    /// The collection's own zone and media.
+    /// The collection's own zone and media, and for one in S3, the SeaweedFS
+    /// cluster behind it.
     Here {
         zone: String,
         media: Media,
+        seaweedfs: Option<SeaweedFs>,
     },
     Policy(Policy),
 }
@@ -63,9 +65,11 @@ pub fn configured(store: &dyn Store) -> Result<CollectionConfig> {
 /// Applies `change` to the configuration of the collection `store` is (a local
 /// or S3 one; a far one is edited on its own machine); a site added must be a
 /// collection of the same subsystem that does not mint (made with `init --like`).
-pub fn change(store: &dyn Store, change: SiteChange, connect: &Connect) -> Result<CollectionConfig> {
-    if let SiteChange::Add(site) = &change {
-        check_site(store, site, connect)?;
+pub fn change(store: &dyn Store, mut change: SiteChange, connect: &Connect) -> Result<CollectionConfig> {
+    match &mut change {
+        SiteChange::Add(site) => check_site(store, site, connect)?,
+        SiteChange::Here { seaweedfs: Some(cluster), .. } => check_cluster(&store.location(), cluster)?,
+        _ => (),
     }
     store.change_config(&mut |config| apply(config, change.clone()))?.ok_or_else(|| Error::Invalid {
         what: store.location(),
@@ -100,7 +104,9 @@ fn apply(config: &mut CollectionConfig, change: SiteChange) -> Result<()> {
                 return invalid(&url, "it is not a site of this collection (`ibi site list` names them)".into());
             }
         }
-        SiteChange::Here { zone, media } => (config.zone, config.media) = (Some(zone), Some(media)),
+        SiteChange::Here { zone, media, seaweedfs } => {
+            (config.zone, config.media, config.seaweedfs) = (Some(zone), Some(media), seaweedfs)
+        }
         SiteChange::Policy(policy) => config.policy = Some(policy),
     }
     Ok(())
@@ -111,8 +117,8 @@ fn apply(config: &mut CollectionConfig, change: SiteChange) -> Result<()> {
 fn check_cluster(url: &str, cluster: &mut SeaweedFs) -> Result<()> {
     if !url.starts_with("s3://") {
         return Err(Error::Invalid {
-            what: format!("site {url}"),
-            problem: "only an s3:// site has a SeaweedFS cluster behind it".into(),
+            what: url.to_string(),
+            problem: "only a collection in S3 (s3://) has a SeaweedFS cluster behind it".into(),
         });
     }
     for (flag, address) in [("--seaweedfs-master", &mut cluster.master), ("--seaweedfs-filer", &mut cluster.filer)] {

@@ -277,6 +277,37 @@ fn check_log(store: &dyn Store, counters: &Counters, reporter: &dyn Reporter) ->
     Ok(())
 }
 
+/// How many items' placement is asked of a cluster at once.
+const PLACEMENT_PAGE: usize = 1000;
+
+/// Reports each item whose store keeps fewer replicas than its volumes ask for,
+/// when the collection names the SeaweedFS cluster behind it (`ibi site here`):
+/// the item reads well, but one more failure could lose it.
+fn report_degraded(store: &dyn Store, counters: &Counters, reporter: &dyn Reporter) -> Result<()> {
+    let Some(cluster) = store.current_config()?.and_then(|config| config.seaweedfs) else { return Ok(()) };
+    let mut names = store.record_names();
+    loop {
+        let page: Vec<RepositoryName> = names.by_ref().take(PLACEMENT_PAGE).collect::<Result<_>>()?;
+        if page.is_empty() {
+            return Ok(());
+        }
+        let placed = match store.placement(&page, &cluster) {
+            Ok(Some(placed)) => placed,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                let detail = format!("where its items are held could not be read: {e}");
+                counters.report(reporter, &Problem::new(&cluster.master, None, ProblemKind::Unreadable, detail));
+                return Ok(());
+            }
+        };
+        for (name, _) in page.iter().zip(&placed).filter(|(_, placed)| placed.degraded) {
+            let detail = "its store keeps fewer replicas of its objects than they ask for (a volume server or \
+                          data centre is down): it reads, with less redundancy than its store promises";
+            counters.report(reporter, &Problem::new(&name.to_string(), None, ProblemKind::Degraded, detail));
+        }
+    }
+}
+
 pub(crate) fn verify_one(
     store: &dyn Store,
     name: &RepositoryName,
@@ -331,6 +362,7 @@ pub fn verify(store: &dyn Store, names: &[String], reporter: &dyn Reporter) -> R
             })?;
             report_vanished(store, &walked, &counters, reporter)?;
             check_log(store, &counters, reporter)?;
+            report_degraded(store, &counters, reporter)?;
         } else {
             let mut items: Vec<RepositoryName> = names.iter().map(|n| resolve(store, n)).collect::<Result<_>>()?;
             let mut seen = std::collections::BTreeSet::new();

@@ -44,6 +44,11 @@ pub struct CollectionConfig {
     /// What this collection's copy is kept on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media: Option<Media>,
+    /// The SeaweedFS cluster behind this collection, when it is in S3 (`ibi site
+    /// here --seaweedfs-master … --seaweedfs-filer …`): verify then reports the
+    /// items whose volumes keep fewer replicas than they ask for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seaweedfs: Option<SeaweedFs>,
     pub subsystem: SubsystemConfig,
     /// The other places holding copies of it (`ibi site add`).
     #[serde(default, rename = "site", skip_serializing_if = "Vec::is_empty")]
@@ -232,6 +237,7 @@ impl CollectionConfig {
             successor: None,
             zone: None,
             media: None,
+            seaweedfs: None,
             sites: Vec::new(),
             policy: None,
             witness_key: None,

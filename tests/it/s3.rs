@@ -1424,7 +1424,8 @@ on_every_server!(
 /// data centre only when `audit --placement` has the cluster prove it; a killed
 /// mirror into it converges; with one data centre stopped, reading, listing and
 /// verifying the site still work (and promptly), and the audit names the items
-/// degraded and short of the zones.
+/// degraded and short of the zones, as the site's own verify does once its
+/// configuration names the cluster (`site here`).
 #[test]
 fn seaweedfs_with_two_data_centres_proves_zones_and_reports_one_stopped() {
     let env = TestEnv::new();
@@ -1473,6 +1474,10 @@ fn seaweedfs_with_two_data_centres_proves_zones_and_reports_one_stopped() {
         "{placed}"
     );
 
+    let here = ["-q", "site", "here", site, "--zone", "cloud", "--media", "object"];
+    env.s3_ok(p, &[&here[..], &["--seaweedfs-master", &master, "--seaweedfs-filer", &filer]].concat());
+    env.s3_ok(p, &["-q", "verify", site]);
+
     cluster.stop_second();
     let names = env.s3_ok(p, &["list", site]).lines().len();
     assert_eq!(names, items, "every item listed with one data centre down");
@@ -1480,7 +1485,10 @@ fn seaweedfs_with_two_data_centres_proves_zones_and_reports_one_stopped() {
     let exported = env.path("exported");
     env.s3_ok(p, &["-q", "export", site, &name, exported.to_str().unwrap()]);
     assert!(exported.join("data").is_dir(), "an item read with one data centre down");
-    verify_does_not_wait_on_writes(&env, p, site);
+    let verified = verify_does_not_wait_on_writes(&env, p, site);
+    assert_eq!(verified.code, 1, "verify of {site} with a data centre down: {}", verified.stderr);
+    let said = verified.stdout.lines().filter(|l| l.contains("degraded: its store keeps fewer replicas")).count();
+    assert_eq!(said, items, "verify names each degraded item once: {}", verified.stdout);
     let degraded = env.fails(&["audit", &a, "--placement"], 1);
     let spread = format!("{items} in 1; per data centre: dc1 {items}; {items} degraded");
     assert!(degraded.stdout.contains(&spread), "{}", degraded.stdout);
@@ -1500,18 +1508,19 @@ fn regress_write_probe_answered_by_the_filer_alone() {
     let src = env.write("src/a/a.txt", b"alpha\n");
     env.s3_ok(p, &["-q", "deposit", "s3://lib/main", src.parent().unwrap().to_str().unwrap()]);
     cluster.stop_second();
-    verify_does_not_wait_on_writes(&env, p, "s3://lib/main");
+    let run = verify_does_not_wait_on_writes(&env, p, "s3://lib/main");
+    assert_eq!(run.code, 0, "verify of a collection that names no cluster: {}", run.stderr);
 }
 
 /// `verify` of `root` succeeds well before a hung write would time out (30 s).
-fn verify_does_not_wait_on_writes(env: &TestEnv, port: u16, root: &str) {
+fn verify_does_not_wait_on_writes(env: &TestEnv, port: u16, root: &str) -> Run {
     let mut verify =
-        env.s3_command(port, &["verify", root]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        env.s3_command(port, &["verify", root]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let finished = wait_until(20, || verify.try_wait().unwrap().is_some());
     let _ = verify.kill();
-    let status = verify.wait().unwrap();
+    let run: Run = verify.wait_with_output().unwrap().into();
     assert!(finished, "verify of {root} waited on a write with a data centre down");
-    assert!(status.success(), "verify of {root}: {status}");
+    run
 }
 
 /// Sites kept by a collection in S3 (issue 25): edited in the bucket's

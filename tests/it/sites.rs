@@ -159,7 +159,9 @@ fn site_add_refuses_what_cannot_be_a_site() {
     env.ok(&["-q", "init", &b, "--like", &a]);
     let cluster = ["--seaweedfs-master", "http://127.0.0.1:9333", "--seaweedfs-filer", "http://127.0.0.1:8888"];
     let not_s3 = env.fails(&[&["site", "add", &a, &b, "--zone", "z"][..], &cluster].concat(), 2);
-    assert!(not_s3.stderr.contains("only an s3:// site"), "{}", not_s3.stderr);
+    assert!(not_s3.stderr.contains("only a collection in S3 (s3://) has a SeaweedFS"), "{}", not_s3.stderr);
+    let here = env.fails(&[&["site", "here", &a, "--zone", "z"][..], &cluster].concat(), 2);
+    assert!(here.stderr.contains(&format!("{a}: only a collection in S3")), "{}", here.stderr);
     let missing = env.fails(&["site", "remove", &a, "/nowhere"], 2);
     assert!(missing.stderr.contains("not a site of this collection"), "{}", missing.stderr);
 }
