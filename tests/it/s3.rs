@@ -306,18 +306,24 @@ elif how == 'reorder':
     boto3(port, code, &[bucket, prefix, how]);
 }
 
+/// A server started by `start` with bucket `lib`, and a local collection of `n`
+/// one-file items mirrored into `s3://lib/main`.
+fn mirrored_into_s3(start: Start, n: usize) -> (Moto, TestEnv, String) {
+    let server = start("lib");
+    let env = TestEnv::new();
+    let local = env.filled("local", n, 1);
+    env.s3_collection(server.port, "s3://lib/main");
+    env.s3_ok(server.port, &["-q", "mirror", &local, "s3://lib/main"]);
+    (server, env, local)
+}
+
 /// The event log in object storage (issue 24): a mirror logs each arrival after
 /// the history it carries (ids kept); verify --budget keeps fixity dates there,
 /// so --age and the next rolling run use them; and an edited, deleted, inserted
 /// or reordered event object breaks the chain where it is, which verify names.
 fn s3_keeps_the_event_log_and_names_its_tampering(start: Start) {
-    let server = start("lib");
-    let p = server.port;
-    let env = TestEnv::new();
-    let local = env.filled("local", 3, 1);
-    let s3 = "s3://lib/main";
-    env.s3_collection(p, s3);
-    env.s3_ok(p, &["-q", "mirror", &local, s3]);
+    let (server, env, local) = mirrored_into_s3(start, 3);
+    let (p, s3) = (server.port, "s3://lib/main");
     let log = env.s3_log(p, s3);
     let own: Vec<&str> =
         log.iter().filter(|e| e.get("carried_from").is_none()).map(|e| e["type"].as_str().unwrap()).collect();
@@ -353,19 +359,14 @@ fn s3_keeps_the_event_log_and_names_its_tampering(start: Start) {
 
 /// One item's events in object storage are found through its index (issue 24),
 /// never by listing the whole log: `ibi log ROOT NAME` gives exactly the item's
-/// events of the whole log; an index entry that names no event (what a kill
-/// between its two writes leaves) is passed over; a log from before the index
+/// events of the whole log; an entry a killed writer did not write is written
+/// by the next; an index entry that names no event is passed over; a log from before the index
 /// (no `.ibi/log-items-from`) is read whole as before, the next append
 /// starts the index after the log's last event, and `ibi upgrade` indexes the
 /// part before it.
 fn s3_finds_an_items_events_through_its_index(start: Start) {
-    let server = start("lib");
-    let p = server.port;
-    let env = TestEnv::new();
-    let local = env.filled("local", 2, 1);
-    let s3 = "s3://lib/main";
-    env.s3_collection(p, s3);
-    env.s3_ok(p, &["-q", "mirror", &local, s3]);
+    let (server, env, local) = mirrored_into_s3(start, 2);
+    let (p, s3) = (server.port, "s3://lib/main");
     env.s3_ok(p, &["-q", "verify", s3]);
     let item_events = |name: &str| -> Vec<String> {
         let out = env.s3_ok(p, &["--json", "log", s3, name]).stdout;
@@ -385,6 +386,16 @@ fn s3_finds_an_items_events_through_its_index(start: Start) {
     let with_item = env.s3_log(p, s3).iter().filter(|e| e["item"].is_string()).count();
     assert_eq!(keys_under(p, "main/.ibi/log-items").len(), with_item, "one index entry per event of an item");
     agree("indexed");
+
+    // A writer killed between creating an event and indexing it leaves the
+    // entry missing and the event after the head it saved: the next writer
+    // (verify, keeping its dates) indexes it again.
+    let entries = keys_under(p, "main/.ibi/log-items");
+    delete_object(p, "lib", &entries[0]);
+    put_object(p, "lib", "main/.ibi/log-head", br#"{"seq":0,"hash":"-"}"#);
+    env.s3_ok(p, &["-q", "verify", s3]);
+    assert!(keys_under(p, "main/.ibi/log-items").contains(&entries[0]), "the next writer indexed it again");
+    agree("mended");
 
     let name = env.s3_ok(p, &["list", s3]).lines()[0].split('\t').next().unwrap().to_string();
     let stale = format!("main/.ibi/log-items/{name}/{:016}!{}!no-such-event", 2, "0".repeat(64));
@@ -737,9 +748,25 @@ fn killed_s3_transfers_complete_on_rerun(start: Start) {
         let log = env.s3_log(p, collection);
         let ids: BTreeSet<&str> = log.iter().map(|e| e["id"].as_str().unwrap()).collect();
         assert_eq!(ids.len(), log.len(), "{collection}: no event logged twice");
+        let of_items: BTreeSet<(String, String)> =
+            log.iter().filter_map(|e| Some((e["item"].as_str()?.to_string(), e["id"].as_str()?.to_string()))).collect();
+        assert_eq!(indexed_events(p, collection), of_items, "{collection}: each event of an item indexed, once");
     }
     let deposits = env.s3_log(p, d).into_iter().filter(|e| e["type"] == "deposit").count();
     assert_eq!(deposits, files.len(), "each deposit logged once, however often it was killed");
+}
+
+/// (item, event id) of every entry of the per-item event index of the
+/// collection at `s3://lib/PREFIX`.
+fn indexed_events(port: u16, collection: &str) -> BTreeSet<(String, String)> {
+    let prefix = format!("{}/.ibi/log-items/", collection.trim_start_matches("s3://lib/"));
+    let keys = keys_under(port, prefix.trim_end_matches('/'));
+    keys.iter()
+        .map(|key| {
+            let (dir, file) = key.strip_prefix(&prefix).unwrap().rsplit_once('/').unwrap();
+            (dir.to_string(), file.splitn(3, '!').nth(2).unwrap().to_string())
+        })
+        .collect()
 }
 
 fn the_server_dying_mid_run_exits_3_and_a_rerun_completes(start: Start) {

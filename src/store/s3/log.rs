@@ -13,13 +13,15 @@
 //! not logged after it. Each item's last fixity check is `.ibi/fixity/<name path>`.
 //!
 //! So that one item's events are found without listing the whole log, each
-//! event of an item is first indexed under the item,
-//! `.ibi/log-items/<name path>/<seq>!<hash>!<event id>` (an empty object),
-//! and only then appended. An index entry names exactly one event key, which
-//! holds that event or nothing (a kill between the two writes, or a lost
-//! race for the seq, leaves an entry that resolves to nothing and is passed
-//! over). `.ibi/log-items-from` holds the first seq indexed: a log begun by an
-//! older ibi lists its earlier part whole, as before.
+//! event of an item, once created, is indexed under the item,
+//! `.ibi/log-items/<name path>/<seq>!<hash>!<event id>` (an empty object;
+//! the entries of one append are written at once, after its events). An
+//! entry names exactly one event key, which holds that event or nothing (an
+//! entry made behind ibi's back is passed over). A writer killed between
+//! creating events and indexing them leaves them after the head it last
+//! saved; the next writer, reading the end, indexes what it finds there
+//! again. `.ibi/log-items-from` holds the first seq indexed: a log begun by
+//! an older ibi lists its earlier part whole, as before.
 
 use futures_util::stream::{self, StreamExt, TryStream, TryStreamExt};
 use object_store::path::Path as Key;
@@ -70,6 +72,18 @@ pub struct ObjectLog<'a> {
 fn event_key(keys: &Keys, stored: &StoredEvent, item: Option<&str>) -> Key {
     let item = item.unwrap_or_default().replace('/', "+");
     keys.at(&format!("{LOG}/{:016}!{item}!{}", stored.seq, stored.hash))
+}
+
+/// `events` sealed one after another from `tail`, each linked to the one before.
+fn seal_in_order<'e>(events: &[&'e Event], tail: Tail) -> Vec<(&'e Event, StoredEvent)> {
+    let mut prev = tail;
+    let mut sealed = Vec::with_capacity(events.len());
+    for event in events {
+        let stored = (*event).clone().seal(prev.seq + 1, &prev.hash);
+        prev = Tail { seq: stored.seq, hash: stored.hash.clone() };
+        sealed.push((*event, stored));
+    }
+    sealed
 }
 
 /// An event's entry in its item's index.
@@ -249,7 +263,21 @@ impl ObjectLog<'_> {
             None => Tail::default(),
         };
         let later = self.keys_after(head.seq, None, usize::MAX).await?;
-        Ok(later.last().map_or(head, |last| Tail { seq: last.seq, hash: last.hash.clone() }))
+        let tail = later.last().map_or(head, |last| Tail { seq: last.seq, hash: last.hash.clone() });
+        self.index_listed(later).await?;
+        Ok(tail)
+    }
+
+    /// Indexes the listed events of items again (their entries may be missing:
+    /// a writer killed between creating an event and indexing it leaves it
+    /// after the head it last saved). Only a writer, under the lease, reads the
+    /// end this way.
+    async fn index_listed(&self, listed: Vec<Listed>) -> Result<()> {
+        let of_items: Vec<Listed> = listed.into_iter().filter(|l| !l.item.is_empty()).collect();
+        let stored = self.read(of_items).await?;
+        let events: Vec<Event> = stored.iter().filter_map(|s| s.event().ok()).collect();
+        let sealed: Vec<(&Event, StoredEvent)> = events.iter().zip(stored.iter().cloned()).collect();
+        self.index(&sealed).await
     }
 
     /// The seq of the log's last event (a step's intent records it).
@@ -295,6 +323,7 @@ impl ObjectLog<'_> {
         &self,
         items: &std::collections::BTreeSet<String>,
     ) -> Result<std::collections::HashSet<String>> {
+        self.end().await?;
         let from = self.indexed_from().await?;
         let before = from.unwrap_or(u64::MAX);
         let mut ids = std::collections::HashSet::new();
@@ -323,8 +352,13 @@ impl ObjectLog<'_> {
     }
 
     /// Appends `events` in order; with `replayed_after`, skips those whose id is
-    /// logged after that seq (a step recovery replays). A create-only write that
-    /// loses means the remembered end was stale: the end is read again, once.
+    /// logged after that seq (a step recovery replays). The events are sealed
+    /// in order against the log's end and created one after another; then,
+    /// with the end free for other appends, the index entries of those of
+    /// items are written all at once (a kill before they are is mended by the
+    /// next writer's reading of the end). A create-only write that loses means
+    /// the remembered end was stale: the end is read again and the rest sealed
+    /// anew, once.
     pub async fn append(&self, events: &[Event], replayed_after: Option<u64>) -> Result<()> {
         if events.is_empty() {
             return Ok(());
@@ -336,33 +370,54 @@ impl ObjectLog<'_> {
         if events.iter().any(|e| e.item.is_some()) {
             self.start_index().await?;
         }
+        let mut todo: Vec<&Event> = events.iter().filter(|e| !known.contains(&e.id)).collect();
+        let mut appended = Vec::with_capacity(todo.len());
         let mut guard = self.tail.lock().await;
-        for event in events.iter().filter(|e| !known.contains(&e.id)) {
-            let mut tries = 0;
-            loop {
-                let tail = match guard.take() {
-                    Some(tail) => tail,
-                    None => self.load_tail().await?,
-                };
-                let stored = event.clone().seal(tail.seq + 1, &tail.hash);
-                let key = event_key(self.keys, &stored, event.item.as_deref());
-                if let Some(item) = event.item.as_deref() {
-                    self.objects.overwrite(&index_key(self.keys, item, &stored, &event.id), Vec::new()).await?;
-                }
-                match self.objects.put(&key, stored.body.into_bytes(), PutMode::Create).await? {
-                    Ok(_) => {
-                        *guard = Some(Tail { seq: stored.seq, hash: stored.hash });
-                        break;
-                    }
-                    Err(_) if tries == 0 => tries += 1,
-                    Err(_) => {
-                        let problem = "another writer appends to the log without the lease".into();
-                        return Err(corrupt(self.objects, &key, problem));
-                    }
-                }
+        let mut reread = false;
+        while !todo.is_empty() {
+            let tail = match guard.take() {
+                Some(tail) => tail,
+                None => self.load_tail().await?,
+            };
+            let mut sealed = seal_in_order(&todo, tail);
+            let (created, lost) = self.create_in_order(&sealed).await?;
+            *guard =
+                created.checked_sub(1).map(|last| Tail { seq: sealed[last].1.seq, hash: sealed[last].1.hash.clone() });
+            sealed.truncate(created);
+            appended.extend(sealed);
+            let Some(key) = lost else { break };
+            if reread {
+                let problem = "another writer appends to the log without the lease".into();
+                return Err(corrupt(self.objects, &key, problem));
+            }
+            (reread, *guard) = (true, None);
+            todo.drain(..created);
+        }
+        drop(guard);
+        self.index(&appended).await
+    }
+
+    /// Writes the index entries of the sealed events of items, all at once.
+    async fn index(&self, sealed: &[(&Event, StoredEvent)]) -> Result<()> {
+        stream::iter(sealed.iter().filter_map(|(event, stored)| Some((event.item.as_deref()?, *event, stored))))
+            .map(|(item, event, stored)| async move {
+                self.objects.overwrite(&index_key(self.keys, item, stored, &event.id), Vec::new()).await
+            })
+            .buffer_unordered(IN_FLIGHT)
+            .try_collect::<()>()
+            .await
+    }
+
+    /// Creates the sealed events one after another; how many were created, and
+    /// the key of the one whose create lost, if one did.
+    async fn create_in_order(&self, sealed: &[(&Event, StoredEvent)]) -> Result<(usize, Option<Key>)> {
+        for (done, (event, stored)) in sealed.iter().enumerate() {
+            let key = event_key(self.keys, stored, event.item.as_deref());
+            if self.objects.put(&key, stored.body.clone().into_bytes(), PutMode::Create).await?.is_err() {
+                return Ok((done, Some(key)));
             }
         }
-        Ok(())
+        Ok((sealed.len(), None))
     }
 
     /// Keeps the log's end in the head object (a hint: a stale head costs a longer listing).
