@@ -275,8 +275,10 @@ impl ObjectLog<'_> {
     async fn index_listed(&self, listed: Vec<Listed>) -> Result<()> {
         let of_items: Vec<Listed> = listed.into_iter().filter(|l| !l.item.is_empty()).collect();
         let stored = self.read(of_items).await?;
-        let events: Vec<Event> = stored.iter().filter_map(|s| s.event().ok()).collect();
-        let sealed: Vec<(&Event, StoredEvent)> = events.iter().zip(stored.iter().cloned()).collect();
+        // An event that does not parse is left for verify's chain check to name.
+        let events: Vec<(Event, StoredEvent)> =
+            stored.into_iter().filter_map(|stored| Some((stored.event().ok()?, stored))).collect();
+        let sealed: Vec<(&Event, StoredEvent)> = events.iter().map(|(event, stored)| (event, stored.clone())).collect();
         self.index(&sealed).await
     }
 
