@@ -268,10 +268,10 @@ impl ObjectLog<'_> {
         Ok(tail)
     }
 
-    /// Indexes the listed events of items again (their entries may be missing:
-    /// a writer killed between creating an event and indexing it leaves it
-    /// after the head it last saved). Only a writer, under the lease, reads the
-    /// end this way.
+    /// Indexes the listed events of items (again, when a writer killed between
+    /// creating an event and indexing it left it after the head it last saved;
+    /// or for the first time, for a log begun before the index). Only a writer,
+    /// under the lease, does this.
     async fn index_listed(&self, listed: Vec<Listed>) -> Result<()> {
         let of_items: Vec<Listed> = listed.into_iter().filter(|l| !l.item.is_empty()).collect();
         let stored = self.read(of_items).await?;
@@ -301,19 +301,9 @@ impl ObjectLog<'_> {
         if from == 1 {
             return Ok(0);
         }
-        let earlier: Vec<Listed> =
-            self.keys_between(0, from, None, usize::MAX).await?.into_iter().filter(|l| !l.item.is_empty()).collect();
-        let indexed = earlier.len();
-        let stored = self.read(earlier).await?;
-        stream::iter(stored)
-            .map(|stored| async move {
-                let event = stored.event().map_err(|problem| corrupt(self.objects, &self.keys.at(LOG), problem))?;
-                let Some(item) = event.item.as_deref() else { return Ok(()) };
-                self.objects.overwrite(&index_key(self.keys, item, &stored, &event.id), Vec::new()).await
-            })
-            .buffer_unordered(IN_FLIGHT)
-            .try_collect::<()>()
-            .await?;
+        let earlier = self.keys_between(0, from, None, usize::MAX).await?;
+        let indexed = earlier.iter().filter(|l| !l.item.is_empty()).count();
+        self.index_listed(earlier).await?;
         self.objects.overwrite(&self.keys.at(LOG_ITEMS_FROM), b"1".to_vec()).await?;
         *self.index.lock().await = Some(1);
         Ok(indexed)
