@@ -338,3 +338,31 @@ fn replicate_and_audit_repair_killed_at_random_moments_converge() {
         assert!(control_empty(site, "staging") && control_empty(site, "trash"), "{site}: nothing left staged");
     }
 }
+
+/// An update killed after its journal record was written but before its new
+/// version was swapped in leaves the old version at the item's place; recovery
+/// took the name's presence for the placement and logged an update that never
+/// happened (the random-kill test above caught it once in CI: 22 update events
+/// for 21 new versions). The journal now keeps the staged version's identity,
+/// and recovery logs the update only when that version is the one in place.
+#[test]
+fn regress_recovery_logs_an_update_that_was_never_swapped_in() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 1, 1);
+    let name = env.ok(&["list", &a]).lines()[0].split('\t').next().unwrap().to_string();
+    env.ok(&["-q", "update", &a, &name, "--meta", "Round=1"]);
+    // The journal record of the killed update: the item, its action and the
+    // identity of the version it had staged (never swapped in).
+    let journal = Path::new(&a).join(".ibi/journal");
+    std::fs::create_dir_all(&journal).unwrap();
+    let record =
+        format!("{name}\t\n#action\t{name}\t{{\"kind\":\"update\"}}\n#identity\t{name}\t{}\n", "ab".repeat(32));
+    std::fs::write(journal.join("place-0123456789abcdef-1-0"), record).unwrap();
+    env.ok(&["-q", "update", &a, &name, "--meta", "Round=2"]);
+    assert!(control_empty(&a, "journal"), "recovery finished the record");
+    let versions = versions(&env, &a, &name);
+    assert_eq!(versions, [1, 2, 3]);
+    let updates = env.own_events(&a, "update").get(&name).copied().unwrap_or(0);
+    assert_eq!(updates, 2, "one update event per new version, none for the one never swapped in");
+    env.ok(&["-q", "verify", &a]);
+}

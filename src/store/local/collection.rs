@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::alias;
 pub use super::layout::Layout;
+use super::place::staged_version_at;
 pub use super::walk::{Entry, ItemWalker};
 use crate::bag::{self, BagInfo};
 use crate::error::{Error, IoContext, Result};
@@ -531,7 +532,11 @@ impl Collection {
         let (mut placed, mut removed) = (Vec::new(), Vec::new());
         for line in text.lines() {
             let Some(Minted { name, ibip }) = Minted::parse_record(line) else { continue };
-            match (intent, self.contains(&name)) {
+            let present = self.contains(&name);
+            // A replacement killed before its swap leaves the old version at the place.
+            let swapped_in = present && staged_version_at(&self.layout.item(&name), &name, &text)?;
+            match (intent, present) {
+                (Intent::Place, true) if !swapped_in => {}
                 (Intent::Place, true) => {
                     if let Some(ibip) = ibip {
                         alias::create(&self.layout, &ibip, &name)?;

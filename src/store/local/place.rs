@@ -43,6 +43,52 @@ impl Staged {
     }
 }
 
+/// The journal line that keeps the identity digest of a version staged to
+/// replace the item of its name. The old version holds the name until the
+/// swap, so recovery counts such an item placed (and logs it) only when the
+/// version at its place is this one.
+const IDENTITY_LINE: &str = "#identity\t";
+
+/// The largest tagmanifest read for an identity (it lists tag files only).
+const TAGMANIFEST_CAP: u64 = 16 << 20;
+
+/// The identity digest (the SHA-256 of its tagmanifest) of the bag in `dir`;
+/// none when it has no tagmanifest.
+fn identity_at(dir: &Path) -> Result<Option<String>> {
+    let path = dir.join(crate::bag::TAGMANIFEST);
+    match fsx::read_capped(&path, TAGMANIFEST_CAP) {
+        Ok(bytes) => Ok(Some(fsx::hash_bytes(&bytes))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("read", &path, e)),
+    }
+}
+
+/// The identity lines of the copies that replace an item.
+fn identity_lines(staged: &[Staged]) -> Result<String> {
+    let mut lines = String::new();
+    for copy in staged.iter().filter(|copy| copy.replace) {
+        if let Some(identity) = identity_at(&copy.dir.path)? {
+            lines.push_str(&format!("{IDENTITY_LINE}{}\t{identity}\n", copy.name));
+        }
+    }
+    Ok(lines)
+}
+
+/// Whether the item at `place`, named `name` in a place journal holding
+/// `journal`, is the version that journal staged: always for a new item, and
+/// for a replacement only once it was swapped in.
+pub(crate) fn staged_version_at(place: &Path, name: &RepositoryName, journal: &str) -> Result<bool> {
+    let wanted = name.to_string();
+    let staged = journal
+        .lines()
+        .filter_map(|line| line.strip_prefix(IDENTITY_LINE)?.split_once('\t'))
+        .find_map(|(journalled, identity)| (journalled == wanted).then_some(identity));
+    match staged {
+        None => Ok(true),
+        Some(identity) => Ok(identity_at(place)?.as_deref() == Some(identity)),
+    }
+}
+
 /// Renames one staged copy to its place; `Err` says why the place was refused.
 /// `known` holds the parents this batch already made or found whole.
 fn rename_into_place(
@@ -136,7 +182,8 @@ pub fn place_all(
     let actions: HashMap<RepositoryName, Action> =
         staged.iter_mut().map(|s| (s.name.clone(), std::mem::take(&mut s.action))).collect();
     let entries: Vec<(&RepositoryName, Option<&Ibip>)> = staged.iter().map(|s| (&s.name, s.ibip.as_ref())).collect();
-    let record = dst.journal_all(Intent::Place, &entries, &StepLog::journal_lines(&actions))?;
+    let lines = StepLog::journal_lines(&actions) + &identity_lines(&staged)?;
+    let record = dst.journal_all(Intent::Place, &entries, &lines)?;
     let log = StepLog::new(step_of(&record), actions);
     let mut dirs = BTreeSet::new();
     let mut outcomes = Vec::with_capacity(staged.len());
