@@ -129,7 +129,7 @@ mod tests {
     use super::*;
 
     fn hex(hash: &Hash) -> String {
-        hash.iter().map(|b| format!("{b:02x}")).collect()
+        hex::encode(hash)
     }
 
     /// The leaves of the Certificate Transparency test vectors (RFC 6962's reference code).

@@ -48,13 +48,12 @@ pub struct Proof {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 fn unhex<const N: usize>(text: &str, what: &str) -> Result<[u8; N]> {
-    let bytes: Option<Vec<u8>> =
-        (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect();
-    bytes
+    hex::decode(text)
+        .ok()
         .and_then(|b| b.try_into().ok())
         .ok_or_else(|| Error::Invalid { what: what.into(), problem: format!("{text:?} is not {N} bytes in hex") })
 }

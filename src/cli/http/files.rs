@@ -107,7 +107,7 @@ fn content_type(path: &str) -> String {
 }
 
 fn hex_bytes(hex: &str) -> Option<Vec<u8>> {
-    (0..hex.len()).step_by(2).map(|i| hex.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok())).collect()
+    hex::decode(hex).ok()
 }
 
 /// An RFC 3339 date as an HTTP date (the last one converted is kept per thread:

@@ -278,12 +278,7 @@ impl Collection {
     /// publishes, writing it there the first time: a key that is not the published
     /// one was replaced, and nothing it would sign could be trusted.
     pub fn publish_witness_key(&self, seed: &[u8; 32]) -> Result<()> {
-        let public: String = ed25519_dalek::SigningKey::from_bytes(seed)
-            .verifying_key()
-            .as_bytes()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let public = hex::encode(ed25519_dalek::SigningKey::from_bytes(seed).verifying_key().as_bytes());
         let published = CollectionConfig::read(&self.layout.config())?.0.witness_key;
         match published {
             Some(key) if key == public => Ok(()),

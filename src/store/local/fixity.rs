@@ -77,12 +77,7 @@ impl Inventory {
 /// OS's random source and kept with mode 0600, never over a key another process
 /// made first.
 pub fn witness_seed(path: &std::path::Path, may_write: bool) -> Result<Option<[u8; 32]>> {
-    let parse = |text: &str| -> Option<[u8; 32]> {
-        let text = text.trim();
-        let bytes: Vec<u8> =
-            (0..text.len()).step_by(2).filter_map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect();
-        bytes.try_into().ok()
-    };
+    let parse = |text: &str| -> Option<[u8; 32]> { hex::decode(text.trim()).ok()?.try_into().ok() };
     let read = || -> Result<Option<[u8; 32]>> {
         match crate::fsx::read_capped(path, 1024) {
             Ok(bytes) => parse(&String::from_utf8_lossy(&bytes)).map(Some).ok_or_else(|| crate::Error::CorruptState {
@@ -102,7 +97,7 @@ pub fn witness_seed(path: &std::path::Path, may_write: bool) -> Result<Option<[u
     let mut seed = [0u8; 32];
     getrandom::getrandom(&mut seed)
         .map_err(|e| crate::Error::io("draw a key from", path, std::io::Error::other(e.to_string())))?;
-    let hex: String = seed.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = hex::encode(seed);
     let dir = crate::fsx::parent_dir(path);
     let temp = dir.join(format!("{}witness.key", crate::fsx::TEMP_PREFIX));
     crate::fsx::remove_tree(&temp)?;
