@@ -146,3 +146,23 @@ pub(super) fn forget_checks(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The key file's decoder skipped pairs that were not hex, so a damaged file
+    /// (here a key with "zz" written into it) read as another 32-byte key and
+    /// signed witnesses with it; it is now refused as corrupt.
+    #[test]
+    fn regress_damaged_witness_key_read_as_another_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("witness.key");
+        let key = "11".repeat(32);
+        std::fs::write(&path, format!("{}zz{}\n", &key[..32], &key[32..])).unwrap();
+        let read = witness_seed(&path, false);
+        assert!(matches!(read, Err(crate::Error::CorruptState { .. })), "{read:?}");
+        std::fs::write(&path, format!("{key}\n")).unwrap();
+        assert_eq!(witness_seed(&path, false).unwrap(), Some([0x11; 32]));
+    }
+}
