@@ -119,30 +119,75 @@ pub fn open_regular(path: &Path, follow: bool) -> io::Result<RegularFile> {
 }
 
 /// Opens the regular file at `rel` beneath the folder `root` for reading, never
-/// through a symlink in any component and never outside `root` (`openat2` with
-/// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`; on kernels before 5.6, `O_NOFOLLOW` one
-/// component at a time). `O_NONBLOCK` keeps a FIFO from hanging the open; anything
-/// but a regular file is refused with `InvalidInput`.
+/// through a symlink in any component and never outside `root` (see `Beneath`).
 pub fn open_beneath(root: &Path, rel: &str) -> io::Result<RegularFile> {
-    use rustix::fs::{Mode, OFlags, ResolveFlags};
-    let dir = rustix::fs::open(root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
-    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOFOLLOW;
-    let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-    let fd = match rustix::fs::openat2(&dir, rel, flags, Mode::empty(), how) {
-        Err(rustix::io::Errno::NOSYS) => open_component_wise(dir, rel, flags)?,
-        Err(rustix::io::Errno::LOOP) => return Err(symlink_refused()),
-        Err(rustix::io::Errno::XDEV) => {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "leads outside its collection"))
-        }
-        other => other?,
-    };
-    let file = File::from(fd);
-    let meta = file.metadata()?;
-    if !meta.file_type().is_file() {
-        let kind = file_kind_name(&meta.file_type());
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("is a {kind}, not a regular file")));
+    Beneath::at(root).open(rel)
+}
+
+/// A folder that files are opened beneath: held open (`O_PATH`) when it could be
+/// opened, so that many files are opened relative to one descriptor instead of the
+/// folder's path being resolved again for each; otherwise opened anew each time
+/// (and its error reported then). Clones share the descriptor.
+#[derive(Clone, Debug)]
+pub struct Beneath {
+    path: PathBuf,
+    held: Option<std::sync::Arc<rustix::fd::OwnedFd>>,
+}
+
+impl Beneath {
+    /// `root`, opened now and kept.
+    pub fn held(root: &Path) -> Beneath {
+        let held = Self::open_root(root).ok().map(std::sync::Arc::new);
+        Beneath { path: root.to_path_buf(), held }
     }
-    Ok(RegularFile { file, meta })
+
+    /// `root`, opened at each use.
+    pub fn at(root: &Path) -> Beneath {
+        Beneath { path: root.to_path_buf(), held: None }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn open_root(root: &Path) -> io::Result<rustix::fd::OwnedFd> {
+        use rustix::fs::{Mode, OFlags};
+        Ok(rustix::fs::open(root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?)
+    }
+
+    /// Opens the regular file at `rel` for reading, never through a symlink in any
+    /// component and never outside the folder (`openat2` with `RESOLVE_BENEATH |
+    /// RESOLVE_NO_SYMLINKS`; on kernels before 5.6, `O_NOFOLLOW` one component at a
+    /// time). `O_NONBLOCK` keeps a FIFO from hanging the open; anything but a
+    /// regular file is refused with `InvalidInput`.
+    pub fn open(&self, rel: &str) -> io::Result<RegularFile> {
+        use rustix::fs::{Mode, OFlags, ResolveFlags};
+        let opened_now;
+        let dir = match &self.held {
+            Some(fd) => fd.as_ref(),
+            None => {
+                opened_now = Self::open_root(&self.path)?;
+                &opened_now
+            }
+        };
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        let fd = match rustix::fs::openat2(dir, rel, flags, Mode::empty(), how) {
+            Err(rustix::io::Errno::NOSYS) => open_component_wise(dir, rel, flags)?,
+            Err(rustix::io::Errno::LOOP) => return Err(symlink_refused()),
+            Err(rustix::io::Errno::XDEV) => {
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, "leads outside its collection"))
+            }
+            other => other?,
+        };
+        let file = File::from(fd);
+        let meta = file.metadata()?;
+        if !meta.file_type().is_file() {
+            let kind = file_kind_name(&meta.file_type());
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("is a {kind}, not a regular file")));
+        }
+        Ok(RegularFile { file, meta })
+    }
 }
 
 /// The longest of `roots` that `path` lies under, and the rest of the path.
@@ -213,7 +258,7 @@ fn symlink_refused() -> io::Error {
 
 /// `open_beneath` without `openat2`: each folder opened with `O_NOFOLLOW | O_DIRECTORY`.
 fn open_component_wise(
-    mut dir: rustix::fd::OwnedFd,
+    root: &rustix::fd::OwnedFd,
     rel: &str,
     flags: rustix::fs::OFlags,
 ) -> io::Result<rustix::fd::OwnedFd> {
@@ -224,13 +269,15 @@ fn open_component_wise(
     }
     let (last, folders) = parts.split_last().expect("split yields at least one part");
     let folder_flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut dir: Option<rustix::fd::OwnedFd> = None;
     for folder in folders {
-        dir = rustix::fs::openat(&dir, *folder, folder_flags, Mode::empty()).map_err(|e| match e {
+        let at = dir.as_ref().unwrap_or(root);
+        dir = Some(rustix::fs::openat(at, *folder, folder_flags, Mode::empty()).map_err(|e| match e {
             rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => symlink_refused(),
             e => e.into(),
-        })?;
+        })?);
     }
-    rustix::fs::openat(&dir, *last, flags, Mode::empty()).map_err(|e| match e {
+    rustix::fs::openat(dir.as_ref().unwrap_or(root), *last, flags, Mode::empty()).map_err(|e| match e {
         rustix::io::Errno::LOOP => symlink_refused(),
         e => e.into(),
     })

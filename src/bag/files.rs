@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use walkdir::WalkDir;
 
 use crate::digest::{Algorithm, Digests};
-use crate::fsx::{file_kind_name, hash_opened, open_beneath, read_opened, RegularFile, MAX_TAG_FILE};
+use crate::fsx::{file_kind_name, hash_opened, open_beneath, read_opened, Beneath, RegularFile, MAX_TAG_FILE};
 
 /// What an entry is, found without following links.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +57,7 @@ pub struct DirBag {
     /// The folder the bag must lie beneath, and the bag's path inside it (a
     /// collection root and an item's four levels): files are then opened beneath
     /// the root, and a symlink anywhere on the way is refused, not followed.
-    pub beneath: Option<(PathBuf, String)>,
+    pub beneath: Option<(Beneath, String)>,
 }
 
 impl DirBag {
@@ -66,14 +66,14 @@ impl DirBag {
     }
 
     /// The bag at `rel_dir` under `root`, reached only beneath `root`.
-    pub fn beneath(root: &Path, rel_dir: &str) -> DirBag {
-        DirBag { path: root.join(rel_dir), beneath: Some((root.to_path_buf(), rel_dir.to_string())) }
+    pub fn beneath(root: &Beneath, rel_dir: &str) -> DirBag {
+        DirBag { path: root.path().join(rel_dir), beneath: Some((root.clone(), rel_dir.to_string())) }
     }
 
     /// Whether a folder between the root and the bag is a symlink (or not a folder).
     fn passes_a_link(&self) -> bool {
         let Some((root, rel_dir)) = &self.beneath else { return false };
-        let mut at = root.clone();
+        let mut at = root.path().to_path_buf();
         let parts: Vec<&str> = rel_dir.split('/').collect();
         parts[..parts.len().saturating_sub(1)].iter().any(|part| {
             at.push(part);
@@ -143,7 +143,7 @@ impl DirBag {
         crate::bag::manifest::check_path(rel)
             .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, format!("{rel}: {why}")))?;
         let open = || match &self.beneath {
-            Some((root, rel_dir)) => open_beneath(root, &format!("{rel_dir}/{rel}")),
+            Some((root, rel_dir)) => root.open(&format!("{rel_dir}/{rel}")),
             None => open_beneath(&self.path, rel),
         };
         match open() {

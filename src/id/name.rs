@@ -309,7 +309,32 @@ impl fmt::Display for RepositoryName {
 /// them in (each level sorted as `component/`), so sorted walks can be merged.
 impl Ord for RepositoryName {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.to_string().cmp(&other.to_string())
+        self.text_bytes().cmp(other.text_bytes())
+    }
+}
+
+impl RepositoryName {
+    /// The bytes of the canonical text (`Display`), without making the string.
+    fn text_bytes(&self) -> impl Iterator<Item = u8> + '_ {
+        let mut port = [0u8; 6];
+        let mut port_len = 0;
+        if let Some((separator, number)) = self.prefix.port {
+            port[0] = match separator {
+                PortSeparator::Dot => b'.',
+                PortSeparator::At => b'@',
+            };
+            let digits = number.checked_ilog10().unwrap_or(0) as usize + 1;
+            let mut rest = number;
+            for at in (1..=digits).rev() {
+                port[at] = b'0' + (rest % 10) as u8;
+                rest /= 10;
+            }
+            port_len = 1 + digits;
+        }
+        let slash = || std::iter::once(b'/');
+        (self.prefix.subdomain.bytes().chain(slash()).chain(self.prefix.word.bytes()))
+            .chain(port.into_iter().take(port_len))
+            .chain(slash().chain(self.suffix.year.bytes()).chain(slash()).chain(self.suffix.time.bytes()))
     }
 }
 

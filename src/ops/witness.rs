@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::id::{RepositoryName, Timestamp};
 use crate::merkle::{self, Hash};
-use crate::store::{items, Status, Store};
+use crate::store::{items, Store};
 
 /// A signed statement of a collection's state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,10 +102,7 @@ fn covered(store: &dyn Store) -> Box<dyn Iterator<Item = Result<RepositoryName>>
     if !store.has_inventory() {
         return Box::new(items(store));
     }
-    Box::new(store.all_records().filter_map(|r| match r {
-        Ok(r) => (r.status == Status::Present).then_some(Ok(r.name)),
-        Err(e) => Some(Err(e)),
-    }))
+    store.present_names()
 }
 
 /// Calls `each` with every covered item's name and identity, in byte order of the
@@ -144,27 +141,57 @@ fn in_leaf_order<'s>(
     names: &dyn Fn() -> Box<dyn Iterator<Item = Result<RepositoryName>> + Send + 's>,
     page_each: &mut dyn FnMut(Leaves) -> Result<()>,
 ) -> Result<()> {
-    let mut listed = names();
     let mut last = String::new();
     let mut handed_on = false;
-    loop {
-        let page: Vec<Named> = listed.by_ref().take(LEAVES_AT_ONCE).map(named).collect::<Result<_>>()?;
-        if page.is_empty() {
-            return Ok(());
-        }
-        let ordered = page.iter().all(|(text, _)| std::mem::replace(&mut last, text.clone()) < *text);
-        if !ordered {
-            drop(listed);
-            if handed_on {
-                page_each(Leaves::Restart)?;
-            }
-            let mut all: Vec<Named> = names().map(named).collect::<Result<_>>()?;
-            all.sort();
-            return all.chunks(LEAVES_AT_ONCE).try_for_each(|page| page_each(Leaves::Page(page)));
+    let in_order = in_pages_ahead(names(), &mut |page: Vec<Named>| {
+        if !page.iter().all(|(text, _)| std::mem::replace(&mut last, text.clone()) < *text) {
+            return Ok(false);
         }
         page_each(Leaves::Page(&page))?;
         handed_on = true;
+        Ok(true)
+    })?;
+    if in_order {
+        return Ok(());
     }
+    if handed_on {
+        page_each(Leaves::Restart)?;
+    }
+    let mut all: Vec<Named> = names().map(named).collect::<Result<_>>()?;
+    all.sort();
+    all.chunks(LEAVES_AT_ONCE).try_for_each(|page| page_each(Leaves::Page(page)))
+}
+
+/// Hands `each` the names `listed` yields, a page at a time, while the next page
+/// is read on another thread (listing and reading the bags overlap); stops early,
+/// with `false`, when `each` says so.
+fn in_pages_ahead(
+    listed: Box<dyn Iterator<Item = Result<RepositoryName>> + Send + '_>,
+    each: &mut dyn FnMut(Vec<Named>) -> Result<bool>,
+) -> Result<bool> {
+    let (pages, next) = std::sync::mpsc::sync_channel::<Result<Vec<Named>>>(2);
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            let mut listed = listed;
+            loop {
+                let page: Result<Vec<Named>> = listed.by_ref().take(LEAVES_AT_ONCE).map(named).collect();
+                let last = page.as_ref().map_or(true, Vec::is_empty);
+                if pages.send(page).is_err() || last {
+                    return;
+                }
+            }
+        });
+        for page in next {
+            let page = page?;
+            if page.is_empty() {
+                return Ok(true);
+            }
+            if !each(page)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })
 }
 
 /// A name with its text, which orders the leaves.

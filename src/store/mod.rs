@@ -275,6 +275,15 @@ pub trait Store: Send + Sync {
     fn record_names(&self) -> Box<dyn Iterator<Item = Result<RepositoryName>> + Send + '_> {
         Box::new(self.all_records().map(|record| record.map(|r| r.name)))
     }
+    /// The name of every present item (`Status::Present`), streaming in
+    /// `RepositoryName` order; a backend that can select them without decoding
+    /// each record (the local inventory) does.
+    fn present_names(&self) -> Box<dyn Iterator<Item = Result<RepositoryName>> + Send + '_> {
+        Box::new(self.all_records().filter_map(|record| match record {
+            Ok(r) => (r.status == inventory::Status::Present).then_some(Ok(r.name)),
+            Err(e) => Some(Err(e)),
+        }))
+    }
 
     /// The name content `key` was deposited as, if recorded.
     fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>>;

@@ -112,6 +112,25 @@ prop_compose! {
     }
 }
 
+#[test]
+fn names_with_nested_prefixes_order_as_their_text() {
+    let texts = [
+        "sid.inpe.br/mtc-m18/2009/02.16.17.46",
+        "sid.inpe.br/mtc-m18.8080/2009/02.16.17.46",
+        "sid.inpe.br/mtc-m18@8080/2009/02.16.17.46",
+        "sid.inpe.br/mtc-m18.65535/2009/02.16.17.46",
+        "sid.inpe.br/mtc-m18.9/2009/02.16.17.46",
+        "sid.inpe.br/mtc-m18/2009/02.16.17.46.05",
+        "sid.inpe.br/mtc-m18/12009/02.16.17.46",
+        "sid.inpe.br/mtc/2009/02.16.17.46",
+    ];
+    let mut names: Vec<RepositoryName> = texts.iter().map(|t| RepositoryName::parse(t).unwrap()).collect();
+    names.sort();
+    let mut sorted = texts.to_vec();
+    sorted.sort();
+    assert_eq!(names.iter().map(|n| n.to_string()).collect::<Vec<_>>(), sorted);
+}
+
 proptest! {
     #[test]
     fn parse_format_round_trip(name in any_name()) {
@@ -127,6 +146,13 @@ proptest! {
         let sa = Suffix::from_date(Timestamp::from_nanos(a)).unwrap().to_string();
         let sb = Suffix::from_date(Timestamp::from_nanos(b)).unwrap().to_string();
         prop_assert_eq!(sa == sb, a == b);
+    }
+
+    #[test]
+    fn names_order_as_their_text(a in any_name(), b in any_name(), secs in 0i64..10_000_000_000) {
+        prop_assert_eq!(a.cmp(&b), a.to_string().cmp(&b.to_string()));
+        let same_prefix = RepositoryName::from_prefix_and_date(a.prefix(), Timestamp::from_nanos(secs as i128 * 1_000_000_000)).unwrap();
+        prop_assert_eq!(a.cmp(&same_prefix), a.to_string().cmp(&same_prefix.to_string()));
     }
 
     #[test]

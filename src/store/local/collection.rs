@@ -46,6 +46,9 @@ pub struct Collection {
     /// The path this machine knows the collection by, when `layout.root` reaches
     /// it through a far server's pinned handle (for the minting registry).
     pub(crate) known_as: Option<PathBuf>,
+    /// The root held open for reading items beneath it (`fsx::Beneath`), on first
+    /// use; shared by clones.
+    pub(crate) beneath: std::sync::Arc<std::sync::OnceLock<crate::fsx::Beneath>>,
 }
 
 /// `path` made absolute against the working folder (not resolved: no link is followed).
@@ -206,7 +209,13 @@ impl Collection {
             minter_dir,
             read_only: false,
             known_as: None,
+            beneath: Default::default(),
         })
+    }
+
+    /// The root, held open, that item files are read beneath.
+    pub(crate) fn beneath(&self) -> &crate::fsx::Beneath {
+        self.beneath.get_or_init(|| crate::fsx::Beneath::held(&self.layout.root))
     }
 
     /// Opens an existing collection; a root without `.ibi/collection.toml` is invalid input.
@@ -234,6 +243,7 @@ impl Collection {
             minter_dir: super::minter::machine_dir(),
             read_only: false,
             known_as: None,
+            beneath: Default::default(),
         })
     }
 

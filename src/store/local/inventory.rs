@@ -532,6 +532,33 @@ impl Inventory {
     }
 }
 
+impl Inventory {
+    /// Up to `PAGE` names of present items after `after`, in name order.
+    pub fn present_page(&self, after: Option<&RepositoryName>) -> Result<Vec<RepositoryName>> {
+        let sql = format!(
+            "SELECT prefix, suffix FROM items WHERE (prefix, suffix) > (?1, ?2) AND status = '{}' \
+             ORDER BY prefix, suffix LIMIT {PAGE}",
+            Status::Present.as_str()
+        );
+        let mut select = self.conn.prepare_cached(&sql).map_err(|e| sql_error(&self.path, e))?;
+        let (prefix, suffix) =
+            after.map_or((String::new(), String::new()), |n| (n.prefix().to_string(), n.suffix().to_string()));
+        let rows = select
+            .query_map(params![prefix, suffix], |row| {
+                Ok(format!("{}/{}", row.get_ref(0)?.as_str()?, row.get_ref(1)?.as_str()?))
+            })
+            .map_err(|e| sql_error(&self.path, e))?;
+        rows.map(|row| {
+            let text = row.map_err(|e| sql_error(&self.path, e))?;
+            RepositoryName::parse(&text).map_err(|e| Error::Data {
+                what: format!("inventory {}", self.path.display()),
+                problem: format!("{text}: {e}"),
+            })
+        })
+        .collect()
+    }
+}
+
 /// A collection's open inventory, shared by the clones of its handle: opened on
 /// first use and kept, so a run opens the database once.
 #[derive(Default)]
@@ -564,17 +591,33 @@ impl super::Collection {
 
     /// Every record, in name order, a page at a time.
     pub fn all_records(&self) -> impl Iterator<Item = Result<ItemRecord>> + Send + '_ {
+        self.paged(|inv, after| inv.page(after), |record| &record.name)
+    }
+
+    /// The names of the items present (not withdrawn, moved or removed), in name
+    /// order, a page at a time, without decoding their records.
+    pub fn present_names(&self) -> impl Iterator<Item = Result<RepositoryName>> + Send + '_ {
+        self.paged(|inv, after| inv.present_page(after), |name| name)
+    }
+
+    /// The rows `fetch` reads a page at a time after the last one's name (`name_of`),
+    /// until a page comes back short.
+    fn paged<'a, T: Send + 'a>(
+        &'a self,
+        fetch: impl Fn(&mut Inventory, Option<&RepositoryName>) -> Result<Vec<T>> + Send + 'a,
+        name_of: impl Fn(&T) -> &RepositoryName + Send + 'a,
+    ) -> impl Iterator<Item = Result<T>> + Send + 'a {
         let mut after: Option<RepositoryName> = None;
         let mut done = false;
         let mut buffer = std::collections::VecDeque::new();
         std::iter::from_fn(move || loop {
-            if let Some(record) = buffer.pop_front() {
-                return Some(Ok(record));
+            if let Some(row) = buffer.pop_front() {
+                return Some(Ok(row));
             }
             if done {
                 return None;
             }
-            match self.with_inventory(|inv| inv.page(after.as_ref())) {
+            match self.with_inventory(|inv| fetch(inv, after.as_ref())) {
                 Err(e) => {
                     done = true;
                     return Some(Err(e));
@@ -582,7 +625,7 @@ impl super::Collection {
                 Ok(page) => {
                     let page = page.unwrap_or_default();
                     done = page.len() < PAGE;
-                    after = page.last().map(|r: &ItemRecord| r.name.clone());
+                    after = page.last().map(|row| name_of(row).clone());
                     buffer.extend(page);
                 }
             }

@@ -189,7 +189,7 @@ impl Store for Collection {
     }
 
     fn item_files<'a>(&'a self, name: &RepositoryName) -> Box<dyn BagFiles + 'a> {
-        Box::new(DirBag::beneath(&self.layout.root, &name.to_string()))
+        Box::new(DirBag::beneath(self.beneath(), &name.to_string()))
     }
 
     fn open(
@@ -209,7 +209,7 @@ impl Store for Collection {
     ) -> std::io::Result<(Box<dyn Read + Send + '_>, Option<SystemTime>)> {
         use std::io::{Seek, SeekFrom};
         check_path(rel).map_err(|why| std::io::Error::new(std::io::ErrorKind::InvalidInput, why))?;
-        let mut opened = fsx::open_beneath(&self.layout.root, &format!("{name}/{rel}"))?;
+        let mut opened = self.beneath().open(&format!("{name}/{rel}"))?;
         if offset > 0 {
             opened.file.seek(SeekFrom::Start(offset))?;
         }
@@ -270,6 +270,10 @@ impl Store for Collection {
 
     fn all_records(&self) -> Box<dyn Iterator<Item = Result<ItemRecord>> + Send + '_> {
         Box::new(Collection::all_records(self))
+    }
+
+    fn present_names(&self) -> Box<dyn Iterator<Item = Result<RepositoryName>> + Send + '_> {
+        Box::new(Collection::present_names(self))
     }
 
     fn leftovers(&self) -> Vec<Problem> {
