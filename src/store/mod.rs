@@ -33,6 +33,7 @@ pub mod placement;
 #[cfg(feature = "s3")]
 pub mod s3;
 pub mod state_file;
+pub mod witness_key;
 pub mod write;
 
 #[cfg(any(test, feature = "conformance"))]

@@ -57,11 +57,17 @@ impl From<Output> for Run {
 /// The binary under test: this build's, or `IBI_TEST_BIN` (run the regression tests
 /// against an older build with `IBI_TEST_BIN=/path/to/old/ibi cargo test regress_`).
 pub use ibi::store::local::minter::MINTER_DIR_ENV;
+pub use ibi::store::witness_key::KEY_DIR_ENV;
 
 /// The machine-wide minter folder of one test: every `ibi` a test runs shares it,
 /// as collections on one machine do, and no test touches the real machine's.
 pub fn minter_dir(env_root: &Path) -> PathBuf {
     env_root.join(".ibi-minters")
+}
+
+/// This machine's folder of witness keys (for collections in a bucket), in the env.
+pub fn key_dir(env_root: &Path) -> PathBuf {
+    env_root.join(".ibi-keys")
 }
 
 pub fn ibi_bin() -> PathBuf {
@@ -119,6 +125,7 @@ impl TestEnv {
         cmd.args(args)
             .current_dir(self.dir.path())
             .env(MINTER_DIR_ENV, minter_dir(self.root()))
+            .env(KEY_DIR_ENV, key_dir(self.root()))
             .env_remove("RUST_BACKTRACE");
         if let Some(port) = *self.aws_port.lock().unwrap() {
             cmd.env("AWS_ACCESS_KEY_ID", "test")
@@ -342,6 +349,7 @@ pub fn sh_in(dir: &Path, script: &str) -> Run {
         .current_dir(dir)
         .env("IBI", ibi_bin())
         .env(MINTER_DIR_ENV, minter_dir(dir))
+        .env(KEY_DIR_ENV, key_dir(dir))
         .env_remove("RUST_BACKTRACE")
         .output()
         .expect("sh")

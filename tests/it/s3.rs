@@ -925,6 +925,61 @@ fn an_s3_collection_is_served_over_http(start: Start) {
     assert_eq!((part.status, part.body.as_slice()), (206, &b"56789"[..]));
 }
 
+/// The witness of a collection in a bucket (issue 24): a verify signs it with a
+/// key kept on the machine that ran it (0600, never in the bucket), publishes the
+/// public key in the bucket's collection.toml, and keeps the witness there, where
+/// `ibi witness` and `serve` read it. Its root is the root of the local collection
+/// it mirrors (the same leaves); each proof checks. Another machine, without the
+/// key, makes none and says why; a tagmanifest replaced behind ibi's back changes
+/// the root, and the item's old proof no longer matches.
+fn an_s3_verify_signs_a_witness_with_a_key_kept_on_its_machine(start: Start) {
+    use std::os::unix::fs::PermissionsExt;
+    let (server, env, local) = mirrored_into_s3(start, 3);
+    let (p, s3) = (server.port, "s3://lib/main");
+    env.s3_fails(p, &["witness", s3], 2);
+    let verified = env.s3_ok(p, &["verify", s3]);
+    assert!(verified.stderr.contains("witness: root"), "{}", verified.stderr);
+    let keys: Vec<_> = std::fs::read_dir(crate::env::key_dir(env.root())).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(keys.len(), 1, "one key on this machine: {keys:?}");
+    assert_eq!(std::fs::metadata(&keys[0]).unwrap().permissions().mode() & 0o777, 0o600);
+    assert!(keys_under(p, "lib/main").iter().all(|k| !k.contains("key")), "no key in the bucket");
+    let witness: serde_json::Value = serde_json::from_str(&env.s3_ok(p, &["witness", s3]).stdout).unwrap();
+    assert_eq!(witness["items"], 3);
+    let config = s3_peer(p, &["get", "lib", "main", ".ibi/collection.toml"]);
+    assert!(config.contains(witness["public_key"].as_str().unwrap()), "published: {config}");
+    env.ok(&["-q", "verify", &local]);
+    let here: serde_json::Value = serde_json::from_str(&env.ok(&["witness", &local]).stdout).unwrap();
+    assert_eq!(here["root"], witness["root"], "a mirror's root is its source's");
+    let names: Vec<String> = env.s3_identities(p, s3).into_keys().collect();
+    for name in &names {
+        let proof = env.write(
+            &format!("proof-{}.json", name.replace('/', "_")),
+            env.s3_ok(p, &["witness", s3, "--prove", name]).stdout.as_bytes(),
+        );
+        env.ok(&["witness", "--check", proof.to_str().unwrap()]);
+    }
+    let mut elsewhere = env.s3_command(p, &["verify", s3]);
+    let other = elsewhere.env(crate::env::KEY_DIR_ENV, env.path("other-machine")).output().unwrap();
+    assert!(other.status.success(), "{}", String::from_utf8_lossy(&other.stderr));
+    assert!(
+        String::from_utf8_lossy(&other.stderr).contains("does not hold it"),
+        "{}",
+        String::from_utf8_lossy(&other.stderr)
+    );
+    let unchanged: serde_json::Value = serde_json::from_str(&env.s3_ok(p, &["witness", s3]).stdout).unwrap();
+    assert_eq!(unchanged, witness, "no witness made without the key");
+    let victim = &names[1];
+    let tagmanifest = format!("{victim}/tagmanifest-sha256.txt");
+    let mut bytes = s3_peer(p, &["get", "lib", "main", &tagmanifest]).into_bytes();
+    bytes.extend_from_slice(b"0000000000000000000000000000000000000000000000000000000000000000  extra.txt\n");
+    put_object(p, "lib", &format!("main/{tagmanifest}"), &bytes);
+    let refused = env.s3_fails(p, &["witness", s3, "--prove", victim], 1);
+    assert!(refused.stderr.contains("no longer matches"), "{}", refused.stderr);
+    env.s3_fails(p, &["-q", "verify", s3], 1);
+    let after: serde_json::Value = serde_json::from_str(&env.s3_ok(p, &["witness", s3]).stdout).unwrap();
+    assert_ne!(after["root"], witness["root"], "the replaced tagmanifest changed the root");
+}
+
 /// An S3 server with a collection at `s3://lib/main` holding one item (`data/a.txt`
 /// = "alpha"), for the tests of one S3 behaviour; its name.
 fn one_item_collection(env: &TestEnv, start: Start) -> (Moto, String) {
@@ -1442,6 +1497,7 @@ on_every_server!(
     s3_finds_an_items_events_through_its_index,
     concurrent_site_adds_on_s3_all_land,
     an_s3_site_is_replicated_audited_and_repaired,
+    an_s3_verify_signs_a_witness_with_a_key_kept_on_its_machine,
 );
 
 /// SeaweedFS with two data centres (issue 25): a site in it counts as one zone per

@@ -288,7 +288,7 @@ impl Collection {
     /// publishes, writing it there the first time: a key that is not the published
     /// one was replaced, and nothing it would sign could be trusted.
     pub fn publish_witness_key(&self, seed: &[u8; 32]) -> Result<()> {
-        let public = hex::encode(ed25519_dalek::SigningKey::from_bytes(seed).verifying_key().as_bytes());
+        let public = crate::store::witness_key::public_key(seed);
         let published = CollectionConfig::read(&self.layout.config())?.0.witness_key;
         match published {
             Some(key) if key == public => Ok(()),

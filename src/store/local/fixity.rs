@@ -2,8 +2,7 @@
 //! together by its manifests) was last checked, and whether it was whole. They
 //! live beside the records, in the inventory's `fixity` table (made on first
 //! use), so that a rolling verify checks the least recently checked first and
-//! `verify --age` can state the oldest check. Beside them, the witness's
-//! signing key (`witness_seed`).
+//! `verify --age` can state the oldest check.
 
 use rusqlite::{params, OptionalExtension};
 
@@ -73,57 +72,6 @@ impl Inventory {
     }
 }
 
-/// The witness key's seed at `path`: read, or (when `may_write`) made from the
-/// OS's random source and kept with mode 0600, never over a key another process
-/// made first.
-pub fn witness_seed(path: &std::path::Path, may_write: bool) -> Result<Option<[u8; 32]>> {
-    let parse = |text: &str| -> Option<[u8; 32]> { hex::decode(text.trim()).ok()?.try_into().ok() };
-    let read = || -> Result<Option<[u8; 32]>> {
-        match crate::fsx::read_capped(path, 1024) {
-            Ok(bytes) => parse(&String::from_utf8_lossy(&bytes)).map(Some).ok_or_else(|| crate::Error::CorruptState {
-                path: path.to_path_buf(),
-                problem: "it is not a 32-byte key in hex".into(),
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(crate::Error::io("read", path, e)),
-        }
-    };
-    if let Some(seed) = read()? {
-        return Ok(Some(seed));
-    }
-    if !may_write {
-        return Ok(None);
-    }
-    let mut seed = [0u8; 32];
-    getrandom::getrandom(&mut seed)
-        .map_err(|e| crate::Error::io("draw a key from", path, std::io::Error::other(e.to_string())))?;
-    let hex = hex::encode(seed);
-    let dir = crate::fsx::parent_dir(path);
-    let temp = dir.join(format!("{}witness.key", crate::fsx::TEMP_PREFIX));
-    crate::fsx::remove_tree(&temp)?;
-    {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&temp)
-            .map_err(|e| crate::Error::io("create", &temp, e))?;
-        file.write_all(hex.as_bytes())
-            .and_then(|()| file.sync_all())
-            .map_err(|e| crate::Error::io("write", &temp, e))?;
-    }
-    match crate::fsx::rename_noreplace(&temp, path) {
-        Ok(()) => crate::fsx::fsync_dir(dir).map(|()| Some(seed)),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            crate::fsx::remove_tree(&temp)?;
-            read()
-        }
-        Err(e) => Err(crate::Error::io("rename a temporary file onto", path, e)),
-    }
-}
-
 /// Forgets the last checks of items just placed (within the placement's
 /// transaction): they were of the copy that was replaced, and the new copy was
 /// verified on arrival; the next rolling run checks it first, as never checked.
@@ -145,24 +93,4 @@ pub(super) fn forget_checks(
         forget.execute(params![record.name.to_string()]).map_err(err)?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The key file's decoder skipped pairs that were not hex, so a damaged file
-    /// (here a key with "zz" written into it) read as another 32-byte key and
-    /// signed witnesses with it; it is now refused as corrupt.
-    #[test]
-    fn regress_damaged_witness_key_read_as_another_key() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("witness.key");
-        let key = "11".repeat(32);
-        std::fs::write(&path, format!("{}zz{}\n", &key[..32], &key[32..])).unwrap();
-        let read = witness_seed(&path, false);
-        assert!(matches!(read, Err(crate::Error::CorruptState { .. })), "{read:?}");
-        std::fs::write(&path, format!("{key}\n")).unwrap();
-        assert_eq!(witness_seed(&path, false).unwrap(), Some([0x11; 32]));
-    }
 }

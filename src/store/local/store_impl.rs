@@ -102,7 +102,7 @@ impl Store for Collection {
     }
 
     fn witness_seed(&self) -> Result<Option<[u8; 32]>> {
-        let Some(seed) = super::fixity::witness_seed(&self.layout.witness_key(), !self.read_only)? else {
+        let Some(seed) = crate::store::witness_key::witness_seed(&self.layout.witness_key(), !self.read_only)? else {
             return Ok(None);
         };
         self.publish_witness_key(&seed)?;

@@ -196,6 +196,29 @@ impl Store for S3Store {
         })
     }
 
+    /// The key lives on this machine (`witness_key::machine_key_path`), not in
+    /// the bucket; `collection.toml` publishes its public key.
+    fn witness_seed(&self) -> Result<Option<[u8; 32]>> {
+        self.witness_seed_here()
+    }
+
+    fn latest_witness(&self) -> Result<Option<String>> {
+        let found = self.objects.run(self.objects.get(&self.keys.at(WITNESS)))?;
+        Ok(found.map(|found| String::from_utf8_lossy(&found.bytes).into_owned()))
+    }
+
+    /// Kept at `.ibi/witness.json`, and logged under the lease as fixity checks are.
+    fn keep_witness(&self, json: &str) -> Result<()> {
+        self.answers_writes()?;
+        let _lease = WriteBackend::lease(self, LockWait::For(Duration::from_secs(10)))?;
+        let log = self.log();
+        self.objects.run(async {
+            self.objects.overwrite(&self.keys.at(WITNESS), json.as_bytes().to_vec()).await?;
+            log.append(&[crate::store::log::witness_event(json)], None).await?;
+            log.save_end().await
+        })
+    }
+
     /// From the bags, as the provided method does, but `IN_FLIGHT` at once.
     fn identities(&self, names: &[RepositoryName]) -> Vec<Result<String>> {
         self.bag_identities(names)
@@ -462,7 +485,63 @@ const CONFIG_TRIES: usize = 16;
 /// keeping fixity dates there (a store with a data centre down never answers).
 const WRITES_ANSWER_WITHIN: Duration = Duration::from_secs(5);
 
+/// Where the latest witness is kept.
+const WITNESS: &str = ".ibi/witness.json";
+
 impl S3Store {
+    /// The seed of the key that signs this collection's witnesses, from this
+    /// machine's key folder. Made (and its public key published in the stored
+    /// `collection.toml`) when the collection has none yet; a key here whose
+    /// public key is not the published one is refused as replaced, and with a
+    /// published key but none here, no witness can be signed on this machine.
+    fn witness_seed_here(&self) -> Result<Option<[u8; 32]>> {
+        use crate::store::witness_key::{machine_key_dir, machine_key_path, public_key, witness_seed};
+        let (Some(id), Some(dir)) = (self.config.id.as_deref(), machine_key_dir()) else { return Ok(None) };
+        let path = machine_key_path(&dir, id);
+        let published = self.stored_config()?.0.witness_key;
+        let may_write = published.is_none() && self.answers_writes().is_ok();
+        if may_write {
+            crate::fsx::create_dir_all_durable(&dir)?;
+        }
+        let Some(seed) = witness_seed(&path, may_write)? else {
+            return match published {
+                Some(key) => Err(Error::Invalid {
+                    what: "witness key".into(),
+                    problem: format!(
+                        "{} publishes the witness key {key}, but this machine does not hold it: copy {} here from \
+                         the machine that made it",
+                        self.objects.place,
+                        path.display()
+                    ),
+                }),
+                None => Ok(None),
+            };
+        };
+        let public = public_key(&seed);
+        let published = match published {
+            Some(key) => key,
+            None => self
+                .change_config(&mut |config| {
+                    config.witness_key.get_or_insert(public.clone());
+                    Ok(())
+                })?
+                .and_then(|config| config.witness_key)
+                .unwrap_or_default(),
+        };
+        if published != public {
+            return Err(Error::Data {
+                what: path.display().to_string(),
+                problem: format!(
+                    "its public key {public} is not the one {}'s collection.toml publishes ({published}): the key \
+                     was replaced. Restore the original key, or remove witness_key from collection.toml to publish \
+                     this one",
+                    self.objects.place
+                ),
+            });
+        }
+        Ok(Some(seed))
+    }
+
     /// Whether the store answers a write promptly, asked once per handle: a
     /// reading command that keeps dates never waits on a store whose writes hang.
     fn answers_writes(&self) -> Result<()> {
