@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use anyhow::Result;
 use ibi::id::minter::SystemClock;
 use ibi::ops::deposit::{deposit as deposit_items, DepositOptions, Deposited};
-use ibi::ops::list::{list as list_items, DateRange};
+use ibi::ops::list::{list_marked, DateRange, ListEntry};
 use ibi::ops::minting::{HandedOver, HandoverOptions};
 use ibi::ops::verify::verify as verify_items;
 use ibi::ops::watch::{watch as watch_inbox, EntryOutcome, WatchOptions};
@@ -149,20 +149,42 @@ pub fn list(global: GlobalArgs, args: &ListArgs) -> Result<Outcome> {
     let collection = super::open(&args.root)?;
     let collection = collection.as_ref();
     let printer = Printer::new(global);
-    for entry in list_items(collection, DateRange { since: args.since, until: args.until }, args.withdrawn) {
+    let range = DateRange { since: args.since, until: args.until };
+    let mut degraded = 0u64;
+    for entry in list_marked(collection, range, args.withdrawn)? {
         if super::stdout_gone() {
             break;
         }
-        let (name, ibip, status, identity) = entry?;
+        let ((name, ibip, status, identity), is_degraded) = match entry? {
+            ListEntry::Item(item, is_degraded) => (item, is_degraded),
+            ListEntry::RedundancyUnknown(why) => {
+                printer.note(&format!("ibi: warning: {why}"));
+                continue;
+            }
+        };
+        degraded += u64::from(is_degraded);
         if printer.json() {
             let ibip = ibip.map(|i| i.to_string());
-            let line = json!({"name": name.to_string(), "ibip": ibip, "status": status.as_str(), "identity": identity});
+            let mut line =
+                json!({"name": name.to_string(), "ibip": ibip, "status": status.as_str(), "identity": identity});
+            if is_degraded {
+                line["degraded"] = json!(true);
+            }
             printer.line(&line.to_string());
-        } else if status == ibi::store::Status::Withdrawn {
-            printer.line(&format!("{}\twithdrawn", Minted { name, ibip }));
-        } else {
-            printer.line(&Minted { name, ibip }.to_string());
+            continue;
         }
+        let mut text = Minted { name, ibip }.to_string();
+        if status == ibi::store::Status::Withdrawn {
+            text.push_str("\twithdrawn");
+        }
+        if is_degraded {
+            text.push_str("\tdegraded");
+        }
+        printer.line(&text);
+    }
+    if degraded > 0 {
+        let why = ibi::ops::placement::DEGRADED;
+        printer.note(&format!("ibi: warning: {degraded} item(s) degraded: {why}"));
     }
     Ok(Outcome::Success)
 }

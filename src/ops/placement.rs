@@ -36,6 +36,51 @@ impl PlacementFacts {
     }
 }
 
+/// How many items' placement is asked of a cluster at once.
+pub const PLACEMENT_PAGE: usize = 1000;
+
+/// What a store says of the redundancy of its items, for the commands that
+/// read or list them: its cluster, when the collection names the SeaweedFS
+/// cluster behind it (`ibi site here`).
+pub struct Redundancy<'a> {
+    store: &'a dyn Store,
+    cluster: Option<SeaweedFs>,
+}
+
+/// The text every command gives for a degraded item.
+pub const DEGRADED: &str = "its store keeps fewer replicas of its objects than they ask for (a volume server or \
+                            data centre is down): it reads, with less redundancy than its store promises";
+
+impl<'a> Redundancy<'a> {
+    /// The redundancy `store` can tell (none when its configuration names no cluster).
+    pub fn of(store: &'a dyn Store) -> crate::error::Result<Redundancy<'a>> {
+        let cluster = store.current_config()?.and_then(|config| config.seaweedfs);
+        Ok(Redundancy { store, cluster })
+    }
+
+    /// Whether there is a cluster to ask.
+    pub fn told(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// Which of `names` are degraded, in order (all `false` when there is no
+    /// cluster to ask or it proves nothing here); an error when the cluster
+    /// could not be asked.
+    pub fn degraded(&self, names: &[RepositoryName]) -> crate::error::Result<Vec<bool>> {
+        let Some(cluster) = &self.cluster else { return Ok(vec![false; names.len()]) };
+        let placed = self.store.placement(names, cluster)?;
+        Ok(match placed {
+            Some(placed) => placed.iter().map(|p| p.degraded).collect(),
+            None => vec![false; names.len()],
+        })
+    }
+
+    /// The cluster's master, for messages.
+    pub fn master(&self) -> &str {
+        self.cluster.as_ref().map_or("", |c| c.master.as_str())
+    }
+}
+
 /// Asks `store`'s cluster where each of `held` is; the placements follow `held`'s
 /// order. On failure the facts carry the error and no item is proven anywhere.
 pub fn ask(store: &dyn Store, cluster: &SeaweedFs, held: &[RepositoryName]) -> (PlacementFacts, Vec<ItemPlacement>) {

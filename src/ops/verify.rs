@@ -277,33 +277,32 @@ fn check_log(store: &dyn Store, counters: &Counters, reporter: &dyn Reporter) ->
     Ok(())
 }
 
-/// How many items' placement is asked of a cluster at once.
-const PLACEMENT_PAGE: usize = 1000;
-
 /// Reports each item whose store keeps fewer replicas than its volumes ask for,
 /// when the collection names the SeaweedFS cluster behind it (`ibi site here`):
 /// the item reads well, but one more failure could lose it.
 fn report_degraded(store: &dyn Store, counters: &Counters, reporter: &dyn Reporter) -> Result<()> {
-    let Some(cluster) = store.current_config()?.and_then(|config| config.seaweedfs) else { return Ok(()) };
+    use crate::ops::placement::{Redundancy, DEGRADED, PLACEMENT_PAGE};
+    let redundancy = Redundancy::of(store)?;
+    if !redundancy.told() {
+        return Ok(());
+    }
     let mut names = store.record_names();
     loop {
         let page: Vec<RepositoryName> = names.by_ref().take(PLACEMENT_PAGE).collect::<Result<_>>()?;
         if page.is_empty() {
             return Ok(());
         }
-        let placed = match store.placement(&page, &cluster) {
-            Ok(Some(placed)) => placed,
-            Ok(None) => return Ok(()),
+        let degraded = match redundancy.degraded(&page) {
+            Ok(degraded) => degraded,
             Err(e) => {
                 let detail = format!("where its items are held could not be read: {e}");
-                counters.report(reporter, &Problem::new(&cluster.master, None, ProblemKind::Unreadable, detail));
+                let master = redundancy.master();
+                counters.report(reporter, &Problem::new(master, None, ProblemKind::Unreadable, detail));
                 return Ok(());
             }
         };
-        for (name, _) in page.iter().zip(&placed).filter(|(_, placed)| placed.degraded) {
-            let detail = "its store keeps fewer replicas of its objects than they ask for (a volume server or \
-                          data centre is down): it reads, with less redundancy than its store promises";
-            counters.report(reporter, &Problem::new(&name.to_string(), None, ProblemKind::Degraded, detail));
+        for (name, _) in page.iter().zip(degraded).filter(|(_, degraded)| *degraded) {
+            counters.report(reporter, &Problem::new(&name.to_string(), None, ProblemKind::Degraded, DEGRADED));
         }
     }
 }

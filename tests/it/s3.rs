@@ -1504,8 +1504,8 @@ on_every_server!(
 /// data centre only when `audit --placement` has the cluster prove it; a killed
 /// mirror into it converges; with one data centre stopped, reading, listing and
 /// verifying the site still work (and promptly), and the audit names the items
-/// degraded and short of the zones, as the site's own verify does once its
-/// configuration names the cluster (`site here`).
+/// degraded and short of the zones, as the site's own list and verify do once
+/// its configuration names the cluster (`site here`).
 #[test]
 fn seaweedfs_with_two_data_centres_proves_zones_and_reports_one_stopped() {
     let env = TestEnv::new();
@@ -1558,9 +1558,17 @@ fn seaweedfs_with_two_data_centres_proves_zones_and_reports_one_stopped() {
     env.s3_ok(p, &[&here[..], &["--seaweedfs-master", &master, "--seaweedfs-filer", &filer]].concat());
     env.s3_ok(p, &["-q", "verify", site]);
 
+    let whole = env.s3_ok(p, &["list", site]);
+    assert!(!whole.stdout.contains("degraded") && !whole.stderr.contains("degraded"), "{}", whole.stderr);
     cluster.stop_second();
-    let names = env.s3_ok(p, &["list", site]).lines().len();
-    assert_eq!(names, items, "every item listed with one data centre down");
+    let listed = env.s3_ok(p, &["list", site]);
+    assert_eq!(listed.lines().len(), items, "every item listed with one data centre down");
+    let marked = listed.lines().iter().filter(|line| line.ends_with("\tdegraded")).count();
+    assert_eq!(marked, items, "list marks each item degraded: {}", listed.stdout);
+    assert!(listed.stderr.contains(&format!("{items} item(s) degraded")), "{}", listed.stderr);
+    let json = env.s3_ok(p, &["--json", "list", site]).stdout;
+    let flagged = json.lines().filter(|line| line.contains("\"degraded\":true")).count();
+    assert_eq!(flagged, items, "{json}");
     let name = env.s3_ok(p, &["list", site]).pairs()[0].0.clone();
     let exported = env.path("exported");
     env.s3_ok(p, &["-q", "export", site, &name, exported.to_str().unwrap()]);
