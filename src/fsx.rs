@@ -332,12 +332,14 @@ pub fn read_opened(RegularFile { file, meta }: RegularFile, cap: u64) -> io::Res
 fn hash_stream(
     reader: &mut (impl Read + ?Sized),
     also: &[Algorithm],
+    size: Option<u64>,
     mut sink: impl FnMut(&[u8]) -> io::Result<()>,
 ) -> io::Result<Digests> {
     BUFFER.with(|cell| {
         let mut pages = cell.borrow_mut();
         let buffer = pages.bytes();
         let mut hasher = Hasher::new(also);
+        let mut total = 0u64;
         loop {
             let n = match reader.read(buffer) {
                 Ok(0) => break,
@@ -347,6 +349,12 @@ fn hash_stream(
             };
             hasher.update(&buffer[..n]);
             sink(&buffer[..n])?;
+            total += n as u64;
+            if n < buffer.len() && size == Some(total) {
+                // A short read of a regular file that ends at the size fstat gave:
+                // its end, without one more read() to be told so.
+                break;
+            }
         }
         Ok(hasher.finish())
     })
@@ -365,7 +373,8 @@ pub fn hash_file_with(path: &Path, also: &[Algorithm]) -> io::Result<Digests> {
 
 /// Digests of a regular file already opened: sha256 and `also`.
 pub fn hash_opened(mut opened: RegularFile, also: &[Algorithm]) -> io::Result<Digests> {
-    hash_stream(&mut opened.file, also, |_| Ok(()))
+    let size = opened.meta.len();
+    hash_stream(&mut opened.file, also, Some(size), |_| Ok(()))
 }
 
 /// sha256 of bytes in memory.
@@ -418,7 +427,7 @@ pub fn write_hashing(
     let destination = |action, e| CopyError::Destination(Error::io(action, dst, e));
     let mut output = OpenOptions::new().write(true).create_new(true).open(dst).map_err(|e| destination("create", e))?;
     let mut write_error = None;
-    let result = hash_stream(reader, mode.also, |chunk| {
+    let result = hash_stream(reader, mode.also, None, |chunk| {
         (mode.progress)(chunk.len() as u64);
         output.write_all(chunk).inspect_err(|e| write_error = Some(io::Error::new(e.kind(), e.to_string())))
     });

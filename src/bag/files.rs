@@ -58,20 +58,31 @@ pub struct DirBag {
     /// collection root and an item's four levels): files are then opened beneath
     /// the root, and a symlink anywhere on the way is refused, not followed.
     pub beneath: Option<(Beneath, String)>,
+    /// Whether a folder between the root and the bag is a symlink, once asked.
+    passes_a_link: std::sync::OnceLock<bool>,
 }
 
 impl DirBag {
     pub fn new(path: &Path) -> DirBag {
-        DirBag { path: path.to_path_buf(), beneath: None }
+        DirBag { path: path.to_path_buf(), beneath: None, passes_a_link: Default::default() }
     }
 
     /// The bag at `rel_dir` under `root`, reached only beneath `root`.
     pub fn beneath(root: &Beneath, rel_dir: &str) -> DirBag {
-        DirBag { path: root.path().join(rel_dir), beneath: Some((root.clone(), rel_dir.to_string())) }
+        DirBag {
+            path: root.path().join(rel_dir),
+            beneath: Some((root.clone(), rel_dir.to_string())),
+            passes_a_link: Default::default(),
+        }
     }
 
-    /// Whether a folder between the root and the bag is a symlink (or not a folder).
+    /// Whether a folder between the root and the bag is a symlink (or not a
+    /// folder), asked once for the handle (a verify asks twice).
     fn passes_a_link(&self) -> bool {
+        *self.passes_a_link.get_or_init(|| self.ask_passes_a_link())
+    }
+
+    fn ask_passes_a_link(&self) -> bool {
         let Some((root, rel_dir)) = &self.beneath else { return false };
         let mut at = root.path().to_path_buf();
         let parts: Vec<&str> = rel_dir.split('/').collect();

@@ -407,7 +407,61 @@ pub fn verify_standalone(files: &dyn BagFiles, item: &str) -> BagCheck {
     verify_with(files, item, &hash, false)
 }
 
+/// A bag's files, with each tag file read once: what `read` returned is kept,
+/// and a tag file's digests are taken from those bytes, so that a tag file is
+/// opened once (parsed and hashed from one reading) rather than twice.
+struct ReadOnce<'a> {
+    files: &'a dyn BagFiles,
+    kept: std::sync::Mutex<BTreeMap<String, std::sync::Arc<Vec<u8>>>>,
+}
+
+impl ReadOnce<'_> {
+    fn kept(&self, rel: &str) -> Option<std::sync::Arc<Vec<u8>>> {
+        crate::sync::lock(&self.kept).get(rel).cloned()
+    }
+
+    /// Digests of `rel`: from the bytes kept, or for a top-level tag file read
+    /// now and kept, or else from `digests`.
+    fn digests(&self, rel: &str, also: &[Algorithm], digests: DigestSource) -> io::Result<Digests> {
+        if let Some(bytes) = self.kept(rel) {
+            return Ok(crate::digest::of_bytes(&bytes, also));
+        }
+        if !rel.contains('/') && rel.ends_with(".txt") {
+            if let Ok(bytes) = self.read(rel) {
+                return Ok(crate::digest::of_bytes(&bytes, also));
+            }
+        }
+        digests(rel, also)
+    }
+}
+
+impl BagFiles for ReadOnce<'_> {
+    fn root_kind(&self) -> io::Result<FileKind> {
+        self.files.root_kind()
+    }
+
+    fn entries(&self) -> Vec<std::result::Result<TreeEntry, super::files::TreeError>> {
+        self.files.entries()
+    }
+
+    fn read(&self, rel: &str) -> io::Result<Vec<u8>> {
+        if let Some(bytes) = self.kept(rel) {
+            return Ok(bytes.to_vec());
+        }
+        let bytes = self.files.read(rel)?;
+        crate::sync::lock(&self.kept).insert(rel.to_string(), std::sync::Arc::new(bytes.clone()));
+        Ok(bytes)
+    }
+
+    fn digests(&self, rel: &str, also: &[Algorithm]) -> io::Result<Digests> {
+        self.files.digests(rel, also)
+    }
+}
+
 fn verify_with(files: &dyn BagFiles, item: &str, digests: DigestSource, with_history: bool) -> BagCheck {
+    let once = ReadOnce { files, kept: Default::default() };
+    let digests = &|rel: &str, also: &[Algorithm]| once.digests(rel, also, digests);
+    let files: &dyn BagFiles = &once;
     let mut check = BagCheck::default();
     match files.root_kind() {
         Ok(FileKind::Dir) => {}
