@@ -161,7 +161,7 @@ impl Event {
     pub fn new(kind: EventKind, item: Option<String>, outcome: &str, detail: String) -> Event {
         Event {
             seq: 0,
-            id: uuid::Uuid::new_v4().urn().to_string(),
+            id: uuid::Uuid::now_v7().urn().to_string(),
             date: crate::id::Timestamp::now().to_rfc3339_seconds(),
             kind,
             item,
@@ -309,6 +309,22 @@ impl ChainCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Event ids are UUIDv7 (time first), so the log's unique index on them
+    /// grows at its end instead of taking each new id at a random page.
+    #[test]
+    fn event_ids_sort_in_the_order_the_events_were_made() {
+        let ids: Vec<String> = (0..64)
+            .map(|_| {
+                std::thread::sleep(std::time::Duration::from_micros(1100));
+                Event::new(EventKind::Deposit, None, "success", String::new()).id
+            })
+            .collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(ids, sorted);
+        assert!(ids.iter().all(|id| id.starts_with("urn:uuid:") && id.as_bytes()[23] == b'7'), "{ids:?}");
+    }
 
     fn chain(n: usize) -> Vec<StoredEvent> {
         let mut prev = GENESIS.to_string();
