@@ -25,6 +25,9 @@ pub struct BagCheck {
     pub info: Option<BagInfo>,
     pub files: u64,
     pub bytes: u64,
+    /// The identity digest of the tagmanifest-sha256.txt this check read, when it
+    /// read one (the same bytes it checked).
+    pub identity: Option<String>,
 }
 
 impl BagCheck {
@@ -502,5 +505,6 @@ fn verify_with(files: &dyn BagFiles, item: &str, digests: DigestSource, with_his
     if let Some(info) = check.info.clone() {
         check_oxum(item, &info, &payload, &mut check);
     }
+    check.identity = once.kept(TAGMANIFEST).map(|bytes| crate::digest::of_bytes(&bytes, &[]).sha256().to_string());
     check
 }

@@ -124,7 +124,13 @@ impl Recorded {
 }
 
 /// Compares an item at its place with what the inventory records of it.
-fn against_inventory(store: &dyn Store, name: &RepositoryName, recorded: Recorded) -> Option<Problem> {
+/// `checked` is the identity the bag's check read, if it read one (else it is read now).
+fn against_inventory(
+    store: &dyn Store,
+    name: &RepositoryName,
+    recorded: Recorded,
+    checked: Option<String>,
+) -> Option<Problem> {
     let label = name.to_string();
     let (status, digest) = match recorded {
         Recorded::NoInventory => return None,
@@ -142,7 +148,7 @@ fn against_inventory(store: &dyn Store, name: &RepositoryName, recorded: Recorde
         );
         return Some(Problem::new(&label, None, ProblemKind::Unknown, detail));
     }
-    match identity_digest(store, name) {
+    match checked.map_or_else(|| identity_digest(store, name), Ok) {
         Ok(actual) if actual != digest => {
             let detail = format!("its identity is {actual}, the inventory records {digest}: changed behind ibi's back");
             Some(Problem::new(&label, Some(bag::TAGMANIFEST), ProblemKind::Changed, detail))
@@ -315,7 +321,7 @@ pub(crate) fn verify_one(
     reporter: &dyn Reporter,
 ) {
     let (check, mut problems) = verify_item(store, name, reporter);
-    problems.extend(against_inventory(store, name, recorded));
+    problems.extend(against_inventory(store, name, recorded, check.identity.clone()));
     if !problems.is_empty() && vanished(store, name) {
         reporter.item(&name.to_string(), Outcome::Vanished);
         return;

@@ -558,7 +558,8 @@ impl Store for FarStore {
         match self.call(&Request::CheckItem(name.clone())) {
             Ok(Reply::Checked(c)) => {
                 on_bytes(c.bytes);
-                let check = BagCheck { problems: c.problems, info: c.info, files: c.files, bytes: c.bytes };
+                let check =
+                    BagCheck { problems: c.problems, info: c.info, files: c.files, bytes: c.bytes, identity: None };
                 let mut problems = check.problems.clone();
                 problems.extend(c.identifiers);
                 (check, problems)
