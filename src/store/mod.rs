@@ -27,6 +27,7 @@ pub mod inventory;
 pub mod local;
 pub mod location;
 pub mod log;
+pub mod machine;
 pub mod memory;
 pub mod open;
 pub mod placement;

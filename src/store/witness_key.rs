@@ -15,18 +15,7 @@ pub const KEY_DIR_ENV: &str = "IBI_KEY_DIR";
 /// their own (in a bucket): `$IBI_KEY_DIR`, else `/var/lib/ibi/keys` for root,
 /// else `$XDG_STATE_HOME/ibi/keys` (`~/.local/state/ibi/keys`).
 pub fn machine_key_dir() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os(KEY_DIR_ENV).filter(|d| !d.is_empty()) {
-        return Some(PathBuf::from(dir));
-    }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        return Some(PathBuf::from("/var/lib/ibi/keys"));
-    }
-    let state = std::env::var_os("XDG_STATE_HOME")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))?;
-    Some(state.join("ibi/keys"))
+    crate::store::machine::folder(KEY_DIR_ENV, "keys")
 }
 
 /// The key file of the collection with id `id` in this machine's key folder: the

@@ -25,18 +25,7 @@ pub const MINTER_DIR_ENV: &str = "IBI_MINTER_DIR";
 /// Where machine-wide minter states live: `$IBI_MINTER_DIR`, else `/var/lib/ibi/minters`
 /// for root, else `$XDG_STATE_HOME/ibi/minters` (`~/.local/state/ibi/minters`).
 pub fn machine_dir() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os(MINTER_DIR_ENV).filter(|d| !d.is_empty()) {
-        return Some(PathBuf::from(dir));
-    }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        return Some(PathBuf::from("/var/lib/ibi/minters"));
-    }
-    let state = std::env::var_os("XDG_STATE_HOME")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))?;
-    Some(state.join("ibi/minters"))
+    crate::store::machine::folder(MINTER_DIR_ENV, "minters")
 }
 
 /// The machine-wide state file of a subsystem, in `dir`.
