@@ -575,7 +575,7 @@ impl TestEnv {
 
     pub fn s3_ok(&self, port: u16, args: &[&str]) -> Run {
         let run = self.s3_run(port, args);
-        assert_eq!(run.code, 0, "ibi {args:?}: {}", run.stderr);
+        assert_eq!(run.code, 0, "ibi {args:?}: stdout {} stderr {}", run.stdout, run.stderr);
         run
     }
 
