@@ -162,36 +162,21 @@ fn in_leaf_order<'s>(
     all.chunks(LEAVES_AT_ONCE).try_for_each(|page| page_each(Leaves::Page(page)))
 }
 
-/// Hands `each` the names `listed` yields, a page at a time, while the next page
-/// is read on another thread (listing and reading the bags overlap); stops early,
-/// with `false`, when `each` says so.
+/// Hands `each` the names `listed` yields, a page at a time; stops early, with
+/// `false`, when `each` says so.
 fn in_pages_ahead(
-    listed: Box<dyn Iterator<Item = Result<RepositoryName>> + Send + '_>,
+    mut listed: Box<dyn Iterator<Item = Result<RepositoryName>> + Send + '_>,
     each: &mut dyn FnMut(Vec<Named>) -> Result<bool>,
 ) -> Result<bool> {
-    let (pages, next) = std::sync::mpsc::sync_channel::<Result<Vec<Named>>>(2);
-    std::thread::scope(|scope| {
-        scope.spawn(move || {
-            let mut listed = listed;
-            loop {
-                let page: Result<Vec<Named>> = listed.by_ref().take(LEAVES_AT_ONCE).map(named).collect();
-                let last = page.as_ref().map_or(true, Vec::is_empty);
-                if pages.send(page).is_err() || last {
-                    return;
-                }
-            }
-        });
-        for page in next {
-            let page = page?;
-            if page.is_empty() {
-                return Ok(true);
-            }
-            if !each(page)? {
-                return Ok(false);
-            }
+    loop {
+        let page: Vec<Named> = listed.by_ref().take(LEAVES_AT_ONCE).map(named).collect::<Result<_>>()?;
+        if page.is_empty() {
+            return Ok(true);
         }
-        Ok(true)
-    })
+        if !each(page)? {
+            return Ok(false);
+        }
+    }
 }
 
 /// A name with its text, which orders the leaves.
