@@ -978,6 +978,15 @@ fn an_s3_verify_signs_a_witness_with_a_key_kept_on_its_machine(start: Start) {
     env.s3_fails(p, &["-q", "verify", s3], 1);
     let after: serde_json::Value = serde_json::from_str(&env.s3_ok(p, &["witness", s3]).stdout).unwrap();
     assert_ne!(after["root"], witness["root"], "the replaced tagmanifest changed the root");
+    // Another writer in the bucket puts a witness far longer than any: refused
+    // before its body is read, naming the object.
+    put_object(p, "lib", "main/.ibi/witness.json", &vec![b' '; 100 * 1024]);
+    let refused = env.s3_fails(p, &["witness", s3], 3);
+    assert!(
+        refused.stderr.contains("witness.json") && refused.stderr.contains("more than the 65536 bytes"),
+        "{}",
+        refused.stderr
+    );
 }
 
 /// An S3 server with a collection at `s3://lib/main` holding one item (`data/a.txt`

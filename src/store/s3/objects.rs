@@ -114,8 +114,19 @@ impl Objects {
     }
 
     pub async fn get(&self, key: &Key) -> Result<Option<Fetched>, Error> {
+        self.get_capped(key, u64::MAX).await
+    }
+
+    /// `get`, refusing an object longer than `cap` bytes before its body is
+    /// read (the size comes with the response's headers): another writer in the
+    /// bucket cannot make a reader hold an object of any size.
+    pub async fn get_capped(&self, key: &Key, cap: u64) -> Result<Option<Fetched>, Error> {
         self.answering(key)?;
         match self.store.get(key).await {
+            Ok(got) if got.meta.size > cap => Err(Error::CorruptState {
+                path: self.url(key).into(),
+                problem: format!("it is {} bytes long, more than the {cap} bytes ibi reads of it", got.meta.size),
+            }),
             Ok(got) => {
                 let version = UpdateVersion { e_tag: got.meta.e_tag.clone(), version: got.meta.version.clone() };
                 let modified = got.meta.last_modified;

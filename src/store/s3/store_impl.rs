@@ -203,7 +203,7 @@ impl Store for S3Store {
     }
 
     fn latest_witness(&self) -> Result<Option<String>> {
-        let found = self.objects.run(self.objects.get(&self.keys.at(WITNESS)))?;
+        let found = self.objects.run(self.objects.get_capped(&self.keys.at(WITNESS), MAX_WITNESS_BYTES))?;
         Ok(found.map(|found| String::from_utf8_lossy(&found.bytes).into_owned()))
     }
 
@@ -487,6 +487,10 @@ const WRITES_ANSWER_WITHIN: Duration = Duration::from_secs(5);
 
 /// Where the latest witness is kept.
 const WITNESS: &str = ".ibi/witness.json";
+
+/// The longest witness read (a witness is a few hundred bytes; a local one is
+/// read with the same cap).
+const MAX_WITNESS_BYTES: u64 = 64 * 1024;
 
 impl S3Store {
     /// The seed of the key that signs this collection's witnesses, from this
