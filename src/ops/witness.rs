@@ -143,7 +143,7 @@ fn in_leaf_order<'s>(
 ) -> Result<()> {
     let mut last = String::new();
     let mut handed_on = false;
-    let in_order = in_pages_ahead(names(), &mut |page: Vec<Named>| {
+    let in_order = in_pages(names(), &mut |page: Vec<Named>| {
         if !page.iter().all(|(text, _)| std::mem::replace(&mut last, text.clone()) < *text) {
             return Ok(false);
         }
@@ -164,7 +164,7 @@ fn in_leaf_order<'s>(
 
 /// Hands `each` the names `listed` yields, a page at a time; stops early, with
 /// `false`, when `each` says so.
-fn in_pages_ahead(
+fn in_pages(
     mut listed: Box<dyn Iterator<Item = Result<RepositoryName>> + Send + '_>,
     each: &mut dyn FnMut(Vec<Named>) -> Result<bool>,
 ) -> Result<bool> {
