@@ -1,6 +1,7 @@
 //! Collections in S3-compatible object storage, against real S3 servers on
 //! loopback, one per test, stopped when the test ends: every test runs twice,
-//! against moto's server (a Python mock that serialises requests) and against
+//! against moto's server (a Python mock, started by `tests/moto_atomic.py` so
+//! that its conditional writes are atomic as S3's are) and against
 //! SeaweedFS (a real distributed object store, whose listings differ: it shows
 //! folders as objects and keeps emptied folders). `scripts/setup` installs both
 //! into the tests' venv. A small TCP proxy in front of it
@@ -68,7 +69,8 @@ impl Moto {
         assert!(python.exists(), "the tests' venv is missing: run scripts/setup (scripts/test does)");
         let port = free_port();
         let child = Command::new(python)
-            .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()])
+            .arg(repo().join("tests/moto_atomic.py"))
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -811,7 +813,8 @@ fn s3_over_https_makes_real_handshakes_and_checks_the_certificate() {
     let port = free_port();
     let python = repo().join("target/bagit-venv/bin/python");
     let child = Command::new(&python)
-        .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string(), "--ssl"])
+        .arg(repo().join("tests/moto_atomic.py"))
+        .args(["-H", "127.0.0.1", "-p", &port.to_string(), "--ssl"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -1,0 +1,34 @@
+"""moto's S3 server (same arguments as `python -m moto.server`) with its writes
+made one at a time, as a real S3 server's conditional writes are atomic.
+
+moto checks `If-None-Match: *` and `If-Match` and then writes, with no lock
+between the two (moto/s3/responses.py, `put_object`), and its server is
+threaded: two concurrent create-only writes of one key can both succeed, and
+two `If-Match` updates from one ETag can both land. AWS S3 and SeaweedFS
+answer the loser 412. ibi's lease and its config updates rely on that answer,
+so the tests' moto serialises every request that is not a read; reads still
+run concurrently.
+"""
+
+import threading
+
+import moto.server as server
+
+_Dispatcher = server.DomainDispatcherApplication
+_writes = threading.Lock()
+_READS = ("GET", "HEAD", "OPTIONS")
+
+
+class WritesOneAtATime(_Dispatcher):
+    def __call__(self, environ, start_response):
+        if environ.get("REQUEST_METHOD") in _READS:
+            return super().__call__(environ, start_response)
+        with _writes:
+            # The whole response is made under the lock: the write is done by then.
+            return list(super().__call__(environ, start_response))
+
+
+server.DomainDispatcherApplication = WritesOneAtATime
+
+if __name__ == "__main__":
+    server.main()
