@@ -1119,6 +1119,25 @@ fn regress_record_with_no_versions_panics_s3_verify(start: Start) {
     }
 }
 
+/// Another writer in the bucket could make every reader hold an object of any
+/// size: records, markers, the lease and the config were read whole, however
+/// long. A valid record padded past 4 MiB with spaces (valid JSON still) was
+/// accepted; now it is refused where it is read, the message naming its key
+/// and length.
+#[test]
+fn regress_oversized_state_object_is_read_whole() {
+    let env = TestEnv::new();
+    let (moto, name) = one_item_collection(&env, Moto::start);
+    let (p, s3) = (moto.port, "s3://lib/main");
+    let pad = "k = sys.argv[2]\nbody = s3.get_object(Bucket=sys.argv[1], Key=k)['Body'].read()\n\
+               s3.put_object(Bucket=sys.argv[1], Key=k, Body=body + b' ' * (5 << 20))";
+    boto3(p, pad, &["lib", &format!("main/.ibi/inventory/{name}")]);
+    let refused = env.s3_run(p, &["verify", s3]);
+    assert_ne!(refused.code, 0, "a 5 MiB record was read: {}", refused.stdout);
+    let said = format!("{}{}", refused.stdout, refused.stderr);
+    assert!(said.contains(&format!(".ibi/inventory/{name}")) && said.contains("more than the 4194304 bytes"), "{said}");
+}
+
 /// An inventory record written into the bucket by another party under one item's
 /// key but naming another item made `list` print that other name twice (and lose
 /// the first). A record filed under the wrong name is now refused where it is

@@ -21,6 +21,12 @@ use crate::error::Error;
 
 /// How many requests one call keeps in flight.
 pub const IN_FLIGHT: usize = 32;
+
+/// The most ibi reads whole of one object (a record, marker, lease, config,
+/// log event or tag file): another writer in the bucket cannot make a reader
+/// hold more than `IN_FLIGHT` times this. A record of 4 MiB holds thousands
+/// of versions.
+pub const MAX_STATE_BYTES: u64 = 4 * 1024 * 1024;
 /// How long requests fail at once after the server stopped answering.
 const DOWN_FOR: Duration = Duration::from_secs(10);
 
@@ -113,8 +119,10 @@ impl Objects {
         }
     }
 
+    /// A whole object of ibi's own state or a bag's tag file (never payload,
+    /// which is streamed): one longer than `MAX_STATE_BYTES` is refused.
     pub async fn get(&self, key: &Key) -> Result<Option<Fetched>, Error> {
-        self.get_capped(key, u64::MAX).await
+        self.get_capped(key, MAX_STATE_BYTES).await
     }
 
     /// `get`, refusing an object longer than `cap` bytes before its body is
