@@ -136,6 +136,13 @@ pub enum Error {
     )]
     TwoMinting { subsystem: String, first: String, first_id: String, second: String, second_id: String },
 
+    /// This run's write lease on a collection in object storage was lost (not
+    /// renewed in time, or taken over), so it stopped writing.
+    #[error(
+        "{place}: this run's write lease was lost: {problem}; it wrote nothing more, and running it again completes it"
+    )]
+    LeaseLost { place: String, problem: String },
+
     /// Talking to a far collection failed: the connection, the greeting or the protocol.
     #[error("{place}: {problem}")]
     Connection { place: String, problem: String },
@@ -166,7 +173,7 @@ impl Error {
             Error::AlreadyExists { .. } | Error::Data { .. } | Error::Withdrawn { .. } | Error::Moved { .. } => {
                 ErrorClass::Data
             }
-            Error::Locked { .. } => ErrorClass::Busy,
+            Error::Locked { .. } | Error::LeaseLost { .. } => ErrorClass::Busy,
         }
     }
 }

@@ -234,7 +234,9 @@ pub fn run(install_interrupt_handler: impl FnOnce() -> std::result::Result<(), S
         Err(error) => {
             let code = exit_code_for(&error);
             // Under -q, a busy lock is not news for cron: the exit code says it all.
-            if !(cli.global.quiet && code == EXIT_BUSY) {
+            // A lease lost mid-run is (a cut-off network, or another party's write).
+            let lost = matches!(error.downcast_ref::<ibi::Error>(), Some(ibi::Error::LeaseLost { .. }));
+            if !(cli.global.quiet && code == EXIT_BUSY && !lost) {
                 // Library errors already name their cause; other errors show their chain.
                 match error.downcast_ref::<ibi::Error>() {
                     Some(e @ ibi::Error::Unbaggable { symlinks: true, .. }) => {

@@ -496,8 +496,27 @@ pub struct Proxy {
     streams: Arc<Mutex<Vec<TcpStream>>>,
 }
 
+/// How a proxy passes bytes on.
+#[derive(Clone, Copy, Default)]
+struct Pumping {
+    /// Rename `If-None-Match` headers, as a server that ignores them would.
+    strip_conditions: bool,
+    /// Pass at most this many bytes a second each way on each connection.
+    bytes_per_second: Option<usize>,
+}
+
 impl Proxy {
     pub fn start(target: u16, strip_conditions: bool) -> Proxy {
+        Proxy::pumping(target, Pumping { strip_conditions, bytes_per_second: None })
+    }
+
+    /// A proxy whose every connection carries at most `bytes_per_second` each way:
+    /// a slow network, so that a run lasts long enough for something to happen meanwhile.
+    pub fn slow(target: u16, bytes_per_second: usize) -> Proxy {
+        Proxy::pumping(target, Pumping { strip_conditions: false, bytes_per_second: Some(bytes_per_second) })
+    }
+
+    fn pumping(target: u16, how: Pumping) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let alive = Arc::new(AtomicBool::new(true));
@@ -508,8 +527,8 @@ impl Proxy {
                 let (Ok(client), true) = (client, a.load(Ordering::SeqCst)) else { return };
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else { return };
                 s.lock().unwrap().extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
-                pump(client.try_clone().unwrap(), server.try_clone().unwrap(), strip_conditions);
-                pump(server, client, false);
+                pump(client.try_clone().unwrap(), server.try_clone().unwrap(), how);
+                pump(server, client, Pumping { strip_conditions: false, ..how });
             }
         });
         Proxy { port, alive, streams }
@@ -530,15 +549,18 @@ impl Drop for Proxy {
     }
 }
 
-fn pump(mut from: TcpStream, mut to: TcpStream, strip_conditions: bool) {
+fn pump(mut from: TcpStream, mut to: TcpStream, how: Pumping) {
     std::thread::spawn(move || {
-        let mut buf = vec![0u8; 64 * 1024];
+        let mut buf = vec![0u8; 16 * 1024];
         while let Ok(n) = from.read(&mut buf) {
             if n == 0 {
                 break;
             }
+            if let Some(rate) = how.bytes_per_second {
+                std::thread::sleep(Duration::from_secs_f64(n as f64 / rate as f64));
+            }
             let mut chunk = buf[..n].to_vec();
-            if strip_conditions {
+            if how.strip_conditions {
                 rename_header(&mut chunk, b"if-none-match:", b"x-ignored-abc:");
             }
             if to.write_all(&chunk).is_err() {
@@ -1117,6 +1139,39 @@ fn regress_record_with_no_versions_panics_s3_verify(start: Start) {
         let run = env.s3_run(p, &args);
         assert!(!run.stderr.contains("panicked") && run.code != 101, "ibi {args:?}: {}", run.stderr);
     }
+}
+
+/// A writer whose lease another party took over wrote on as if it held it: its
+/// renewal was refused and it stopped renewing, but kept placing items and
+/// appending events beside the new holder (whose appends could then take the
+/// same seqs). Now a lost lease fences the handle's writes: the deposit stops
+/// with exit 75 naming the lease, and once the other party is gone running it
+/// again completes it, with an unbroken log.
+#[test]
+fn regress_a_writer_whose_lease_was_taken_over_writes_on() {
+    let env = TestEnv::new();
+    let moto = Moto::start("lib");
+    let (p, s3) = (moto.port, "s3://lib/c");
+    env.s3_collection(p, s3);
+    // 12 MiB at 1 MiB/s: the upload outlasts the lease's first renewals (every 5 s).
+    let big: Vec<u8> = (0..12u32 << 20).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
+    let file = env.write("big/big.bin", &big);
+    let slow = Proxy::slow(p, 1 << 20);
+    let deposit = ["-q", "deposit", s3, file.parent().unwrap().to_str().unwrap()];
+    let child = env.s3_command(slow.port, &deposit).stderr(Stdio::piped()).spawn().unwrap();
+    let lease = "GET /lib?list-type=2&prefix=c/.ibi/lease HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    assert!(wait_until(30, || http(p, lease).contains("<Key>")), "the deposit took no lease");
+    let thief = r#"{"holder":"thief","host":"elsewhere","pid":1,"expires_ms":99999999999999,"since_ms":0}"#;
+    put_object(p, "lib", "c/.ibi/lease", thief.as_bytes());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "a writer whose lease was taken over stops: {stderr}");
+    assert!(stderr.contains("s3://lib/c") && stderr.contains("write lease was lost"), "{stderr}");
+    assert_eq!(s3_peer(p, &["get", "lib", "c", ".ibi/lease"]), thief, "the other holder's lease is left alone");
+    delete_object(p, "lib", "c/.ibi/lease");
+    env.s3_ok(p, &deposit);
+    assert_eq!(env.s3_ok(p, &["list", s3]).lines().len(), 1, "the item is there once");
+    env.s3_ok(p, &["-q", "verify", s3]);
 }
 
 /// Another writer in the bucket could make every reader hold an object of any

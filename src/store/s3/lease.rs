@@ -22,13 +22,17 @@ use crate::id::minter::MinterState;
 use crate::id::Timestamp;
 use crate::store::local::minter::MINTER_DIR_ENV;
 use crate::store::s3::keys::Keys;
-use crate::store::s3::objects::{Lost, Objects};
+use crate::store::s3::objects::{Fence, Lost, Objects};
 use crate::store::StateFile;
 use crate::store::{Lease, LockWait};
 
 /// How long a lease lasts unless renewed, and how often its holder renews it.
 const LEASE_FOR: Duration = Duration::from_secs(30);
 const RENEW_EVERY: Duration = Duration::from_secs(5);
+/// How long after its last renewal the holder still writes: another writer
+/// takes a lease over only once it has seen it unchanged for `LEASE_FOR` and
+/// `RENEW_EVERY` more, so the holder stops first, with `2 * RENEW_EVERY` to spare.
+const WRITES_FOR: Duration = Duration::from_secs(LEASE_FOR.as_secs() - RENEW_EVERY.as_secs());
 const POLL: Duration = Duration::from_millis(200);
 
 /// The lease object.
@@ -79,11 +83,16 @@ impl Holder {
     }
 }
 
-/// Holds the lease: a thread renews it until dropped, then it is deleted (if it is still ours).
+/// Holds the lease: a thread renews it until dropped, then it is deleted (if it
+/// is still ours). The handle it was taken through writes only while `fence`
+/// says the lease holds.
 struct HeldLease {
     stop: Arc<AtomicBool>,
     renewer: Option<std::thread::JoinHandle<()>>,
+    /// Unfenced: the lease's own writes.
     objects: Objects,
+    fenced: Objects,
+    fence: Arc<Fence>,
     key: object_store::path::Path,
     token: String,
 }
@@ -95,6 +104,7 @@ impl Drop for HeldLease {
             renewer.thread().unpark();
             let _ = renewer.join();
         }
+        self.fenced.unfence(&self.fence);
         let _ = self.objects.run(async {
             let found = self.objects.get(&self.key).await?;
             let ours = found
@@ -166,9 +176,11 @@ pub fn take(objects: &Objects, keys: &Keys, wait: LockWait) -> Result<Lease> {
     let token = uuid::Uuid::new_v4().to_string();
     let start = Instant::now();
     let mut watched = None;
-    let version = loop {
+    let (version, asked) = loop {
+        // The lease lasts from when it was asked for, not from the answer.
+        let asked = Instant::now();
         let holder = match try_take(objects, keys, &token, &mut watched)? {
-            Try::Taken(version) => break version,
+            Try::Taken(version) => break (version, asked),
             Try::Held(holder) => holder,
         };
         let waited_out = match wait {
@@ -182,17 +194,28 @@ pub fn take(objects: &Objects, keys: &Keys, wait: LockWait) -> Result<Lease> {
         std::thread::sleep(POLL);
     };
     let stop = Arc::new(AtomicBool::new(false));
-    let since = now_ms();
-    let renewer = spawn_renewer(objects.clone(), keys.clone(), (token.clone(), since), version, stop.clone());
-    let held = HeldLease { stop, renewer: Some(renewer), objects: objects.clone(), key: keys.lease(), token };
+    let fence = Arc::new(Fence::new(asked + WRITES_FOR));
+    objects.fence_with(fence.clone());
+    let renewing = Renewing { token: token.clone(), since: now_ms(), version, fence: fence.clone() };
+    let renewer = spawn_renewer(objects.unfenced(), keys.clone(), renewing, stop.clone());
+    let (unfenced, fenced, key) = (objects.unfenced(), objects.clone(), keys.lease());
+    let held = HeldLease { stop, renewer: Some(renewer), objects: unfenced, fenced, fence, key, token };
     Ok(Lease(Box::new(held)))
+}
+
+/// What the renewing thread keeps: the lease's token, when it was taken, its
+/// current version, and the fence it moves on.
+struct Renewing {
+    token: String,
+    since: u128,
+    version: UpdateVersion,
+    fence: Arc<Fence>,
 }
 
 fn spawn_renewer(
     objects: Objects,
     keys: Keys,
-    (token, since): (String, u128),
-    mut version: UpdateVersion,
+    mut held: Renewing,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || loop {
@@ -200,10 +223,18 @@ fn spawn_renewer(
         if stop.load(Ordering::SeqCst) {
             return;
         }
-        let body = serde_json::to_vec(&Holder::new(&token, since)).expect("a lease serializes");
-        match objects.run(objects.put(&keys.lease(), body, PutMode::Update(version.clone()))) {
-            Ok(Ok(next)) => version = next,
-            Ok(Err(Lost)) => return,
+        let asked = Instant::now();
+        let body = serde_json::to_vec(&Holder::new(&held.token, held.since)).expect("a lease serializes");
+        match objects.run(objects.put(&keys.lease(), body, PutMode::Update(held.version.clone()))) {
+            Ok(Ok(next)) => {
+                held.version = next;
+                held.fence.extend(asked + WRITES_FOR);
+            }
+            Ok(Err(Lost)) => {
+                let taken = "another party rewrote it since this run last renewed it (taken over)";
+                held.fence.lose(taken.into());
+                return;
+            }
             Err(_) => {}
         }
     })

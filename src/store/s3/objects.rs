@@ -39,6 +39,51 @@ pub struct Objects {
     pub place: String,
     /// When and why the server last stopped answering.
     down: Arc<Mutex<Option<(Instant, String)>>>,
+    /// The lease this handle's writes depend on, while it holds one.
+    fence: Arc<Mutex<Option<Arc<Fence>>>>,
+}
+
+/// What a lease holder's writes depend on: the lease's holder thread moves
+/// `valid_until` on at each renewal, and says when the lease was taken over.
+/// Past `valid_until`, or once lost, every write through the fenced handle is
+/// refused, so a holder cut off from the server for longer than the lease
+/// lasts (or whose lease another party overwrote) stops writing before, or
+/// as soon as it learns, another writer may take over. A write already in
+/// flight when that happens is not called back: the server has no fencing
+/// tokens.
+#[derive(Debug)]
+pub struct Fence {
+    valid_until: Mutex<Instant>,
+    lost: Mutex<Option<String>>,
+}
+
+impl Fence {
+    pub fn new(valid_until: Instant) -> Fence {
+        Fence { valid_until: Mutex::new(valid_until), lost: Mutex::new(None) }
+    }
+
+    pub fn extend(&self, valid_until: Instant) {
+        *crate::sync::lock(&self.valid_until) = valid_until;
+    }
+
+    pub fn lose(&self, why: String) {
+        crate::sync::lock(&self.lost).get_or_insert(why);
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if let Some(why) = crate::sync::lock(&self.lost).as_ref() {
+            return Err(why.clone());
+        }
+        let until = *crate::sync::lock(&self.valid_until);
+        match Instant::now().checked_duration_since(until) {
+            Some(late) => Err(format!("it was not renewed in time (its renewal is {} overdue)", how_long(late))),
+            None => Ok(()),
+        }
+    }
+}
+
+fn how_long(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
 }
 
 /// An object's bytes and the version to update it by.
@@ -61,7 +106,36 @@ impl Objects {
             .enable_all()
             .build()
             .map_err(|e| Error::io("start the S3 client for", &place, e))?;
-        Ok(Objects { store, runtime: Arc::new(runtime), place, down: Arc::default() })
+        Ok(Objects { store, runtime: Arc::new(runtime), place, down: Arc::default(), fence: Arc::default() })
+    }
+
+    /// Makes every write through this handle and its clones depend on `fence`.
+    pub fn fence_with(&self, fence: Arc<Fence>) {
+        *crate::sync::lock(&self.fence) = Some(fence);
+    }
+
+    /// Ends `fence`'s hold on this handle's writes (a later lease's stays).
+    pub fn unfence(&self, fence: &Arc<Fence>) {
+        let mut held = crate::sync::lock(&self.fence);
+        if held.as_ref().is_some_and(|f| Arc::ptr_eq(f, fence)) {
+            *held = None;
+        }
+    }
+
+    /// A handle on the same server whose writes no lease fences: the lease's
+    /// own keeper renews and releases through it.
+    pub fn unfenced(&self) -> Objects {
+        Objects { fence: Arc::default(), ..self.clone() }
+    }
+
+    /// `answering`, and for a write, that the lease it depends on still holds.
+    fn writable(&self, key: &Key) -> Result<(), Error> {
+        self.answering(key)?;
+        let fence = crate::sync::lock(&self.fence).clone();
+        match fence.map(|f| f.check()) {
+            Some(Err(why)) => Err(Error::LeaseLost { place: self.place.clone(), problem: why }),
+            _ => Ok(()),
+        }
     }
 
     /// The URL of `key` (which holds the collection's prefix), for messages.
@@ -168,7 +242,7 @@ impl Objects {
         bytes: impl Into<PutPayload>,
         mode: PutMode,
     ) -> Result<Result<UpdateVersion, Lost>, Error> {
-        self.answering(key)?;
+        self.writable(key)?;
         match self.store.put_opts(key, bytes.into(), mode.into()).await {
             Ok(done) => Ok(Ok(UpdateVersion { e_tag: done.e_tag, version: done.version })),
             Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => Ok(Err(Lost)),
@@ -221,7 +295,7 @@ impl Objects {
     }
 
     pub async fn delete(&self, key: &Key) -> Result<(), Error> {
-        self.answering(key)?;
+        self.writable(key)?;
         match self.store.delete(key).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.error(key, e)),
@@ -231,7 +305,7 @@ impl Objects {
     /// Deletes many objects in as few requests as the store allows (S3: 1,000 a request).
     pub async fn delete_many(&self, keys: Vec<Key>) -> Result<(), Error> {
         let Some(first) = keys.first().cloned() else { return Ok(()) };
-        self.answering(&first)?;
+        self.writable(&first)?;
         let stream = futures_util::stream::iter(keys.into_iter().map(Ok)).boxed();
         let results: Vec<object_store::Result<Key>> = self.store.delete_stream(stream).collect().await;
         for result in results {
@@ -250,7 +324,7 @@ impl Objects {
     }
 
     pub async fn copy(&self, from: &Key, to: &Key) -> Result<(), Error> {
-        self.answering(from)?;
+        self.writable(to)?;
         self.store.copy(from, to).await.map_err(|e| self.error(from, e))
     }
 
@@ -367,6 +441,20 @@ impl Read for ObjectReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fence_holds_until_its_lease_is_overdue_or_lost() {
+        let fence = Fence::new(Instant::now() + Duration::from_secs(60));
+        assert!(fence.check().is_ok());
+        fence.extend(Instant::now());
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(fence.check().unwrap_err().contains("not renewed in time"));
+        fence.extend(Instant::now() + Duration::from_secs(60));
+        assert!(fence.check().is_ok(), "a renewal after a late one holds again");
+        fence.lose("taken over".into());
+        fence.extend(Instant::now() + Duration::from_secs(60));
+        assert_eq!(fence.check().unwrap_err(), "taken over", "a lost lease stays lost");
+    }
 
     #[test]
     fn s3_error_documents_read_as_code_and_message() {
