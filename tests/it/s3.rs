@@ -108,6 +108,8 @@ impl Moto {
         std::fs::create_dir_all(&data).unwrap();
         let flag = |name: &str, port: u16| format!("-{name}={port}");
         let mut args = vec!["--pdeathsig".to_string(), "KILL".into(), weed.to_str().unwrap().into()];
+        // Its log files go in its data folder (else the temp folder), which the test removes.
+        args.push(format!("-logdir={}", data.display()));
         args.extend(["server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-s3", "-volume.max=0"].map(String::from));
         args.extend(["-master.volumeSizeLimitMB=64", "-s3.port.iceberg=0", "-s3.port.lance=0"].map(String::from));
         args.extend(extra.iter().map(|flag| flag.to_string()));
@@ -214,6 +216,7 @@ fn second_volume_server(data: &Path, master: (u16, u16), port: u16, grpc: u16) -
         "--pdeathsig".to_string(),
         "KILL".into(),
         weed.to_str().unwrap().into(),
+        format!("-logdir={}", dir.display()),
         "volume".into(),
         "-ip=127.0.0.1".into(),
         "-ip.bind=127.0.0.1".into(),
