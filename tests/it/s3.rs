@@ -1046,6 +1046,41 @@ fn regress_s3_replaced_item_keeps_the_old_copys_fixity_date() {
     env.s3_ok(p, &["-q", "verify", s3, "--age"]);
 }
 
+/// Each item's last fixity check is a key's name (`.ibi/checks/<name>/<date>!<pass|fail>!<files>!<bytes>`),
+/// so reading every check is a listing: at most two keys per item after any
+/// number of runs (each run sweeps what newer keys supersede, then adds its
+/// own), a failure read as the check, and a check kept as a JSON object by an
+/// earlier ibi (`.ibi/fixity/<name>`) still read, then swept.
+#[test]
+fn s3_fixity_checks_are_listed_not_fetched() {
+    let env = TestEnv::new();
+    let (moto, name) = one_item_collection(&env, Moto::start);
+    let (p, s3) = (moto.port, "s3://lib/main");
+    let checks = || keys_under(p, &format!("main/.ibi/checks/{name}"));
+    for _ in 0..3 {
+        env.s3_ok(p, &["-q", "verify", s3]);
+    }
+    let kept = checks();
+    assert!(kept.len() <= 2 && kept.iter().all(|k| k.contains("!pass!")), "{kept:?}");
+    assert!(keys_under(p, "main/.ibi/fixity").is_empty());
+    // As an earlier ibi kept it: a JSON object, from long ago.
+    kept.iter().for_each(|key| delete_object(p, "lib", key));
+    let old = format!(r#"{{"name":"{name}","date":"2020-01-01T00:00:00Z","ok":true,"files":1,"bytes":6}}"#);
+    put_object(p, "lib", &format!("main/.ibi/fixity/{name}"), old.as_bytes());
+    let stale = env.s3_fails(p, &["verify", s3, "--age", "--cycle", "30"], 1);
+    assert!(stale.stdout.contains(&name) && stale.stdout.contains("2020-01-01"), "{}", stale.stdout);
+    env.s3_ok(p, &["-q", "verify", s3, "--budget", "1"]);
+    env.s3_ok(p, &["-q", "verify", s3, "--age", "--cycle", "30"]);
+    env.s3_ok(p, &["-q", "verify", s3]);
+    assert!(keys_under(p, "main/.ibi/fixity").is_empty(), "the next run swept the old object");
+    // A payload file replaced behind ibi's back: the newest check is a failure.
+    put_object(p, "lib", &format!("main/{name}/data/a.txt"), b"changed\n");
+    env.s3_fails(p, &["-q", "verify", s3], 1);
+    assert!(checks().iter().any(|k| k.contains("!fail!")), "{:?}", checks());
+    let damaged = env.s3_fails(p, &["verify", s3, "--age", "--cycle", "30"], 1);
+    assert!(damaged.stdout.contains(&name) && damaged.stdout.contains("damaged"), "{}", damaged.stdout);
+}
+
 /// An S3 endpoint whose credentials may only read: `tests/readonly_s3_proxy.py` in
 /// front of `target`, answering every write with 403 AccessDenied.
 struct ReadOnlyS3 {

@@ -1,4 +1,4 @@
-//! The event log and fixity dates of a collection in object storage
+//! The event log of a collection in object storage
 //! (ARCHITECTURE.md, "The event log"). Each event is one object,
 //! `.ibi/log/<seq>!<item>!<hash>` (the seq zero-padded to 16 digits, so that
 //! keys list in order; the item's name with `/` as `+`, empty for the
@@ -10,7 +10,7 @@
 //! the last seq and hash, so a writer finds the log's end by listing only what
 //! follows it. An intent (placement or removal) records the log's end when it
 //! is written: a step replayed by recovery appends only the events whose ids are
-//! not logged after it. Each item's last fixity check is `.ibi/fixity/<name path>`.
+//! not logged after it.
 //!
 //! So that one item's events are found without listing the whole log, each
 //! event of an item, once created, is indexed under the item,
@@ -31,13 +31,11 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::events::{Event, StoredEvent, GENESIS};
 use crate::id::RepositoryName;
-use crate::store::inventory::FixityCheck;
 use crate::store::s3::keys::Keys;
 use crate::store::s3::objects::{Objects, IN_FLIGHT};
 
 pub const LOG: &str = ".ibi/log";
 pub const LOG_HEAD: &str = ".ibi/log-head";
-pub const FIXITY: &str = ".ibi/fixity";
 pub const LOG_ITEMS: &str = ".ibi/log-items";
 pub const LOG_ITEMS_FROM: &str = ".ibi/log-items-from";
 
@@ -422,41 +420,5 @@ impl ObjectLog<'_> {
             }
             None => Ok(()),
         }
-    }
-
-    /// Keeps each item's last check.
-    pub async fn keep_checks(&self, checks: &[FixityCheck]) -> Result<()> {
-        stream::iter(checks)
-            .map(|check| async move {
-                let key = self.keys.at(&format!("{FIXITY}/{}", check.name));
-                self.objects.overwrite(&key, serde_json::to_vec(check).expect("a check serialises")).await
-            })
-            .buffer_unordered(IN_FLIGHT)
-            .try_collect::<()>()
-            .await
-    }
-
-    /// Forgets the last check of `name`: it was of a copy being replaced or
-    /// removed (the new copy was verified on arrival; the next rolling run
-    /// takes it first, as never checked). Deleting a check that is not there is
-    /// no error, so a replayed placement forgets again harmlessly.
-    pub async fn forget_check(&self, name: &RepositoryName) -> Result<()> {
-        self.objects.delete(&self.keys.at(&format!("{FIXITY}/{name}"))).await
-    }
-
-    /// Every item's last check.
-    pub async fn checks(&self) -> Result<Vec<FixityCheck>> {
-        let listed = self.objects.list_all(&self.keys.at(FIXITY)).await?;
-        stream::iter(listed)
-            .map(|meta| async move {
-                let Some(found) = self.objects.get(&meta.location).await? else { return Ok(None) };
-                let check = serde_json::from_slice(&found.bytes)
-                    .map_err(|e| corrupt(self.objects, &meta.location, format!("not a fixity check: {e}")))?;
-                Ok::<_, Error>(Some(check))
-            })
-            .buffer_unordered(IN_FLIGHT)
-            .try_filter_map(|check| async move { Ok(check) })
-            .try_collect()
-            .await
     }
 }

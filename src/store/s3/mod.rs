@@ -7,6 +7,7 @@
 //! ARCHITECTURE.md ("Collections in object storage") has the whole protocol.
 
 pub mod bag;
+pub mod checks;
 pub mod keys;
 pub mod lease;
 pub mod log;
@@ -63,6 +64,8 @@ pub struct S3Store {
     /// The log's end, while this handle holds the lease.
     log_tail: log::KnownTail,
     log_index: log::KnownIndex,
+    /// Whether this handle swept the superseded fixity check keys (`checks.rs`).
+    checks_swept: std::sync::atomic::AtomicBool,
     /// Whether the store answered a write promptly (asked before keeping fixity dates).
     answers_writes: std::sync::OnceLock<std::result::Result<(), String>>,
 }
@@ -153,6 +156,7 @@ impl S3Store {
             held_floor,
             log_tail,
             log_index,
+            checks_swept: Default::default(),
             answers_writes,
         })
     }
@@ -245,8 +249,12 @@ impl S3Store {
         }
     }
 
+    fn checks(&self) -> checks::ObjectChecks<'_> {
+        checks::ObjectChecks { objects: &self.objects, keys: &self.keys, swept: &self.checks_swept }
+    }
+
     fn placer(&self) -> Placer<'_> {
-        Placer { objects: &self.objects, keys: &self.keys, log: self.log() }
+        Placer { objects: &self.objects, keys: &self.keys, log: self.log(), checks: self.checks() }
     }
 
     fn log(&self) -> log::ObjectLog<'_> {

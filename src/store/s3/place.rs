@@ -38,6 +38,7 @@ use crate::bag::{BagInfo, BAG_INFO_TXT, TAGMANIFEST};
 use crate::error::{Error, Result};
 use crate::id::{Ibip, RepositoryName};
 use crate::store::log::{placement_events, removal_event, Action};
+use crate::store::s3::checks::ObjectChecks;
 use crate::store::s3::keys::{self, KeyForm, Keys};
 use crate::store::s3::log::ObjectLog;
 use crate::store::s3::objects::{Lost, Objects, IN_FLIGHT};
@@ -124,6 +125,7 @@ pub struct Placer<'a> {
     pub objects: &'a Objects,
     pub keys: &'a Keys,
     pub log: ObjectLog<'a>,
+    pub checks: ObjectChecks<'a>,
 }
 
 impl Placer<'_> {
@@ -200,7 +202,7 @@ impl Placer<'_> {
         let rels: Vec<String> = staged.iter().filter_map(|m| Keys::relative(&stage_key, &m.location, form)).collect();
         let old = match intent.replace {
             true => {
-                self.log.forget_check(name).await?;
+                self.checks.forget(name).await?;
                 self.objects.list_all(&self.keys.item(name)).await?
             }
             false => Vec::new(),
@@ -295,7 +297,7 @@ impl Placer<'_> {
     async fn complete_removal(&self, name: &RepositoryName, intent: &RemovalIntent, replayed: bool) -> Result<()> {
         let ibip = intent.ibip.as_deref().and_then(|i| Ibip::parse(i).ok());
         self.objects.delete(&self.keys.marker(name)).await?;
-        self.log.forget_check(name).await?;
+        self.checks.forget(name).await?;
         self.objects.delete_all(&self.keys.item(name)).await?;
         if let Some(ibip) = ibip {
             let alias = self.keys.alias(&ibip);

@@ -192,7 +192,7 @@ impl Store for S3Store {
         self.objects.run(async {
             log.append(&events, None).await?;
             log.save_end().await?;
-            log.keep_checks(checks).await
+            self.checks().keep(checks).await
         })
     }
 
@@ -268,7 +268,7 @@ impl Store for S3Store {
     }
 
     fn fixity_checks(&self) -> Result<Option<Vec<crate::store::inventory::FixityCheck>>> {
-        self.objects.run(self.log().checks()).map(Some)
+        self.objects.run(self.checks().all()).map(Some)
     }
 
     fn events(&self, item: Option<&RepositoryName>, after: u64) -> Result<Option<Vec<crate::events::StoredEvent>>> {

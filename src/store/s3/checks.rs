@@ -1,0 +1,222 @@
+//! Each item's last fixity check in object storage, kept in a key's name so
+//! that every item's check is read by listing, a thousand to a request, with
+//! no object fetched: `.ibi/checks/<name path>/<date>!<pass|fail>!<files>!<bytes>`
+//! (an empty object). Keeping a check writes its key; the item's older keys
+//! go at the next sweep (the first time a handle keeps checks), and until
+//! then the newest is the check (at one date, a failure). Earlier, ibi kept each check as a JSON object
+//! at `.ibi/fixity/<name path>`; those are still read (one request each),
+//! until a sweep finds a key for the item, or its check is forgotten.
+
+use futures_util::stream::{self, StreamExt, TryStreamExt};
+use object_store::path::Path as Key;
+use std::collections::HashMap;
+
+use crate::error::{Error, Result};
+use crate::id::RepositoryName;
+use crate::store::inventory::FixityCheck;
+use crate::store::s3::keys::Keys;
+use crate::store::s3::objects::{Objects, IN_FLIGHT};
+
+pub const CHECKS: &str = ".ibi/checks";
+/// Where ibi kept each check earlier, as JSON.
+pub const OLD_FIXITY: &str = ".ibi/fixity";
+
+/// The checks of one collection.
+pub struct ObjectChecks<'a> {
+    pub objects: &'a Objects,
+    pub keys: &'a Keys,
+    /// Whether this handle swept the superseded keys yet.
+    pub swept: &'a std::sync::atomic::AtomicBool,
+}
+
+/// The last segment of a check's key.
+fn check_segment(check: &FixityCheck) -> String {
+    let outcome = if check.ok { "pass" } else { "fail" };
+    format!("{}!{outcome}!{}!{}", check.date, check.files, check.bytes)
+}
+
+/// The check a key names, under `prefix` (`<collection>/.ibi/checks`); none
+/// for a key that is not one (written by another party, or a folder object).
+fn parse_check_key(prefix: &str, key: &Key) -> Option<FixityCheck> {
+    let rel = key.as_ref().strip_prefix(prefix)?.strip_prefix('/')?;
+    let (name, segment) = rel.rsplit_once('/')?;
+    let mut parts = segment.split('!');
+    let date = parts.next()?.to_string();
+    let ok = match parts.next()? {
+        "pass" => true,
+        "fail" => false,
+        _ => return None,
+    };
+    let (files, bytes) = (parts.next()?.parse().ok()?, parts.next()?.parse().ok()?);
+    if parts.next().is_some() || chrono::DateTime::parse_from_rfc3339(&date).is_err() {
+        return None;
+    }
+    Some(FixityCheck { name: RepositoryName::parse(name).ok()?, date, ok, files, bytes })
+}
+
+/// Of two checks of one item, the one that stands: the newer; at one date, a failure.
+fn newer(a: FixityCheck, b: FixityCheck) -> FixityCheck {
+    let rank = |c: &FixityCheck| (chrono::DateTime::parse_from_rfc3339(&c.date).ok(), !c.ok);
+    if rank(&b) > rank(&a) {
+        b
+    } else {
+        a
+    }
+}
+
+impl ObjectChecks<'_> {
+    fn item_prefix(&self, name: &RepositoryName) -> Key {
+        self.keys.at(&format!("{CHECKS}/{name}"))
+    }
+
+    fn old_key(&self, name: &RepositoryName) -> Key {
+        self.keys.at(&format!("{OLD_FIXITY}/{name}"))
+    }
+
+    /// Keeps each item's last check (the caller holds the lease): one write
+    /// each. The first time a handle keeps checks, it sweeps the keys that
+    /// newer ones supersede (a listing of every check, deletes a thousand to
+    /// a request), so an item has at most the keys of the runs since the last
+    /// sweep, and reading takes the newest.
+    pub async fn keep(&self, checks: &[FixityCheck]) -> Result<()> {
+        if !self.swept.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            self.sweep().await?;
+        }
+        stream::iter(checks)
+            .map(|check| async move {
+                let key = self.item_prefix(&check.name).join(check_segment(check));
+                self.objects.overwrite(&key, Vec::new()).await
+            })
+            .buffer_unordered(IN_FLIGHT)
+            .try_collect()
+            .await
+    }
+
+    /// Deletes every check key a newer one of its item supersedes, and every
+    /// check an earlier ibi kept as an object for an item with a key.
+    async fn sweep(&self) -> Result<()> {
+        let prefix = self.keys.at(CHECKS);
+        let listed = self.objects.list_all(&prefix).await?;
+        let mut newest: HashMap<RepositoryName, (FixityCheck, Key)> = HashMap::new();
+        let mut superseded = Vec::new();
+        for meta in listed {
+            let Some(check) = parse_check_key(prefix.as_ref(), &meta.location) else { continue };
+            let key = meta.location;
+            match newest.remove(&check.name) {
+                Some((other, other_key)) => {
+                    let (stands, gone) = match newer(other.clone(), check.clone()) == check {
+                        true => ((check, key), other_key),
+                        false => ((other, other_key), key),
+                    };
+                    superseded.push(gone);
+                    newest.insert(stands.0.name.clone(), stands);
+                }
+                None => _ = newest.insert(check.name.clone(), (check, key)),
+            }
+        }
+        let old = self.objects.list_all(&self.keys.at(OLD_FIXITY)).await?;
+        let old_prefix = self.keys.at(OLD_FIXITY);
+        let named = |key: &Key| key.as_ref().strip_prefix(old_prefix.as_ref())?.strip_prefix('/')?.parse().ok();
+        superseded.extend(
+            old.into_iter()
+                .map(|m| m.location)
+                .filter(|key| named(key).is_some_and(|name: RepositoryName| newest.contains_key(&name))),
+        );
+        self.objects.delete_many(superseded).await
+    }
+
+    /// Forgets the last check of `name`: it was of a copy being replaced or
+    /// removed (the new copy was verified on arrival; the next rolling run
+    /// takes it first, as never checked). Forgetting a check that is not there
+    /// is no error, so a replayed placement forgets again harmlessly.
+    pub async fn forget(&self, name: &RepositoryName) -> Result<()> {
+        let listed = self.objects.list_all(&self.item_prefix(name)).await?;
+        let mut keys: Vec<Key> = listed.into_iter().map(|m| m.location).collect();
+        keys.push(self.old_key(name));
+        self.objects.delete_many(keys).await
+    }
+
+    /// Every item's last check: the keys under `.ibi/checks/` listed, and any
+    /// check an older ibi kept as an object, read.
+    pub async fn all(&self) -> Result<Vec<FixityCheck>> {
+        let prefix = self.keys.at(CHECKS);
+        let mut by_name: HashMap<RepositoryName, FixityCheck> = HashMap::new();
+        let mut keep = |check: FixityCheck| match by_name.remove(&check.name) {
+            Some(other) => _ = by_name.insert(check.name.clone(), newer(other, check)),
+            None => _ = by_name.insert(check.name.clone(), check),
+        };
+        let listed = self.objects.list_all(&prefix).await?;
+        listed.iter().filter_map(|meta| parse_check_key(prefix.as_ref(), &meta.location)).for_each(&mut keep);
+        self.old_checks().await?.into_iter().for_each(&mut keep);
+        Ok(by_name.into_values().collect())
+    }
+
+    /// The checks kept as objects, as ibi did earlier.
+    async fn old_checks(&self) -> Result<Vec<FixityCheck>> {
+        let listed = self.objects.list_all(&self.keys.at(OLD_FIXITY)).await?;
+        stream::iter(listed)
+            .map(|meta| async move {
+                let Some(found) = self.objects.get(&meta.location).await? else { return Ok(None) };
+                let check = serde_json::from_slice(&found.bytes)
+                    .map_err(|e| corrupt(self.objects, &meta.location, format!("not a fixity check: {e}")))?;
+                Ok::<_, Error>(Some(check))
+            })
+            .buffer_unordered(IN_FLIGHT)
+            .try_filter_map(|check| async move { Ok(check) })
+            .try_collect()
+            .await
+    }
+}
+
+fn corrupt(objects: &Objects, key: &Key, problem: String) -> Error {
+    Error::CorruptState { path: objects.url(key).into(), problem }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(date: &str, ok: bool) -> FixityCheck {
+        let name = RepositoryName::parse("example.org/t/2026/11.25.10.19.59.986").unwrap();
+        FixityCheck { name, date: date.into(), ok, files: 3, bytes: 1234 }
+    }
+
+    #[test]
+    fn a_check_reads_back_from_its_key() {
+        let keys = Keys::new("lib/c");
+        let kept = check("2026-11-25T10:00:00Z", true);
+        let key = keys.at(&format!("{CHECKS}/{}", kept.name)).join(check_segment(&kept));
+        let prefix = keys.at(CHECKS);
+        assert_eq!(parse_check_key(prefix.as_ref(), &key), Some(kept.clone()));
+        let failed = check("2026-11-25T10:00:00Z", false);
+        let key = keys.at(&format!("{CHECKS}/{}", failed.name)).join(check_segment(&failed));
+        assert_eq!(parse_check_key(prefix.as_ref(), &key), Some(failed));
+    }
+
+    #[test]
+    fn keys_that_are_no_check_are_passed_over() {
+        let keys = Keys::new("c");
+        let prefix = keys.at(CHECKS);
+        let name = "example.org/t/2026/11.25.10.19.59.986";
+        for bad in [
+            format!("{name}/2026-11-25T10:00:00Z!maybe!3!4"),
+            format!("{name}/2026-11-25T10:00:00Z!pass!3"),
+            format!("{name}/2026-11-25T10:00:00Z!pass!3!4!5"),
+            format!("{name}/yesterday!pass!3!4"),
+            "not a name/2026-11-25T10:00:00Z!pass!3!4".to_string(),
+            name.to_string(),
+        ] {
+            assert_eq!(parse_check_key(prefix.as_ref(), &keys.at(&format!("{CHECKS}/{bad}"))), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn of_two_checks_the_newer_stands_and_at_one_date_a_failure() {
+        let (old, new) = (check("2026-11-24T10:00:00Z", false), check("2026-11-25T10:00:00Z", true));
+        assert_eq!(newer(old.clone(), new.clone()), new);
+        assert_eq!(newer(new.clone(), old), new);
+        let (pass, fail) = (check("2026-11-25T10:00:00Z", true), check("2026-11-25T10:00:00Z", false));
+        assert_eq!(newer(pass.clone(), fail.clone()), fail);
+        assert_eq!(newer(fail.clone(), pass), fail);
+    }
+}
