@@ -163,16 +163,14 @@ pub trait Store: Send + Sync {
     /// trip for a far backend, which overrides this; here, each computed where the
     /// bytes are, in parallel.
     fn identities(&self, names: &[RepositoryName]) -> Vec<Result<String>> {
-        use rayon::prelude::*;
-        names.par_iter().map(|name| identity_digest(self.as_dyn(), name)).collect()
+        identities_from_bags(self.as_dyn(), names)
     }
     /// The identity digest of each of `names` read from its bag's tagmanifest
     /// (`identity_digest`), never from a record: what the audit compares, so that
     /// a copy replaced behind ibi's back shows. A far backend asks its server in
     /// one round trip; here, each is read in parallel.
     fn bag_identities(&self, names: &[RepositoryName]) -> Vec<Result<String>> {
-        use rayon::prelude::*;
-        names.par_iter().map(|name| identity_digest(self.as_dyn(), name)).collect()
+        identities_from_bags(self.as_dyn(), names)
     }
     /// Keeps the results of fixity checks (verify), each replacing the item's last;
     /// a backend that keeps none (or a read-only handle) ignores them.
@@ -356,6 +354,13 @@ pub fn identity_digest(store: &dyn Store, name: &RepositoryName) -> Result<Strin
         .digests(TAGMANIFEST, &[])
         .map_err(|e| Error::Data { what: format!("{name}/{TAGMANIFEST}"), problem: e.to_string() })?;
     Ok(digests.sha256().to_string())
+}
+
+/// The identity digests of `names`, each read from its bag, in parallel, in the
+/// order asked: what `Store::identities` and `bag_identities` do by default.
+pub fn identities_from_bags(store: &dyn Store, names: &[RepositoryName]) -> Vec<Result<String>> {
+    use rayon::prelude::*;
+    names.par_iter().map(|name| identity_digest(store, name)).collect()
 }
 
 /// Finds an item by repository name or IBIp, in any letter case.

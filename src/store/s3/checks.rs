@@ -9,7 +9,7 @@
 
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use object_store::path::Path as Key;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::error::{Error, Result};
 use crate::id::RepositoryName;
@@ -64,6 +64,42 @@ fn newer(a: FixityCheck, b: FixityCheck) -> FixityCheck {
     }
 }
 
+/// The check keys of one item as a listing passes them (an item's keys are
+/// adjacent in key order): the check that stands so far, its key, and the keys
+/// it supersedes.
+#[derive(Default)]
+struct ItemRun(Option<(FixityCheck, Key, Vec<Key>)>);
+
+impl ItemRun {
+    /// Takes the next listed check; the item before, finished, when this one
+    /// is of another item.
+    fn push(&mut self, check: FixityCheck, key: Key) -> Option<(FixityCheck, Key, Vec<Key>)> {
+        match self.0.take() {
+            Some((stands, stands_key, mut gone)) if stands.name == check.name => {
+                self.0 = Some(match newer(stands.clone(), check.clone()) == check {
+                    true => {
+                        gone.push(stands_key);
+                        (check, key, gone)
+                    }
+                    false => {
+                        gone.push(key);
+                        (stands, stands_key, gone)
+                    }
+                });
+                None
+            }
+            finished => {
+                self.0 = Some((check, key, Vec::new()));
+                finished
+            }
+        }
+    }
+
+    fn finish(&mut self) -> Option<(FixityCheck, Key, Vec<Key>)> {
+        self.0.take()
+    }
+}
+
 impl ObjectChecks<'_> {
     fn item_prefix(&self, name: &RepositoryName) -> Key {
         self.keys.at(&format!("{CHECKS}/{name}"))
@@ -92,37 +128,41 @@ impl ObjectChecks<'_> {
             .await
     }
 
-    /// Deletes every check key a newer one of its item supersedes, and every
-    /// check an earlier ibi kept as an object for an item with a key.
+    /// Deletes every check key a newer one of its item supersedes, a thousand
+    /// at a time as the listing goes, and every check an earlier ibi kept as an
+    /// object for an item with a key.
     async fn sweep(&self) -> Result<()> {
-        let prefix = self.keys.at(CHECKS);
-        let listed = self.objects.list_all(&prefix).await?;
-        let mut newest: HashMap<RepositoryName, (FixityCheck, Key)> = HashMap::new();
+        let old = self.objects.list_all(&self.keys.at(OLD_FIXITY)).await?;
+        let mut with_keys = HashSet::new();
         let mut superseded = Vec::new();
-        for meta in listed {
-            let Some(check) = parse_check_key(prefix.as_ref(), &meta.location) else { continue };
-            let key = meta.location;
-            match newest.remove(&check.name) {
-                Some((other, other_key)) => {
-                    let (stands, gone) = match newer(other.clone(), check.clone()) == check {
-                        true => ((check, key), other_key),
-                        false => ((other, other_key), key),
-                    };
-                    superseded.push(gone);
-                    newest.insert(stands.0.name.clone(), stands);
+        let prefix = self.keys.at(CHECKS);
+        let mut listed = self.objects.list_after(&prefix, &prefix);
+        let mut run = ItemRun::default();
+        loop {
+            let meta = listed.try_next().await?;
+            let done = match &meta {
+                Some(meta) => parse_check_key(prefix.as_ref(), &meta.location)
+                    .and_then(|check| run.push(check, meta.location.clone())),
+                None => run.finish(),
+            };
+            if let Some((check, _, gone)) = done {
+                if !old.is_empty() {
+                    with_keys.insert(check.name);
                 }
-                None => _ = newest.insert(check.name.clone(), (check, key)),
+                superseded.extend(gone);
+            }
+            if superseded.len() >= 1000 || meta.is_none() {
+                self.objects.delete_many(std::mem::take(&mut superseded)).await?;
+            }
+            if meta.is_none() {
+                break;
             }
         }
-        let old = self.objects.list_all(&self.keys.at(OLD_FIXITY)).await?;
         let old_prefix = self.keys.at(OLD_FIXITY);
         let named = |key: &Key| key.as_ref().strip_prefix(old_prefix.as_ref())?.strip_prefix('/')?.parse().ok();
-        superseded.extend(
-            old.into_iter()
-                .map(|m| m.location)
-                .filter(|key| named(key).is_some_and(|name: RepositoryName| newest.contains_key(&name))),
-        );
-        self.objects.delete_many(superseded).await
+        let swept = old.into_iter().map(|m| m.location);
+        let swept = swept.filter(|key| named(key).is_some_and(|name: RepositoryName| with_keys.contains(&name)));
+        self.objects.delete_many(swept.collect()).await
     }
 
     /// Forgets the last check of `name`: it was of a copy being replaced or
@@ -140,14 +180,26 @@ impl ObjectChecks<'_> {
     /// check an older ibi kept as an object, read.
     pub async fn all(&self) -> Result<Vec<FixityCheck>> {
         let prefix = self.keys.at(CHECKS);
-        let mut by_name: HashMap<RepositoryName, FixityCheck> = HashMap::new();
-        let mut keep = |check: FixityCheck| match by_name.remove(&check.name) {
-            Some(other) => _ = by_name.insert(check.name.clone(), newer(other, check)),
-            None => _ = by_name.insert(check.name.clone(), check),
-        };
-        let listed = self.objects.list_all(&prefix).await?;
-        listed.iter().filter_map(|meta| parse_check_key(prefix.as_ref(), &meta.location)).for_each(&mut keep);
-        self.old_checks().await?.into_iter().for_each(&mut keep);
+        let mut listed = self.objects.list_after(&prefix, &prefix);
+        let (mut run, mut checks) = (ItemRun::default(), Vec::new());
+        while let Some(meta) = listed.try_next().await? {
+            let Some(check) = parse_check_key(prefix.as_ref(), &meta.location) else { continue };
+            checks.extend(run.push(check, meta.location).map(|(check, ..)| check));
+        }
+        checks.extend(run.finish().map(|(check, ..)| check));
+        let old = self.old_checks().await?;
+        if old.is_empty() {
+            return Ok(checks);
+        }
+        let mut by_name: HashMap<RepositoryName, FixityCheck> =
+            checks.into_iter().map(|check| (check.name.clone(), check)).collect();
+        for check in old {
+            let stands = match by_name.remove(&check.name) {
+                Some(other) => newer(other, check),
+                None => check,
+            };
+            by_name.insert(stands.name.clone(), stands);
+        }
         Ok(by_name.into_values().collect())
     }
 
@@ -208,6 +260,22 @@ mod tests {
         ] {
             assert_eq!(parse_check_key(prefix.as_ref(), &keys.at(&format!("{CHECKS}/{bad}"))), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_listing_gives_each_item_once_with_the_keys_its_check_supersedes() {
+        let keys = Keys::new("c");
+        let at = |check: &FixityCheck| keys.at(&format!("{CHECKS}/{}", check.name)).join(check_segment(check));
+        let (a_old, a_new) = (check("2026-11-24T10:00:00Z", true), check("2026-11-25T10:00:00Z", true));
+        let mut b = check("2026-11-23T10:00:00Z", false);
+        b.name = RepositoryName::parse("example.org/t/2026/11.25.10.20").unwrap();
+        let mut run = ItemRun::default();
+        assert!(run.push(a_old.clone(), at(&a_old)).is_none());
+        assert!(run.push(a_new.clone(), at(&a_new)).is_none());
+        let (stands, key, gone) = run.push(b.clone(), at(&b)).expect("a new item finishes the one before");
+        assert_eq!((stands, key, gone), (a_new.clone(), at(&a_new), vec![at(&a_old)]));
+        assert_eq!(run.finish(), Some((b.clone(), at(&b), Vec::new())));
+        assert_eq!(run.finish(), None);
     }
 
     #[test]
