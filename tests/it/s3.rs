@@ -1051,10 +1051,9 @@ fn regress_s3_replaced_item_keeps_the_old_copys_fixity_date() {
 /// number of runs (each run sweeps what newer keys supersede, then adds its
 /// own), a failure read as the check, and a check kept as a JSON object by an
 /// earlier ibi (`.ibi/fixity/<name>`) still read, then swept.
-#[test]
-fn s3_fixity_checks_are_listed_not_fetched() {
+fn s3_fixity_checks_are_listed_not_fetched(start: Start) {
     let env = TestEnv::new();
-    let (moto, name) = one_item_collection(&env, Moto::start);
+    let (moto, name) = one_item_collection(&env, start);
     let (p, s3) = (moto.port, "s3://lib/main");
     let checks = || keys_under(p, &format!("main/.ibi/checks/{name}"));
     for _ in 0..3 {
@@ -1608,6 +1607,7 @@ on_every_server!(
     reading_commands_work_with_read_only_s3_credentials,
     regress_verify_takes_a_write_lease,
     regress_record_with_no_versions_panics_s3_verify,
+    s3_fixity_checks_are_listed_not_fetched,
     regress_s3_list_prints_a_name_twice_when_a_record_names_another,
     regress_serving_s3_panics_on_sigterm,
     regress_far_future_lease_blocks_for_ever,
