@@ -161,7 +161,28 @@ impl Beneath {
     /// time). `O_NONBLOCK` keeps a FIFO from hanging the open; anything but a
     /// regular file is refused with `InvalidInput`.
     pub fn open(&self, rel: &str) -> io::Result<RegularFile> {
-        use rustix::fs::{Mode, OFlags, ResolveFlags};
+        use rustix::fs::OFlags;
+        let fd = self.open_with(rel, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOFOLLOW)?;
+        let file = File::from(fd);
+        let meta = file.metadata()?;
+        if !meta.file_type().is_file() {
+            let kind = file_kind_name(&meta.file_type());
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("is a {kind}, not a regular file")));
+        }
+        Ok(RegularFile { file, meta })
+    }
+}
+
+impl Beneath {
+    /// Opens the folder at `rel` as a path handle, for calls relative to it (`*at`),
+    /// never through a symlink and never outside the folder, as `open` does.
+    pub fn open_folder(&self, rel: &str) -> io::Result<rustix::fd::OwnedFd> {
+        use rustix::fs::OFlags;
+        self.open_with(rel, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW)
+    }
+
+    fn open_with(&self, rel: &str, flags: rustix::fs::OFlags) -> io::Result<rustix::fd::OwnedFd> {
+        use rustix::fs::{Mode, ResolveFlags};
         let opened_now;
         let dir = match &self.held {
             Some(fd) => fd.as_ref(),
@@ -170,23 +191,15 @@ impl Beneath {
                 &opened_now
             }
         };
-        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOFOLLOW;
         let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-        let fd = match rustix::fs::openat2(dir, rel, flags, Mode::empty(), how) {
-            Err(rustix::io::Errno::NOSYS) => open_component_wise(dir, rel, flags)?,
-            Err(rustix::io::Errno::LOOP) => return Err(symlink_refused()),
+        match rustix::fs::openat2(dir, rel, flags, Mode::empty(), how) {
+            Err(rustix::io::Errno::NOSYS) => open_component_wise(dir, rel, flags),
+            Err(rustix::io::Errno::LOOP) => Err(symlink_refused()),
             Err(rustix::io::Errno::XDEV) => {
-                return Err(io::Error::new(io::ErrorKind::InvalidInput, "leads outside its collection"))
+                Err(io::Error::new(io::ErrorKind::InvalidInput, "leads outside its collection"))
             }
-            other => other?,
-        };
-        let file = File::from(fd);
-        let meta = file.metadata()?;
-        if !meta.file_type().is_file() {
-            let kind = file_kind_name(&meta.file_type());
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("is a {kind}, not a regular file")));
+            other => Ok(other?),
         }
-        Ok(RegularFile { file, meta })
     }
 }
 

@@ -355,10 +355,15 @@ pub fn witness(global: GlobalArgs, root: Option<&Path>, prove: Option<&str>) -> 
 /// make one is told, never a problem of the collection, but for a signing key that
 /// is not the published one (replaced): that is a problem, counted in the result.
 fn witness_after_verify(collection: &dyn ibi::store::Store, printer: &Printer) -> u64 {
+    let started = std::time::Instant::now();
     match ibi::ops::witness::make(collection, ibi::id::Timestamp::now()) {
-        Ok(Some(w)) => {
-            printer.note(&format!("witness: root {} over {} item(s), signed by {}", w.root, w.items, w.public_key))
-        }
+        Ok(Some(w)) => printer.note(&format!(
+            "witness: root {} over {} item(s), signed by {}, made in {:.2} s",
+            w.root,
+            w.items,
+            w.public_key,
+            started.elapsed().as_secs_f64()
+        )),
         Ok(None) => {}
         Err(e @ ibi::Error::Data { .. }) => {
             printer.event("problem", json!({"what": "witness key", "problem": e.to_string()}));

@@ -272,6 +272,43 @@ fn the_witness_is_recomputed_and_proved_by_a_third_party() {
     assert!(bad.stderr.contains("signature"), "{}", bad.stderr);
 }
 
+/// The identity cache (a witness or an audit answers an item whose tagmanifest's
+/// stat is the cached one without reading it): a tagmanifest rewritten in place,
+/// same size and same inode, its modification time set back, must still be read
+/// again, so that the proof of the item no longer matches the witness. A cache
+/// keyed on size and modification time would hide the edit; the change time,
+/// which no program sets back, shows it.
+#[test]
+fn regress_an_in_place_edit_hidden_by_the_identity_cache() {
+    let env = TestEnv::new();
+    let root = env.collection("lib");
+    env.write("src/a/f.txt", b"an item\n");
+    env.ok(&["-q", "deposit", &root, env.path("src/a").to_str().unwrap()]);
+    // Only a stat that has not changed for two seconds is cached.
+    std::thread::sleep(std::time::Duration::from_millis(2200));
+    env.ok(&["-q", "verify", &root]);
+    let name = env.identities(&root).into_keys().next().unwrap();
+    let inventory = std::path::Path::new(&root).join(".ibi/inventory.sqlite");
+    let cached: i64 = rusqlite::Connection::open(&inventory)
+        .unwrap()
+        .query_row("SELECT count(*) FROM identities WHERE name = ?1", [&name], |row| row.get(0))
+        .unwrap();
+    assert_eq!(cached, 1, "the witness cached the identity of {name}");
+    env.ok(&["witness", &root, "--prove", &name]);
+
+    let tags = std::path::Path::new(&root).join(&name).join("tagmanifest-sha256.txt");
+    let modified = std::fs::metadata(&tags).unwrap().modified().unwrap();
+    let mut lines: Vec<String> = std::fs::read_to_string(&tags).unwrap().lines().map(|l| format!("{l}\n")).collect();
+    lines.reverse();
+    let file = std::fs::File::options().write(true).open(&tags).unwrap();
+    std::io::Write::write_all(&mut &file, lines.concat().as_bytes()).unwrap();
+    file.set_modified(modified).unwrap();
+    drop(file);
+    assert_eq!(std::fs::metadata(&tags).unwrap().modified().unwrap(), modified);
+    let refused = env.fails(&["witness", &root, "--prove", &name], 1);
+    assert!(refused.stderr.contains("no longer matches"), "{}", refused.stderr);
+}
+
 /// The witness key (issue 24, "the public key is in `collection.toml`"): a proof
 /// carried its own public key and `witness --check` trusted it, so any key could
 /// sign a proof of any tree, and a collection's key could be swapped unseen. The

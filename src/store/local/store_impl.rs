@@ -241,6 +241,12 @@ impl Store for Collection {
             .collect()
     }
 
+    /// From the bags, each answered from the identity cache while its
+    /// tagmanifest's stat is unchanged (`identities`), read otherwise.
+    fn bag_identities(&self, names: &[RepositoryName]) -> Vec<Result<String>> {
+        self.bag_identities_cached(names)
+    }
+
     fn collection_id(&self) -> Option<String> {
         self.id.get().cloned()
     }
