@@ -309,6 +309,29 @@ fn regress_an_in_place_edit_hidden_by_the_identity_cache() {
     assert!(refused.stderr.contains("no longer matches"), "{}", refused.stderr);
 }
 
+/// The identity cache and a symlink (hostile): an item folder moved out of the
+/// collection and replaced by a symlink to it keeps its tagmanifest's inode and
+/// change time, so a stat through the link matched the cached one and the
+/// witness answered for an item that is no longer in the collection. The item
+/// folder itself is now checked, never followed: the proof is refused.
+#[test]
+fn regress_a_symlinked_item_answered_from_the_identity_cache() {
+    let env = TestEnv::new();
+    let root = env.collection("lib");
+    env.write("src/a/f.txt", b"an item\n");
+    env.ok(&["-q", "deposit", &root, env.path("src/a").to_str().unwrap()]);
+    std::thread::sleep(std::time::Duration::from_millis(2200));
+    env.ok(&["-q", "verify", &root]);
+    let name = env.identities(&root).into_keys().next().unwrap();
+    env.ok(&["witness", &root, "--prove", &name]);
+    let item = std::path::Path::new(&root).join(&name);
+    let outside = env.path("outside-item");
+    std::fs::rename(&item, &outside).unwrap();
+    std::os::unix::fs::symlink(&outside, &item).unwrap();
+    let refused = env.fails(&["witness", &root, "--prove", &name], 1);
+    assert!(refused.stderr.contains("symlink"), "{}", refused.stderr);
+}
+
 /// The witness key (issue 24, "the public key is in `collection.toml`"): a proof
 /// carried its own public key and `witness --check` trusted it, so any key could
 /// sign a proof of any tree, and a collection's key could be swapped unseen. The

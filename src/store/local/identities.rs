@@ -4,7 +4,8 @@
 //! the inventory's `identities` table (made on first use). A witness or an audit
 //! asks for every item's identity read from its bag; an item whose tagmanifest's
 //! stat is the one cached is answered from the cache with one `lstat`, any other
-//! is read and hashed again. Any write to the file, a replacement (a new inode)
+//! is read and hashed again. The item folder is checked to be a folder (an
+//! `lstat`) first: a folder swapped for a symlink is read, and refused. Any write to the file, a replacement (a new inode)
 //! or a new hard link changes the change time, which no program can set back, so
 //! a copy changed behind ibi's back is read again. A stat is kept only once the
 //! file has not changed for `SETTLED` (longer than any file system's timestamp
@@ -55,6 +56,13 @@ fn tag_stat(dir: BorrowedFd, rel: &str, now: SystemTime) -> Option<(String, bool
     let settled_before = now.checked_sub(SETTLED).and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok());
     let changed = Duration::new(c.tv_sec.max(0) as u64, c.tv_nsec.min(999_999_999));
     Some((stat, settled_before.is_some_and(|before| changed < before)))
+}
+
+/// Whether `rel` beneath `dir` is a folder (a symlink is not followed).
+fn is_folder(dir: BorrowedFd, rel: &str) -> bool {
+    use rustix::fs::{AtFlags, FileType, StatxFlags};
+    rustix::fs::statx(dir, rel, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE)
+        .is_ok_and(|st| FileType::from_raw_mode(st.stx_mode.into()) == FileType::Directory)
 }
 
 /// An identity answered, with the stat to cache it under when it was read now.
@@ -152,7 +160,11 @@ impl Collection {
                 folder = Some((parent, fd));
             }
             let fd = folder.as_ref().and_then(|(_, fd)| fd.as_ref());
-            let stat = fd.and_then(|fd| tag_stat(fd.as_fd(), &format!("{item}/{TAGMANIFEST}"), now));
+            // The item folder itself must be a folder, not a symlink (which the
+            // tagmanifest's stat would pass through): otherwise it is read, and refused.
+            let stat = fd
+                .filter(|fd| is_folder(fd.as_fd(), &item))
+                .and_then(|fd| tag_stat(fd.as_fd(), &format!("{item}/{TAGMANIFEST}"), now));
             answers.push(match (cached, stat) {
                 (Some((kept, identity)), Some((stat, _))) if *kept == stat => (Ok(identity.clone()), None),
                 (_, stat) => {
