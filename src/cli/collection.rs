@@ -145,13 +145,22 @@ fn fixity_age(collection: &dyn ibi::store::Store, cycle_days: u32, printer: &Pri
     Ok(if age.stale == 0 { Outcome::Success } else { Outcome::Problems })
 }
 
+/// How many bytes of lines `list` gathers before writing them.
+const LIST_BLOCK: usize = 64 * 1024;
+
 pub fn list(global: GlobalArgs, args: &ListArgs) -> Result<Outcome> {
+    use std::fmt::Write as _;
     let collection = super::open(&args.root)?;
     let collection = collection.as_ref();
     let printer = Printer::new(global);
     let range = DateRange { since: args.since, until: args.until };
     let mut degraded = 0u64;
+    // Lines are written a block at a time: one write per line cost more than the listing.
+    let mut block = String::with_capacity(LIST_BLOCK + 256);
     for entry in list_marked(collection, range, args.withdrawn)? {
+        if block.len() >= LIST_BLOCK {
+            printer.lines(&mut block);
+        }
         if super::stdout_gone() {
             break;
         }
@@ -170,18 +179,19 @@ pub fn list(global: GlobalArgs, args: &ListArgs) -> Result<Outcome> {
             if is_degraded {
                 line["degraded"] = json!(true);
             }
-            printer.line(&line.to_string());
+            writeln!(block, "{line}").expect("a String takes any text");
             continue;
         }
-        let mut text = Minted { name, ibip }.to_string();
+        write!(block, "{}", Minted { name, ibip }).expect("a String takes any text");
         if status == ibi::store::Status::Withdrawn {
-            text.push_str("\twithdrawn");
+            block.push_str("\twithdrawn");
         }
         if is_degraded {
-            text.push_str("\tdegraded");
+            block.push_str("\tdegraded");
         }
-        printer.line(&text);
+        block.push('\n');
     }
+    printer.lines(&mut block);
     if degraded > 0 {
         let why = ibi::ops::placement::DEGRADED;
         printer.note(&format!("ibi: warning: {degraded} item(s) degraded: {why}"));

@@ -73,6 +73,20 @@ impl Printer {
         }
     }
 
+    /// Prints the lines gathered in `block` (each ending in a newline) in one
+    /// write, then empties it: for commands that print a line per item.
+    pub fn lines(&self, block: &mut String) {
+        if !block.is_empty() {
+            let text = escape_controls(block);
+            let print = || super::write_stdout(&text).unwrap_or(());
+            match self.bar() {
+                Some(bar) => bar.suspend(print),
+                None => print(),
+            }
+        }
+        block.clear();
+    }
+
     /// Prints a JSON Lines event (with `--json` only).
     pub fn event(&self, event: &str, mut fields: Value) {
         if self.mode == Mode::Json {

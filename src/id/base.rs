@@ -46,21 +46,48 @@ impl Alphabet {
 
     /// ConvertFromDecimal: the numeral of `n`, most significant digit first; `0` is one zero digit.
     pub fn encode(&self, n: &BigUint) -> String {
+        if let Some(small) = to_u128(n) {
+            return self.encode_u128(small);
+        }
         let digits = n.to_radix_be(self.radix());
         digits.into_iter().map(|d| self.digit(d as u32)).collect()
     }
 
-    pub fn encode_u128(&self, n: u128) -> String {
-        self.encode(&BigUint::from(n))
+    /// `encode` of a number that fits 128 bits, in machine words (no big integer).
+    pub fn encode_u128(&self, mut n: u128) -> String {
+        let radix = u128::from(self.radix());
+        let mut digits = Vec::with_capacity(28);
+        loop {
+            digits.push(self.digits[(n % radix) as usize]);
+            n /= radix;
+            if n == 0 {
+                break;
+            }
+        }
+        digits.iter().rev().map(|&d| d as char).collect()
     }
 
     /// ConvertToDecimal. On a character outside the alphabet, returns its 0-based char index.
     pub fn decode(&self, text: &str) -> Result<BigUint, usize> {
+        if let Some(small) = self.decode_u128(text)? {
+            return Ok(BigUint::from(small));
+        }
         let mut values = Vec::with_capacity(text.len());
         for (i, c) in text.chars().enumerate() {
             values.push(self.value_of(c).ok_or(i)? as u8);
         }
         Ok(BigUint::from_radix_be(&values, self.radix()).unwrap_or_default())
+    }
+
+    /// `decode` in machine words: `Ok(None)` when the number needs more than 128 bits.
+    pub fn decode_u128(&self, text: &str) -> Result<Option<u128>, usize> {
+        let radix = u128::from(self.radix());
+        let mut n = Some(0u128);
+        for (i, c) in text.chars().enumerate() {
+            let value = u128::from(self.value_of(c).ok_or(i)?);
+            n = n.and_then(|n| n.checked_mul(radix)?.checked_add(value));
+        }
+        Ok(n)
     }
 }
 
@@ -110,6 +137,17 @@ mod tests {
     }
 
     proptest! {
+        /// The machine-word paths agree with the big-integer ones on every
+        /// number near and beyond 128 bits.
+        #[test]
+        fn machine_words_agree_with_big_integers(text in "[0-9a-f:]{1,40}") {
+            let big = BigUint::from_radix_be(
+                &text.chars().map(|c| IPV6_TEXT.value_of(c).unwrap() as u8).collect::<Vec<_>>(), 17).unwrap();
+            prop_assert_eq!(IPV6_TEXT.decode(&text).unwrap(), big.clone());
+            let numeral: String = big.to_radix_be(27).into_iter().map(|d| IBIP.digit(d as u32)).collect();
+            prop_assert_eq!(IBIP.encode(&big), numeral);
+        }
+
         #[test]
         fn numerals_round_trip(n in any::<u128>()) {
             for alphabet in [IBIP, IPV4_TEXT, IPV6_TEXT, PILIN] {

@@ -27,13 +27,10 @@ pub type ListedItem = (RepositoryName, Option<Ibip>, Status, Option<String>);
 pub fn list(store: &dyn Store, range: DateRange, withdrawn: bool) -> Box<dyn Iterator<Item = Result<ListedItem>> + '_> {
     if store.has_inventory() {
         let wanted = move |status: Status| status == Status::Present || (withdrawn && status == Status::Withdrawn);
-        return Box::new(store.all_records().filter_map(move |record| match record {
+        return Box::new(store.record_summaries().filter_map(move |summary| match summary {
             Err(e) => Some(Err(e)),
-            Ok(r) if !wanted(r.status) || !range.contains(r.name.date()) => None,
-            Ok(r) => {
-                let identity = r.current().digest.clone();
-                Some(Ok((r.name, r.ibip, r.status, Some(identity))))
-            }
+            Ok(s) if !wanted(s.status) || !range.contains(s.name.date()) => None,
+            Ok(s) => Some(Ok((s.name, s.ibip, s.status, Some(s.identity)))),
         }));
     }
     Box::new(items(store).filter_map(move |item| match item {

@@ -19,8 +19,8 @@ use crate::id::{Granularity, Minted, RepositoryName, Subsystem, Timestamp};
 use crate::store::config::{Minting, Peer, Successor};
 use crate::store::log::Action;
 use crate::store::{
-    identity_digest, AppendOnly, FileSource, ItemRecord, Listed, LockWait, Placement, Slot, StageId, Status, Store,
-    Writer,
+    identity_digest, AppendOnly, FileSource, ItemRecord, Listed, LockWait, Placement, RecordSummary, Slot, StageId,
+    Status, Store, Writer,
 };
 
 /// The subsystem every collection of the suite is made with.
@@ -325,6 +325,9 @@ pub fn inventory_records_placement_replacement_and_removal(store: &dyn Store, ot
     let all: Vec<ItemRecord> = other.all_records().map(Result::unwrap).collect();
     let seen: Vec<(RepositoryName, Status)> = all.iter().map(|r| (r.name.clone(), r.status)).collect();
     assert_eq!(seen, [(a.name, Status::Present), (b.name, Status::Removed)], "a removed item stays known");
+    let summaries: Vec<RecordSummary> = other.record_summaries().map(Result::unwrap).collect();
+    let whole: Vec<RecordSummary> = all.into_iter().map(RecordSummary::from).collect();
+    assert_eq!(summaries, whole, "the summaries say what the whole records say");
 }
 
 /// Every change is logged once, in one chain that another handle reads: a

@@ -120,6 +120,23 @@ pub struct ItemRecord {
     pub deposit_keys: Vec<String>,
 }
 
+/// What a listing shows of a record: its name, IBIp, status and current
+/// identity digest, read without decoding the rest (versions, keys, forward).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordSummary {
+    pub name: RepositoryName,
+    pub ibip: Option<Ibip>,
+    pub status: Status,
+    pub identity: String,
+}
+
+impl From<ItemRecord> for RecordSummary {
+    fn from(record: ItemRecord) -> Self {
+        let identity = record.current().digest.clone();
+        RecordSummary { name: record.name, ibip: record.ibip, status: record.status, identity }
+    }
+}
+
 impl ItemRecord {
     /// Where the item went, if it is no longer here because migrate moved it.
     pub fn gone_to(&self) -> Option<&Forward> {

@@ -52,7 +52,7 @@ use crate::problem::{Problem, ProblemKind};
 pub use config::Minting;
 #[cfg(feature = "far")]
 pub use far::serve::{serve_stdio, ServeOptions};
-pub use inventory::{ItemRecord, Status, VersionRecord};
+pub use inventory::{ItemRecord, RecordSummary, Status, VersionRecord};
 pub use local::remove_live_staging;
 pub use location::Connect;
 pub use open::{init, open, InitOptions};
@@ -274,6 +274,12 @@ pub trait Store: Send + Sync {
     /// names without reading each record (S3) does.
     fn record_names(&self) -> Box<dyn Iterator<Item = Result<RepositoryName>> + Send + '_> {
         Box::new(self.all_records().map(|record| record.map(|r| r.name)))
+    }
+    /// Every record's summary (name, IBIp, status, identity), streaming in name
+    /// order; a backend that can read them without decoding whole records (the
+    /// local inventory) does.
+    fn record_summaries(&self) -> Box<dyn Iterator<Item = Result<RecordSummary>> + Send + '_> {
+        Box::new(self.all_records().map(|record| record.map(RecordSummary::from)))
     }
     /// The name of every present item (`Status::Present`), streaming in
     /// `RepositoryName` order; a backend that can select them without decoding

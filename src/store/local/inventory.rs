@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::events::{Event, EventKind};
 use crate::fsx;
 use crate::id::{Ibip, RepositoryName};
-use crate::store::inventory::{Forward, ItemRecord, Status, VersionRecord};
+use crate::store::inventory::{Forward, ItemRecord, RecordSummary, Status, VersionRecord};
 use crate::store::log::{removal_event, Action, StepLog};
 
 const SCHEMA: &str = "
@@ -118,6 +118,24 @@ fn row_to_record(row: &rusqlite::Row) -> rusqlite::Result<std::result::Result<It
                 .map(|k| serde_json::from_str(&k).map_err(|e| format!("{text}: keys: {e}")))
                 .transpose()?
                 .unwrap_or_default(),
+        })
+    })())
+}
+
+/// A summary row (`summary_page`'s columns), its name assembled in `text`.
+fn summary_of(row: &rusqlite::Row, text: &mut String) -> rusqlite::Result<std::result::Result<RecordSummary, String>> {
+    text.clear();
+    text.push_str(row.get_ref(0)?.as_str()?);
+    text.push('/');
+    text.push_str(row.get_ref(1)?.as_str()?);
+    let ibip = row.get_ref(2)?.as_str_or_null()?;
+    let (status, identity) = (row.get_ref(3)?.as_str()?, row.get_ref(4)?.as_str()?);
+    Ok((|| {
+        Ok(RecordSummary {
+            name: RepositoryName::parse(text).map_err(|e| format!("{text}: {e}"))?,
+            ibip: ibip.and_then(|i| Ibip::parse(i).ok()),
+            status: Status::parse(status).ok_or_else(|| format!("{text}: unknown status {status}"))?,
+            identity: identity.to_string(),
         })
     })())
 }
@@ -533,6 +551,27 @@ impl Inventory {
 }
 
 impl Inventory {
+    /// Up to `PAGE` record summaries after `after`, in name order: five short
+    /// columns, each name checked, the IBIp kept only when it parses (as `page` does).
+    pub fn summary_page(&self, after: Option<&RepositoryName>) -> Result<Vec<RecordSummary>> {
+        let sql = "SELECT prefix, suffix, ibip, status, digest FROM items WHERE (prefix, suffix) > (?1, ?2) \
+                   ORDER BY prefix, suffix LIMIT ?3";
+        let mut select = self.conn.prepare_cached(sql).map_err(|e| sql_error(&self.path, e))?;
+        let (prefix, suffix) =
+            after.map_or((String::new(), String::new()), |n| (n.prefix().to_string(), n.suffix().to_string()));
+        let mut rows = select.query(params![prefix, suffix, PAGE as i64]).map_err(|e| sql_error(&self.path, e))?;
+        let mut page = Vec::with_capacity(PAGE);
+        let mut text = String::new();
+        while let Some(row) = rows.next().map_err(|e| sql_error(&self.path, e))? {
+            let summary = summary_of(row, &mut text).map_err(|e| sql_error(&self.path, e))?;
+            page.push(
+                summary
+                    .map_err(|problem| Error::Data { what: format!("inventory {}", self.path.display()), problem })?,
+            );
+        }
+        Ok(page)
+    }
+
     /// Up to `PAGE` names of present items after `after`, in name order.
     pub fn present_page(&self, after: Option<&RepositoryName>) -> Result<Vec<RepositoryName>> {
         let sql = format!(
@@ -592,6 +631,12 @@ impl super::Collection {
     /// Every record, in name order, a page at a time.
     pub fn all_records(&self) -> impl Iterator<Item = Result<ItemRecord>> + Send + '_ {
         self.paged(|inv, after| inv.page(after), |record| &record.name)
+    }
+
+    /// Every record's summary, in name order, a page at a time, without decoding
+    /// versions, keys or forwards.
+    pub fn record_summaries(&self) -> impl Iterator<Item = Result<RecordSummary>> + Send + '_ {
+        self.paged(|inv, after| inv.summary_page(after), |summary| &summary.name)
     }
 
     /// The names of the items present (not withdrawn, moved or removed), in name

@@ -24,8 +24,8 @@ use crate::store::config::Minting;
 use crate::store::inventory::Forward;
 use crate::store::StateFile;
 use crate::store::{
-    FileSource, ItemRecord, Lease, Leased, Listed, LockWait, Placed, Placement, Slot, StageId, Store, WriteBackend,
-    Writer,
+    FileSource, ItemRecord, Lease, Leased, Listed, LockWait, Placed, Placement, RecordSummary, Slot, StageId, Store,
+    WriteBackend, Writer,
 };
 
 /// The staging folders a collection handle holds, by token.
@@ -280,6 +280,10 @@ impl Store for Collection {
 
     fn present_names(&self) -> Box<dyn Iterator<Item = Result<RepositoryName>> + Send + '_> {
         Box::new(Collection::present_names(self))
+    }
+
+    fn record_summaries(&self) -> Box<dyn Iterator<Item = Result<RecordSummary>> + Send + '_> {
+        Box::new(Collection::record_summaries(self))
     }
 
     fn leftovers(&self) -> Vec<Problem> {
