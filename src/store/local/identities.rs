@@ -5,9 +5,10 @@
 //! asks for every item's identity read from its bag; an item whose tagmanifest's
 //! stat is the one cached is answered from the cache with one `lstat`, any other
 //! is read and hashed again. The item folder is checked to be a folder (an
-//! `lstat`) first: a folder swapped for a symlink is read, and refused. Any write to the file, a replacement (a new inode)
-//! or a new hard link changes the change time, which no program can set back, so
-//! a copy changed behind ibi's back is read again. A stat is kept only once the
+//! `lstat`) first: a folder swapped for a symlink is read, and refused. Any
+//! write to the file, a replacement (a new inode) or a new hard link changes the
+//! change time, which no program can set back, so a copy changed behind ibi's
+//! back is read again. A stat is kept only once the
 //! file has not changed for `SETTLED` (longer than any file system's timestamp
 //! granularity), so that a change in the same clock tick as the read cannot hide.
 //! The table is a cache: it is written without waiting for the disk, and a lost
@@ -134,37 +135,41 @@ impl Collection {
         let now = SystemTime::now();
         let answers: Vec<Answer> = names
             .par_chunks(STAT_RUN)
+            .zip(texts.par_chunks(STAT_RUN))
             .zip(cached.par_chunks(STAT_RUN))
-            .flat_map_iter(|(names, cached)| self.answer_run(names, cached, now))
+            .flat_map_iter(|((names, texts), cached)| self.answer_run(names, texts, cached, now))
             .collect();
         self.keep_identities(&texts, &answers);
         answers.into_iter().map(|(identity, _)| identity).collect()
     }
 
-    /// Answers a run of names in order, each folder of items opened once
-    /// (beneath the root, never through a symlink) and each tagmanifest's stat
-    /// taken relative to it.
+    /// Answers a run of names (`texts` their text) in order, each folder of items
+    /// opened once (beneath the root, never through a symlink) and each
+    /// tagmanifest's stat taken relative to it.
     fn answer_run(
         &self,
         names: &[RepositoryName],
+        texts: &[String],
         cached: &[Option<(String, String)>],
         now: SystemTime,
     ) -> Vec<Answer> {
-        let mut folder: Option<(String, Option<rustix::fd::OwnedFd>)> = None;
+        let mut folder: Option<(&str, Option<rustix::fd::OwnedFd>)> = None;
         let mut answers = Vec::with_capacity(names.len());
-        for (name, cached) in names.iter().zip(cached) {
-            let [host, word_port, year, item] = name.components();
-            let parent = format!("{host}/{word_port}/{year}");
+        let mut tag_path = String::new();
+        for ((name, text), cached) in names.iter().zip(texts).zip(cached) {
+            // A name's text is `host/word[.port]/year/item`: its folder, then the item.
+            let (parent, item) = text.rsplit_once('/').expect("a name has four parts");
             if folder.as_ref().is_none_or(|(open, _)| *open != parent) {
-                let fd = self.beneath().open_folder(&parent).ok();
-                folder = Some((parent, fd));
+                folder = Some((parent, self.beneath().open_folder(parent).ok()));
             }
             let fd = folder.as_ref().and_then(|(_, fd)| fd.as_ref());
+            tag_path.clear();
+            tag_path.push_str(item);
+            tag_path.push('/');
+            tag_path.push_str(TAGMANIFEST);
             // The item folder itself must be a folder, not a symlink (which the
             // tagmanifest's stat would pass through): otherwise it is read, and refused.
-            let stat = fd
-                .filter(|fd| is_folder(fd.as_fd(), &item))
-                .and_then(|fd| tag_stat(fd.as_fd(), &format!("{item}/{TAGMANIFEST}"), now));
+            let stat = fd.filter(|fd| is_folder(fd.as_fd(), item)).and_then(|fd| tag_stat(fd.as_fd(), &tag_path, now));
             answers.push(match (cached, stat) {
                 (Some((kept, identity)), Some((stat, _))) if *kept == stat => (Ok(identity.clone()), None),
                 (_, stat) => {
