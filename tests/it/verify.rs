@@ -272,6 +272,19 @@ fn the_witness_is_recomputed_and_proved_by_a_third_party() {
     assert!(bad.stderr.contains("signature"), "{}", bad.stderr);
 }
 
+/// A collection holding one deposited item, verified once its tagmanifest has
+/// settled (only a stat unchanged for two seconds is cached), so that the
+/// identity cache holds it; its root and the item's name.
+fn one_item_cached(env: &TestEnv) -> (String, String) {
+    let root = env.collection("lib");
+    env.write("src/a/f.txt", b"an item\n");
+    env.ok(&["-q", "deposit", &root, env.path("src/a").to_str().unwrap()]);
+    std::thread::sleep(std::time::Duration::from_millis(2200));
+    env.ok(&["-q", "verify", &root]);
+    let name = env.identities(&root).into_keys().next().unwrap();
+    (root, name)
+}
+
 /// The identity cache (a witness or an audit answers an item whose tagmanifest's
 /// stat is the cached one without reading it): a tagmanifest rewritten in place,
 /// same size and same inode, its modification time set back, must still be read
@@ -281,13 +294,7 @@ fn the_witness_is_recomputed_and_proved_by_a_third_party() {
 #[test]
 fn regress_an_in_place_edit_hidden_by_the_identity_cache() {
     let env = TestEnv::new();
-    let root = env.collection("lib");
-    env.write("src/a/f.txt", b"an item\n");
-    env.ok(&["-q", "deposit", &root, env.path("src/a").to_str().unwrap()]);
-    // Only a stat that has not changed for two seconds is cached.
-    std::thread::sleep(std::time::Duration::from_millis(2200));
-    env.ok(&["-q", "verify", &root]);
-    let name = env.identities(&root).into_keys().next().unwrap();
+    let (root, name) = one_item_cached(&env);
     let inventory = std::path::Path::new(&root).join(".ibi/inventory.sqlite");
     let cached: i64 = rusqlite::Connection::open(&inventory)
         .unwrap()
@@ -317,12 +324,7 @@ fn regress_an_in_place_edit_hidden_by_the_identity_cache() {
 #[test]
 fn regress_a_symlinked_item_answered_from_the_identity_cache() {
     let env = TestEnv::new();
-    let root = env.collection("lib");
-    env.write("src/a/f.txt", b"an item\n");
-    env.ok(&["-q", "deposit", &root, env.path("src/a").to_str().unwrap()]);
-    std::thread::sleep(std::time::Duration::from_millis(2200));
-    env.ok(&["-q", "verify", &root]);
-    let name = env.identities(&root).into_keys().next().unwrap();
+    let (root, name) = one_item_cached(&env);
     env.ok(&["witness", &root, "--prove", &name]);
     let item = std::path::Path::new(&root).join(&name);
     let outside = env.path("outside-item");
