@@ -299,11 +299,14 @@ impl<'a> Driver<'a> {
     /// repair: the item's history is already where it is repaired).
     fn carry_along(&self, copying: &[RepositoryName], staged: &mut [StagedItem]) -> Result<()> {
         let note = format!("from {}", self.src.location());
+        let names: Vec<RepositoryName> = staged.iter().map(|item| item.name().clone()).collect();
+        let mut carried = match self.event {
+            EventKind::Repair => Vec::new(),
+            _ => carried_events(self.src, &names)?,
+        }
+        .into_iter();
         for item in staged.iter_mut() {
-            let carried = match self.event {
-                EventKind::Repair => Vec::new(),
-                _ => carried_events(self.src, item.name())?,
-            };
+            let carried = carried.next().unwrap_or_default();
             item.placement.action = Action { kind: Some(self.event), note: note.clone(), carried };
         }
         let keys: HashMap<RepositoryName, Vec<String>> = copying

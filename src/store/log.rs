@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::events::{Event, EventKind};
+use crate::events::{Event, EventKind, StoredEvent};
 use crate::id::RepositoryName;
 use crate::store::config::Minting;
 use crate::store::inventory::{ItemRecord, Status};
@@ -83,34 +83,48 @@ impl StepLog {
     }
 }
 
-/// The events of `name` in `store`'s log, marked as carried from it, to go with
-/// the item to another collection: what was done to the item. Its fixity checks
-/// stay: they are evidence about the copy they checked, and the copy that
-/// arrives gets its own.
-pub fn carried_events(store: &dyn Store, name: &RepositoryName) -> Result<Vec<Event>> {
-    let from = store.collection_id().unwrap_or_else(|| store.location());
-    let mut carried = Vec::new();
+/// The events of `name` in `store`'s log (at most `MAX_CARRIED`), a page of
+/// `Store::events` at a time: `Store::items_events` by default.
+pub fn item_events_paged<S: Store + ?Sized>(store: &S, name: &RepositoryName) -> Result<Vec<StoredEvent>> {
+    let mut events = Vec::new();
     let mut after = 0;
     while let Some(page) = store.events(Some(name), after)? {
         let Some(last) = page.last() else { break };
         after = last.seq;
-        for stored in &page {
-            let event =
-                stored.event().map_err(|problem| Error::Data { what: format!("the log of {name}"), problem })?;
-            if event.kind == EventKind::Fixity {
-                continue;
-            }
-            carried.push(Event { carried_from: event.carried_from.clone().or_else(|| Some(from.clone())), ..event });
-        }
-        if carried.len() >= MAX_CARRIED {
-            carried.truncate(MAX_CARRIED);
-            break;
-        }
-        if page.len() < EVENT_PAGE {
+        let full = page.len() == EVENT_PAGE;
+        events.extend(page);
+        if events.len() >= MAX_CARRIED || !full {
             break;
         }
     }
-    Ok(carried)
+    events.truncate(MAX_CARRIED);
+    Ok(events)
+}
+
+/// The events of each of `names` in `store`'s log (one `Store::items_events`
+/// for them all), marked as carried from it, to go with the items to another
+/// collection: what was done to each. Their fixity checks stay: they are
+/// evidence about the copy they checked, and the copy that arrives gets its own.
+pub fn carried_events(store: &dyn Store, names: &[RepositoryName]) -> Result<Vec<Vec<Event>>> {
+    let from = store.collection_id().unwrap_or_else(|| store.location());
+    let stored = store.items_events(names)?;
+    if stored.len() != names.len() {
+        let problem = format!("asked for the events of {} items, it answered for {}", names.len(), stored.len());
+        return Err(Error::Data { what: format!("the log of {}", store.location()), problem });
+    }
+    let carry = |(name, stored): (&RepositoryName, Vec<StoredEvent>)| -> Result<Vec<Event>> {
+        let mut carried = Vec::with_capacity(stored.len());
+        for stored in stored.iter().take(MAX_CARRIED) {
+            let event =
+                stored.event().map_err(|problem| Error::Data { what: format!("the log of {name}"), problem })?;
+            if event.kind != EventKind::Fixity {
+                carried
+                    .push(Event { carried_from: event.carried_from.clone().or_else(|| Some(from.clone())), ..event });
+            }
+        }
+        Ok(carried)
+    };
+    names.iter().zip(stored).map(carry).collect()
 }
 
 /// The events of an item placed as `record` by `action` (one journalled step
@@ -141,7 +155,7 @@ pub fn placement_events(record: &ItemRecord, action: &Action, step: &str) -> Vec
         })
         .collect();
     let mut own = Event::new(kind, Some(name.clone()), "success", detail);
-    own.id = Event::stable_id(&[step, &name, kind.as_str()]);
+    own.id = step_event_id(step, &name, kind);
     events.push(own);
     events
 }
@@ -153,8 +167,34 @@ pub fn removal_event(name: &RepositoryName, record: Option<&ItemRecord>, step: &
         None => "removed".to_string(),
     };
     let mut event = Event::new(EventKind::MigrateOut, Some(name.to_string()), "success", detail);
-    event.id = Event::stable_id(&[step, &name.to_string(), EventKind::MigrateOut.as_str()]);
+    event.id = step_event_id(step, &name.to_string(), EventKind::MigrateOut);
     event
+}
+
+/// The id of the `kind` event of item `name` in the journalled step `step`: the
+/// same whenever the step is replayed. A step whose name carries the time it
+/// began (`step_began`) gets ids in time order; one named before that (by an
+/// earlier ibi) keeps the ids that ibi gave it, so a replay still finds them.
+fn step_event_id(step: &str, name: &str, kind: EventKind) -> String {
+    let parts = [step, name, kind.as_str()];
+    match step_began(step) {
+        Some(began) => Event::stable_id_at(began, &parts),
+        None => Event::stable_id(&parts),
+    }
+}
+
+/// The Unix time in milliseconds a step began, when its name carries it as
+/// `-t` and twelve hex digits, then `-` (a local journal record,
+/// `place-t0193a0b1c2d3-…`; an S3 stage token is hex alone and carries none).
+pub fn step_began(step: &str) -> Option<u64> {
+    let (_, rest) = step.split_once("-t")?;
+    let hex = rest.get(..12).filter(|_| rest.as_bytes().get(12) == Some(&b'-'))?;
+    hex.bytes().all(|b| b.is_ascii_hexdigit()).then(|| u64::from_str_radix(hex, 16).ok()).flatten()
+}
+
+/// The part of a step's name that carries the time it began, for `step_began`.
+pub fn step_time_mark(began: u64) -> String {
+    format!("t{:012x}-", began & 0xffff_ffff_ffff)
 }
 
 /// The event of a change in the collection's part in minting (`retire`,
@@ -230,5 +270,26 @@ mod tests {
         assert_eq!(admitted_action(replacing, true).kind, Some(EventKind::Update), "a replacement is no deposit");
         let fits = Action::of(EventKind::MirrorIn, String::new());
         assert_eq!(admitted_action(fits, true).kind, Some(EventKind::MirrorIn));
+    }
+
+    /// A step named by this ibi carries its time and its events' ids sort by
+    /// it; a step named by an earlier ibi keeps the ids that ibi made, so a
+    /// replay of its journal record after an upgrade still finds them logged.
+    #[test]
+    fn a_steps_time_orders_its_ids_and_an_older_step_keeps_its_own() {
+        let began = 0x0193_a0b1_c2d3;
+        let step = format!("place-{}0123456789abcdef-42-7", step_time_mark(began));
+        assert_eq!(step_began(&step), Some(began));
+        assert!(step_event_id(&step, "a/b/c/d", EventKind::Deposit).starts_with("urn:uuid:0193a0b1-c2d3-8"));
+        let older = "place-0123456789abcdef-42-7";
+        assert_eq!(step_began(older), None);
+        assert_eq!(
+            step_event_id(older, "a/b/c/d", EventKind::Deposit),
+            Event::stable_id(&[older, "a/b/c/d", "deposit"]),
+            "the id an earlier ibi gave"
+        );
+        for not_a_time in ["place-tZZZZZZZZZZZZ-x", "place-t0193a0b1c2d3", "0000000000000abc", "remove-t12-"] {
+            assert_eq!(step_began(not_a_time), None, "{not_a_time}");
+        }
     }
 }

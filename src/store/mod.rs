@@ -218,6 +218,13 @@ pub trait Store: Send + Sync {
     fn events(&self, _item: Option<&RepositoryName>, _after: u64) -> Result<Option<Vec<crate::events::StoredEvent>>> {
         Ok(None)
     }
+    /// The events of each of `names` (at most `log::MAX_CARRIED` each), in
+    /// order: what a copy of the items carries. By default a page of `events`
+    /// per name; a backend that can reads them all in one go (local: one read
+    /// transaction for the batch, not one per item).
+    fn items_events(&self, names: &[RepositoryName]) -> Result<Vec<Vec<crate::events::StoredEvent>>> {
+        names.iter().map(|name| crate::store::log::item_events_paged(self, name)).collect()
+    }
     /// The log's last event: its place and hash (what a witness signs, so that a
     /// log cut short after it is seen); `None` when the backend keeps no log or
     /// it is empty.

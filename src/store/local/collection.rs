@@ -440,7 +440,11 @@ impl Collection {
         static RECORDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = RECORDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let key = &fsx::hash_bytes(text.as_bytes())[..16];
-        let path = self.layout.journal().join(format!("{}{key}-{}-{n}", intent.prefix(), std::process::id()));
+        // The time it began leads its name, so that its events' ids sort in time (`log::step_began`).
+        let began = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let began = crate::store::log::step_time_mark(began.as_millis() as u64);
+        let name = format!("{}{began}{key}-{}-{n}", intent.prefix(), std::process::id());
+        let path = self.layout.journal().join(name);
         create_dir_all_durable(&self.layout.journal())?;
         atomic_write(&path, text.as_bytes())?;
         Ok(path)

@@ -714,10 +714,9 @@ impl super::Collection {
             keys.iter().flat_map(|(name, ks)| ks.iter().map(move |k| (k.clone(), name.clone()))).collect();
         self.write_deposit_records(&pairs)?;
         let mut log = log.clone();
-        for name in names {
-            let carried = crate::store::log::carried_events(src, name)?;
-            let note = format!("from {}", crate::store::Store::location(src));
-            let action = Action { kind: Some(EventKind::MigrateIn), note, carried };
+        let note = format!("from {}", crate::store::Store::location(src));
+        for (name, carried) in names.iter().zip(crate::store::log::carried_events(src, names)?) {
+            let action = Action { kind: Some(EventKind::MigrateIn), note: note.clone(), carried };
             log.actions.insert(name.clone(), action);
         }
         let records: Vec<ItemRecord> = names

@@ -134,6 +134,12 @@ impl Store for Collection {
         Ok(Some(page.unwrap_or_default()))
     }
 
+    fn items_events(&self, names: &[RepositoryName]) -> Result<Vec<Vec<StoredEvent>>> {
+        let texts: Vec<String> = names.iter().map(ToString::to_string).collect();
+        let found = self.with_inventory(|inventory| inventory.items_events(&texts, crate::store::log::MAX_CARRIED))?;
+        Ok(found.unwrap_or_else(|| vec![Vec::new(); names.len()]))
+    }
+
     fn log_head(&self) -> Result<Option<(u64, String)>> {
         Ok(self.with_inventory(|inventory| inventory.log_head())?.flatten())
     }
