@@ -20,7 +20,7 @@ use crate::error::{Error, IoContext, Result};
 /// Read buffer per thread for hashing and copying: memory stays flat whatever the file sizes.
 /// 128 KiB stays in the CPU cache between read() and hashing: measured 1.37 GB/s per core,
 /// against 0.97 GB/s with 256 KiB (sha2 with SHA-NI on this machine).
-const BUFFER_SIZE: usize = 128 * 1024;
+pub const BUFFER_SIZE: usize = 128 * 1024;
 
 /// One page, so a buffer made of pages is page-aligned.
 #[repr(C, align(4096))]
@@ -47,6 +47,16 @@ impl AlignedBuffer {
 
 thread_local! {
     static BUFFER: RefCell<AlignedBuffer> = RefCell::new(AlignedBuffer::new());
+}
+
+/// Runs `work` with this thread's read buffer (page-aligned, `BUFFER_SIZE`), or
+/// with a new one when this thread's is in use: a file streamed in chunks
+/// (sent to a far server, read back from S3) needs no buffer zeroed for it.
+pub fn with_read_buffer<T>(work: impl FnOnce(&mut [u8]) -> T) -> T {
+    BUFFER.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut pages) => work(pages.bytes()),
+        Err(_) => work(AlignedBuffer::new().bytes()),
+    })
 }
 
 /// Opens a file for reading without following a symlink in its last component.

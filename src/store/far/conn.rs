@@ -36,7 +36,8 @@ struct Waiting {
 /// waits at most `BACKLOG_PATIENCE` without the consumer taking one, so a
 /// consumer that waits for another reply first can never deadlock the session.
 pub type Backlog = Arc<AtomicU64>;
-const MAX_BACKLOG: u64 = 128; // 128 × wire::CHUNK (256 KiB) = 32 MiB per file stream
+/// 32 MiB of a file stream's data frames.
+const MAX_BACKLOG: u64 = (32 * 1024 * 1024 / super::wire::CHUNK) as u64;
 const BACKLOG_PATIENCE: Duration = Duration::from_secs(30);
 
 #[derive(Default)]

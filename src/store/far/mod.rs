@@ -642,10 +642,9 @@ impl WriteBackend for FarStore {
         let keep = !rel.starts_with("data/");
         let mut kept: Option<Vec<u8>> = keep.then(Vec::new);
         let mut hasher = Hasher::new(from.also);
-        let mut buffer = vec![0u8; wire::CHUNK];
-        loop {
-            let n = match from.reader.read(&mut buffer) {
-                Ok(0) => break,
+        crate::fsx::with_read_buffer(|buffer| loop {
+            let n = match from.reader.read(buffer) {
+                Ok(0) => return Ok(()),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -662,7 +661,7 @@ impl WriteBackend for FarStore {
                 }
             }
             self.conn.send(&Request::FileData { file }, &buffer[..n]).map_err(CopyError::Destination)?;
-        }
+        })?;
         // Sent at once: a file the client finished is on its way, even if the client is killed next.
         self.conn.send_now(&Request::FileEnd { file }).map_err(CopyError::Destination)?;
         let digests = hasher.finish();

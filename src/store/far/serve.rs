@@ -898,14 +898,16 @@ impl Session {
             Err(e) => return self.reply_result(id, Err(e)),
         };
         self.reply(id, &Reply::FileStart(wire::mtime_to_wire(mtime)), &[]);
-        let mut buffer = vec![0u8; wire::CHUNK];
-        loop {
-            match reader.read(&mut buffer) {
-                Ok(0) => break,
+        let sent = crate::fsx::with_read_buffer(|buffer| loop {
+            match reader.read(buffer) {
+                Ok(0) => return Ok(()),
                 Ok(n) => self.reply(id, &Reply::Data, &buffer[..n]),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return self.reply_result(id, Err(Error::io("read", format!("{name}/{rel}"), e))),
+                Err(e) => return Err(e),
             }
+        });
+        if let Err(e) = sent {
+            return self.reply_result(id, Err(Error::io("read", format!("{name}/{rel}"), e)));
         }
         self.reply(id, &Reply::End, &[]);
     }

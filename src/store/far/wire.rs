@@ -36,8 +36,9 @@ pub const VERSIONS_ENV: &str = "IBI_PROTOCOL_VERSIONS";
 pub const MAX_BANNER: usize = 64 * 1024;
 /// The largest header or payload of one frame.
 pub const MAX_FRAME: u32 = 64 * 1024 * 1024;
-/// The size of the data frames a file is sent in.
-pub const CHUNK: usize = 256 * 1024;
+/// The size of the data frames a file is sent in: one read into the thread's
+/// read buffer (`fsx::with_read_buffer`).
+pub const CHUNK: usize = crate::fsx::BUFFER_SIZE;
 
 /// The protocol versions this process speaks: `VERSIONS`, or what `VERSIONS_ENV` says.
 pub fn versions() -> (u32, u32) {

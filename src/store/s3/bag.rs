@@ -98,12 +98,11 @@ impl BagFiles for ObjectBag<'_> {
     fn digests(&self, rel: &str, also: &[Algorithm]) -> io::Result<Digests> {
         let mut reader = self.reader(rel)?;
         let mut hasher = Hasher::new(also);
-        let mut buf = vec![0u8; 256 * 1024];
-        loop {
-            match reader.read(&mut buf)? {
+        crate::fsx::with_read_buffer(|buf| loop {
+            match reader.read(buf)? {
                 0 => return Ok(hasher.finish()),
                 n => hasher.update(&buf[..n]),
             }
-        }
+        })
     }
 }
