@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use crate::error::Result;
 use crate::events::EventKind;
 use crate::id::RepositoryName;
-use crate::ops::driver::{next_chunk, pipeline, plan_copy, Driver, Plan, Tally};
+use crate::ops::driver::{next_chunk, pipeline, plan_copies, Driver, Plan, Tally};
 pub use crate::ops::driver::{RunResult, Stopped, TransferOptions, TransferSummary};
 use crate::ops::minting::check_pair;
 use crate::ops::report::{Outcome, Reporter, Task};
@@ -167,8 +167,7 @@ pub fn transfer(
             if chunk.is_empty() {
                 return Ok(None);
             }
-            let plans = chunk.into_par_iter().map(|name| plan_copy((src, name), dst, &tally, reporter));
-            Ok(Some(plans.collect::<Result<_>>()?))
+            Ok(Some(plan_copies((src, chunk), dst, &tally, reporter)?))
         };
         if let Some(local) = by_rename {
             while let Some(plans) = next_plans()? {

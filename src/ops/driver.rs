@@ -148,10 +148,24 @@ pub enum Plan {
     Replace(RepositoryName, &'static str),
 }
 
-/// The plan for a SRC item under copy (and migrate): copy it unless DST holds it.
+/// The plans of a chunk of SRC items under copy (and migrate), in parallel; DST's
+/// slots of the chunk are asked for at once (`Store::slots`).
+pub fn plan_copies(
+    (src, names): (&dyn Store, Vec<RepositoryName>),
+    dst: &dyn Store,
+    tally: &Tally,
+    reporter: &dyn Reporter,
+) -> Result<Vec<Plan>> {
+    use rayon::prelude::*;
+    let slots = dst.slots(&names)?;
+    names.into_par_iter().zip(slots).map(|(name, slot)| plan_copy((src, name), (dst, slot), tally, reporter)).collect()
+}
+
+/// The plan for a SRC item under copy (and migrate), DST's slot for it given:
+/// copy it unless DST holds it.
 pub fn plan_copy(
     (src, name): (&dyn Store, RepositoryName),
-    dst: &dyn Store,
+    (dst, slot): (&dyn Store, Slot),
     tally: &Tally,
     reporter: &dyn Reporter,
 ) -> Result<Plan> {
@@ -160,7 +174,7 @@ pub fn plan_copy(
         Tally::add(&tally.conflicts, 1);
         tally.report(reporter, &Problem::new(&label, None, ProblemKind::Conflict, detail));
     };
-    match dst.slot(&name)? {
+    match slot {
         Slot::Item => match same_identity((src, &name), (dst, &name)) {
             Ok(true) => {
                 Tally::add(&tally.skipped, 1);

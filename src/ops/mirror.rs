@@ -218,7 +218,7 @@ impl Planner<'_> {
 
     /// A SRC item DST lacks. When DST's inventory knows the name (DST lost it, or
     /// moved it away), it is copied only as the same item or a later version of it.
-    fn src_only(&self, name: RepositoryName, dst_record: Option<&ItemRecord>) -> Result<Plan> {
+    fn src_only(&self, name: RepositoryName, dst_record: Option<&ItemRecord>, dst_slot: Slot) -> Result<Plan> {
         if let Some(known) = dst_record {
             let src = ItemRecord::from_bag(self.src.item_files(&name).as_ref(), &name);
             let digest = &known.current().digest;
@@ -229,10 +229,10 @@ impl Planner<'_> {
                 return Ok(Plan::Settled(name, false));
             }
         }
-        match self.dst.slot(&name)? {
+        match dst_slot {
             // A symlink or file planted at the item's place: swapped out, never followed.
             Slot::Foreign(_) => Ok(Plan::Replace(name, "not an item directory in DST")),
-            _ => plan_copy((self.src, name), self.dst, self.tally, self.reporter),
+            slot => plan_copy((self.src, name), (self.dst, slot), self.tally, self.reporter),
         }
     }
 
@@ -249,24 +249,29 @@ impl Planner<'_> {
 
     fn plan(&self, pair: Pair, known: Known) -> Result<Plan> {
         match (pair, known) {
-            (Pair::Src(name), Known::Record(record)) => self.src_only(name, record.as_ref()),
+            (Pair::Src(name), Known::Absent(record, slot)) => self.src_only(name, record.as_ref(), slot),
             (Pair::Both(name), Known::Identities(ids)) => self.both(name, ids),
             (Pair::Both(name), _) => {
                 let ids = (identity_digest(self.src, &name), identity_digest(self.dst, &name));
                 self.both(name, ids)
             }
             (Pair::Dst { name, shadowed: false }, Known::Record(record)) => Ok(self.dst_only(name, record.as_ref())),
-            (Pair::Src(name), _) => self.src_only(name, None),
+            (Pair::Src(name), _) => {
+                let slot = self.dst.slot(&name)?;
+                self.src_only(name, None, slot)
+            }
             (Pair::Dst { name, .. }, _) => Ok(Plan::Settled(name, false)),
         }
     }
 }
 
 /// What one batch per side told the planner about a pair: both identity digests
-/// (an item both hold), or the other side's record (an item one side holds).
+/// (an item both hold), SRC's record (an item only DST holds), or DST's record
+/// and slot (an item only SRC holds).
 enum Known {
     Identities(Identities),
     Record(Option<ItemRecord>),
+    Absent(Option<ItemRecord>, Slot),
     Nothing,
 }
 
@@ -286,13 +291,14 @@ impl Planner<'_> {
         let mut src_ids = self.src.identities(&both).into_iter();
         let mut dst_ids = self.dst.identities(&both).into_iter();
         let mut dst_records = self.dst.records(&src_only)?.into_iter();
+        let mut dst_slots = self.dst.slots(&src_only)?.into_iter();
         let mut src_records = self.src.records(&dst_only)?.into_iter();
         let paired: Vec<(Pair, Known)> = chunk
             .into_iter()
             .map(|pair| {
                 let known = match pair {
                     Pair::Both(_) => src_ids.next().zip(dst_ids.next()).map(Known::Identities),
-                    Pair::Src(_) => dst_records.next().map(Known::Record),
+                    Pair::Src(_) => dst_records.next().zip(dst_slots.next()).map(|(r, s)| Known::Absent(r, s)),
                     Pair::Dst { .. } => src_records.next().map(Known::Record),
                 };
                 (pair, known.unwrap_or(Known::Nothing))

@@ -140,6 +140,31 @@ pub fn aliases_follow_placement_and_removal(store: &dyn Store) {
     assert!(names(store).is_empty());
 }
 
+/// `slots` and `records` of a batch (enough names that a backend may answer
+/// from one listing, asked out of order, held and absent ones mixed, a name
+/// sorting between two held ones) answer as `slot` and `records` of each name.
+pub fn a_batch_is_answered_as_each_name(store: &dyn Store) {
+    let w = writer(store);
+    let held: Vec<Minted> = [1, 3, 5].into_iter().map(minted).collect();
+    for m in &held {
+        let stage = stage_bag(w.as_ref(), m, m.name.to_string().as_bytes());
+        place(w.as_ref(), m, stage, false).unwrap();
+    }
+    let asked: Vec<RepositoryName> = [6, 3, 2, 1, 4, 5, 0].into_iter().map(|s| minted(s).name).collect();
+    let one_by_one: Vec<Slot> = asked.iter().map(|name| store.slot(name).unwrap()).collect();
+    assert_eq!(store.slots(&asked).unwrap(), one_by_one);
+    let held_names: Vec<bool> = one_by_one.iter().map(|slot| *slot == Slot::Item).collect();
+    assert_eq!(held_names, [false, true, false, true, false, true, false]);
+    let records: Vec<Option<RepositoryName>> =
+        store.records(&asked).unwrap().into_iter().map(|r| r.map(|r| r.name)).collect();
+    let each: Vec<Option<RepositoryName>> =
+        asked.iter().map(|n| store.records(std::slice::from_ref(n)).unwrap().remove(0).map(|r| r.name)).collect();
+    assert_eq!(records, each);
+    if store.has_inventory() {
+        assert_eq!(records.iter().map(Option::is_some).collect::<Vec<_>>(), held_names, "a record for each held");
+    }
+}
+
 /// A second `begin_write` is refused (exit 75), at once or after waiting; dropping
 /// the `Writer` releases the lease.
 pub fn lease_is_exclusive(store: &dyn Store, other: &dyn Store) {
@@ -470,8 +495,9 @@ pub fn every_other_call_answers(store: &dyn Store, other: &dyn Store) {
 type Check<'a, S, F> = (&'static str, &'a dyn Fn(&S, &F));
 
 pub fn run_all<S: Store + 'static, F: Fn() -> S>(fresh: impl Fn() -> (S, F)) {
-    let checks: [Check<S, F>; 14] = [
+    let checks: [Check<S, F>; 15] = [
         ("minting_role_is_kept_and_obeyed", &|s, r| minting_role_is_kept_and_obeyed(s, &r())),
+        ("a_batch_is_answered_as_each_name", &|s, _| a_batch_is_answered_as_each_name(s)),
         ("placement_never_overwrites", &|s, _| placement_never_overwrites(s)),
         ("walk_is_in_name_order", &|s, _| walk_is_in_name_order(s)),
         ("aliases_follow_placement_and_removal", &|s, _| aliases_follow_placement_and_removal(s)),

@@ -110,6 +110,12 @@ pub trait Store: Send + Sync {
     /// Every item and stray, in `RepositoryName` order, streaming.
     fn walk(&self) -> Box<dyn Iterator<Item = Result<Listed>> + Send + '_>;
     fn slot(&self, name: &RepositoryName) -> Result<Slot>;
+    /// The slot of each of `names`, in order: what a copy or mirror asks of a
+    /// batch of names before it copies them. By default `slot` for each; a
+    /// backend where each is a request answers from one listing where it can.
+    fn slots(&self, names: &[RepositoryName]) -> Result<Vec<Slot>> {
+        names.iter().map(|name| self.slot(name)).collect()
+    }
     /// The item an IBIp alias names, if the alias exists.
     fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>>;
     /// Aliases (whose IBIp and name encode one date) naming an item the collection

@@ -497,26 +497,42 @@ pub struct Proxy {
     pub port: u16,
     alive: Arc<AtomicBool>,
     streams: Arc<Mutex<Vec<TcpStream>>>,
+    /// The request lines (`METHOD PATH`) clients sent, when it records them.
+    requests: Requests,
 }
 
+type Requests = Arc<Mutex<Vec<String>>>;
+
 /// How a proxy passes bytes on.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct Pumping {
     /// Rename `If-None-Match` headers, as a server that ignores them would.
     strip_conditions: bool,
     /// Pass at most this many bytes a second each way on each connection.
     bytes_per_second: Option<usize>,
+    /// Where to keep the request lines that pass (client to server).
+    record: Option<Requests>,
 }
 
 impl Proxy {
     pub fn start(target: u16, strip_conditions: bool) -> Proxy {
-        Proxy::pumping(target, Pumping { strip_conditions, bytes_per_second: None })
+        Proxy::pumping(target, Pumping { strip_conditions, ..Pumping::default() })
     }
 
     /// A proxy whose every connection carries at most `bytes_per_second` each way:
     /// a slow network, so that a run lasts long enough for something to happen meanwhile.
     pub fn slow(target: u16, bytes_per_second: usize) -> Proxy {
-        Proxy::pumping(target, Pumping { strip_conditions: false, bytes_per_second: Some(bytes_per_second) })
+        Proxy::pumping(target, Pumping { bytes_per_second: Some(bytes_per_second), ..Pumping::default() })
+    }
+
+    /// A proxy that keeps every request line it passes on (`requests`).
+    pub fn recording(target: u16) -> Proxy {
+        Proxy::pumping(target, Pumping { record: Some(Requests::default()), ..Pumping::default() })
+    }
+
+    /// The request lines (`METHOD PATH`) passed on so far; a recording proxy's only.
+    pub fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
     }
 
     fn pumping(target: u16, how: Pumping) -> Proxy {
@@ -525,16 +541,17 @@ impl Proxy {
         let alive = Arc::new(AtomicBool::new(true));
         let streams: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
         let (a, s) = (alive.clone(), streams.clone());
+        let requests = how.record.clone().unwrap_or_default();
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let (Ok(client), true) = (client, a.load(Ordering::SeqCst)) else { return };
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else { return };
                 s.lock().unwrap().extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
-                pump(client.try_clone().unwrap(), server.try_clone().unwrap(), how);
-                pump(server, client, Pumping { strip_conditions: false, ..how });
+                pump(client.try_clone().unwrap(), server.try_clone().unwrap(), how.clone());
+                pump(server, client, Pumping { strip_conditions: false, record: None, ..how.clone() });
             }
         });
-        Proxy { port, alive, streams }
+        Proxy { port, alive, streams, requests }
     }
 
     pub fn kill(&self) {
@@ -563,6 +580,9 @@ fn pump(mut from: TcpStream, mut to: TcpStream, how: Pumping) {
                 std::thread::sleep(Duration::from_secs_f64(n as f64 / rate as f64));
             }
             let mut chunk = buf[..n].to_vec();
+            if let Some(requests) = &how.record {
+                requests.lock().unwrap().extend(request_lines(&chunk));
+            }
             if how.strip_conditions {
                 rename_header(&mut chunk, b"if-none-match:", b"x-ignored-abc:");
             }
@@ -572,6 +592,19 @@ fn pump(mut from: TcpStream, mut to: TcpStream, how: Pumping) {
         }
         let _ = to.shutdown(Shutdown::Write);
     });
+}
+
+/// The HTTP request lines in `chunk`, as `METHOD PATH`: a line of a method, a
+/// path and `HTTP/1.1` (the bodies the tests send hold no such line).
+fn request_lines(chunk: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(chunk)
+        .split("\r\n")
+        .filter_map(|line| {
+            let (method, rest) = line.split_once(' ')?;
+            let path = rest.strip_suffix(" HTTP/1.1")?;
+            ["GET", "PUT", "HEAD", "POST", "DELETE"].contains(&method).then(|| format!("{method} {path}"))
+        })
+        .collect()
 }
 
 fn rename_header(chunk: &mut [u8], from: &[u8], to: &[u8]) {
@@ -1593,6 +1626,37 @@ fn next(state: &mut u64) -> u64 {
     *state ^= *state >> 7;
     *state ^= *state << 17;
     *state
+}
+
+/// A first mirror or copy into S3 asked for each new item: twice whether its
+/// marker existed (HEAD), once for its record (GET), once for its events' index
+/// (a listing), and rewrote its intent at placing: 5 of 19 requests an item
+/// (SeaweedFS spends its CPU per request). What a batch's listing answers is
+/// now read from it, and a batch's placements share one intent.
+#[test]
+fn regress_a_request_per_new_item_where_a_listing_answers() {
+    let env = TestEnv::new();
+    let moto = Moto::start("lib");
+    let a = env.filled("a", 40, 1);
+    let proxy = Proxy::recording(moto.port);
+    for (command, s3) in [("mirror", "s3://lib/m"), ("copy", "s3://lib/c")] {
+        env.s3_collection(moto.port, s3);
+        let before = proxy.requests().len();
+        env.s3_ok(proxy.port, &["-q", command, &a, s3]);
+        assert_eq!(env.s3_identities(moto.port, s3), env.identities(&a), "{command}: every item arrived");
+        let prefix = s3.trim_start_matches("s3://lib/");
+        let sent: Vec<String> = proxy.requests()[before..].to_vec();
+        let count = |method: &str, tree: &str| {
+            let start = format!("{method} /lib/{prefix}/{tree}");
+            sent.iter().filter(|r| r.starts_with(&start)).count()
+        };
+        assert_eq!(count("HEAD", ".ibi/items/"), 0, "{command}: no marker asked for one by one: {sent:#?}");
+        assert_eq!(count("GET", ".ibi/inventory/"), 0, "{command}: no record asked for one by one");
+        assert_eq!(count("PUT", ".ibi/direct/"), 40, "{command}: one intent an item, written once");
+        assert!(count("PUT", ".ibi/direct-batches/") >= 1, "{command}: the batch's intent");
+        let listings = sent.iter().filter(|r| r.contains("list-type=2")).count();
+        assert!(listings < 20, "{command}: {listings} listings for 40 items: {sent:#?}");
+    }
 }
 
 on_every_server!(

@@ -8,7 +8,7 @@
 //! - `.ibi/inventory/<name path>`: its inventory record;
 //! - `.ibip/<IBIp>`: an alias, holding the name;
 //! - `.ibi/staging/<stage>/…`: staged files; `.ibi/placing/<stage>`, `.ibi/direct/<stage>`,
-//!   `.ibi/removing/<name>`: intents;
+//!   `.ibi/direct-batches/<token>`, `.ibi/removing/<name>`: intents;
 //! - `.ibi/collection.toml`, `.ibi/lease`, `.ibi/minter`, `.ibi/deposits/<key digest>`.
 //!
 //! A file's key below its item is the file's own path, byte for byte
@@ -30,6 +30,7 @@ pub const STAGING: &str = ".ibi/staging";
 pub const PLACING: &str = ".ibi/placing";
 pub const REMOVING: &str = ".ibi/removing";
 pub const DIRECT: &str = ".ibi/direct";
+pub const DIRECT_BATCHES: &str = ".ibi/direct-batches";
 
 /// S3 holds keys of up to 1,024 bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
@@ -106,6 +107,9 @@ impl Keys {
     }
     pub fn direct(&self, stage: StageId) -> Key {
         self.at(&format!("{DIRECT}/{}", stage_token(stage)))
+    }
+    pub fn direct_batch(&self, token: &str) -> Key {
+        self.at(&format!("{DIRECT_BATCHES}/{token}"))
     }
     pub fn removing(&self, name: &RepositoryName) -> Key {
         self.at(&format!("{REMOVING}/{}", name.to_string().replace('/', "+")))

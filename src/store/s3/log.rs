@@ -242,13 +242,19 @@ impl ObjectLog<'_> {
     /// Makes sure every event appended from now on is indexed: a log without an
     /// index starts one after its last event (the caller holds the lease, so no
     /// other writer appends meanwhile).
+    /// Placements appending at once start it once: the first holds the others
+    /// back until it is written.
     async fn start_index(&self) -> Result<()> {
-        if self.indexed_from().await?.is_some() {
+        let mut known = self.index.lock().await;
+        if known.is_none() {
+            *known = self.read_indexed_from().await?;
+        }
+        if known.is_some() {
             return Ok(());
         }
-        let from = self.load_tail().await?.seq + 1;
+        let from = self.end().await? + 1;
         self.objects.overwrite(&self.keys.at(LOG_ITEMS_FROM), from.to_string().into_bytes()).await?;
-        *self.index.lock().await = Some(from);
+        *known = Some(from);
         Ok(())
     }
 
@@ -325,13 +331,43 @@ impl ObjectLog<'_> {
             ids.extend(stored.iter().filter_map(|s| s.event().ok()).map(|e| e.id));
         }
         if from.is_some() {
-            let indexed: Vec<Vec<String>> = stream::iter(items)
-                .map(|item| self.indexed_ids(item))
-                .buffer_unordered(IN_FLIGHT)
-                .try_collect()
-                .await?;
-            ids.extend(indexed.into_iter().flatten());
+            ids.extend(self.indexed_ids_of(items).await?);
         }
+        Ok(ids)
+    }
+
+    /// The ids of the indexed events of these items that are in the log: their
+    /// indexes listed together (`ranges`), an item the listing did not reach
+    /// listed alone, and each entry's event looked for.
+    async fn indexed_ids_of(&self, items: &std::collections::BTreeSet<String>) -> Result<Vec<String>> {
+        let items: Vec<&String> = items.iter().collect();
+        let folders: Vec<Key> = items.iter().map(|item| self.keys.at(&format!("{LOG_ITEMS}/{item}"))).collect();
+        let cap = 16 * items.len().max(64);
+        let listed = super::ranges::objects_of(self.objects, &folders, super::ranges::Within::Under, cap).await?;
+        let mut entries = Vec::new();
+        let mut unreached = Vec::new();
+        for (item, listed) in items.into_iter().zip(listed) {
+            match listed {
+                Some(found) => {
+                    entries.extend(found.into_iter().filter_map(|meta| parse_index_key(self.keys, item, meta)))
+                }
+                None => unreached.push(item),
+            }
+        }
+        let mut ids: Vec<String> = stream::iter(entries)
+            .map(|Indexed { listed, id }| async move {
+                Ok::<_, Error>(self.objects.exists(&listed.key).await?.then_some(id))
+            })
+            .buffer_unordered(IN_FLIGHT)
+            .try_filter_map(|found| std::future::ready(Ok(found)))
+            .try_collect()
+            .await?;
+        let more: Vec<Vec<String>> = stream::iter(unreached)
+            .map(|item| self.indexed_ids(item))
+            .buffer_unordered(IN_FLIGHT)
+            .try_collect()
+            .await?;
+        ids.extend(more.into_iter().flatten());
         Ok(ids)
     }
 

@@ -13,6 +13,7 @@ pub mod lease;
 pub mod log;
 pub mod objects;
 pub mod place;
+pub mod ranges;
 pub mod seaweedfs;
 pub mod upgrade;
 pub mod upload;
@@ -26,6 +27,7 @@ use std::time::{Duration, SystemTime};
 
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use object_store::aws::AmazonS3Builder;
+use object_store::path::Path as Key;
 use object_store::{ObjectStore, PutMode, RetryConfig};
 
 use crate::bag::manifest::check_path;
@@ -306,6 +308,27 @@ impl S3Store {
         Ok(crate::digest::of_bytes(&bytes, &[]).sha256().to_string())
     }
 
+    /// Whether an object is at each of `keys` (one per name, under one of the
+    /// per-name trees): a batch is answered from one listing of its span
+    /// (`ranges`), and a name the listing did not reach, or a batch too small
+    /// to be worth a listing, with a request each.
+    async fn listed_or_asked(&self, keys: &[Key]) -> Result<Vec<bool>> {
+        let listed = match keys.len() >= LISTED_FROM {
+            true => ranges::objects_of(&self.objects, keys, ranges::Within::At, listing_cap(keys.len())).await?,
+            false => vec![None; keys.len()],
+        };
+        stream::iter(keys.iter().zip(listed))
+            .map(|(key, listed)| async move {
+                match listed {
+                    Some(found) => Ok(!found.is_empty()),
+                    None => self.objects.exists(key).await,
+                }
+            })
+            .buffered(IN_FLIGHT)
+            .try_collect()
+            .await
+    }
+
     fn record_batch(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {
         self.objects.run(
             stream::iter(names)
@@ -327,6 +350,17 @@ impl S3Store {
                 .try_collect(),
         )
     }
+}
+
+/// The fewest names a batch must hold for its objects to be listed rather than
+/// asked for one by one (a listing answers a page where each name is a request).
+const LISTED_FROM: usize = 4;
+
+/// How many objects a batch's listing reads at most before it asks for the rest
+/// one by one: a page, or four an asked name (names scattered over a large
+/// collection would otherwise list everything between them).
+fn listing_cap(names: usize) -> usize {
+    (4 * names).max(1000)
 }
 
 /// Writes one probe object twice with `If-None-Match: *`: the second must be refused.

@@ -18,11 +18,13 @@
 //!
 //! A new item whose name is known before staging (`Store::stage_for`: a copy or
 //! mirror) skips the copies: its intent (`.ibi/direct/<stage>`) names it, its
-//! files go straight to the item's keys with create-only writes, and placing it
-//! rewrites the intent with the placement's action, then writes the create-only
-//! marker, appends the events, then the alias and the record. Until the marker
-//! exists nothing reads those files; `recover` deletes them when it never came,
-//! and completes the events, alias and record when it did.
+//! files go straight to the item's keys with create-only writes. Placing a batch
+//! of them writes one intent for the batch (`.ibi/direct-batches/<token>`: each
+//! one's stage, name and action, and the log's end), then for each the
+//! create-only marker, its events, alias and record. Until the marker exists
+//! nothing reads those files; `recover` deletes them when it never came, and
+//! completes the events, alias and record when it did. (An earlier ibi rewrote
+//! each item's own intent with its action instead; `recover` reads both.)
 //!
 //! Every intent records the log's end when it was written, so that recovery,
 //! replaying the step, appends only the events it had not yet appended.
@@ -82,6 +84,22 @@ pub struct DirectIntent {
     pub action: Action,
     pub log_after: u64,
 }
+
+/// The intent of a batch of direct placements: each one's stage and intent.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DirectBatch {
+    pub entries: Vec<DirectEntry>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DirectEntry {
+    pub stage: String,
+    pub intent: DirectIntent,
+}
+
+/// The most bytes one batch intent holds (the rest go in another): well under
+/// the cap on what is read whole (`MAX_STATE_BYTES`), whatever the histories.
+const DIRECT_BATCH_BYTES: usize = 1024 * 1024;
 
 impl DirectIntent {
     fn parse(bytes: &[u8]) -> Result<DirectIntent> {
@@ -231,22 +249,59 @@ impl Placer<'_> {
         self.objects.delete(&self.keys.placing(stage)).await
     }
 
-    /// Commits an item staged at its own keys: the marker, create-only, then its
-    /// alias and record; the caller deletes the batch's intents together after.
-    /// `Ok(Err(_))` when the name is taken.
-    pub async fn place_direct(&self, p: &Placement, dirs: BTreeSet<String>) -> Result<Result<(), Refusal>> {
+    /// Writes the intents of a batch of direct placements (as few objects as
+    /// their size allows) and returns each placement's intent and the intents'
+    /// keys, which the caller deletes with the items' own intents once placed.
+    pub async fn write_direct_batch(&self, direct: &[&Placement]) -> Result<(Vec<DirectIntent>, Vec<Key>)> {
+        let log_after = self.log.end().await?;
+        let intents: Vec<DirectIntent> =
+            direct.iter().map(|p| DirectIntent { name: p.name.clone(), action: p.action.clone(), log_after }).collect();
+        let mut written = Vec::new();
+        let mut entries = Vec::new();
+        let mut bytes = 0;
+        for (p, intent) in direct.iter().zip(&intents) {
+            let entry = DirectEntry { stage: keys::stage_token(p.stage), intent: intent.clone() };
+            bytes += json(&entry).len();
+            entries.push(entry);
+            if bytes >= DIRECT_BATCH_BYTES {
+                written.push(self.write_batch_intent(std::mem::take(&mut entries)).await?);
+                bytes = 0;
+            }
+        }
+        if !entries.is_empty() {
+            written.push(self.write_batch_intent(entries).await?);
+        }
+        Ok((intents, written))
+    }
+
+    async fn write_batch_intent(&self, entries: Vec<DirectEntry>) -> Result<Key> {
+        let key = self.keys.direct_batch(&uuid::Uuid::new_v4().simple().to_string());
+        self.objects.overwrite(&key, json(&DirectBatch { entries })).await?;
+        Ok(key)
+    }
+
+    /// Commits an item staged at its own keys, its batch's intent written: the
+    /// marker, create-only, then its events, alias and record; the caller deletes
+    /// the batch's intents together after. `Ok(Err(_))` when the name is taken.
+    pub async fn place_direct(
+        &self,
+        p: &Placement,
+        dirs: BTreeSet<String>,
+        intent: &DirectIntent,
+    ) -> Result<Result<(), Refusal>> {
         let record = match &p.record {
             Some(record) => record.clone(),
             None => self.record_at(&self.keys.item(&p.name), &p.name).await?,
         };
-        let intent = DirectIntent { name: p.name.clone(), action: p.action.clone(), log_after: self.log.end().await? };
-        self.objects.overwrite(&self.keys.direct(p.stage), json(&intent)).await?;
-        let marker = Marker { placing: false, stage: None, dirs: dirs.into_iter().collect(), keys: KeyForm::Names };
+        // The stage it came from, which readers pass over (it is not `placing`),
+        // tells recovery whose item this is.
+        let stage = Some(keys::stage_token(p.stage));
+        let marker = Marker { placing: false, stage, dirs: dirs.into_iter().collect(), keys: KeyForm::Names };
         if self.objects.put(&self.keys.marker(&p.name), json(&marker), PutMode::Create).await?.is_err() {
             let path = format!("{}/{}", self.objects.place, p.name).into();
             return Ok(Err(Error::AlreadyExists { path }));
         }
-        self.commit_direct(&intent, p.stage, p.ibip, &record, false).await?;
+        self.commit_direct(intent, p.stage, p.ibip, &record, false).await?;
         Ok(Ok(()))
     }
 
@@ -268,14 +323,19 @@ impl Placer<'_> {
         self.objects.overwrite(&self.keys.record(name), json(record)).await
     }
 
-    /// Completes or clears one direct placement a killed writer left.
+    /// Completes or clears one direct placement a killed writer left: its files
+    /// are deleted when its marker never came, its events, alias and record
+    /// completed when it did; an item another placement committed at its name
+    /// (its marker names another stage) is left as it is.
     async fn recover_direct(&self, key: &Key, stage: StageId, intent: &DirectIntent) -> Result<()> {
         let name = &intent.name;
-        if self.marker(name).await?.is_none() {
-            self.objects.delete_all(&self.keys.item(name)).await?;
-        } else {
-            let record = self.record_at(&self.keys.item(name), name).await?;
-            self.commit_direct(intent, stage, record.ibip, &record, true).await?;
+        match self.marker(name).await? {
+            None => self.objects.delete_all(&self.keys.item(name)).await?,
+            Some(Marker { stage: Some(other), .. }) if other != keys::stage_token(stage) => {}
+            Some(_) => {
+                let record = self.record_at(&self.keys.item(name), name).await?;
+                self.commit_direct(intent, stage, record.ibip, &record, true).await?;
+            }
         }
         self.objects.delete(key).await
     }
@@ -349,6 +409,15 @@ impl Placer<'_> {
             let name = RepositoryName::parse(&text).map_err(Error::from)?;
             self.complete_removal(&name, &intent, true).await?;
         }
+        for meta in self.objects.list_all(&self.keys.at(keys::DIRECT_BATCHES)).await? {
+            let Some(found) = self.objects.get(&meta.location).await? else { continue };
+            let batch: DirectBatch = parse(&found.bytes, self.objects, &meta.location)?;
+            for DirectEntry { stage, intent } in &batch.entries {
+                let Some(stage) = keys::parse_stage(stage) else { continue };
+                self.recover_direct(&self.keys.direct(stage), stage, intent).await?;
+            }
+            self.objects.delete(&meta.location).await?;
+        }
         for meta in self.objects.list_all(&self.keys.at(keys::DIRECT)).await? {
             let Some(stage) = meta.location.filename().and_then(keys::parse_stage) else { continue };
             let Some(found) = self.objects.get(&meta.location).await? else { continue };
@@ -387,6 +456,7 @@ impl Placer<'_> {
         let placing = self.objects.list_level(&self.keys.at(keys::PLACING)).await?.objects.len();
         let removing = self.objects.list_level(&self.keys.at(keys::REMOVING)).await?.objects.len();
         let direct = self.objects.list_level(&self.keys.at(keys::DIRECT)).await?.objects.len();
-        Ok(stages + placing + removing + direct)
+        let batches = self.objects.list_level(&self.keys.at(keys::DIRECT_BATCHES)).await?.objects.len();
+        Ok(stages + placing + removing + direct + batches)
     }
 }

@@ -34,6 +34,12 @@ impl Store for S3Store {
         Ok(if exists { Slot::Item } else { Slot::Empty })
     }
 
+    fn slots(&self, names: &[RepositoryName]) -> Result<Vec<Slot>> {
+        let markers: Vec<Key> = names.iter().map(|name| self.keys.marker(name)).collect();
+        let held = self.objects.run(self.listed_or_asked(&markers))?;
+        Ok(held.into_iter().map(|held| if held { Slot::Item } else { Slot::Empty }).collect())
+    }
+
     fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
         self.objects.run(self.alias_async(ibip))
     }
@@ -129,7 +135,12 @@ impl Store for S3Store {
     }
 
     fn records(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {
-        self.record_batch(names)
+        let keys: Vec<Key> = names.iter().map(|name| self.keys.record(name)).collect();
+        let held = self.objects.run(self.listed_or_asked(&keys))?;
+        let asked: Vec<RepositoryName> =
+            names.iter().zip(&held).filter(|(_, held)| **held).map(|(name, _)| name.clone()).collect();
+        let mut read = self.record_batch(&asked)?.into_iter();
+        Ok(held.into_iter().map(|held| if held { read.next().flatten() } else { None }).collect())
     }
 
     fn all_records(&self) -> Box<dyn Iterator<Item = Result<ItemRecord>> + Send + '_> {
@@ -420,23 +431,35 @@ impl WriteBackend for S3Store {
                 .collect::<Result<_>>()?
         };
         let placer = &self.placer();
+        let direct: Vec<&Placement> =
+            batch.iter().zip(&metas).filter(|(_, meta)| meta.direct.is_some()).map(|(p, _)| p).collect();
+        let (intents, batch_intents) = match direct.is_empty() {
+            true => (Vec::new(), Vec::new()),
+            false => self.objects.run(placer.write_direct_batch(&direct))?,
+        };
+        let mut intents = intents.iter();
         let outcomes: Vec<std::result::Result<(), Refusal>> = self.objects.run(
-            stream::iter(batch.iter().zip(metas))
-                .map(|(p, meta)| async move {
-                    match meta.direct {
-                        Some(_) => placer.place_direct(p, meta.dirs).await,
-                        None => placer.place_one(p, meta.dirs).await,
-                    }
-                })
-                .buffered(16)
-                .try_collect(),
+            stream::iter(batch.iter().zip(metas).map(|(p, meta)| {
+                let intent = meta.direct.as_ref().and_then(|_| intents.next());
+                (p, meta, intent)
+            }))
+            .map(|(p, meta, intent)| async move {
+                match intent {
+                    Some(intent) => placer.place_direct(p, meta.dirs, intent).await,
+                    None => placer.place_one(p, meta.dirs).await,
+                }
+            })
+            .buffered(16)
+            .try_collect(),
         )?;
         let placed: Vec<&Placement> = batch.iter().zip(&outcomes).filter(|(_, o)| o.is_ok()).map(|(p, _)| p).collect();
-        let direct: Vec<_> = {
+        let mut done: Vec<_> = {
             let mut stages = lock(&self.stages);
             placed.iter().filter_map(|p| stages.remove(&p.stage.0)?.direct.map(|_| self.keys.direct(p.stage))).collect()
         };
-        self.objects.run(self.objects.delete_many(direct))?;
+        // The batch's intent goes last: what it covers is placed or stays as its own intent.
+        done.extend(batch_intents);
+        self.objects.run(self.objects.delete_many(done))?;
         self.objects.run(self.log().save_end())?;
         Ok(batch.iter().map(|p| p.name.clone()).zip(outcomes).collect())
     }
