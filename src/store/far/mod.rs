@@ -41,6 +41,8 @@ pub use conn::Connect;
 use conn::{Answer, Connection};
 use wire::{Reply, Request, Snapshot, Target, Wait, WirePlacement};
 
+/// How many `Slot` requests `slots` has in flight at once.
+const SLOTS_IN_FLIGHT: usize = 256;
 /// Per item, how many bytes of small files a bundle carries whole.
 const BUNDLE_ITEM_BUDGET: u64 = 1 << 20;
 /// Tag files up to this size are kept by the client while it sends them, so it
@@ -374,6 +376,26 @@ impl Store for FarStore {
             Reply::Slot(slot) => Ok(slot.into()),
             other => Err(self.conn.unexpected(&other)),
         }
+    }
+
+    /// Every name's `Slot` request is sent before any reply is waited for (the
+    /// protocol lets any number be in flight, and the server answers them on its
+    /// workers): one round trip's wait for a chunk, not one per name.
+    fn slots(&self, names: &[RepositoryName]) -> Result<Vec<Slot>> {
+        let mut slots = Vec::with_capacity(names.len());
+        for chunk in names.chunks(SLOTS_IN_FLIGHT) {
+            let asked: Vec<_> = chunk
+                .iter()
+                .map(|name| self.conn.start(&Request::Slot(name.clone()), false).map(|(_, replies)| replies))
+                .collect::<Result<_>>()?;
+            for replies in asked {
+                match self.conn.next(&replies)? {
+                    (Reply::Slot(slot), _) => slots.push(slot.into()),
+                    (other, _) => return Err(self.conn.unexpected(&other)),
+                }
+            }
+        }
+        Ok(slots)
     }
 
     fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
