@@ -41,7 +41,7 @@ pub use conn::Connect;
 use conn::{Answer, Connection};
 use wire::{Reply, Request, Snapshot, Target, Wait, WirePlacement};
 
-/// How many `Slot` requests `slots` has in flight at once.
+/// How many requests `slots` and `items_events` have in flight at once.
 const SLOTS_IN_FLIGHT: usize = 256;
 /// Per item, how many bytes of small files a bundle carries whole.
 const BUNDLE_ITEM_BUDGET: u64 = 1 << 20;
@@ -553,6 +553,32 @@ impl Store for FarStore {
             Reply::Events(page) => Ok(page),
             other => Err(self.conn.unexpected(&other)),
         }
+    }
+
+    /// The first page of every name's events is asked for before any reply is
+    /// waited for (as `slots`); a name whose first page is full is paged on alone.
+    fn items_events(&self, names: &[RepositoryName]) -> Result<Vec<Vec<crate::events::StoredEvent>>> {
+        let mut found = Vec::with_capacity(names.len());
+        for chunk in names.chunks(SLOTS_IN_FLIGHT) {
+            let asked: Vec<_> = chunk
+                .iter()
+                .map(|name| {
+                    let request = Request::Events { item: Some(name.clone()), after: 0 };
+                    self.conn.start(&request, false).map(|(_, replies)| replies)
+                })
+                .collect::<Result<_>>()?;
+            for (name, replies) in chunk.iter().zip(asked) {
+                let page = match self.conn.next(&replies)? {
+                    (Reply::Events(page), _) => page.unwrap_or_default(),
+                    (other, _) => return Err(self.conn.unexpected(&other)),
+                };
+                found.push(match page.len() < crate::store::log::EVENT_PAGE {
+                    true => page,
+                    false => crate::store::log::item_events_paged(self, name)?,
+                });
+            }
+        }
+        Ok(found)
     }
 
     fn records(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {
