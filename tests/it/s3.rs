@@ -1659,6 +1659,49 @@ fn regress_a_request_per_new_item_where_a_listing_answers() {
     }
 }
 
+/// Another writer in the bucket plants direct-placement intents (a batch's and
+/// an item's own) that name items ibi placed, with an action carrying a forged
+/// history. The next writer's recovery replayed a direct intent whose item's
+/// marker existed, so it appended the forged events itself, chain and all,
+/// where no verify could tell them from real ones. An intent is now replayed
+/// only for its own stage's item whose record does not yet hold it.
+#[test]
+fn regress_a_planted_direct_intent_logs_a_forged_history() {
+    let (server, env, local) = mirrored_into_s3(Moto::start, 2);
+    let (p, s3) = (server.port, "s3://lib/main");
+    let names: Vec<String> = env.identities(&local).into_keys().collect();
+    let marker: serde_json::Value =
+        serde_json::from_str(&s3_peer(p, &["get", "lib", "main", &format!(".ibi/items/{}", names[0])])).unwrap();
+    let forged = |name: &str, stage: &str| {
+        let event = serde_json::json!({"seq": 0, "id": format!("urn:uuid:00000000-0000-4000-8000-00000000000{}", &stage[..1]),
+            "date": "2001-01-01T00:00:00Z", "type": "deposit", "item": name,
+            "agent": {"user": "mallory", "host": "elsewhere", "version": "0"}, "outcome": "success",
+            "detail": "forged history", "prev": ""});
+        let action = serde_json::json!({"kind": "mirror-in", "note": "forged", "carried": [event]});
+        serde_json::json!({"name": name, "action": action, "log_after": 1_000_000})
+    };
+    // The first item's own stage (so only its present record stops it), and another.
+    let own_stage = marker["stage"].as_str().expect("a direct marker names its stage").to_string();
+    let batch = serde_json::json!({"entries": [
+        {"stage": own_stage.clone(), "intent": forged(&names[0], &own_stage)},
+        {"stage": "0000000000000abc", "intent": forged(&names[1], "0000000000000abc")},
+    ]});
+    put_object(p, "lib", "main/.ibi/direct-batches/planted", batch.to_string().as_bytes());
+    put_object(
+        p,
+        "lib",
+        "main/.ibi/direct/0000000000000def",
+        forged(&names[1], "0000000000000def").to_string().as_bytes(),
+    );
+    // A writer's first step is recovery.
+    env.s3_ok(p, &["-q", "mirror", &local, s3]);
+    let log = env.s3_log(p, s3);
+    assert!(log.iter().all(|e| e["detail"] != "forged history" && e["agent"]["user"] != "mallory"), "{log:#?}");
+    assert_eq!(log.len(), 4, "each item's carried deposit and its arrival, nothing more: {log:#?}");
+    env.s3_ok(p, &["-q", "verify", s3]);
+    assert!(keys_under(p, "main/.ibi/direct").is_empty(), "the planted intents are cleared");
+}
+
 on_every_server!(
     every_command_on_an_s3_collection,
     concurrent_deposits_into_s3_get_distinct_names,

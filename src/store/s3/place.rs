@@ -325,8 +325,11 @@ impl Placer<'_> {
 
     /// Completes or clears one direct placement a killed writer left: its files
     /// are deleted when its marker never came, its events, alias and record
-    /// completed when it did; an item another placement committed at its name
-    /// (its marker names another stage) is left as it is.
+    /// completed when it did. An item another placement committed at its name
+    /// (its marker names another stage) is left as it is, and so is one whose
+    /// record already holds it present (its record is its commit's last step):
+    /// an intent another writer in the bucket planted, naming an item ibi
+    /// placed, cannot have its action logged for that item.
     async fn recover_direct(&self, key: &Key, stage: StageId, intent: &DirectIntent) -> Result<()> {
         let name = &intent.name;
         match self.marker(name).await? {
@@ -334,10 +337,20 @@ impl Placer<'_> {
             Some(Marker { stage: Some(other), .. }) if other != keys::stage_token(stage) => {}
             Some(_) => {
                 let record = self.record_at(&self.keys.item(name), name).await?;
-                self.commit_direct(intent, stage, record.ibip, &record, true).await?;
+                if !self.records_present(&record).await? {
+                    self.commit_direct(intent, stage, record.ibip, &record, true).await?;
+                }
             }
         }
         self.objects.delete(key).await
+    }
+
+    /// Whether the stored record of `record`'s item holds it present, as its bag is.
+    async fn records_present(&self, record: &ItemRecord) -> Result<bool> {
+        let key = self.keys.record(&record.name);
+        let Some(found) = self.objects.get(&key).await? else { return Ok(false) };
+        let stored: ItemRecord = parse(&found.bytes, self.objects, &key)?;
+        Ok(stored.status == Status::Present && stored.current().digest == record.current().digest)
     }
 
     async fn delete_keys(&self, keys: &[Key]) -> Result<()> {
