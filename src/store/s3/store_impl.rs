@@ -457,7 +457,8 @@ impl WriteBackend for S3Store {
             let mut stages = lock(&self.stages);
             placed.iter().filter_map(|p| stages.remove(&p.stage.0)?.direct.map(|_| self.keys.direct(p.stage))).collect()
         };
-        // The batch's intent goes last: what it covers is placed or stays as its own intent.
+        // The batch's intents go with them: each item they cover is placed, or
+        // was refused and keeps its own intent (a name-only one) for `discard`.
         done.extend(batch_intents);
         self.objects.run(self.objects.delete_many(done))?;
         self.objects.run(self.log().save_end())?;
