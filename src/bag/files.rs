@@ -8,21 +8,10 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use walkdir::WalkDir;
-
 use crate::digest::{Algorithm, Digests};
-use crate::fsx::{file_kind_name, hash_opened, open_beneath, read_opened, Beneath, RegularFile, MAX_TAG_FILE};
+use crate::fsx::{file_kind_name, hash_opened, read_opened, Beneath, RegularFile, MAX_TAG_FILE};
 
-/// What an entry is, found without following links.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FileKind {
-    Dir,
-    File {
-        size: u64,
-    },
-    /// A symlink, FIFO, socket or device: named, never followed or read.
-    Other(&'static str),
-}
+pub use crate::fsx::FileKind;
 
 /// One entry under the bag: its path relative to the bag (or, for a name that is
 /// not UTF-8, `Err` with its lossy form) and its kind.
@@ -58,13 +47,14 @@ pub struct DirBag {
     /// collection root and an item's four levels): files are then opened beneath
     /// the root, and a symlink anywhere on the way is refused, not followed.
     pub beneath: Option<(Beneath, String)>,
-    /// Whether a folder between the root and the bag is a symlink, once asked.
-    passes_a_link: std::sync::OnceLock<bool>,
+    /// The bag's folder, held open once found (never through a link): its
+    /// entries are listed and its files opened relative to it.
+    held: std::sync::Mutex<Option<Beneath>>,
 }
 
 impl DirBag {
     pub fn new(path: &Path) -> DirBag {
-        DirBag { path: path.to_path_buf(), beneath: None, passes_a_link: Default::default() }
+        DirBag { path: path.to_path_buf(), beneath: None, held: Default::default() }
     }
 
     /// The bag at `rel_dir` under `root`, reached only beneath `root`.
@@ -72,17 +62,27 @@ impl DirBag {
         DirBag {
             path: root.path().join(rel_dir),
             beneath: Some((root.clone(), rel_dir.to_string())),
-            passes_a_link: Default::default(),
+            held: Default::default(),
         }
     }
 
-    /// Whether a folder between the root and the bag is a symlink (or not a
-    /// folder), asked once for the handle (a verify asks twice).
-    fn passes_a_link(&self) -> bool {
-        *self.passes_a_link.get_or_init(|| self.ask_passes_a_link())
+    /// The bag's folder, held: found now, or as found before unless `again`.
+    fn folder(&self, again: bool) -> io::Result<Beneath> {
+        let mut held = crate::sync::lock(&self.held);
+        if let (Some(folder), false) = (held.as_ref(), again) {
+            return Ok(folder.clone());
+        }
+        let folder = match &self.beneath {
+            Some((root, rel_dir)) => root.folder(rel_dir)?,
+            None => Beneath::folder_at(&self.path)?,
+        };
+        *held = Some(folder.clone());
+        Ok(folder)
     }
 
-    fn ask_passes_a_link(&self) -> bool {
+    /// Whether a folder between the root and the bag is a symlink (or not a
+    /// folder): asked only when the bag's folder could not be opened.
+    fn passes_a_link(&self) -> bool {
         let Some((root, rel_dir)) = &self.beneath else { return false };
         let mut at = root.path().to_path_buf();
         let parts: Vec<&str> = rel_dir.split('/').collect();
@@ -105,34 +105,25 @@ fn kind_of(file_type: &fs::FileType, meta: Option<fs::Metadata>) -> FileKind {
 
 impl BagFiles for DirBag {
     fn root_kind(&self) -> io::Result<FileKind> {
-        if self.passes_a_link() {
-            return Ok(FileKind::Other("symlink"));
+        match self.folder(false) {
+            Ok(_) => Ok(FileKind::Dir),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(e),
+            // Not a folder, or not reached without a link: say what stands there.
+            Err(_) if self.passes_a_link() => Ok(FileKind::Other("symlink")),
+            Err(_) => fs::symlink_metadata(&self.path).map(|m| kind_of(&m.file_type(), Some(m))),
         }
-        fs::symlink_metadata(&self.path).map(|m| kind_of(&m.file_type(), Some(m)))
     }
 
     fn entries(&self) -> Vec<std::result::Result<TreeEntry, TreeError>> {
-        if self.passes_a_link() {
-            return vec![Err(TreeError {
-                rel: None,
-                why: "its place passes through a symlink (never followed)".into(),
-            })];
-        }
-        let walk = WalkDir::new(&self.path).follow_links(false).follow_root_links(false).min_depth(1);
-        walk.sort_by_file_name()
-            .into_iter()
-            .map(|entry| {
-                let entry = entry.map_err(|e| TreeError {
-                    rel: e.path().and_then(|p| p.strip_prefix(&self.path).ok()).map(|p| p.display().to_string()),
-                    why: e.to_string(),
-                })?;
-                let rel = entry.path().strip_prefix(&self.path).unwrap_or(entry.path());
-                let rel = rel.to_str().map(str::to_string).ok_or_else(|| rel.to_string_lossy().into_owned());
-                let file_type = entry.file_type();
-                let meta = if file_type.is_file() { entry.metadata().ok() } else { None };
-                Ok(TreeEntry { rel, kind: kind_of(&file_type, meta) })
-            })
-            .collect()
+        let folder = match self.folder(false) {
+            Ok(folder) => folder,
+            Err(_) if self.passes_a_link() => {
+                let why = "its place passes through a symlink (never followed)".into();
+                return vec![Err(TreeError { rel: None, why })];
+            }
+            Err(e) => return vec![Err(TreeError { rel: None, why: format!("{}: {e}", self.path.display()) })],
+        };
+        folder.walk().into_iter().map(tree_entry).collect()
     }
 
     fn read(&self, rel: &str) -> io::Result<Vec<u8>> {
@@ -144,21 +135,30 @@ impl BagFiles for DirBag {
     }
 }
 
+/// A walked entry as the bag sees it: a path that is not UTF-8 keeps its lossy form.
+fn tree_entry(walked: crate::fsx::Walked) -> std::result::Result<TreeEntry, TreeError> {
+    let text = |path: &Path| path.to_str().map(str::to_string).ok_or_else(|| path.to_string_lossy().into_owned());
+    match walked {
+        Ok((rel, kind)) => Ok(TreeEntry { rel: text(&rel), kind }),
+        Err((rel, e)) => {
+            let rel = rel.map(|rel| text(&rel).unwrap_or_else(|lossy| lossy));
+            Err(TreeError { why: format!("{}: {e}", rel.as_deref().unwrap_or(".")), rel })
+        }
+    }
+}
+
 impl DirBag {
     /// Opens a regular file of the bag: `rel` must be a plain relative path, and it is
-    /// resolved beneath the bag's folder, never through a symlink (`fsx::open_beneath`).
-    /// A file not found is looked for once more: a replacement swaps the folder and
-    /// then deletes the old one, so a reader that opened the old folder just before
-    /// finds the new one at its path (it sees the old item or the new, never neither).
+    /// resolved beneath the bag's folder, never through a symlink (`fsx::Beneath::open`).
+    /// A file not found is looked for once more in the folder found anew: a
+    /// replacement swaps the folder and then deletes the old one, so a reader that
+    /// held the old folder finds the new one at its path (it sees the old item or
+    /// the new, never neither).
     fn open(&self, rel: &str) -> io::Result<RegularFile> {
         crate::bag::manifest::check_path(rel)
             .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, format!("{rel}: {why}")))?;
-        let open = || match &self.beneath {
-            Some((root, rel_dir)) => root.open(&format!("{rel_dir}/{rel}")),
-            None => open_beneath(&self.path, rel),
-        };
-        match open() {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => open(),
+        match self.folder(false)?.open(rel) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => self.folder(true)?.open(rel),
             opened => opened,
         }
     }
