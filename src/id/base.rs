@@ -9,8 +9,13 @@ use num_bigint::BigUint;
 #[derive(Debug, Clone, Copy)]
 pub struct Alphabet {
     digits: &'static [u8],
-    case_insensitive: bool,
+    /// Each byte's value as a digit, `NOT_A_DIGIT` for bytes outside the
+    /// alphabet (both letter cases when case-insensitive): one lookup per
+    /// character instead of a search of the alphabet.
+    values: [u8; 256],
 }
+
+const NOT_A_DIGIT: u8 = u8::MAX;
 
 /// Table 7.6: base 27, `0 O 1 I V Y Z W X` excluded (`W` and `X` are separators).
 pub const IBIP: Alphabet = Alphabet::new(b"23456789ABCDEFGHJKLMNPQRSTU", true);
@@ -23,7 +28,17 @@ pub const PILIN: Alphabet = Alphabet::new(b"0123456789BCDFGHJKLMNPQRSTVWXYZ", tr
 
 impl Alphabet {
     pub const fn new(digits: &'static [u8], case_insensitive: bool) -> Self {
-        Alphabet { digits, case_insensitive }
+        let mut values = [NOT_A_DIGIT; 256];
+        let mut i = 0;
+        while i < digits.len() {
+            values[digits[i] as usize] = i as u8;
+            if case_insensitive {
+                values[digits[i].to_ascii_lowercase() as usize] = i as u8;
+                values[digits[i].to_ascii_uppercase() as usize] = i as u8;
+            }
+            i += 1;
+        }
+        Alphabet { digits, values }
     }
 
     pub fn radix(&self) -> u32 {
@@ -32,11 +47,8 @@ impl Alphabet {
 
     /// The value of one digit character, if it belongs to the alphabet.
     pub fn value_of(&self, c: char) -> Option<u32> {
-        let c = if self.case_insensitive { c.to_ascii_uppercase() } else { c };
-        if !c.is_ascii() {
-            return None;
-        }
-        self.digits.iter().position(|&d| d == c as u8).map(|p| p as u32)
+        let value = *self.values.get(c as usize)?;
+        (value != NOT_A_DIGIT).then_some(u32::from(value))
     }
 
     /// The digit character for a value below the radix.
@@ -53,18 +65,27 @@ impl Alphabet {
         digits.into_iter().map(|d| self.digit(d as u32)).collect()
     }
 
-    /// `encode` of a number that fits 128 bits, in machine words (no big integer).
+    /// `encode` of a number that fits 128 bits, in machine words (no big integer;
+    /// 64-bit division once the number fits 64 bits, which most do).
     pub fn encode_u128(&self, mut n: u128) -> String {
         let radix = u128::from(self.radix());
-        let mut digits = Vec::with_capacity(28);
+        let mut digits = [0u8; 128];
+        let mut at = digits.len();
+        while n > u128::from(u64::MAX) {
+            at -= 1;
+            digits[at] = self.digits[(n % radix) as usize];
+            n /= radix;
+        }
+        let (mut n, radix) = (n as u64, radix as u64);
         loop {
-            digits.push(self.digits[(n % radix) as usize]);
+            at -= 1;
+            digits[at] = self.digits[(n % radix) as usize];
             n /= radix;
             if n == 0 {
                 break;
             }
         }
-        digits.iter().rev().map(|&d| d as char).collect()
+        String::from_utf8(digits[at..].to_vec()).expect("the digits are ASCII")
     }
 
     /// ConvertToDecimal. On a character outside the alphabet, returns its 0-based char index.
@@ -124,6 +145,28 @@ mod tests {
     fn table_7_2_convert_to_decimal() {
         assert_eq!(IPV4_TEXT.decode("150.163.2.174").unwrap().to_string(), "4588904456580");
         assert_eq!(IPV6_TEXT.decode("2001:252:0:1::2008:6").unwrap().to_string(), "478239719325051908572237");
+    }
+
+    /// The lookup table answers as a search of the digits would, for every
+    /// character: both letter cases where the alphabet ignores case, nothing
+    /// outside ASCII.
+    #[test]
+    fn digit_table_agrees_with_the_alphabet_for_every_character() {
+        for (alphabet, digits, any_case) in [
+            (IBIP, "23456789ABCDEFGHJKLMNPQRSTU", true),
+            (IPV4_TEXT, "0123456789.", false),
+            (IPV6_TEXT, "0123456789abcdef:", false),
+            (PILIN, "0123456789BCDFGHJKLMNPQRSTVWXYZ", true),
+        ] {
+            for c in (0..0x3000).filter_map(char::from_u32) {
+                let wanted = match any_case {
+                    true => digits.find(c.to_ascii_uppercase()),
+                    false => digits.find(c),
+                };
+                let wanted = wanted.filter(|_| c.is_ascii()).map(|i| i as u32);
+                assert_eq!(alphabet.value_of(c), wanted, "{c:?} in {digits}");
+            }
+        }
     }
 
     #[test]

@@ -84,7 +84,9 @@ fn fraction_code(nanos: u32) -> String {
     let significant = digits.trim_start_matches('0');
     let zeros = digits.len() - significant.len();
     let value: u128 = significant.parse().expect("non-zero fraction has significant digits");
-    format!("{}{}", "2".repeat(zeros), IBIP.encode_u128(value))
+    let mut code = "2".repeat(zeros);
+    code.push_str(&IBIP.encode_u128(value));
+    code
 }
 
 impl Ibip {
@@ -117,6 +119,17 @@ impl Ibip {
 
     /// Algorithm 5: the IP code, `W` (IPv4) or `X` (IPv6), then the port code (empty for 800).
     pub fn prefix(&self) -> String {
+        thread_local! {
+            /// The last prefix encoded: a collection's IBIps share one.
+            static LAST: std::cell::RefCell<Option<(IpAddr, u16, String)>> = const { std::cell::RefCell::new(None) };
+        }
+        LAST.with_borrow_mut(|last| match last {
+            Some((ip, port, text)) if *ip == self.ip && *port == self.port => text.clone(),
+            _ => last.insert((self.ip, self.port, self.encode_prefix())).2.clone(),
+        })
+    }
+
+    fn encode_prefix(&self) -> String {
         let ip_code = IBIP.encode(&ip_number(&self.ip).expect("checked in Ibip::new"));
         let sep = if self.ip.is_ipv4() { 'W' } else { 'X' };
         let port_code = if self.port == DEFAULT_IBIP_PORT { String::new() } else { IBIP.encode_u128(self.port.into()) };
@@ -160,7 +173,7 @@ impl Ibip {
         if let Some(extra) = suffix.find('/') {
             return Err(err(prefix.len() + 1 + extra, "unexpected second \"/\"".into()));
         }
-        let (ip, port) = decode_prefix(prefix).map_err(|(p, m)| err(p, m))?;
+        let (ip, port) = decode_prefix_again(prefix).map_err(|(p, m)| err(p, m))?;
         let date = decode_suffix(suffix).map_err(|(p, m)| err(prefix.len() + 1 + p, m))?;
         Ok(Ibip { ip, port, date })
     }
@@ -177,6 +190,22 @@ fn decode_numeral(code: &str, at: usize, what: &str) -> Result<BigUint, Located>
         return Err((at, format!("{what} code \"{code}\" has a leading zero digit \"2\"")));
     }
     IBIP.decode(code).map_err(|p| (at + p, format!("invalid character in {what} code")))
+}
+
+/// `decode_prefix`, answered from the last prefix decoded when it is the same
+/// text (a collection's IBIps share one).
+fn decode_prefix_again(prefix: &str) -> Result<(IpAddr, u16), Located> {
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(String, IpAddr, u16)>> = const { std::cell::RefCell::new(None) };
+    }
+    LAST.with_borrow_mut(|last| match last {
+        Some((text, ip, port)) if text == prefix => Ok((*ip, *port)),
+        _ => {
+            let (ip, port) = decode_prefix(prefix)?;
+            *last = Some((prefix.to_string(), ip, port));
+            Ok((ip, port))
+        }
+    })
 }
 
 fn decode_prefix(prefix: &str) -> Result<(IpAddr, u16), Located> {
@@ -250,7 +279,9 @@ fn decode_fraction(code: &str) -> Result<u32, Located> {
 
 impl fmt::Display for Ibip {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.prefix(), self.suffix())
+        f.write_str(&self.prefix())?;
+        f.write_str("/")?;
+        f.write_str(&self.suffix())
     }
 }
 

@@ -113,3 +113,25 @@ proptest! {
         }
     }
 }
+
+/// The prefix last decoded (or encoded) is remembered per thread: IBIps of
+/// different subsystems, in turn, each come back with their own IP and port,
+/// and an invalid prefix is refused even right after a valid one.
+#[test]
+fn a_remembered_prefix_answers_only_its_own_text() {
+    let a = Ibip::new(ip("150.163.34.243"), 800, Timestamp::from_seconds(1_234_806_360)).unwrap();
+    let b = Ibip::new(ip("2001:252:0:1::2008:6"), 19050, Timestamp::from_seconds(1_234_806_361)).unwrap();
+    for _ in 0..3 {
+        for ibip in [a, b] {
+            let text = ibip.to_string();
+            assert_eq!(Ibip::parse(&text).unwrap(), ibip, "{text}");
+            assert_eq!(Ibip::parse(&text.to_lowercase()).unwrap(), ibip, "{text}");
+        }
+    }
+    let valid = a.to_string();
+    assert!(Ibip::parse(&valid).is_ok());
+    assert!(Ibip::parse(&valid.replacen('W', "WW", 1)).is_err(), "a second separator after a good prefix");
+    assert_eq!(a.prefix(), "8JMKD3MGP8W");
+    assert_eq!(b.prefix(), "7URMDHLL9SSN2D89MXU5H");
+    assert_eq!(a.prefix(), "8JMKD3MGP8W");
+}
