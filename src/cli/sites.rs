@@ -172,13 +172,20 @@ fn print_audit(printer: &Printer, report: &AuditReport) {
         }
         printer.line(
             &json!({ "event": "summary", "audit": report.places, "items": report.items,
-            "policy": report.policy, "short": report.shortfalls.len() })
+            "policy": report.policy, "short": report.short, "short_named": report.shortfalls.len() })
             .to_string(),
         );
         return;
     }
     for shortfall in &report.shortfalls {
         printer.line(&format!("{}\t{}", shortfall.name, shortfall.reasons.join("; ")));
+    }
+    let unnamed = report.short - report.shortfalls.len() as u64;
+    if unnamed > 0 {
+        printer.line(&format!(
+            "... and {unnamed} more item(s) short of the policy, not named (the first {} are)",
+            report.shortfalls.len()
+        ));
     }
     for stray in &report.strays {
         printer.line(&format!(
@@ -217,9 +224,6 @@ fn print_audit(printer: &Printer, report: &AuditReport) {
     let p = &report.policy;
     printer.note(&format!(
         "audit: {} item(s), {} short of the policy ({} copies in {} zones)",
-        report.items,
-        report.shortfalls.len(),
-        p.copies,
-        p.zones
+        report.items, report.short, p.copies, p.zones
     ));
 }

@@ -10,6 +10,7 @@
 //! with enough complete, verified copies in enough zones.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::hash::BuildHasher;
 use std::path::Path;
 
 use crate::error::Result;
@@ -82,8 +83,10 @@ pub struct Stray {
     pub place: String,
 }
 
-/// How many strays the report names (the places' counts are whole).
+/// How many strays and how many items short of the policy the report names
+/// (the counts are whole): what an audit holds stays bounded however many there are.
 const STRAYS_NAMED: usize = 1000;
+const SHORTFALLS_NAMED: usize = 10_000;
 
 /// The audit's findings.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -91,6 +94,9 @@ pub struct AuditReport {
     pub items: u64,
     pub policy: Policy,
     pub places: Vec<PlaceFacts>,
+    /// How many items are short of the policy.
+    pub short: u64,
+    /// The first of them (up to ten thousand), with the reasons.
     pub shortfalls: Vec<Shortfall>,
     /// The first strays found (each place's `strays` counts them all).
     pub strays: Vec<Stray>,
@@ -99,14 +105,21 @@ pub struct AuditReport {
 impl AuditReport {
     pub fn meets_policy(&self) -> bool {
         let sound = |p: &PlaceFacts| p.unreachable.is_none() && p.placement.as_ref().is_none_or(PlacementFacts::sound);
-        self.shortfalls.is_empty() && self.strays.is_empty() && self.places.iter().all(sound)
+        self.short == 0 && self.strays.is_empty() && self.places.iter().all(sound)
     }
 }
 
-/// One place being audited: its facts and what it holds of each item, in the
-/// order of the collection's held names.
+/// One place being audited: its facts, its last fixity checks, and the cluster
+/// to ask where its objects are (`--placement`).
 struct Place {
     facts: PlaceFacts,
+    checks: Option<LastChecks>,
+    cluster: Option<SeaweedFs>,
+}
+
+/// What one place holds of a chunk of names, in their order.
+#[derive(Default)]
+struct Held {
     copies: Vec<Copy>,
     /// Where its cluster proves each item is (`--placement`), in the same order.
     placed: Option<Vec<ItemPlacement>>,
@@ -119,29 +132,102 @@ fn policy_of(config: &CollectionConfig) -> Policy {
 }
 
 /// Every place surveyed: the collection first, then each site in the order
-/// configured (an unreachable one has no handle).
+/// configured (an unreachable one has no handle). The collection's held items
+/// are taken a chunk at a time (`each_chunk`), so what the audit holds is a
+/// chunk's copies, each place's last checks (sixteen bytes an item) and the
+/// hashes of the collection's names (eight bytes an item), never every copy.
 struct Survey<'a> {
-    root: &'a dyn Store,
-    sites: Vec<Option<Box<dyn Store>>>,
-    names: Vec<RepositoryName>,
+    stores: Stores<'a>,
     places: Vec<Place>,
     policy: Policy,
+    cycle_start: Option<i64>,
+    items: u64,
+    /// Keyed hashes of every name the collection has a record of, sorted once
+    /// the collection's records were read: strays are looked up in it.
+    known: Vec<u64>,
+    hasher: std::hash::RandomState,
+    short: u64,
+    shortfalls: Vec<Shortfall>,
     strays: Vec<Stray>,
 }
 
-impl Survey<'_> {
-    fn store(&self, place: usize) -> Option<&dyn Store> {
+/// What is done with each chunk of held names and what each place holds of it.
+type OnChunk<'s, 'a> = dyn FnMut(&mut Survey<'a>, &[RepositoryName], &[Held]) -> Result<()> + 's;
+
+/// The places' stores: the collection, then each site (none when it could not be opened).
+struct Stores<'a> {
+    root: &'a dyn Store,
+    sites: Vec<Option<Box<dyn Store>>>,
+}
+
+impl Stores<'_> {
+    fn get(&self, place: usize) -> Option<&dyn Store> {
         match place {
             0 => Some(self.root),
             i => self.sites[i - 1].as_deref(),
         }
     }
+}
 
-    fn report(mut self) -> AuditReport {
-        let shortfalls = compare(&self.names, &mut self.places, &self.policy);
+impl<'a> Survey<'a> {
+    fn report(self) -> AuditReport {
         let places = self.places.into_iter().map(|p| p.facts).collect();
-        let (items, policy, strays) = (self.names.len() as u64, self.policy, self.strays);
-        AuditReport { items, policy, places, shortfalls, strays }
+        let (items, policy, short, shortfalls, strays) =
+            (self.items, self.policy, self.short, self.shortfalls, self.strays);
+        AuditReport { items, policy, places, short, shortfalls, strays }
+    }
+
+    /// Hands each chunk of the collection's held names (sorted within the
+    /// chunk) to `each`, with what every place holds of it; then fills `known`.
+    fn each_chunk(&mut self, each: &mut OnChunk<'_, 'a>) -> Result<()> {
+        let mut names = Vec::with_capacity(NAMES_AT_ONCE);
+        let mut known = Vec::new();
+        let root = self.stores.root;
+        let mut summaries = root.record_summaries();
+        loop {
+            let next = summaries.next().transpose()?;
+            if next.is_none() || names.len() == NAMES_AT_ONCE {
+                names.sort_unstable();
+                self.items += names.len() as u64;
+                let held = self.look(&names);
+                each(self, &names, &held)?;
+                names.clear();
+            }
+            let Some(summary) = next else { break };
+            known.push(self.hasher.hash_one(&summary.name));
+            if summary.status == Status::Present {
+                names.push(summary.name);
+            }
+        }
+        known.sort_unstable();
+        self.known = known;
+        Ok(())
+    }
+
+    /// What each place holds of `names`; a place that fails to answer is
+    /// unreachable from then on.
+    fn look(&mut self, names: &[RepositoryName]) -> Vec<Held> {
+        let mut all = Vec::with_capacity(self.places.len());
+        for i in 0..self.places.len() {
+            let Some(store) = self.stores.get(i).filter(|_| self.places[i].facts.unreachable.is_none()) else {
+                all.push(Held::default());
+                continue;
+            };
+            let place = &mut self.places[i];
+            let mut held = match look_at(store, names, place.checks.as_ref(), self.cycle_start) {
+                Ok(copies) => Held { copies, placed: None },
+                Err(e) => {
+                    place.facts.unreachable = Some(e.to_string());
+                    all.push(Held::default());
+                    continue;
+                }
+            };
+            if let Some(cluster) = place.cluster.clone() {
+                held.placed = Some(ask_placement(place, store, &cluster, names, &held.copies));
+            }
+            all.push(held);
+        }
+        all
     }
 }
 
@@ -153,7 +239,9 @@ fn cycle_start(policy: &Policy) -> Result<Option<i64>> {
     Ok(Some(start.nanos().div_euclid(1_000_000_000) as i64))
 }
 
-fn survey_all<'a>(
+/// Opens every place and reads its last checks; a site that cannot be opened
+/// or read is unreachable.
+fn open_all<'a>(
     store: &'a dyn Store,
     config: &CollectionConfig,
     connect: &Connect,
@@ -161,83 +249,72 @@ fn survey_all<'a>(
 ) -> Result<Survey<'a>> {
     let policy = policy_of(config);
     let cycle_start = cycle_start(&policy)?;
-    // Sorted: strays are looked up by binary search.
-    let (mut names, mut gone) = (Vec::new(), Vec::new());
-    for record in store.all_records() {
-        let record = record?;
-        match record.status {
-            Status::Present => names.push(record.name),
-            _ => gone.push(record.name),
-        }
-    }
-    names.sort_unstable();
-    gone.sort_unstable();
-    let known = Known { present: &names, gone: &gone };
-    let mut strays = Vec::new();
     let here = PlaceFacts {
         url: store.location(),
         zone: config.zone.clone().unwrap_or_else(|| "here".into()),
         media: config.media.unwrap_or_default().as_str().into(),
         ..PlaceFacts::default()
     };
-    let mut places = vec![survey(store, here, &names, cycle_start)];
+    let mut places = vec![place_of(store, here, None)];
     let mut sites = Vec::new();
     for site in &config.sites {
         let media = site.media.as_str().into();
         let facts = PlaceFacts { url: site.url.clone(), zone: site.zone.clone(), media, ..Default::default() };
+        let cluster = site.seaweedfs.clone().filter(|_| placement);
         match crate::store::open(Path::new(&site.url), connect) {
             Ok(opened) => {
-                let mut place = survey(opened.as_ref(), facts, &names, cycle_start);
-                find_strays(&mut place, opened.as_ref(), &known, &mut strays);
-                if let Some(cluster) = site.seaweedfs.as_ref().filter(|_| placement) {
-                    ask_placement(&mut place, opened.as_ref(), cluster, &names);
-                }
-                places.push(place);
+                places.push(place_of(opened.as_ref(), facts, cluster));
                 sites.push(Some(opened));
             }
             Err(e) => {
                 let facts = PlaceFacts { unreachable: Some(e.to_string()), ..facts };
-                places.push(Place { facts, copies: Vec::new(), placed: None });
+                places.push(Place { facts, checks: None, cluster: None });
                 sites.push(None);
             }
         }
     }
-    Ok(Survey { root: store, sites, names, places, policy, strays })
+    let (items, known, hasher, short) = (0, Vec::new(), std::hash::RandomState::new(), 0);
+    let (shortfalls, strays) = (Vec::new(), Vec::new());
+    let stores = Stores { root: store, sites };
+    Ok(Survey { stores, places, policy, cycle_start, items, known, hasher, short, shortfalls, strays })
 }
 
-/// The names the collection has records of: held, and withdrawn or moved away.
-struct Known<'a> {
-    present: &'a [RepositoryName],
-    gone: &'a [RepositoryName],
-}
-
-impl Known<'_> {
-    fn contains(&self, name: &RepositoryName) -> bool {
-        self.present.binary_search(name).is_ok() || self.gone.binary_search(name).is_ok()
+/// A place's last checks read, and the oldest good one noted.
+fn place_of(store: &dyn Store, mut facts: PlaceFacts, cluster: Option<SeaweedFs>) -> Place {
+    match LastChecks::read(store) {
+        Ok(checks) => {
+            facts.oldest_check = checks.as_ref().and_then(LastChecks::oldest_good).map(|check| check.date());
+            if cluster.is_some() {
+                facts.placement = Some(PlacementFacts::default());
+            }
+            Place { facts, checks, cluster }
+        }
+        Err(e) => {
+            Place { facts: PlaceFacts { unreachable: Some(e.to_string()), ..facts }, checks: None, cluster: None }
+        }
     }
 }
 
-/// Counts the items a reachable place records present that the collection has
+/// Counts the items a reachable site records present that the collection has
 /// no record of (an item planted there, or one whose record was lost here),
-/// naming the first ones; a place whose records cannot be read is unreachable.
+/// naming the first ones; a site whose records cannot be read is unreachable.
 /// Only the names are listed; the records of the unknown ones are read.
-fn find_strays(place: &mut Place, store: &dyn Store, known: &Known, strays: &mut Vec<Stray>) {
-    if place.facts.unreachable.is_some() {
-        return;
-    }
+fn find_strays(survey: &mut Survey, i: usize) {
+    let Some(store) = survey.stores.get(i).filter(|_| survey.places[i].facts.unreachable.is_none()) else { return };
     let mut unknown = Vec::new();
     let mut names = store.record_names();
     loop {
         let next = names.next();
         if next.is_none() || unknown.len() == NAMES_AT_ONCE {
-            if let Err(e) = count_strays(place, store, &std::mem::take(&mut unknown), strays) {
+            let place = &mut survey.places[i];
+            if let Err(e) = count_strays(place, store, &std::mem::take(&mut unknown), &mut survey.strays) {
                 return place.facts.unreachable = Some(e.to_string());
             }
         }
         match next {
             None => return,
-            Some(Err(e)) => return place.facts.unreachable = Some(e.to_string()),
-            Some(Ok(name)) if !known.contains(&name) => unknown.push(name),
+            Some(Err(e)) => return survey.places[i].facts.unreachable = Some(e.to_string()),
+            Some(Ok(name)) if survey.known.binary_search(&survey.hasher.hash_one(&name)).is_err() => unknown.push(name),
             Some(Ok(_)) => {}
         }
     }
@@ -264,27 +341,38 @@ fn count_strays(
     Ok(())
 }
 
-/// Asks the cluster behind a reachable place where the items it holds are.
-fn ask_placement(place: &mut Place, store: &dyn Store, cluster: &SeaweedFs, names: &[RepositoryName]) {
-    if place.facts.unreachable.is_some() {
-        return;
-    }
-    let held: Vec<usize> =
-        (0..names.len()).filter(|&i| matches!(place.copies.get(i), Some(Copy::Held { .. }))).collect();
+/// Asks the cluster behind a reachable place where the items of a chunk it
+/// holds are, adding to the place's placement facts.
+fn ask_placement(
+    place: &mut Place,
+    store: &dyn Store,
+    cluster: &SeaweedFs,
+    names: &[RepositoryName],
+    copies: &[Copy],
+) -> Vec<ItemPlacement> {
+    let held: Vec<usize> = (0..names.len()).filter(|&i| matches!(copies.get(i), Some(Copy::Held { .. }))).collect();
     let held_names: Vec<RepositoryName> = held.iter().map(|&i| names[i].clone()).collect();
     let (facts, found) = placement::ask(store, cluster, &held_names);
+    placement::add(place.facts.placement.get_or_insert_with(Default::default), facts);
     let mut placed = vec![ItemPlacement::default(); names.len()];
     for (i, item) in held.into_iter().zip(found) {
         placed[i] = item;
     }
-    place.facts.placement = Some(facts);
-    place.placed = Some(placed);
+    placed
 }
 
 /// Audits `store` and its configured sites against the policy; with `placement`,
 /// each site that names its SeaweedFS cluster counts the data centres it proves.
 pub fn audit(store: &dyn Store, config: &CollectionConfig, connect: &Connect, placement: bool) -> Result<AuditReport> {
-    Ok(survey_all(store, config, connect, placement)?.report())
+    let mut survey = open_all(store, config, connect, placement)?;
+    survey.each_chunk(&mut |survey, names, held| {
+        compare(survey, names, held);
+        Ok(())
+    })?;
+    for i in 1..survey.places.len() {
+        find_strays(&mut survey, i);
+    }
+    Ok(survey.report())
 }
 
 /// What `audit --repair` did.
@@ -298,18 +386,18 @@ pub struct MajorityRepair {
     pub failed: Vec<String>,
 }
 
-/// Whether a place's copy of item `i` is the agreed one, sound as far as its
-/// place knows: a source for the others.
-fn is_source(place: &Place, i: usize, agreed: &str) -> bool {
-    matches!(place.copies.get(i), Some(Copy::Held { identity, record_agrees: true, fixity })
+/// Whether a place's copy is the agreed one, sound as far as its place knows:
+/// a source for the others.
+fn is_source(copy: Option<&Copy>, agreed: &str) -> bool {
+    matches!(copy, Some(Copy::Held { identity, record_agrees: true, fixity })
         if identity == agreed && *fixity != Fixity::Failed)
 }
 
 /// Restores every missing, damaged or divergent copy from a copy whose identity
 /// a strict majority of the places holding the item agree on (each copy is
 /// verified on arrival by the transfer driver); where no majority exists it
-/// changes nothing and names the item. Nothing is ever deleted. Returns what it
-/// did and the audit after it.
+/// changes nothing and names the item. Nothing is ever deleted. A chunk of
+/// items at a time; returns what it did and the audit after it.
 pub fn repair_by_majority(
     store: &dyn Store,
     config: &CollectionConfig,
@@ -318,72 +406,79 @@ pub fn repair_by_majority(
     placement: bool,
     reporter: &dyn Reporter,
 ) -> Result<(MajorityRepair, AuditReport)> {
-    let survey = survey_all(store, config, connect, false)?;
+    let mut survey = open_all(store, config, connect, false)?;
     let mut done = MajorityRepair::default();
+    survey.each_chunk(&mut |survey, names, held| {
+        repair_chunk(survey, names, held, options, reporter, &mut done);
+        Ok(())
+    })?;
+    drop(survey);
+    Ok((done, audit(store, config, connect, placement)?))
+}
+
+/// Repairs the copies of one chunk of names toward their majorities.
+fn repair_chunk(
+    survey: &Survey,
+    names: &[RepositoryName],
+    held: &[Held],
+    options: RepairOptions,
+    reporter: &dyn Reporter,
+    done: &mut MajorityRepair,
+) {
+    let reachable: Vec<usize> =
+        (0..survey.places.len()).filter(|&p| survey.places[p].facts.unreachable.is_none()).collect();
     let mut work: BTreeMap<(usize, usize), Vec<(RepositoryName, String)>> = BTreeMap::new();
-    for (i, name) in survey.names.iter().enumerate() {
-        let reachable: Vec<usize> =
-            (0..survey.places.len()).filter(|&p| survey.places[p].facts.unreachable.is_none()).collect();
-        let held = reachable.iter().filter_map(|&p| match survey.places[p].copies.get(i) {
-            Some(Copy::Held { identity, .. }) => Some(identity.as_str()),
-            _ => None,
-        });
-        let held: Vec<&str> = held.collect();
-        let Some(agreed) = majority(held.iter().copied()).map(str::to_string) else {
-            if !held.is_empty() {
+    for (i, name) in names.iter().enumerate() {
+        let held_identities: Vec<&str> = reachable
+            .iter()
+            .filter_map(|&p| match held[p].copies.get(i) {
+                Some(Copy::Held { identity, .. }) => Some(identity.as_str()),
+                _ => None,
+            })
+            .collect();
+        let Some(agreed) = majority(held_identities.iter().copied()).map(str::to_string) else {
+            if !held_identities.is_empty() {
                 done.undecided.push(name.to_string());
             }
             continue;
         };
-        let Some(&source) = reachable.iter().find(|&&p| is_source(&survey.places[p], i, &agreed)) else { continue };
-        for &p in reachable.iter().filter(|&&p| !is_source(&survey.places[p], i, &agreed)) {
+        let source_of = |p: usize| is_source(held[p].copies.get(i), &agreed);
+        let Some(&source) = reachable.iter().find(|&&p| source_of(p)) else { continue };
+        for &p in reachable.iter().filter(|&&p| !source_of(p)) {
             work.entry((p, source)).or_default().push((name.clone(), agreed.clone()));
         }
     }
     for ((to, from), wanted) in &work {
-        let (Some(to_store), Some(from_store)) = (survey.store(*to), survey.store(*from)) else { continue };
+        let (Some(to_store), Some(from_store)) = (survey.stores.get(*to), survey.stores.get(*from)) else { continue };
         match repair_toward(to_store, from_store, wanted, options, reporter) {
             Ok(summary) => done.repaired += summary.copied + summary.replaced,
             Err(e) => done.failed.push(format!("{}: {e}", to_store.location())),
         }
     }
-    drop(survey);
-    Ok((done, audit(store, config, connect, placement)?))
 }
 
-/// What `store` holds of each name: identities, its records, its fixity dates.
-fn survey(store: &dyn Store, facts: PlaceFacts, names: &[RepositoryName], cycle_start: Option<i64>) -> Place {
-    let checks = match LastChecks::read(store) {
-        Ok(checks) => checks,
-        Err(e) => {
-            let facts = PlaceFacts { unreachable: Some(e.to_string()), ..facts };
-            return Place { facts, copies: Vec::new(), placed: None };
-        }
-    };
+/// What `store` holds of each of `names`: identities, its records, its fixity dates.
+fn look_at(
+    store: &dyn Store,
+    names: &[RepositoryName],
+    checks: Option<&LastChecks>,
+    cycle_start: Option<i64>,
+) -> Result<Vec<Copy>> {
+    let records = store.records(names)?;
+    // Read from each bag's tagmanifest (no payload byte), not from the records,
+    // so that a copy deleted or replaced behind ibi's back shows.
+    let identities = store.bag_identities(names);
     let mut copies = Vec::with_capacity(names.len());
-    for batch in names.chunks(NAMES_AT_ONCE) {
-        let records = match store.records(batch) {
-            Ok(records) => records,
-            Err(e) => {
-                return Place { facts: PlaceFacts { unreachable: Some(e.to_string()), ..facts }, copies, placed: None }
-            }
+    for ((name, identity), record) in names.iter().zip(identities).zip(records) {
+        let Ok(identity) = identity else {
+            copies.push(Copy::Missing);
+            continue;
         };
-        // Read from each bag's tagmanifest (no payload byte), not from the records,
-        // so that a copy deleted or replaced behind ibi's back shows.
-        let identities = store.bag_identities(batch);
-        for ((name, identity), record) in batch.iter().zip(identities).zip(records) {
-            let Ok(identity) = identity else {
-                copies.push(Copy::Missing);
-                continue;
-            };
-            let record_agrees = record.is_some_and(|r| r.status == Status::Present && r.current().digest == identity);
-            let fixity = fixity_of(checks.as_ref().and_then(|c| c.get(name)), cycle_start);
-            copies.push(Copy::Held { identity, record_agrees, fixity });
-        }
+        let record_agrees = record.is_some_and(|r| r.status == Status::Present && r.current().digest == identity);
+        let fixity = fixity_of(checks.and_then(|c| c.get(name)), cycle_start);
+        copies.push(Copy::Held { identity, record_agrees, fixity });
     }
-    let mut place = Place { facts, copies, placed: None };
-    place.facts.oldest_check = checks.and_then(|c| c.oldest_good()).map(|check| check.date());
-    place
+    Ok(copies)
 }
 
 fn fixity_of(check: Option<LastCheck>, cycle_start: Option<i64>) -> Fixity {
@@ -407,31 +502,30 @@ fn majority<'a>(held: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     counts.into_iter().find(|(_, n)| n * 2 > total).map(|(identity, _)| identity)
 }
 
-/// Compares every item's copies, counts each place's findings, and returns the
-/// items short of the policy.
-fn compare(names: &[RepositoryName], places: &mut [Place], policy: &Policy) -> Vec<Shortfall> {
-    let mut shortfalls = Vec::new();
+/// Compares the copies of a chunk of items, counts each place's findings, and
+/// counts (and names, up to the cap) the items short of the policy.
+fn compare(survey: &mut Survey, names: &[RepositoryName], held: &[Held]) {
     for (i, name) in names.iter().enumerate() {
-        let held = places.iter().filter_map(|p| match p.copies.get(i) {
+        let identities = held.iter().filter_map(|h| match h.copies.get(i) {
             Some(Copy::Held { identity, .. }) => Some(identity.as_str()),
             _ => None,
         });
-        let agreed = majority(held).map(str::to_string);
+        let agreed = majority(identities).map(str::to_string);
         let mut good = 0;
         let mut zones = BTreeSet::new();
         let mut reasons = Vec::new();
         if agreed.is_none() {
             reasons.push("no strict majority of its copies agree on its identity: a person must decide".into());
         }
-        for place in places.iter_mut() {
+        for (place, held) in survey.places.iter_mut().zip(held) {
             if place.facts.unreachable.is_some() {
                 continue;
             }
-            let placed = place.placed.as_ref().and_then(|p| p.get(i)).cloned();
+            let placed = held.placed.as_ref().and_then(|p| p.get(i)).cloned();
             if placed.as_ref().is_some_and(|p| p.degraded) {
                 reasons.push(format!("{}: degraded: its store keeps fewer replicas than it asks for", place.facts.url));
             }
-            match verdict(place, i, agreed.as_deref(), policy) {
+            match verdict(&mut place.facts, held.copies.get(i), agreed.as_deref(), &survey.policy) {
                 Ok(()) => {
                     good += 1;
                     zones.extend(placement::zones_of(&place.facts.zone, placed.as_ref()));
@@ -439,27 +533,29 @@ fn compare(names: &[RepositoryName], places: &mut [Place], policy: &Policy) -> V
                 Err(why) => reasons.push(format!("{}: {why}", place.facts.url)),
             }
         }
+        let policy = &survey.policy;
         if good < policy.copies || (zones.len() as u32) < policy.zones {
-            reasons.insert(
-                0,
-                format!(
-                    "{good} good copies in {} zones; the policy asks for {} in {}",
-                    zones.len(),
-                    policy.copies,
-                    policy.zones
-                ),
-            );
-            let zones = zones.into_iter().collect();
-            shortfalls.push(Shortfall { name: name.to_string(), good_copies: good, zones, reasons });
+            survey.short += 1;
+            if survey.shortfalls.len() < SHORTFALLS_NAMED {
+                let (copies, wanted) = (policy.copies, policy.zones);
+                let count =
+                    format!("{good} good copies in {} zones; the policy asks for {copies} in {wanted}", zones.len());
+                reasons.insert(0, count);
+                let zones = zones.into_iter().collect();
+                survey.shortfalls.push(Shortfall { name: name.to_string(), good_copies: good, zones, reasons });
+            }
         }
     }
-    shortfalls
 }
 
-/// Whether the place's copy of item `i` is complete and verified; counts it.
-fn verdict(place: &mut Place, i: usize, agreed: Option<&str>, policy: &Policy) -> std::result::Result<(), String> {
-    let facts = &mut place.facts;
-    let Some(Copy::Held { identity, record_agrees, fixity }) = place.copies.get(i) else {
+/// Whether a place's copy is complete and verified; counts it.
+fn verdict(
+    facts: &mut PlaceFacts,
+    copy: Option<&Copy>,
+    agreed: Option<&str>,
+    policy: &Policy,
+) -> std::result::Result<(), String> {
+    let Some(Copy::Held { identity, record_agrees, fixity }) = copy else {
         facts.missing += 1;
         return Err("missing".into());
     };

@@ -5,7 +5,6 @@
 //! check and names the items over a cycle. A nightly budget that covers the
 //! collection's bytes within the cycle thus checks every item within it.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -62,31 +61,54 @@ impl LastCheck {
 /// what a plan or a report over a large collection holds. Two names whose hashes
 /// collide share an answer, which can only misplace one item in a rolling turn
 /// or in a report of ages, never lose one.
-pub struct LastChecks(HashMap<u64, LastCheck>);
+pub struct LastChecks(Vec<(u64, i64)>);
 
 impl LastChecks {
     /// The store's last checks; `None` when it keeps none.
     pub fn read(store: &dyn Store) -> Result<Option<LastChecks>> {
-        let mut checks = HashMap::new();
+        let mut checks = Vec::new();
         let kept = store.each_fixity_check(&mut |check| {
             let at = chrono::DateTime::parse_from_rfc3339(&check.date).map_or(NEVER, |date| date.timestamp());
-            checks.insert(name_key(&check.name), LastCheck { at, ok: check.ok });
+            checks.push((name_key(&check.name), pack(LastCheck { at, ok: check.ok })));
         })?;
+        // The last one read of a name (or of two whose hashes collide) answers.
+        checks.reverse();
+        checks.sort_by_key(|&(key, _)| key);
+        checks.dedup_by_key(|&mut (key, _)| key);
+        checks.shrink_to_fit();
         Ok(kept.then_some(LastChecks(checks)))
     }
 
     pub fn get(&self, name: &RepositoryName) -> Option<LastCheck> {
-        self.0.get(&name_key(name)).copied()
+        let key = name_key(name);
+        let at = self.0.binary_search_by_key(&key, |&(k, _)| k).ok()?;
+        Some(unpack(self.0[at].1))
     }
 
     /// The oldest of the checks that passed.
     pub fn oldest_good(&self) -> Option<LastCheck> {
-        self.0.values().filter(|check| check.passed()).min_by_key(|check| check.at).copied()
+        self.0.iter().map(|&(_, packed)| unpack(packed)).filter(LastCheck::passed).min_by_key(|check| check.at)
     }
 
     /// When `name` was last found whole, if it was.
     fn good(&self, name: &RepositoryName) -> Option<i64> {
         self.get(name).filter(LastCheck::passed).map(|check| check.at)
+    }
+}
+
+/// A check in eight bytes: its second shifted left by one, and its result in
+/// the lowest bit; `NEVER` (an unreadable date) as itself.
+fn pack(check: LastCheck) -> i64 {
+    match check.at {
+        NEVER => NEVER,
+        at => (at << 1) | i64::from(check.ok),
+    }
+}
+
+fn unpack(packed: i64) -> LastCheck {
+    match packed {
+        NEVER => LastCheck { at: NEVER, ok: false },
+        packed => LastCheck { at: packed >> 1, ok: packed & 1 == 1 },
     }
 }
 
@@ -193,4 +215,21 @@ pub fn fixity_age(store: &dyn Store, cycle: Duration, now: Timestamp, reporter: 
     }
     age.oldest = oldest.map(|(at, name)| (LastCheck { at, ok: true }.date(), name));
     Ok(age)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A check packed into eight bytes reads back as it was: either result, dates
+    /// before and after 1970, and an unreadable date.
+    #[test]
+    fn a_packed_check_reads_back() {
+        for at in [0, 1, -1, -5, 1_764_000_000, 253_402_300_799, -62_135_596_800] {
+            for ok in [true, false] {
+                assert_eq!(unpack(pack(LastCheck { at, ok })), LastCheck { at, ok }, "{at} {ok}");
+            }
+        }
+        assert!(unpack(pack(LastCheck { at: NEVER, ok: true })).undated());
+    }
 }

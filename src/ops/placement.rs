@@ -105,6 +105,20 @@ pub fn ask(store: &dyn Store, cluster: &SeaweedFs, held: &[RepositoryName]) -> (
     (facts, placements)
 }
 
+/// Adds the facts of one more batch of items to `total`; the first error stays.
+pub fn add(total: &mut PlacementFacts, more: PlacementFacts) {
+    for (data_centre, items) in more.data_centres {
+        *total.data_centres.entry(data_centre).or_default() += items;
+    }
+    for (spread, items) in more.spread {
+        *total.spread.entry(spread).or_default() += items;
+    }
+    total.degraded += more.degraded;
+    total.unproven += more.unproven;
+    total.unproven_because = total.unproven_because.take().or(more.unproven_because);
+    total.error = total.error.take().or(more.error);
+}
+
 /// The zones a good copy counts as: one per data centre its cluster proves, or
 /// the site's declared zone when none is proven (or placement was not asked).
 pub fn zones_of(zone: &str, placed: Option<&ItemPlacement>) -> Vec<String> {

@@ -427,3 +427,30 @@ fn a_far_collections_sites_are_read_through_its_server() {
     let old = env.far_fails(&older, &["site", "list", &far_a], 2);
     assert!(old.stderr.contains("older than this one"), "{}", old.stderr);
 }
+
+/// The audit takes the collection's items a thousand at a time, so that what it
+/// holds is one chunk's copies and not every copy of every item: items missing
+/// at a site in the first, second and third chunk are each counted and named.
+#[test]
+fn audit_counts_faults_in_every_chunk_of_a_thousand_items() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 2300, 1);
+    let b = env.path("b").to_string_lossy().into_owned();
+    env.ok(&["-q", "init", &b, "--like", &a]);
+    env.ok(&["site", "add", &a, &b, "--zone", "zone-b"]);
+    env.ok(&["-q", "replicate", &a]);
+    let all = names(&env, &a);
+    assert_eq!(all.len(), 2300);
+    let gone = [&all[10], &all[1500], &all[2200]];
+    for name in gone {
+        std::fs::remove_dir_all(Path::new(&b).join(name)).unwrap();
+    }
+    let audit = env.fails(&["audit", &a], 1);
+    assert_eq!(audit.stdout.lines().count(), 3, "{}", audit.stdout);
+    for name in gone {
+        let line = audit.stdout.lines().find(|l| l.starts_with(&format!("{name}\t"))).unwrap_or_default();
+        assert!(line.contains(&format!("{b}: missing")), "{name}: {}", audit.stdout);
+    }
+    assert!(audit.stderr.contains("2300 item(s), 3 short of the policy"), "{}", audit.stderr);
+    assert!(audit.stderr.contains("2297 held, 3 missing"), "{}", audit.stderr);
+}
