@@ -210,8 +210,9 @@ pub fn holds_verified_copy(site: &dyn Store, name: &RepositoryName, expected: Op
     if !recorded.is_some_and(|r| r.status == Status::Present && r.current().digest == identity) {
         return false;
     }
-    match site.fixity_checks() {
-        Ok(checks) => !checks.unwrap_or_default().iter().any(|c| &c.name == name && !c.ok),
+    let mut failed = false;
+    match site.each_fixity_check(&mut |check| failed |= &check.name == name && !check.ok) {
+        Ok(_) => !failed,
         Err(_) => false,
     }
 }

@@ -376,3 +376,22 @@ fn regress_a_witness_key_of_anyone_is_trusted() {
     let kept: serde_json::Value = serde_json::from_str(&env.ok(&["witness", &root]).stdout).unwrap();
     assert_eq!(kept, witness, "no witness was signed with the swapped key");
 }
+
+/// A far server's fixity checks (protocol 5) come a page of 1,024 at a time,
+/// not in one reply: a reply of every check outgrows a frame (64 MiB) near
+/// 600,000 items, and both sides held every check. Over three pages the client
+/// reads the same ages as a version-4 session reads from its one reply.
+#[test]
+fn far_fixity_checks_come_in_pages_and_read_as_one_reply_did() {
+    let env = TestEnv::new();
+    let root = env.filled("lib", 2100, 1);
+    env.ok(&["-q", "verify", &root]);
+    let far = format!("lab:{root}");
+    let paged = env.far_ok(&env.shim("rsh", "", None), &["--json", "verify", &far, "--age"]);
+    let older = env.shim("rsh4", "export IBI_PROTOCOL_VERSIONS=4", None);
+    let whole = env.far_ok(&older, &["--json", "verify", &far, "--age"]);
+    assert!(paged.stdout.contains("\"items\":2100") && paged.stdout.contains("\"stale\":0"), "{}", paged.stdout);
+    assert_eq!(paged.stdout, whole.stdout);
+    let local = env.ok(&["--json", "verify", &root, "--age"]);
+    assert_eq!(paged.stdout, local.stdout, "the far ages are the collection's own");
+}

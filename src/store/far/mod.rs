@@ -541,11 +541,38 @@ impl Store for FarStore {
 
     /// The far server keeps the dates of its own checks (`CheckItem`); the
     /// client's claims are not sent.
+    /// Streamed in pages from a version-5 server; one reply from an older one.
     fn fixity_checks(&self) -> Result<Option<Vec<crate::store::inventory::FixityCheck>>> {
+        if self.conn.version() >= 5 {
+            let mut checks = Vec::new();
+            return Ok(self.each_fixity_check(&mut |check| checks.push(check))?.then_some(checks));
+        }
         match self.call(&Request::FixityChecks)? {
             Reply::FixityChecks(checks) => Ok(checks),
             other => Err(self.conn.unexpected(&other)),
         }
+    }
+
+    /// A page at a time from a version-5 server, so that neither side holds
+    /// every check and no reply outgrows a frame.
+    fn each_fixity_check(&self, each: &mut dyn FnMut(crate::store::inventory::FixityCheck)) -> Result<bool> {
+        if self.conn.version() < 5 {
+            let Some(checks) = self.fixity_checks()? else { return Ok(false) };
+            checks.into_iter().for_each(each);
+            return Ok(true);
+        }
+        let pages = streamed(self, Request::FixityCheckPages, |reply| match reply {
+            Reply::FixityChecks(page) => Ok(vec![page]),
+            other => Err(Box::new(other)),
+        });
+        let mut kept = true;
+        for page in pages {
+            match page? {
+                Some(checks) => checks.into_iter().for_each(&mut *each),
+                None => kept = false,
+            }
+        }
+        Ok(kept)
     }
 
     fn events(&self, item: Option<&RepositoryName>, after: u64) -> Result<Option<Vec<crate::events::StoredEvent>>> {

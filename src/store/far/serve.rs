@@ -544,6 +544,7 @@ impl Session {
         match request {
             Request::Walk => self.walk(id),
             Request::AllRecords => self.all_records(id),
+            Request::FixityCheckPages => self.fixity_pages(id),
             Request::Read { name, rel } => self.read(id, &name, &rel),
             Request::Discard { stage } => {
                 if let (Ok((sid, _)), Ok(w)) = (self.settled(stage), self.writer("discarding")) {
@@ -866,6 +867,28 @@ impl Session {
             Ok(c) => self.stream_pages(id, c.all_records().map(|r| r.map(Some)), Reply::Records),
             Err(e) => self.reply_result(id, Err(e)),
         }
+    }
+
+    /// Streams every item's last fixity check in pages of `PAGE` (the checks
+    /// waiting to be kept are kept first), then `End`; an error ends it instead.
+    fn fixity_pages(&self, id: u64) {
+        self.keep_fixity(true);
+        let c = match self.collection() {
+            Ok(c) => c,
+            Err(e) => return self.reply_result(id, Err(e)),
+        };
+        let mut page = Vec::with_capacity(PAGE);
+        let kept = c.each_fixity_check(&mut |check| {
+            page.push(check);
+            if page.len() == PAGE {
+                self.reply(id, &Reply::FixityChecks(Some(std::mem::take(&mut page))), &[]);
+            }
+        });
+        match kept {
+            Err(e) => return self.reply_result(id, Err(e)),
+            Ok(kept) => self.reply(id, &Reply::FixityChecks(kept.then_some(page)), &[]),
+        }
+        self.reply(id, &Reply::End, &[]);
     }
 
     /// Sends a stream in pages of `PAGE`, then `End`; an error ends it instead.

@@ -29,7 +29,7 @@ pub const ANSWER: &str = "IBI-CLIENT";
 /// The protocol versions this build speaks.
 /// Version 2: the server mints with its own state (`Mint`); a client never writes one.
 /// Version 4: `BagIdentities`, each read from the bag (a version-3 peer is asked per item).
-pub const VERSIONS: (u32, u32) = (3, 4);
+pub const VERSIONS: (u32, u32) = (3, 5);
 /// Replaces `VERSIONS` (`MIN-MAX` or `N`), to test version skew.
 pub const VERSIONS_ENV: &str = "IBI_PROTOCOL_VERSIONS";
 /// How much a far shell may print before the greeting.
@@ -267,8 +267,13 @@ pub enum Request {
         item: Option<RepositoryName>,
         after: u64,
     },
-    /// Every item's last fixity check, as the server's own checks kept them.
+    /// Every item's last fixity check, as the server's own checks kept them, in
+    /// one reply (which a large collection's checks overflow: `MAX_FRAME`).
     FixityChecks,
+    /// Version 5: every item's last fixity check, streamed in pages
+    /// (`Reply::FixityChecks`, then `End`); a collection that keeps none sends
+    /// one `FixityChecks(None)`.
+    FixityCheckPages,
 }
 
 /// A file's kind as sent.
