@@ -253,3 +253,19 @@ pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
         .collect();
     std::borrow::Cow::Owned(escaped)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::escape_controls;
+
+    /// Control characters never reach a terminal raw: C0, DEL and C1 are
+    /// escaped; newlines and tabs stay, and text without controls is passed
+    /// through unchanged.
+    #[test]
+    fn controls_are_escaped_in_ascii_and_other_text() {
+        assert!(matches!(escape_controls("a\tb\nc"), std::borrow::Cow::Borrowed("a\tb\nc")));
+        assert_eq!(escape_controls("x\x1b[2Jy\x7f\r"), "x\\x1b[2Jy\\x7f\\x0d");
+        assert_eq!(escape_controls("é\u{9b}2J\x07"), "é\\x9b2J\\x07");
+        assert!(matches!(escape_controls("name\tünïcode\n"), std::borrow::Cow::Borrowed(_)));
+    }
+}
