@@ -15,6 +15,7 @@ use rayon::iter::{ParallelBridge, ParallelIterator};
 
 use crate::bag;
 use crate::error::Result;
+use crate::events::ChainCheck;
 use crate::id::RepositoryName;
 use crate::ops::report::{Outcome, ProblemCount, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
@@ -276,11 +277,10 @@ fn report_vanished(
 }
 
 /// Reports the first break in the event log's chain, if there is one.
-fn check_log(store: &dyn Store, counters: &Counters, reporter: &dyn Reporter) -> Result<()> {
-    if let Some(broken) = crate::ops::log::check_chain(store)?.as_ref().and_then(|c| c.broken()) {
+fn report_chain(chain: Option<ChainCheck>, counters: &Counters, reporter: &dyn Reporter) {
+    if let Some(broken) = chain.as_ref().and_then(|c| c.broken()) {
         counters.report(reporter, &Problem::new("event log", None, ProblemKind::BrokenLog, broken));
     }
-    Ok(())
 }
 
 /// Reports each item whose store keeps fewer replicas than its volumes ask for,
@@ -339,6 +339,29 @@ pub(crate) fn verify_one(
     reporter.item(&name.to_string(), if problems.is_empty() { Outcome::Ok } else { Outcome::Damaged });
 }
 
+/// Verifies every item the walk finds, paired with the inventory's records,
+/// then reports the items the walk did not find.
+fn verify_walked(store: &dyn Store, counters: &Counters, reporter: &dyn Reporter) -> Result<()> {
+    let mut walked = WalkedNames::default();
+    let paired = Paired {
+        store,
+        walk: store.walk(),
+        inventory: store.has_inventory(),
+        walked: &mut walked,
+        ready: Default::default(),
+    };
+    paired.par_bridge().try_for_each(|job| -> Result<()> {
+        match job? {
+            Job::Item(name, recorded) => verify_one(store, &name, recorded, counters, reporter),
+            Job::Stray { place, why } => {
+                counters.report(reporter, &Problem::new(&place, None, ProblemKind::StrayEntry, why))
+            }
+        }
+        Ok(())
+    })?;
+    report_vanished(store, &walked, counters, reporter)
+}
+
 /// Verifies the named items (names or IBIps), or every item when `names` is empty.
 pub fn verify(store: &dyn Store, names: &[String], reporter: &dyn Reporter) -> Result<VerifySummary> {
     let counters = Counters::default();
@@ -348,25 +371,14 @@ pub fn verify(store: &dyn Store, names: &[String], reporter: &dyn Reporter) -> R
             for problem in store.leftovers() {
                 counters.report(reporter, &problem);
             }
-            let mut walked = WalkedNames::default();
-            let paired = Paired {
-                store,
-                walk: store.walk(),
-                inventory: store.has_inventory(),
-                walked: &mut walked,
-                ready: Default::default(),
-            };
-            paired.par_bridge().try_for_each(|job| -> Result<()> {
-                match job? {
-                    Job::Item(name, recorded) => verify_one(store, &name, recorded, &counters, reporter),
-                    Job::Stray { place, why } => {
-                        counters.report(reporter, &Problem::new(&place, None, ProblemKind::StrayEntry, why))
-                    }
-                }
-                Ok(())
+            // The chain check reads the whole log on one core: it runs beside
+            // the items' checks instead of after them, while the other core hashes.
+            let chain = std::thread::scope(|scope| -> Result<Option<ChainCheck>> {
+                let chain = scope.spawn(|| crate::ops::log::check_chain(store));
+                verify_walked(store, &counters, reporter)?;
+                chain.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
             })?;
-            report_vanished(store, &walked, &counters, reporter)?;
-            check_log(store, &counters, reporter)?;
+            report_chain(chain, &counters, reporter);
             report_degraded(store, &counters, reporter)?;
         } else {
             let mut items: Vec<RepositoryName> = names.iter().map(|n| resolve(store, n)).collect::<Result<_>>()?;
