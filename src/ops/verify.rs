@@ -16,7 +16,7 @@ use rayon::iter::{ParallelBridge, ParallelIterator};
 use crate::bag;
 use crate::error::Result;
 use crate::events::ChainCheck;
-use crate::id::RepositoryName;
+use crate::id::{Ibip, RepositoryName};
 use crate::ops::report::{Outcome, ProblemCount, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
 use crate::problem::{Problem, ProblemKind};
@@ -250,13 +250,13 @@ impl WalkedNames {
 /// Reports what the inventory expects but no walk found: items that vanished.
 fn report_vanished(
     store: &dyn Store,
-    walked: &WalkedNames,
+    (walked, dangling): (&WalkedNames, Vec<(Ibip, RepositoryName)>),
     counters: &Counters,
     reporter: &dyn Reporter,
 ) -> Result<()> {
     let mut reported = BTreeSet::new();
     if store.has_inventory() {
-        for record in store.all_records() {
+        for record in store.record_summaries() {
             let record = record?;
             if !record.status.expected_on_disk() || walked.contains(&record.name) {
                 continue;
@@ -269,7 +269,7 @@ fn report_vanished(
             reported.insert(record.name);
         }
     }
-    for (ibip, name) in store.dangling_aliases()?.into_iter().filter(|(_, name)| !reported.contains(name)) {
+    for (ibip, name) in dangling.into_iter().filter(|(_, name)| !reported.contains(name)) {
         let detail = format!("alias {ibip} names this item, but the collection does not hold it: it vanished");
         counters.report(reporter, &Problem::new(&name.to_string(), None, ProblemKind::Missing, detail));
     }
@@ -339,9 +339,9 @@ pub(crate) fn verify_one(
     reporter.item(&name.to_string(), if problems.is_empty() { Outcome::Ok } else { Outcome::Damaged });
 }
 
-/// Verifies every item the walk finds, paired with the inventory's records,
-/// then reports the items the walk did not find.
-fn verify_walked(store: &dyn Store, counters: &Counters, reporter: &dyn Reporter) -> Result<()> {
+/// Verifies every item the walk finds, paired with the inventory's records;
+/// returns the names it found.
+fn verify_walked(store: &dyn Store, counters: &Counters, reporter: &dyn Reporter) -> Result<WalkedNames> {
     let mut walked = WalkedNames::default();
     let paired = Paired {
         store,
@@ -359,7 +359,7 @@ fn verify_walked(store: &dyn Store, counters: &Counters, reporter: &dyn Reporter
         }
         Ok(())
     })?;
-    report_vanished(store, &walked, counters, reporter)
+    Ok(walked)
 }
 
 /// Verifies the named items (names or IBIps), or every item when `names` is empty.
@@ -373,9 +373,13 @@ pub fn verify(store: &dyn Store, names: &[String], reporter: &dyn Reporter) -> R
             }
             // The chain check reads the whole log on one core: it runs beside
             // the items' checks instead of after them, while the other core hashes.
+            // So do the aliases' (a link read and a stat each).
             let chain = std::thread::scope(|scope| -> Result<Option<ChainCheck>> {
                 let chain = scope.spawn(|| crate::ops::log::check_chain(store));
-                verify_walked(store, &counters, reporter)?;
+                let dangling = scope.spawn(|| store.dangling_aliases());
+                let walked = verify_walked(store, &counters, reporter)?;
+                let dangling = dangling.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+                report_vanished(store, (&walked, dangling), &counters, reporter)?;
                 chain.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
             })?;
             report_chain(chain, &counters, reporter);
