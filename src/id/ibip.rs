@@ -166,7 +166,10 @@ impl Ibip {
             };
             return Err(err(i, problem));
         }
-        let upper = input.to_ascii_uppercase();
+        let upper: std::borrow::Cow<str> = match input.bytes().any(|b| b.is_ascii_lowercase()) {
+            true => input.to_ascii_uppercase().into(),
+            false => input.into(),
+        };
         let Some((prefix, suffix)) = upper.split_once('/') else {
             return Err(err(input.len(), "missing \"/\" between prefix and suffix".into()));
         };
@@ -246,8 +249,8 @@ fn decode_suffix(suffix: &str) -> Result<Timestamp, Located> {
     if let Some(p) = suffix.find('X') {
         return Err((p, "\"X\" cannot appear in a suffix".into()));
     }
-    let seconds = decode_numeral(seconds_code, 0, "seconds")?;
-    let seconds = to_u128(&seconds).filter(|s| *s < 1 << 40).ok_or((0, "date is out of range".to_string()))?;
+    let seconds = small_numeral(seconds_code, 0, "seconds")?;
+    let seconds = seconds.filter(|s| *s < 1 << 40).ok_or((0, "date is out of range".to_string()))?;
     let mut nanos = (seconds as i128 + IBIP_EPOCH_SECONDS as i128) * NANOS_PER_SECOND;
     if let Some(code) = fraction {
         nanos += decode_fraction(code).map_err(|(p, m)| (seconds_code.len() + 1 + p, m))? as i128;
@@ -266,15 +269,34 @@ fn decode_fraction(code: &str) -> Result<u32, Located> {
     if significant.is_empty() {
         return Err((code.len(), "fraction code has no significant digits".into()));
     }
-    let value = IBIP.decode(significant).map_err(|p| (zeros + p, "invalid character in fraction code".to_string()))?;
-    let digits = format!("{}{}", "0".repeat(zeros), value);
-    if digits.ends_with('0') {
-        return Err((0, format!("fraction code \"{code}\" gives trailing zero digits (.{digits})")));
+    let value =
+        IBIP.decode_u128(significant).map_err(|p| (zeros + p, "invalid character in fraction code".to_string()))?;
+    // The fraction's digits are `zeros` zeros, then `value` in decimal.
+    let digits = |value: &dyn fmt::Display| format!("{}{value}", "0".repeat(zeros));
+    let Some(value) = value else {
+        let big = digits(&IBIP.decode(significant).unwrap_or_default());
+        let why = if big.ends_with('0') { "gives trailing zero digits" } else { "is finer than one nanosecond" };
+        return Err((0, format!("fraction code \"{code}\" {why} (.{big})")));
+    };
+    let length = zeros + value.checked_ilog10().map_or(1, |l| l as usize + 1);
+    if value % 10 == 0 {
+        return Err((0, format!("fraction code \"{code}\" gives trailing zero digits (.{})", digits(&value))));
     }
-    if digits.len() > 9 {
-        return Err((0, format!("fraction code \"{code}\" is finer than one nanosecond (.{digits})")));
+    if length > 9 {
+        return Err((0, format!("fraction code \"{code}\" is finer than one nanosecond (.{})", digits(&value))));
     }
-    Ok(format!("{digits:0<9}").parse().expect("nine decimal digits"))
+    Ok((value * 10u128.pow((9 - length) as u32)) as u32)
+}
+
+/// `decode_numeral` in machine words: `None` when it needs more than 128 bits.
+fn small_numeral(code: &str, at: usize, what: &str) -> Result<Option<u128>, Located> {
+    if code.is_empty() {
+        return Err((at, format!("empty {what} code")));
+    }
+    if code.len() > 1 && code.starts_with('2') {
+        return Err((at, format!("{what} code \"{code}\" has a leading zero digit \"2\"")));
+    }
+    IBIP.decode_u128(code).map_err(|p| (at + p, format!("invalid character in {what} code")))
 }
 
 impl fmt::Display for Ibip {

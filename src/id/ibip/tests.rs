@@ -135,3 +135,27 @@ fn a_remembered_prefix_answers_only_its_own_text() {
     assert_eq!(b.prefix(), "7URMDHLL9SSN2D89MXU5H");
     assert_eq!(a.prefix(), "8JMKD3MGP8W");
 }
+
+/// The fraction code read as the standard's text reads it: the digits are the
+/// leading `2`s as zeros, then the rest's value in decimal, padded to nine.
+fn fraction_by_text(code: &str) -> Result<u32, ()> {
+    let significant = code.trim_start_matches('2');
+    if significant.is_empty() {
+        return Err(());
+    }
+    let value = IBIP.decode(significant).map_err(|_| ())?;
+    let digits = format!("{}{value}", "0".repeat(code.len() - significant.len()));
+    if digits.ends_with('0') || digits.len() > 9 {
+        return Err(());
+    }
+    Ok(format!("{digits:0<9}").parse().unwrap())
+}
+
+proptest! {
+    /// The fraction is decoded in machine words, with no text made: it agrees
+    /// with the reading by decimal text on every code, valid or not.
+    #[test]
+    fn fraction_decoding_agrees_with_the_decimal_text_reading(code in "[2-9A-HJ-NP-U]{1,7}|[2-9A-HJ-NP-U]{8,40}") {
+        prop_assert_eq!(decode_fraction(&code).map_err(|_| ()), fraction_by_text(&code), "{}", code);
+    }
+}
