@@ -109,17 +109,19 @@ fn pilin_suffixes_and_incremental_export() {
 }
 
 /// The three items get three dates in one millisecond whatever the machine's load:
-/// the subsystem's machine-wide minter state is set to `.5001` of the next second,
-/// so the minter waits for the clock and hands out `.5002`, `.5003` and `.5004`.
-/// (Left to the clock, the dates of a loaded machine fell in three milliseconds.)
+/// the subsystem's machine-wide minter state is set to `.5001` of the second after
+/// next, so the minter waits for the clock and hands out `.5002`, `.5003` and
+/// `.5004`. (Left to the clock, the dates of a loaded machine fell in three
+/// milliseconds; with the next second, a test begun late in a second on a loaded
+/// CI machine reached the deposit after `.5001` had passed, and failed once.)
 #[test]
 fn a_pilin_export_of_two_items_in_one_millisecond_is_refused() {
     let env = TestEnv::new();
     let root = env.path("fine").to_string_lossy().into_owned();
     env.ok(&["-q", "init", &root, "--host", "t.example.org", "--ip", "192.0.2.9", "--granularity", "0.0001"]);
-    let next_second = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 1;
+    let ahead = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 2;
     let state = crate::env::minter_dir(env.root()).join("t.example.org_80.state");
-    std::fs::write(state, format!("{next_second}.5001\n")).unwrap();
+    std::fs::write(state, format!("{ahead}.5001\n")).unwrap();
     let files: Vec<String> =
         (0..3).map(|i| env.write(&format!("f{i}.txt"), format!("{i}").as_bytes()).to_string_lossy().into()).collect();
     let mut args = vec!["-q", "deposit", "--each", root.as_str()];
