@@ -591,3 +591,25 @@ fn protocol_4_requests_by_hand_write_nothing_through_a_read_only_key() {
     let after = std::fs::read_dir(&control).unwrap().flatten().map(|e| e.file_name()).collect::<Vec<_>>();
     assert_eq!(before, after, "a read-only session wrote in .ibi");
 }
+
+/// Every item's last fixity check went in one reply (`FixityChecks`), which a
+/// collection's checks outgrow near 600,000 items (a frame holds 64 MiB, a
+/// check is about 110 bytes of JSON), with both ends holding them all. Asked
+/// by hand, protocol 5's `FixityCheckPages` answers in pages of at most 1,024
+/// that hold every check once, then `End`.
+#[test]
+fn regress_every_fixity_check_in_one_reply() {
+    let env = TestEnv::new();
+    let root = env.filled("lib", 2100, 1);
+    env.ok(&["-q", "verify", &root]);
+    let mut far = Hostile::start(&env, &["--read-only"]);
+    assert!(far.open(&root).0.get("Opened").is_some());
+    let replies = far.stream(json!("FixityCheckPages"));
+    let (end, pages) = replies.split_last().unwrap();
+    assert_eq!(end.0, json!("End"), "{}", end.0);
+    let pages: Vec<&Vec<Value>> = pages.iter().map(|(header, _)| header["FixityChecks"].as_array().unwrap()).collect();
+    assert!(pages.len() >= 3 && pages.iter().all(|page| page.len() <= 1024), "{:?}", pages.len());
+    let names: std::collections::BTreeSet<&str> =
+        pages.iter().flat_map(|page| page.iter().map(|check| check["name"].as_str().unwrap())).collect();
+    assert_eq!((names.len(), pages.iter().map(|page| page.len()).sum::<usize>()), (2100, 2100));
+}
