@@ -284,9 +284,6 @@ fn place_of(store: &dyn Store, mut facts: PlaceFacts, cluster: Option<SeaweedFs>
     match LastChecks::read(store) {
         Ok(checks) => {
             facts.oldest_check = checks.as_ref().and_then(LastChecks::oldest_good).map(|check| check.date());
-            if cluster.is_some() {
-                facts.placement = Some(PlacementFacts::default());
-            }
             Place { facts, checks, cluster }
         }
         Err(e) => {
