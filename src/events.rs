@@ -223,12 +223,22 @@ impl StoredEvent {
 }
 
 /// Walks a log in order, checking each link: the first break, as a sentence.
+/// A check may start mid-log (`ChainCheck::after`): the event before its first
+/// is read only for its hash, which it must still match.
 #[derive(Debug, Default)]
 pub struct ChainCheck {
+    /// The events before the first this check links (its lead-in's place).
+    base: u64,
+    /// How many events were checked.
     count: u64,
     prev: Option<String>,
+    /// The event a mid-log check reads first, only for its hash.
+    lead_in: Option<u64>,
     broken: Option<String>,
-    anchor: Option<Anchor>,
+    /// The place of the first break.
+    broken_at: u64,
+    /// Events that must still hold the hashes seen earlier.
+    pins: Vec<Pin>,
 }
 
 /// A log's head as a signed witness saw it: the log must still hold that event.
@@ -240,25 +250,101 @@ pub struct Anchor {
     pub signed: String,
 }
 
+/// An event a check must find unchanged, and who saw it.
+#[derive(Debug, Clone)]
+struct Pin {
+    seq: u64,
+    hash: String,
+    /// The witness's date; `None`: the last chain check.
+    signed: Option<String>,
+}
+
+impl Pin {
+    fn what(&self) -> String {
+        match &self.signed {
+            Some(date) => format!("the event the witness of {date} signed as the log's last"),
+            None => "the event the last chain check of this log ended at".to_string(),
+        }
+    }
+
+    fn tail_removed(&self, last: u64) -> String {
+        match &self.signed {
+            Some(date) => format!(
+                "the log ends at event {last}, but the witness of {date} signed a log of {} events: its tail was removed",
+                self.seq
+            ),
+            None => format!(
+                "the log ends at event {last}, but the last chain check read it through event {}: its tail was removed",
+                self.seq
+            ),
+        }
+    }
+}
+
+/// Where the last chain check of a log stopped, kept by its store between
+/// checks, so that the next reads only the events logged since and a window of
+/// older ones (`crate::ops::log::check_chain`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainCursor {
+    /// The last event checked, and its hash then.
+    pub through: u64,
+    pub hash: String,
+    /// Where the next window of older events starts (from 1).
+    pub window_next: u64,
+}
+
+/// What a chain check found: the log's length, how many events it read, and the first break.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainOutcome {
+    pub events: u64,
+    pub checked: u64,
+    pub broken: Option<String>,
+    /// Why where the check ended was not kept (the next check reads more of
+    /// the log, nothing else is lost).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unkept: Option<String>,
+}
+
 impl ChainCheck {
     /// A check that also holds the log to `anchor`: the event it names must be
     /// there, unchanged, so that a log cut short (its tail removed, which leaves
     /// the chain that remains whole) or rewritten since is seen.
     pub fn anchored(anchor: Anchor) -> ChainCheck {
-        ChainCheck { anchor: Some(anchor), ..ChainCheck::default() }
+        let mut check = ChainCheck::default();
+        check.pin_anchor(anchor);
+        check
     }
 
-    /// Ends the walk: a log shorter than its anchor lost its tail.
+    /// A check of the events after `lead_in`, which is read first for its hash
+    /// only (`0`: from the first event).
+    pub fn after(lead_in: u64) -> ChainCheck {
+        ChainCheck { base: lead_in, lead_in: (lead_in > 0).then_some(lead_in), ..ChainCheck::default() }
+    }
+
+    /// Holds the log to a witness's head as well.
+    pub fn pin_anchor(&mut self, anchor: Anchor) {
+        self.pins.push(Pin { seq: anchor.seq, hash: anchor.hash, signed: Some(anchor.signed) });
+    }
+
+    /// Holds the log to where the last check ended: that event must be unchanged.
+    pub fn pin_cursor(&mut self, cursor: &ChainCursor) {
+        self.pins.push(Pin { seq: cursor.through, hash: cursor.hash.clone(), signed: None });
+    }
+
+    /// Ends the walk: a log shorter than an event pinned lost its tail.
     pub fn end(&mut self) {
-        match &self.anchor {
-            Some(anchor) if self.broken.is_none() && self.count < anchor.seq => {
-                self.broken = Some(format!(
-                    "the log ends at event {}, but the witness of {} signed a log of {} events: its tail was removed",
-                    self.count, anchor.signed, anchor.seq
-                ));
-            }
-            _ => {}
+        let last = self.last_seq();
+        if self.broken.is_some() {
+            return;
         }
+        let (at, broken) = match self.lead_in {
+            Some(lead_in) => (lead_in, Some(format!("the log ends before event {lead_in}: its tail was removed"))),
+            None => match self.pins.iter().find(|pin| pin.seq > last) {
+                Some(pin) => (pin.seq, Some(pin.tail_removed(last))),
+                None => (0, None),
+            },
+        };
+        (self.broken_at, self.broken) = (at, broken);
     }
 
     /// Checks the next stored event; after a break, nothing more is checked.
@@ -266,21 +352,32 @@ impl ChainCheck {
         if self.broken.is_some() {
             return;
         }
+        self.broken_at = stored.seq;
+        if let Some(lead_in) = self.lead_in.take() {
+            self.broken = self.lead_in_problem(lead_in, stored).or_else(|| self.pin_problem(stored));
+            self.prev = Some(stored.hash.clone());
+            return;
+        }
         self.count += 1;
-        self.broken = self.link_problem(stored).or_else(|| self.anchor_problem(stored));
+        self.broken = self.link_problem(stored).or_else(|| self.pin_problem(stored));
         self.prev = Some(stored.hash.clone());
     }
 
-    fn anchor_problem(&self, stored: &StoredEvent) -> Option<String> {
-        let anchor = self.anchor.as_ref().filter(|a| a.seq == stored.seq && a.hash != stored.hash)?;
-        Some(format!(
-            "event {}: it is not the event the witness of {} signed as the log's last (the log was rewritten since)",
-            stored.seq, anchor.signed
-        ))
+    fn lead_in_problem(&self, lead_in: u64, stored: &StoredEvent) -> Option<String> {
+        if stored.seq != lead_in {
+            return Some(format!("event {lead_in} is missing: the next one stored is {}", stored.seq));
+        }
+        (hash_bytes(stored.body.as_bytes()) != stored.hash)
+            .then(|| format!("event {}: its content does not match its hash (edited)", stored.seq))
+    }
+
+    fn pin_problem(&self, stored: &StoredEvent) -> Option<String> {
+        let pin = self.pins.iter().find(|p| p.seq == stored.seq && p.hash != stored.hash)?;
+        Some(format!("event {}: it is not {} (the log was rewritten since)", stored.seq, pin.what()))
     }
 
     fn link_problem(&self, stored: &StoredEvent) -> Option<String> {
-        let expected_seq = self.count;
+        let expected_seq = self.base + self.count;
         if stored.seq != expected_seq {
             return Some(format!("event {expected_seq} is missing: the next one stored is {}", stored.seq));
         }
@@ -305,14 +402,24 @@ impl ChainCheck {
         None
     }
 
-    /// How many events were read.
+    /// How many events were checked (a lead-in is not).
     pub fn count(&self) -> u64 {
         self.count
+    }
+
+    /// The place of the last event read.
+    pub fn last_seq(&self) -> u64 {
+        self.base + self.count
     }
 
     /// The first break, if any.
     pub fn broken(&self) -> Option<&str> {
         self.broken.as_deref()
+    }
+
+    /// The first break and its place, if any.
+    pub fn break_at(&self) -> Option<(u64, &str)> {
+        self.broken.as_deref().map(|broken| (self.broken_at, broken))
     }
 
     /// The hash of the last event read (the log's head).

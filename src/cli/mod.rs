@@ -164,6 +164,7 @@ fn serve(args: &args::ServeArgs) -> Result<Outcome> {
         append_only: args.append_only,
         minter_dir: None,
         witness: Some(ibi::ops::witness::make_json),
+        chain_check: Some(ibi::ops::log::check_chain_here),
     };
     ibi::store::serve_stdio(options)?;
     Ok(Outcome::Success)

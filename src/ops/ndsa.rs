@@ -61,7 +61,7 @@ pub struct Evidence {
 
 /// Reads the evidence of `store`: one pass over its log, and its key file.
 pub fn evidence(store: &dyn Store) -> Result<Evidence> {
-    let check = crate::ops::log::check_chain(store)?;
+    let check = crate::ops::log::check_chain(store, crate::ops::log::CHAIN_WINDOW_LEAST)?;
     let mut counts: BTreeMap<&'static str, u64> = EventKind::ALL.iter().map(|k| (k.as_str(), 0)).collect();
     let keeps = crate::ops::log::for_each(store, None, &mut |stored| {
         let event = crate::ops::log::read(stored)?;
@@ -74,7 +74,7 @@ pub fn evidence(store: &dyn Store) -> Result<Evidence> {
     });
     Ok(Evidence {
         events: keeps.then_some(counts),
-        broken_log: check.and_then(|c| c.broken().map(str::to_string)),
+        broken_log: check.and_then(|c| c.broken),
         key_mode,
         has_inventory: store.has_inventory(),
     })

@@ -15,7 +15,7 @@ use rayon::iter::{ParallelBridge, ParallelIterator};
 
 use crate::bag;
 use crate::error::Result;
-use crate::events::ChainCheck;
+use crate::events::ChainOutcome;
 use crate::id::{Ibip, RepositoryName};
 use crate::ops::report::{Outcome, ProblemCount, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
@@ -277,9 +277,13 @@ fn report_vanished(
 }
 
 /// Reports the first break in the event log's chain, if there is one.
-fn report_chain(chain: Option<ChainCheck>, counters: &Counters, reporter: &dyn Reporter) {
-    if let Some(broken) = chain.as_ref().and_then(|c| c.broken()) {
+fn report_chain(chain: Option<ChainOutcome>, counters: &Counters, reporter: &dyn Reporter) {
+    if let Some(broken) = chain.as_ref().and_then(|c| c.broken.as_deref()) {
         counters.report(reporter, &Problem::new("event log", None, ProblemKind::BrokenLog, broken));
+    }
+    if let Some(why) = chain.as_ref().and_then(|c| c.unkept.as_deref()) {
+        let note = "where this check of the event log ended was not kept (the next reads more of it)";
+        reporter.warning(&format!("{note}: {why}"));
     }
 }
 
@@ -374,8 +378,8 @@ pub fn verify(store: &dyn Store, names: &[String], reporter: &dyn Reporter) -> R
             // The chain check reads the whole log on one core: it runs beside
             // the items' checks instead of after them, while the other core hashes.
             // So do the aliases' (a link read and a stat each).
-            let chain = std::thread::scope(|scope| -> Result<Option<ChainCheck>> {
-                let chain = scope.spawn(|| crate::ops::log::check_chain(store));
+            let chain = std::thread::scope(|scope| -> Result<Option<ChainOutcome>> {
+                let chain = scope.spawn(|| crate::ops::log::check_chain(store, crate::ops::log::CHAIN_WINDOW_LEAST));
                 let dangling = scope.spawn(|| store.dangling_aliases());
                 let walked = verify_walked(store, &counters, reporter)?;
                 let dangling = dangling.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;

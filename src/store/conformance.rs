@@ -585,6 +585,24 @@ pub(crate) mod fixtures {
 #[cfg(all(test, feature = "far", feature = "s3"))]
 pub(crate) use fixtures::{far, local, object_store_in_memory};
 
+/// Where a chain check ended is kept by the backend and read back by another
+/// handle, the last kept replacing the one before; a backend that checks its
+/// own chain (far) keeps its cursor on its own side, where no client reads it.
+pub fn a_chain_cursor_reads_back_from_another_handle(store: &dyn Store, other: &dyn Store) {
+    use crate::events::ChainCursor;
+    if store.checks_own_chain() {
+        assert_eq!(other.chain_cursor().unwrap(), None);
+        return;
+    }
+    assert_eq!(other.chain_cursor().unwrap(), None, "a new collection has none: its first check reads the log whole");
+    let first = ChainCursor { through: 7, hash: "ab".repeat(32), window_next: 3 };
+    store.keep_chain_cursor(&first).unwrap();
+    assert_eq!(other.chain_cursor().unwrap(), Some(first));
+    let later = ChainCursor { through: 9, hash: "cd".repeat(32), window_next: 1 };
+    store.keep_chain_cursor(&later).unwrap();
+    assert_eq!(other.chain_cursor().unwrap(), Some(later), "the last kept replaces the one before");
+}
+
 #[cfg(test)]
 mod each_backend {
     #[cfg(feature = "far")]
@@ -671,6 +689,12 @@ mod each_backend {
                 fn minter_state_never_repeats() {
                     let (store, reopen, _dir) = $fresh;
                     super::minter_state_never_repeats(&store, &reopen());
+                }
+
+                #[test]
+                fn a_chain_cursor_reads_back_from_another_handle() {
+                    let (store, reopen, _dir) = $fresh;
+                    super::a_chain_cursor_reads_back_from_another_handle(&store, &reopen());
                 }
 
                 #[test]

@@ -49,6 +49,10 @@ struct Shared {
     minting: Mutex<Option<Minting>>,
     /// The event log, sealed in order.
     log: Mutex<Vec<StoredEvent>>,
+    /// Where the last chain check ended.
+    chain_cursor: Mutex<Option<crate::events::ChainCursor>>,
+    /// How many events `events` has handed out, for tests of what a check reads.
+    events_served: std::sync::atomic::AtomicU64,
 }
 
 /// A collection in memory.
@@ -62,6 +66,18 @@ pub struct MemoryStore {
 impl MemoryStore {
     pub fn new(subsystem: Subsystem) -> MemoryStore {
         MemoryStore { shared: Arc::default(), subsystem, id: crate::store::config::new_collection_id() }
+    }
+
+    /// Changes the stored log behind the store's back (tests of the chain check).
+    #[cfg(test)]
+    pub fn tamper_with_log(&self, change: impl FnOnce(&mut Vec<StoredEvent>)) {
+        change(&mut lock(&self.shared.log));
+    }
+
+    /// How many events the log has handed out so far.
+    #[cfg(test)]
+    pub fn events_served(&self) -> u64 {
+        self.shared.events_served.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Another handle on the same collection, as a second process would open it.
@@ -301,8 +317,23 @@ impl Store for MemoryStore {
         let item = item.map(|n| n.to_string());
         let log = lock(&self.shared.log);
         let of_item = |s: &&StoredEvent| item.is_none() || s.event().is_ok_and(|e| e.item == item);
-        let page = log.iter().skip(after as usize).filter(of_item).take(EVENT_PAGE).cloned().collect();
+        let page: Vec<StoredEvent> =
+            log.iter().skip(after as usize).filter(of_item).take(EVENT_PAGE).cloned().collect();
+        self.shared.events_served.fetch_add(page.len() as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(Some(page))
+    }
+
+    fn log_head(&self) -> Result<Option<(u64, String)>> {
+        Ok(lock(&self.shared.log).last().map(|last| (last.seq, last.hash.clone())))
+    }
+
+    fn chain_cursor(&self) -> Result<Option<crate::events::ChainCursor>> {
+        Ok(lock(&self.shared.chain_cursor).clone())
+    }
+
+    fn keep_chain_cursor(&self, cursor: &crate::events::ChainCursor) -> Result<()> {
+        *lock(&self.shared.chain_cursor) = Some(cursor.clone());
+        Ok(())
     }
 
     fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {

@@ -237,6 +237,25 @@ pub trait Store: Send + Sync {
     fn log_head(&self) -> Result<Option<(u64, String)>> {
         Ok(None)
     }
+    /// Where the last chain check of the log ended (`crate::events::ChainCursor`);
+    /// `None` when none was kept, and the next check reads the whole log.
+    fn chain_cursor(&self) -> Result<Option<crate::events::ChainCursor>> {
+        Ok(None)
+    }
+    /// Keeps where a chain check ended, durably; a backend that keeps none (or a
+    /// read-only handle) ignores it.
+    fn keep_chain_cursor(&self, _cursor: &crate::events::ChainCursor) -> Result<()> {
+        Ok(())
+    }
+    /// Whether the backend checks its log's chain itself (a far server: on its
+    /// own machine, with a cursor no client sets) rather than being read.
+    fn checks_own_chain(&self) -> bool {
+        false
+    }
+    /// Has the backend check its own log's chain; `None` when it keeps no log.
+    fn check_own_chain(&self) -> Result<Option<crate::events::ChainOutcome>> {
+        Ok(None)
+    }
     /// Whether a writer of this collection would take `from`'s items by rename
     /// (`Writer::adopt_from`) rather than by copy: asked by a dry run, which holds
     /// no writer, so that it counts what the real run would.

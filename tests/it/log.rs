@@ -141,6 +141,8 @@ fn tampered_events_break_the_chain_at_their_place_locally_and_far() {
     let a = env.filled("a", 4, 1);
     env.ok(&["verify", &a]);
     let rsh = env.shim("rsh", "", None);
+    // A version-5 server has its log read by the client; a later one checks its own.
+    let older = env.shim("rsh5", "export IBI_PROTOCOL_VERSIONS=5", None);
     for (how, sql, says) in TAMPERINGS {
         let copy = env.path(&format!("tampered-{how}")).to_string_lossy().into_owned();
         sh(&format!("cp -a '{a}' '{copy}'"));
@@ -148,9 +150,50 @@ fn tampered_events_break_the_chain_at_their_place_locally_and_far() {
         tamper(&copy, sql);
         let run = env.fails(&["verify", &copy], 1);
         assert!(run.stdout.contains("broken log") && run.stdout.contains(says), "{how}: {}", run.stdout);
-        let far = env.far_fails(&rsh, &["verify", &format!("lab:{copy}")], 1);
-        assert!(far.stdout.contains("broken log") && far.stdout.contains(says), "{how} (far): {}", far.stdout);
+        for shim in [&rsh, &older] {
+            let far = env.far_fails(shim, &["verify", &format!("lab:{copy}")], 1);
+            assert!(far.stdout.contains("broken log") && far.stdout.contains(says), "{how} (far): {}", far.stdout);
+        }
     }
+}
+
+/// A verify keeps where its chain check ended (a check reads the events
+/// logged since, and a window of older ones, not the whole log past a million
+/// events), on the far machine too; the event it ended at must be unchanged at
+/// the next check. A log re-sealed from that event on, with the witness that
+/// signed its head removed, is a whole chain that only the cursor shows.
+#[test]
+fn a_chain_check_keeps_where_it_ended_and_holds_the_log_to_it() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 3, 1);
+    let rsh = env.shim("rsh", "", None);
+    env.far_ok(&rsh, &["-q", "verify", &format!("lab:{a}")]);
+    let db = format!("{a}/.ibi/inventory.sqlite");
+    let through = sh(&format!(
+        "python3 -c \"import sqlite3; print(sqlite3.connect('{db}').execute('SELECT through FROM chain_cursor').fetchone()[0])\""
+    ));
+    let through: u64 = through.trim().parse().expect("the far server kept its cursor");
+    assert!(through >= 3, "it read the deposits at least: {through}");
+    sh(&format!("rm '{a}/.ibi/witness.json'"));
+    let reseal = format!(
+        "import hashlib, json, sqlite3\n\
+         c = sqlite3.connect('{db}')\n\
+         prev = c.execute('SELECT hash FROM events WHERE seq = {before}').fetchone()[0]\n\
+         for seq, body in c.execute('SELECT seq, body FROM events WHERE seq >= {through} ORDER BY seq').fetchall():\n\
+         \x20   event = json.loads(body)\n\
+         \x20   event['prev'] = prev\n\
+         \x20   if seq == {through}: event['detail'] = 'rewritten'\n\
+         \x20   body = json.dumps(event, separators=(',', ':'))\n\
+         \x20   prev = hashlib.sha256(body.encode()).hexdigest()\n\
+         \x20   c.execute('UPDATE events SET body = ?, hash = ? WHERE seq = ?', (body, prev, seq))\n\
+         c.commit()\n",
+        before = through - 1
+    );
+    let out = std::process::Command::new("python3").args(["-c", &reseal]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let run = env.fails(&["verify", &a], 1);
+    let says = format!("event {through}: it is not the event the last chain check");
+    assert!(run.stdout.contains("broken log") && run.stdout.contains(&says), "{}", run.stdout);
 }
 
 /// A log cut short keeps a whole chain (issue 24): removing its last events left

@@ -473,6 +473,17 @@ impl Store for FarStore {
         self.identities_asked(&Request::Identities(names.to_vec()), names)
     }
 
+    fn checks_own_chain(&self) -> bool {
+        self.conn.version() >= 6
+    }
+
+    fn check_own_chain(&self) -> Result<Option<crate::events::ChainOutcome>> {
+        match self.call(&Request::CheckChain)? {
+            Reply::Chain(outcome) => Ok(outcome),
+            other => Err(self.conn.unexpected(&other)),
+        }
+    }
+
     fn makes_own_witness(&self) -> bool {
         self.conn.version() >= 4
     }

@@ -47,6 +47,10 @@ use crate::sync::lock;
 /// handed in by the caller so that this layer never reaches up into the ops).
 pub type MakeWitness = fn(&dyn crate::store::Store) -> Result<Option<String>>;
 
+/// Checks a collection's log chain from where its last check ended
+/// (`ops::log::check_chain`), handed in as `MakeWitness` is.
+pub type CheckChain = fn(&dyn crate::store::Store) -> Result<Option<crate::events::ChainOutcome>>;
+
 /// What a server admits.
 #[derive(Debug, Clone, Default)]
 pub struct ServeOptions {
@@ -58,6 +62,9 @@ pub struct ServeOptions {
     /// How this server makes a witness when a client's verify ends (`MakeWitness`):
     /// from its own bags, with its own key, which never leaves this machine.
     pub witness: Option<MakeWitness>,
+    /// How this server checks its own log's chain for a client's verify
+    /// (`CheckChain`); without one, it answers that it keeps no log.
+    pub chain_check: Option<CheckChain>,
 }
 
 /// Threads that answer requests, per session.
@@ -587,6 +594,10 @@ impl Session {
                 _ => None,
             }),
             Request::LatestWitness => Reply::Text(c()?.latest_witness()?),
+            Request::CheckChain => Reply::Chain(match self.options.chain_check {
+                Some(check) => check(c()?)?,
+                None => None,
+            }),
             Request::Leftovers => Reply::Problems(c()?.leftovers()),
             Request::Inventory => Reply::Inventory { id: c()?.collection_id(), present: c()?.has_inventory() },
             Request::Records(names) => Reply::Records(c()?.records(&names)?),

@@ -29,7 +29,8 @@ pub const ANSWER: &str = "IBI-CLIENT";
 /// The protocol versions this build speaks.
 /// Version 2: the server mints with its own state (`Mint`); a client never writes one.
 /// Version 4: `BagIdentities`, each read from the bag (a version-3 peer is asked per item).
-pub const VERSIONS: (u32, u32) = (3, 5);
+/// Version 5: `FixityCheckPages`. Version 6: `CheckChain`, the server checks its own log.
+pub const VERSIONS: (u32, u32) = (3, 6);
 /// Replaces `VERSIONS` (`MIN-MAX` or `N`), to test version skew.
 pub const VERSIONS_ENV: &str = "IBI_PROTOCOL_VERSIONS";
 /// How much a far shell may print before the greeting.
@@ -274,6 +275,9 @@ pub enum Request {
     /// (`Reply::FixityChecks`, then `End`); a collection that keeps none sends
     /// one `FixityChecks(None)`.
     FixityCheckPages,
+    /// Version 6: the server checks its own log's chain, from where its last
+    /// check ended (`Reply::Chain`); a client never reads a far log whole for it.
+    CheckChain,
 }
 
 /// A file's kind as sent.
@@ -425,6 +429,8 @@ pub enum Reply {
     Checked(WireCheck),
     Events(Option<Vec<crate::events::StoredEvent>>),
     FixityChecks(Option<Vec<crate::store::inventory::FixityCheck>>),
+    /// What the server's own chain check found; `None`: it keeps no log.
+    Chain(Option<crate::events::ChainOutcome>),
 }
 
 /// A slot as sent.

@@ -4,12 +4,13 @@
 //! transaction that records the change they describe, so a kill leaves both or
 //! neither; an event whose id is already logged (a journalled batch replayed by
 //! recovery, an event carried twice) is skipped, so a rerun logs nothing twice.
+//! The `chain_cursor` table's one row keeps where the last chain check ended.
 
 use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::inventory::{sql_error, Inventory};
 use crate::error::Result;
-use crate::events::{Event, StoredEvent, GENESIS};
+use crate::events::{ChainCursor, Event, StoredEvent, GENESIS};
 
 const EVENTS_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY,
@@ -20,6 +21,14 @@ const EVENTS_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS events (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS events_id ON events (id);
 CREATE INDEX IF NOT EXISTS events_item ON events (item, seq);";
+
+/// One row: where the last chain check of the log ended (`ChainCursor`).
+const CURSOR_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS chain_cursor (
+    one INTEGER PRIMARY KEY CHECK (one = 1),
+    through INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    window_next INTEGER NOT NULL
+);";
 
 /// Appends `events` (in order, each after the last) within `tx`, skipping those
 /// whose id is already logged.
@@ -126,6 +135,33 @@ impl Inventory {
             })
             .map_err(err)?;
         rows.map(|row| row.map_err(err)).collect()
+    }
+
+    /// Where the last chain check ended; `None` when none was kept.
+    pub fn chain_cursor(&self) -> Result<Option<ChainCursor>> {
+        let err = |e| sql_error(&self.path, e);
+        let kept: Option<i64> = self
+            .conn
+            .query_row("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'chain_cursor'", [], |r| r.get(0))
+            .optional()
+            .map_err(err)?;
+        if kept.is_none() {
+            return Ok(None);
+        }
+        let sql = "SELECT through, hash, window_next FROM chain_cursor WHERE one = 1";
+        self.conn
+            .query_row(sql, [], |r| Ok(ChainCursor { through: r.get(0)?, hash: r.get(1)?, window_next: r.get(2)? }))
+            .optional()
+            .map_err(err)
+    }
+
+    /// Keeps where a chain check ended, replacing the last, durably.
+    pub fn keep_chain_cursor(&mut self, cursor: &ChainCursor) -> Result<()> {
+        let err = |e| sql_error(&self.path, e);
+        self.conn.execute_batch(CURSOR_SCHEMA).map_err(err)?;
+        let sql = "INSERT OR REPLACE INTO chain_cursor (one, through, hash, window_next) VALUES (1, ?1, ?2, ?3)";
+        self.conn.execute(sql, params![cursor.through, cursor.hash, cursor.window_next]).map_err(err)?;
+        Ok(())
     }
 }
 

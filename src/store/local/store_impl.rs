@@ -144,6 +144,17 @@ impl Store for Collection {
         Ok(self.with_inventory(|inventory| inventory.log_head())?.flatten())
     }
 
+    fn chain_cursor(&self) -> Result<Option<crate::events::ChainCursor>> {
+        Ok(self.with_inventory(|inventory| inventory.chain_cursor())?.flatten())
+    }
+
+    fn keep_chain_cursor(&self, cursor: &crate::events::ChainCursor) -> Result<()> {
+        if self.read_only || !self.has_inventory() {
+            return Ok(());
+        }
+        self.with_inventory(|inventory| inventory.keep_chain_cursor(cursor)).map(drop)
+    }
+
     fn adopts_by_rename(&self, from: &dyn Store) -> bool {
         let Some(root) = from.local_root() else { return false };
         Collection::open(root).and_then(|src| super::place::same_filesystem(&src, self)).unwrap_or(false)

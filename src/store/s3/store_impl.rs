@@ -230,6 +230,19 @@ impl Store for S3Store {
         })
     }
 
+    /// Kept at `.ibi/chain-cursor.json`; one that does not read is none (the next check reads the whole log).
+    fn chain_cursor(&self) -> Result<Option<crate::events::ChainCursor>> {
+        let found = self.objects.run(self.objects.get_capped(&self.keys.at(CHAIN_CURSOR), MAX_WITNESS_BYTES))?;
+        Ok(found.and_then(|found| serde_json::from_slice(&found.bytes).ok()))
+    }
+
+    fn keep_chain_cursor(&self, cursor: &crate::events::ChainCursor) -> Result<()> {
+        self.answers_writes()?;
+        let _lease = WriteBackend::lease(self, LockWait::For(Duration::from_secs(10)))?;
+        let json = serde_json::to_vec(cursor).expect("a cursor serialises");
+        self.objects.run(self.objects.overwrite(&self.keys.at(CHAIN_CURSOR), json))
+    }
+
     /// From the bags, as the provided method does, but `IN_FLIGHT` at once.
     fn identities(&self, names: &[RepositoryName]) -> Vec<Result<String>> {
         self.bag_identities(names)
@@ -511,6 +524,9 @@ const WRITES_ANSWER_WITHIN: Duration = Duration::from_secs(5);
 
 /// Where the latest witness is kept.
 const WITNESS: &str = ".ibi/witness.json";
+
+/// Where the last chain check of the log ended (`crate::events::ChainCursor`).
+const CHAIN_CURSOR: &str = ".ibi/chain-cursor.json";
 
 /// The longest witness read (a witness is a few hundred bytes; a local one is
 /// read with the same cap).
