@@ -382,15 +382,28 @@ pub fn read_capped(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
 }
 
 /// Reads a regular file already opened (by `open_regular` or `open_beneath`), of at most `cap` bytes.
-pub fn read_opened(RegularFile { file, meta }: RegularFile, cap: u64) -> io::Result<Vec<u8>> {
+pub fn read_opened(RegularFile { mut file, meta }: RegularFile, cap: u64) -> io::Result<Vec<u8>> {
     if meta.len() > cap {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("is {} bytes long, more than the {cap} bytes ibi reads into memory", meta.len()),
         ));
     }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(cap + 1).read_to_end(&mut bytes)?;
+    // One read of a byte more than fstat gave: a short read of a regular file
+    // that ends at that size is its end (as `hash_stream` takes it), so a small
+    // file costs one read(), not a second to be told of the end.
+    let size = meta.len() as usize;
+    let mut bytes = vec![0; size + 1];
+    let first = loop {
+        match file.read(&mut bytes) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            read => break read?,
+        }
+    };
+    bytes.truncate(first);
+    if first != size {
+        file.take(cap + 1 - first as u64).read_to_end(&mut bytes)?;
+    }
     if bytes.len() as u64 > cap {
         return Err(io::Error::new(io::ErrorKind::InvalidData, format!("grew past {cap} bytes while read")));
     }
@@ -738,6 +751,24 @@ mod tests {
         atomic_write(&path, b"two").unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"two");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    /// A tag file is read in one read() of a byte more than fstat gave; a file
+    /// whose size is not what fstat said (procfs says 0) is still read whole,
+    /// and the cap still holds.
+    #[test]
+    fn a_file_is_read_whole_whatever_its_stated_size() {
+        let dir = tempfile::tempdir().unwrap();
+        for size in [0usize, 1, 4095, 4096, 300_000] {
+            let path = dir.path().join(format!("f{size}"));
+            let bytes: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+            fs::write(&path, &bytes).unwrap();
+            assert_eq!(read_capped(&path, MAX_TAG_FILE).unwrap(), bytes, "{size} bytes");
+        }
+        let status = read_capped(Path::new("/proc/self/status"), MAX_TAG_FILE).unwrap();
+        assert!(String::from_utf8_lossy(&status).contains("\nPid:"), "stated as 0 bytes, read whole");
+        let capped = read_capped(Path::new("/proc/self/status"), 16).unwrap_err();
+        assert!(capped.to_string().contains("grew past 16 bytes"), "{capped}");
     }
 
     #[test]

@@ -40,7 +40,7 @@ pub fn read(stored: &StoredEvent) -> Result<Event> {
 
 /// The fewest older events a chain check reads besides those logged since the
 /// last check: a log this long or shorter is read whole every time.
-pub const CHAIN_WINDOW_LEAST: u64 = 1_000_000;
+pub const CHAIN_WINDOW_LEAST: u64 = 100_000;
 
 /// Checks the log's chain, and that it still holds the last event the latest
 /// witness signed; `None` when the collection keeps no log.

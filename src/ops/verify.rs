@@ -375,8 +375,8 @@ pub fn verify(store: &dyn Store, names: &[String], reporter: &dyn Reporter) -> R
             for problem in store.leftovers() {
                 counters.report(reporter, &problem);
             }
-            // The chain check reads the whole log on one core: it runs beside
-            // the items' checks instead of after them, while the other core hashes.
+            // The chain check reads the new events and a window of older ones on
+            // one core: it runs beside the items' checks, while the other core hashes.
             // So do the aliases' (a link read and a stat each).
             let chain = std::thread::scope(|scope| -> Result<Option<ChainOutcome>> {
                 let chain = scope.spawn(|| crate::ops::log::check_chain(store, crate::ops::log::CHAIN_WINDOW_LEAST));

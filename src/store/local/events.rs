@@ -43,17 +43,17 @@ pub(super) fn append(tx: &Transaction, path: &std::path::Path, events: &[Event])
         .optional()
         .map_err(err)?;
     let (mut seq, mut prev) = last.unwrap_or((0, GENESIS.to_string()));
-    let mut known = tx.prepare_cached("SELECT 1 FROM events WHERE id = ?1").map_err(err)?;
-    let mut insert =
-        tx.prepare_cached("INSERT INTO events (seq, id, item, body, hash) VALUES (?1, ?2, ?3, ?4, ?5)").map_err(err)?;
+    // An id already logged is skipped by the insert itself (one look in the
+    // unique index on ids, not a query and then an insert); any other conflict
+    // (a seq taken) is still an error.
+    let sql = "INSERT INTO events (seq, id, item, body, hash) VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (id) DO NOTHING";
+    let mut insert = tx.prepare_cached(sql).map_err(err)?;
     for event in events {
-        if known.exists([&event.id]).map_err(err)? {
+        let stored = event.clone().seal(seq + 1, &prev);
+        if insert.execute(params![seq + 1, event.id, event.item, stored.body, stored.hash]).map_err(err)? == 0 {
             continue;
         }
         seq += 1;
-        let (id, item) = (event.id.clone(), event.item.clone());
-        let stored = event.clone().seal(seq, &prev);
-        insert.execute(params![seq, id, item, stored.body, stored.hash]).map_err(err)?;
         prev = stored.hash;
     }
     Ok(())
