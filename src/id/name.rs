@@ -276,6 +276,15 @@ impl RepositoryName {
         [self.prefix.subdomain.clone(), self.prefix.word_port(), self.suffix.year.clone(), self.suffix.time.clone()]
     }
 
+    /// The name `time` (`MM.DD.hh.mm[.ss[.f]]`, as written) names under this
+    /// name's prefix and year; `None` when it is no time (`parse` of the whole
+    /// name says why). What a walk of one year's folder asks for each entry,
+    /// without parsing the prefix again.
+    pub fn sibling(&self, time: &str) -> Option<RepositoryName> {
+        let suffix = Suffix::parse(time, &self.suffix.year, time, 0).ok()?;
+        Some(RepositoryName { prefix: self.prefix.clone(), suffix })
+    }
+
     pub fn parse(input: &str) -> Result<Self, ParseError> {
         let err = |column: usize, problem: String| ParseError::new(KIND, input, column, problem);
         if input.is_empty() {

@@ -160,3 +160,21 @@ proptest! {
         let _ = RepositoryName::parse(&s);
     }
 }
+
+/// A walk parses each item after the first in a year's folder as a sibling of
+/// the one before: the same name as a whole parse, and none for a time that is
+/// not one (the whole parse then says why).
+#[test]
+fn a_sibling_is_the_name_a_whole_parse_gives() {
+    let first = RepositoryName::parse("sid.inpe.br/mtc-m18.8080/2009/02.16.17.46").unwrap();
+    for time in ["02.16.17.46.01", "12.31.23.59.59.9999", "01.01.00.00", "02.16.17.46.00.5"] {
+        let whole = RepositoryName::parse(&format!("sid.inpe.br/mtc-m18.8080/2009/{time}")).unwrap();
+        let sibling = first.sibling(time).unwrap();
+        assert_eq!((sibling.to_string(), sibling.date()), (whole.to_string(), whole.date()), "{time}");
+        assert_eq!(sibling.components(), whole.components());
+    }
+    for not_a_time in ["", "13.01.00.00", "02.16.17", "02.16.17.46.x", "02/16", "02.16.17.46.01.5.5"] {
+        assert!(first.sibling(not_a_time).is_none(), "{not_a_time:?}");
+        assert!(RepositoryName::parse(&format!("sid.inpe.br/mtc-m18.8080/2009/{not_a_time}")).is_err());
+    }
+}

@@ -481,40 +481,39 @@ impl Inventory {
     /// mirror asks of every item. Names in walk order are read with one range scan.
     pub fn held_digests(&mut self, names: &[RepositoryName]) -> Result<Vec<Option<String>>> {
         let path = self.path.clone();
-        let tx = self.conn.transaction().map_err(|e| sql_error(&path, e))?;
+        let err = |e| sql_error(&path, e);
+        let tx = self.conn.transaction().map_err(err)?;
         let keys: Vec<(String, String)> =
             names.iter().map(|n| (n.prefix().to_string(), n.suffix().to_string())).collect();
-        let mut found: std::collections::HashMap<(String, String), String> = std::collections::HashMap::new();
-        {
-            let held = "status != 'removed'";
-            let mut add = |sql: &str, args: &[&dyn rusqlite::ToSql]| -> Result<()> {
-                let mut select = tx.prepare_cached(sql).map_err(|e| sql_error(&path, e))?;
-                let rows = select
-                    .query_map(args, |row| Ok(((row.get(0)?, row.get(1)?), row.get(2)?)))
-                    .map_err(|e| sql_error(&path, e))?;
-                for row in rows {
-                    let (key, digest) = row.map_err(|e| sql_error(&path, e))?;
-                    found.insert(key, digest);
+        let mut found = vec![None; keys.len()];
+        if keys.len() >= 8 && keys.windows(2).all(|w| w[0] < w[1]) {
+            // One range scan in key order, merged with the names (also in key order).
+            let (first, last) = (&keys[0], &keys[keys.len() - 1]);
+            let sql = "SELECT prefix, suffix, digest FROM items WHERE (prefix, suffix) >= (?1, ?2) \
+                       AND (prefix, suffix) <= (?3, ?4) AND status != 'removed' ORDER BY prefix, suffix";
+            let mut select = tx.prepare_cached(sql).map_err(err)?;
+            let mut rows = select.query(params![first.0, first.1, last.0, last.1]).map_err(err)?;
+            let mut at = 0;
+            while let Some(row) = rows.next().map_err(err)? {
+                let text = |i| row.get_ref(i).ok().and_then(|v| v.as_str().ok()).unwrap_or_default();
+                let key = (text(0), text(1));
+                while at < keys.len() && (keys[at].0.as_str(), keys[at].1.as_str()) < key {
+                    at += 1;
                 }
-                Ok(())
-            };
-            if keys.len() >= 8 && keys.windows(2).all(|w| w[0] < w[1]) {
-                let (first, last) = (&keys[0], &keys[keys.len() - 1]);
-                let sql = format!(
-                    "SELECT prefix, suffix, digest FROM items WHERE (prefix, suffix) >= (?1, ?2) \
-                     AND (prefix, suffix) <= (?3, ?4) AND {held}"
-                );
-                add(&sql, &[&first.0, &first.1, &last.0, &last.1])?;
-            } else {
-                let sql =
-                    format!("SELECT prefix, suffix, digest FROM items WHERE prefix = ?1 AND suffix = ?2 AND {held}");
-                for key in &keys {
-                    add(&sql, &[&key.0, &key.1])?;
+                if at < keys.len() && (keys[at].0.as_str(), keys[at].1.as_str()) == key {
+                    found[at] = Some(row.get(2).map_err(err)?);
+                    at += 1;
                 }
             }
+        } else {
+            let sql = "SELECT digest FROM items WHERE prefix = ?1 AND suffix = ?2 AND status != 'removed'";
+            let mut select = tx.prepare_cached(sql).map_err(err)?;
+            for (key, slot) in keys.iter().zip(found.iter_mut()) {
+                *slot = select.query_row(params![key.0, key.1], |row| row.get(0)).optional().map_err(err)?;
+            }
         }
-        tx.finish().map_err(|e| sql_error(&path, e))?;
-        Ok(keys.iter().map(|k| found.remove(k)).collect())
+        tx.finish().map_err(err)?;
+        Ok(found)
     }
 
     /// The newest date among the names of `prefix` the inventory records (held or

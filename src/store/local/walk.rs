@@ -28,6 +28,9 @@ pub struct ItemWalker {
     /// Entries met in a listing that are strays before they are visited (names that
     /// are not UTF-8), returned before the walk goes on.
     pending: Vec<Entry>,
+    /// The last item found and its folder's components: the next in that folder
+    /// shares its prefix and year, so only its time is parsed (`RepositoryName::sibling`).
+    last: Option<(RepositoryName, Vec<String>)>,
 }
 
 const DEPTH: usize = 4;
@@ -49,7 +52,7 @@ impl ItemWalker {
 
 impl ItemWalker {
     pub fn new(root: PathBuf) -> Self {
-        ItemWalker { root, stack: Vec::new(), started: false, pending: Vec::new() }
+        ItemWalker { root, stack: Vec::new(), started: false, pending: Vec::new(), last: None }
     }
 
     /// The sorted non-dot names in a directory. Levels 1–3 sort with a trailing `/`
@@ -88,8 +91,12 @@ impl ItemWalker {
             Ok(true) => {}
         }
         if components.len() == DEPTH {
+            if let Some(name) = self.sibling_of_last(&components) {
+                return Some(Ok(Entry::Item(Item { name, path })));
+            }
             return match RepositoryName::parse(&components.join("/")) {
                 Ok(name) if name.components().as_slice() == components.as_slice() => {
+                    self.last = Some((name.clone(), components[..DEPTH - 1].to_vec()));
                     Some(Ok(Entry::Item(Item { name, path })))
                 }
                 Ok(_) => stray("not in canonical (lower-case) form"),
@@ -101,6 +108,16 @@ impl ItemWalker {
             Err(e) => return Some(Ok(Entry::Stray { path, why: format!("cannot be listed: {e}") })),
         }
         None
+    }
+}
+
+impl ItemWalker {
+    /// The item at `components` when it lies in the last item's folder (the
+    /// same canonical prefix and year): its time parsed alone, kept as written.
+    fn sibling_of_last(&self, components: &[String]) -> Option<RepositoryName> {
+        let (last, folder) = self.last.as_ref()?;
+        let (time, in_folder) = components.split_last()?;
+        (in_folder == folder.as_slice()).then(|| last.sibling(time)).flatten()
     }
 }
 
