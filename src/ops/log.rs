@@ -70,7 +70,7 @@ pub fn check_chain(store: &dyn Store, least_window: u64) -> Result<Option<ChainO
     }
     check_range(store, &mut new, None)?;
     let older = lead_in;
-    let window = least_window.max(2 * new.count());
+    let window = least_window.max(2 * new.count()).max(1);
     let start = if cursor.window_next > older { 1 } else { cursor.window_next.max(1) };
     let last = start.saturating_add(window - 1).min(older);
     let mut old = ChainCheck::after(start - 1);
