@@ -230,20 +230,27 @@ impl Paired<'_> {
 
 /// The names a walk found, as 64-bit hashes of the parsed names (no text made per
 /// name; a collision, about one in 10^13 for a million items, could hide one
-/// vanished item from one run).
+/// vanished item from one run), kept in a plain list and sorted once the walk
+/// ends: 8 bytes an item, where a hash set took about 19 (and 28 while it grew).
 #[derive(Default)]
 struct WalkedNames {
-    hashes: std::collections::HashSet<u64>,
+    hashes: Vec<u64>,
     state: std::hash::RandomState,
 }
 
 impl WalkedNames {
     fn note(&mut self, name: &RepositoryName) {
-        self.hashes.insert(std::hash::BuildHasher::hash_one(&self.state, name));
+        self.hashes.push(std::hash::BuildHasher::hash_one(&self.state, name));
+    }
+
+    /// Ends the walk: the hashes sorted, for `contains`.
+    fn sorted(mut self) -> WalkedNames {
+        self.hashes.sort_unstable();
+        self
     }
 
     fn contains(&self, name: &RepositoryName) -> bool {
-        self.hashes.contains(&std::hash::BuildHasher::hash_one(&self.state, name))
+        self.hashes.binary_search(&std::hash::BuildHasher::hash_one(&self.state, name)).is_ok()
     }
 }
 
@@ -363,7 +370,7 @@ fn verify_walked(store: &dyn Store, counters: &Counters, reporter: &dyn Reporter
         }
         Ok(())
     })?;
-    Ok(walked)
+    Ok(walked.sorted())
 }
 
 /// Verifies the named items (names or IBIps), or every item when `names` is empty.
