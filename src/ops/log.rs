@@ -332,6 +332,20 @@ mod tests {
         assert!(broken.starts_with("event 50: it is not the event the last chain check"), "{broken}");
     }
 
+    /// Another writer in the bucket can set the cursor: one that names events the
+    /// log does not hold, or a wrong hash, is a break named, never a panic or a pass.
+    #[test]
+    fn a_cursor_another_writer_set_is_checked_not_trusted() {
+        let store = logged(50);
+        check(&store, 1_000);
+        for (through, hash, window_next) in [(u64::MAX, "x", u64::MAX), (60, "y", 1), (30, "z", 0), (50, "", 49)] {
+            let forged = ChainCursor { through, hash: hash.to_string(), window_next };
+            store.keep_chain_cursor(&forged).unwrap();
+            let broken = check(&store, 1_000).broken.unwrap_or_else(|| panic!("{forged:?} passed"));
+            assert!(broken.contains("tail was removed") || broken.contains("is not the event"), "{broken}");
+        }
+    }
+
     #[test]
     fn a_lost_cursor_means_a_whole_check() {
         let store = logged(3_000);
