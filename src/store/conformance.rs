@@ -405,6 +405,45 @@ pub fn log_records_each_change_once_in_a_chain(store: &dyn Store, other: &dyn St
     assert_eq!(ids.iter().filter(|id| **id == history.id).count(), 1, "a carried event is logged once: {ids:?}");
 }
 
+/// What a copy of an item carries is its history without its fixity checks
+/// (they stay with the copy they checked), however often it was checked.
+pub fn a_copy_carries_no_fixity_checks(store: &dyn Store, other: &dyn Store) {
+    use crate::store::inventory::FixityCheck;
+    let w = writer(store);
+    let a = minted(13);
+    place(w.as_ref(), &a, stage_bag(w.as_ref(), &a, b"first"), false).unwrap();
+    drop(w);
+    for day in 10..13 {
+        let check = FixityCheck {
+            name: a.name.clone(),
+            date: format!("2026-01-{day}T00:00:00Z"),
+            ok: true,
+            files: 1,
+            bytes: 5,
+        };
+        store.record_fixity(&[check]).unwrap();
+    }
+    let w = writer(store);
+    let stage = stage_bag(w.as_ref(), &a, b"second");
+    let update = Action::of(EventKind::Update, String::new());
+    let batch = [Placement { stage, name: a.name.clone(), ibip: a.ibip, replace: true, record: None, action: update }];
+    assert!(w.place(&batch).unwrap()[0].1.is_ok());
+    drop(w);
+    let whole = other.events(Some(&a.name), 0).unwrap().expect("every backend keeps a log");
+    let kinds = |events: &[crate::events::StoredEvent]| -> Vec<String> {
+        events.iter().map(|stored| stored.event().unwrap().kind.as_str().to_string()).collect()
+    };
+    // A backend that keeps the checks it is given logs each; one that keeps
+    // none (in memory; far, whose server checks and logs its own) logs none.
+    let logged = kinds(&whole);
+    let checks = logged.iter().filter(|kind| *kind == "fixity").count();
+    assert!(checks == 0 || checks == 3, "{logged:?}");
+    assert_eq!(logged.iter().filter(|kind| *kind != "fixity").collect::<Vec<_>>(), ["deposit", "update"]);
+    let carried = other.items_events(std::slice::from_ref(&a.name)).unwrap();
+    assert_eq!(carried.len(), 1);
+    assert_eq!(kinds(&carried[0]), ["deposit", "update"]);
+}
+
 /// Reads while a writer replaces an item, again and again: each read sees the old
 /// item or the new one, never a half, and never an error.
 pub fn reads_during_a_write_see_old_or_new(store: &dyn Store, other: &dyn Store) {
@@ -495,7 +534,7 @@ pub fn every_other_call_answers(store: &dyn Store, other: &dyn Store) {
 type Check<'a, S, F> = (&'static str, &'a dyn Fn(&S, &F));
 
 pub fn run_all<S: Store + 'static, F: Fn() -> S>(fresh: impl Fn() -> (S, F)) {
-    let checks: [Check<S, F>; 15] = [
+    let checks: [Check<S, F>; 16] = [
         ("minting_role_is_kept_and_obeyed", &|s, r| minting_role_is_kept_and_obeyed(s, &r())),
         ("a_batch_is_answered_as_each_name", &|s, _| a_batch_is_answered_as_each_name(s)),
         ("placement_never_overwrites", &|s, _| placement_never_overwrites(s)),
@@ -506,6 +545,7 @@ pub fn run_all<S: Store + 'static, F: Fn() -> S>(fresh: impl Fn() -> (S, F)) {
         ("recovery_clears_an_interrupted_batch", &|s, r| recovery_clears_an_interrupted_batch(Box::new(r()), s)),
         ("inventory", &|s, r| inventory_records_placement_replacement_and_removal(s, &r())),
         ("log", &|s, r| log_records_each_change_once_in_a_chain(s, &r())),
+        ("a_copy_carries_no_fixity_checks", &|s, r| a_copy_carries_no_fixity_checks(s, &r())),
         ("staging_for_a_name", &|s, r| staging_for_a_name_is_unseen_until_placed(s, &r(), Box::new(r()))),
         ("minter_state_never_repeats", &|s, r| minter_state_never_repeats(s, &r())),
         ("reads_during_a_write_see_old_or_new", &|s, r| reads_during_a_write_see_old_or_new(s, &r())),
@@ -689,6 +729,12 @@ mod each_backend {
                 fn minter_state_never_repeats() {
                     let (store, reopen, _dir) = $fresh;
                     super::minter_state_never_repeats(&store, &reopen());
+                }
+
+                #[test]
+                fn a_copy_carries_no_fixity_checks() {
+                    let (store, reopen, _dir) = $fresh;
+                    super::a_copy_carries_no_fixity_checks(&store, &reopen());
                 }
 
                 #[test]

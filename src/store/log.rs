@@ -83,7 +83,8 @@ impl StepLog {
     }
 }
 
-/// The events of `name` in `store`'s log (at most `MAX_CARRIED`), a page of
+/// The events of `name` in `store`'s log that a copy carries (at most
+/// `MAX_CARRIED`, fixity checks left out and not counted), a page of
 /// `Store::events` at a time: `Store::items_events` by default.
 pub fn item_events_paged<S: Store + ?Sized>(store: &S, name: &RepositoryName) -> Result<Vec<StoredEvent>> {
     let mut events = Vec::new();
@@ -92,7 +93,8 @@ pub fn item_events_paged<S: Store + ?Sized>(store: &S, name: &RepositoryName) ->
         let Some(last) = page.last() else { break };
         after = last.seq;
         let full = page.len() == EVENT_PAGE;
-        events.extend(page);
+        // An event that does not read stays, for `carried_events` to name.
+        events.extend(page.into_iter().filter(|stored| stored.event().map_or(true, |e| e.kind != EventKind::Fixity)));
         if events.len() >= MAX_CARRIED || !full {
             break;
         }

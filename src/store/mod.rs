@@ -224,8 +224,9 @@ pub trait Store: Send + Sync {
     fn events(&self, _item: Option<&RepositoryName>, _after: u64) -> Result<Option<Vec<crate::events::StoredEvent>>> {
         Ok(None)
     }
-    /// The events of each of `names` (at most `log::MAX_CARRIED` each), in
-    /// order: what a copy of the items carries. By default a page of `events`
+    /// The events of each of `names` that a copy carries: all but fixity checks
+    /// (which stay where they were made, and are not counted), at most
+    /// `log::MAX_CARRIED` each, in order. By default a page of `events`
     /// per name; a backend that can reads them all in one go (local: one read
     /// transaction for the batch, not one per item).
     fn items_events(&self, names: &[RepositoryName]) -> Result<Vec<Vec<crate::events::StoredEvent>>> {

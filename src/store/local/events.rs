@@ -20,7 +20,23 @@ const EVENTS_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS events (
     hash TEXT NOT NULL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS events_id ON events (id);
-CREATE INDEX IF NOT EXISTS events_item ON events (item, seq);";
+CREATE INDEX IF NOT EXISTS events_carried ON events (item, seq) WHERE body ->> '$.type' IS NOT 'fixity';
+CREATE INDEX IF NOT EXISTS events_checks ON events (item, seq) WHERE body ->> '$.type' IS 'fixity';
+DROP INDEX IF EXISTS events_item;";
+
+/// An item's events that a copy carries (all but its fixity checks), through
+/// the `events_carried` index: one look, however often the item was checked.
+const CARRIED: &str = "SELECT seq, body, hash FROM events
+    WHERE item = ?1 AND body ->> '$.type' IS NOT 'fixity' ORDER BY seq LIMIT ?2";
+
+/// A page of one item's events: the page of each of its two indexes, merged.
+const ITEM_PAGE: &str = "SELECT seq, body, hash FROM (
+    SELECT * FROM (SELECT seq, body, hash FROM events
+        WHERE item = ?3 AND seq > ?1 AND body ->> '$.type' IS NOT 'fixity' ORDER BY seq LIMIT ?2)
+    UNION ALL
+    SELECT * FROM (SELECT seq, body, hash FROM events
+        WHERE item = ?3 AND seq > ?1 AND body ->> '$.type' IS 'fixity' ORDER BY seq LIMIT ?2))
+    ORDER BY seq LIMIT ?2";
 
 /// One row: where the last chain check of the log ended (`ChainCursor`).
 const CURSOR_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS chain_cursor (
@@ -91,7 +107,8 @@ impl Inventory {
             .map_err(|e| sql_error(&self.path, e))
     }
 
-    /// The first `limit` events of each of `items`, in order, read in one
+    /// The first `limit` events that a copy of each of `items` carries (all but
+    /// fixity checks, which stay with the copy that made them), in order, read in one
     /// transaction (one lock and one look at the log's state for the batch,
     /// where a query each would take them once per item).
     pub fn items_events(&mut self, items: &[String], limit: usize) -> Result<Vec<Vec<StoredEvent>>> {
@@ -103,8 +120,7 @@ impl Inventory {
         let tx = self.conn.transaction().map_err(err)?;
         let mut found = Vec::with_capacity(items.len());
         {
-            let sql = "SELECT seq, body, hash FROM events WHERE item = ?1 ORDER BY seq LIMIT ?2";
-            let mut select = tx.prepare_cached(sql).map_err(err)?;
+            let mut select = tx.prepare_cached(CARRIED).map_err(err)?;
             for item in items {
                 let rows = select
                     .query_map(params![item, limit as i64], |r| {
@@ -125,7 +141,7 @@ impl Inventory {
         }
         let err = |e| sql_error(&self.path, e);
         let sql = match item {
-            Some(_) => "SELECT seq, body, hash FROM events WHERE item = ?3 AND seq > ?1 ORDER BY seq LIMIT ?2",
+            Some(_) => ITEM_PAGE,
             None => "SELECT seq, body, hash FROM events WHERE seq > ?1 AND ?3 IS NULL ORDER BY seq LIMIT ?2",
         };
         let mut select = self.conn.prepare_cached(sql).map_err(err)?;
@@ -167,6 +183,41 @@ impl Inventory {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::events::EventKind;
+    use crate::store::log::MAX_CARRIED;
+
+    /// An item checked more often than a copy carries events (`MAX_CARRIED`)
+    /// lost its later history to its checks: the read counted the fixity
+    /// checks it then left behind, so an update after them never travelled.
+    #[test]
+    fn regress_fixity_checks_crowd_out_carried_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("inventory.sqlite");
+        let mut inventory = Inventory::create(&path, std::iter::empty()).unwrap();
+        let item = "a.b/c/2026/01.01.00.00";
+        let event = |kind| Event::new(kind, Some(item.to_string()), "success", String::new());
+        let mut events = vec![event(EventKind::Deposit)];
+        events.extend((0..MAX_CARRIED).map(|_| event(EventKind::Fixity)));
+        events.push(event(EventKind::Update));
+        inventory.log(&events).unwrap();
+        let carried = inventory.items_events(&[item.to_string()], MAX_CARRIED).unwrap();
+        let kinds: Vec<EventKind> = carried[0].iter().map(|stored| stored.event().unwrap().kind).collect();
+        let last = kinds.last();
+        assert!(kinds == [EventKind::Deposit, EventKind::Update], "{} carried, the last {last:?}", kinds.len());
+        let first_page = inventory.events_page(0, Some(item), 3).unwrap();
+        assert_eq!(
+            first_page.iter().map(|stored| stored.seq).collect::<Vec<_>>(),
+            [1, 2, 3],
+            "pages still hold every event"
+        );
+        let last_page = inventory.events_page(MAX_CARRIED as u64, Some(item), 3).unwrap();
+        assert_eq!(
+            last_page.iter().map(|stored| stored.seq).collect::<Vec<_>>(),
+            [MAX_CARRIED as u64 + 1, MAX_CARRIED as u64 + 2]
+        );
+    }
+
     /// libsqlite3-sys builds SQLite with SQLITE_ENABLE_MEMORY_MANAGEMENT, under
     /// which every connection of a process shares one pool of cached pages,
     /// recycled in least-recently-used order across connections: a mirror's
