@@ -598,9 +598,15 @@ impl Inventory {
 }
 
 /// A collection's open inventory, shared by the clones of its handle: opened on
-/// first use and kept, so a run opens the database once.
+/// first use and kept, so a run opens the database once. Fixity checks are
+/// written through a connection of their own (`fixity`), so that a verify's
+/// batch of checks never holds up the lookups of the items being hashed: in
+/// write-ahead-log mode the one reads while the other writes.
 #[derive(Default)]
-pub struct InventoryHandle(std::sync::Mutex<Option<Inventory>>);
+pub struct InventoryHandle {
+    shared: std::sync::Mutex<Option<Inventory>>,
+    fixity: std::sync::Mutex<Option<Inventory>>,
+}
 
 impl std::fmt::Debug for InventoryHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -612,7 +618,20 @@ impl super::Collection {
     /// Runs `work` on the collection's inventory; `None` before its first write (an
     /// older collection, or one whose inventory was lost).
     pub fn with_inventory<T>(&self, work: impl FnOnce(&mut Inventory) -> Result<T>) -> Result<Option<T>> {
-        let mut cached = crate::sync::lock(&self.inventory.0);
+        self.with_connection(&self.inventory.shared, work)
+    }
+
+    /// Runs `work` on the connection that writes fixity checks (as `with_inventory`).
+    pub fn with_fixity_writer<T>(&self, work: impl FnOnce(&mut Inventory) -> Result<T>) -> Result<Option<T>> {
+        self.with_connection(&self.inventory.fixity, work)
+    }
+
+    fn with_connection<T>(
+        &self,
+        slot: &std::sync::Mutex<Option<Inventory>>,
+        work: impl FnOnce(&mut Inventory) -> Result<T>,
+    ) -> Result<Option<T>> {
+        let mut cached = crate::sync::lock(slot);
         if cached.is_none() {
             *cached = match self.read_only {
                 true => Inventory::open_read_only(&self.layout.inventory())?,
@@ -624,7 +643,8 @@ impl super::Collection {
 
     /// Forgets the open inventory (it was rebuilt into a new file).
     fn reopen_inventory(&self) {
-        *crate::sync::lock(&self.inventory.0) = None;
+        *crate::sync::lock(&self.inventory.shared) = None;
+        *crate::sync::lock(&self.inventory.fixity) = None;
     }
 
     /// Every record, in name order, a page at a time.

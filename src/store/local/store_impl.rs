@@ -88,7 +88,7 @@ impl Store for Collection {
         if self.read_only || !self.has_inventory() {
             return Ok(());
         }
-        self.with_inventory(|inventory| inventory.record_fixity(checks)).map(drop)
+        self.with_fixity_writer(|inventory| inventory.record_fixity(checks)).map(drop)
     }
 
     fn fixity_checks(&self) -> Result<Option<Vec<crate::store::inventory::FixityCheck>>> {
