@@ -206,7 +206,7 @@ impl Paired<'_> {
         let names: Vec<RepositoryName> =
             page.iter().filter_map(|l| if let Ok(Listed::Item(n)) = l { Some(n.clone()) } else { None }).collect();
         names.iter().for_each(|name| self.walked.note(name));
-        let mut records = match self.inventory.then(|| self.store.records(&names)) {
+        let mut states = match self.inventory.then(|| self.store.recorded_states(&names)) {
             None => vec![],
             Some(Ok(found)) => found,
             Some(Err(e)) => return self.ready.push_back(Err(e)),
@@ -217,11 +217,8 @@ impl Paired<'_> {
                 Listed::Stray { place, why } => Job::Stray { place, why },
                 Listed::Item(name) if !self.inventory => Job::Item(name, Recorded::NoInventory),
                 Listed::Item(name) => {
-                    let record = records.next().flatten();
-                    Job::Item(
-                        name,
-                        record.map_or(Recorded::Unknown, |r| Recorded::As(r.status, r.current().digest.clone())),
-                    )
+                    let state = states.next().flatten();
+                    Job::Item(name, state.map_or(Recorded::Unknown, |(status, digest)| Recorded::As(status, digest)))
                 }
             }));
         }

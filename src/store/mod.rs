@@ -301,6 +301,14 @@ pub trait Store: Send + Sync {
     fn has_inventory(&self) -> bool;
     /// The records of `names`, in the order asked; `None` for a name never held.
     fn records(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>>;
+    /// The status and current identity digest recorded of each of `names`, in
+    /// the order asked (`None` where no record is kept): what verify compares
+    /// each item with. By default from `records`; a backend that can reads the
+    /// two fields alone (local).
+    fn recorded_states(&self, names: &[RepositoryName]) -> Result<Vec<Option<(Status, String)>>> {
+        let records = self.records(names)?;
+        Ok(records.into_iter().map(|record| record.map(|r| (r.status, r.current().digest.clone()))).collect())
+    }
     /// Every record, in `RepositoryName` order, streaming.
     fn all_records(&self) -> Box<dyn Iterator<Item = Result<ItemRecord>> + Send + '_>;
     /// The name of every record (any status), streaming; a backend that can list

@@ -478,19 +478,39 @@ impl Inventory {
 
     /// The current identity digest of each of `names` that the inventory records as
     /// held (present or withdrawn), without decoding whole records: what a no-op
-    /// mirror asks of every item. Names in walk order are read with one range scan.
+    /// mirror asks of every item.
     pub fn held_digests(&mut self, names: &[RepositoryName]) -> Result<Vec<Option<String>>> {
+        let states = self.recorded_states(names)?;
+        Ok(states
+            .into_iter()
+            .map(|state| state.filter(|(status, _)| *status != Status::Removed).map(|s| s.1))
+            .collect())
+    }
+
+    /// The status and current identity digest of each of `names` that the
+    /// inventory records (any status), without decoding whole records: what a
+    /// verify compares each item with. Names in walk order are read with one
+    /// range scan, merged with them; others one lookup each.
+    pub fn recorded_states(&mut self, names: &[RepositoryName]) -> Result<Vec<Option<(Status, String)>>> {
         let path = self.path.clone();
         let err = |e| sql_error(&path, e);
         let tx = self.conn.transaction().map_err(err)?;
         let keys: Vec<(String, String)> =
             names.iter().map(|n| (n.prefix().to_string(), n.suffix().to_string())).collect();
         let mut found = vec![None; keys.len()];
+        // A status this version does not know is damage, never "not recorded".
+        let state = |row: &rusqlite::Row, from: usize| -> rusqlite::Result<(Status, String)> {
+            let text = row.get_ref(from)?.as_str()?;
+            let status = Status::parse(text).ok_or_else(|| {
+                let unknown = format!("unknown status {text:?}");
+                rusqlite::Error::FromSqlConversionFailure(from, rusqlite::types::Type::Text, unknown.into())
+            })?;
+            Ok((status, row.get(from + 1)?))
+        };
         if keys.len() >= 8 && keys.windows(2).all(|w| w[0] < w[1]) {
-            // One range scan in key order, merged with the names (also in key order).
             let (first, last) = (&keys[0], &keys[keys.len() - 1]);
-            let sql = "SELECT prefix, suffix, digest FROM items WHERE (prefix, suffix) >= (?1, ?2) \
-                       AND (prefix, suffix) <= (?3, ?4) AND status != 'removed' ORDER BY prefix, suffix";
+            let sql = "SELECT prefix, suffix, status, digest FROM items WHERE (prefix, suffix) >= (?1, ?2) \
+                       AND (prefix, suffix) <= (?3, ?4) ORDER BY prefix, suffix";
             let mut select = tx.prepare_cached(sql).map_err(err)?;
             let mut rows = select.query(params![first.0, first.1, last.0, last.1]).map_err(err)?;
             let mut at = 0;
@@ -501,15 +521,15 @@ impl Inventory {
                     at += 1;
                 }
                 if at < keys.len() && (keys[at].0.as_str(), keys[at].1.as_str()) == key {
-                    found[at] = Some(row.get(2).map_err(err)?);
+                    found[at] = Some(state(row, 2).map_err(err)?);
                     at += 1;
                 }
             }
         } else {
-            let sql = "SELECT digest FROM items WHERE prefix = ?1 AND suffix = ?2 AND status != 'removed'";
+            let sql = "SELECT status, digest FROM items WHERE prefix = ?1 AND suffix = ?2";
             let mut select = tx.prepare_cached(sql).map_err(err)?;
             for (key, slot) in keys.iter().zip(found.iter_mut()) {
-                *slot = select.query_row(params![key.0, key.1], |row| row.get(0)).optional().map_err(err)?;
+                *slot = select.query_row(params![key.0, key.1], |row| state(row, 0)).optional().map_err(err)?;
             }
         }
         tx.finish().map_err(err)?;
@@ -796,5 +816,58 @@ impl super::Collection {
         self.reopen_inventory();
         Inventory::create(&self.layout.inventory(), records.into_iter().map(Ok))?;
         Ok(count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::inventory::VersionRecord;
+
+    fn record(name: &RepositoryName, status: Status, digest: &str) -> ItemRecord {
+        let version = VersionRecord { number: 1, date: "2026-01-01T00:00:00Z".into(), digest: digest.into() };
+        ItemRecord {
+            name: name.clone(),
+            ibip: None,
+            origin: None,
+            status,
+            versions: vec![version],
+            withdrawn: None,
+            moved: None,
+            deposit_keys: Vec::new(),
+        }
+    }
+
+    /// The two fields verify reads alone agree with whole records, by either
+    /// path: names in walk order (one range scan) and names in any order.
+    #[test]
+    fn recorded_states_agree_with_whole_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut inventory = Inventory::create(&dir.path().join("inventory.sqlite"), std::iter::empty()).unwrap();
+        let names: Vec<RepositoryName> = (0..12)
+            .map(|i| RepositoryName::parse(&format!("a.b/c.8080/2026/01.01.00.{i:02}")).unwrap())
+            .chain((0..12).map(|i| RepositoryName::parse(&format!("a.b/c/2026/01.01.00.{i:02}")).unwrap()))
+            .collect();
+        let statuses = [Status::Present, Status::Withdrawn, Status::Removed];
+        let kept: Vec<ItemRecord> = (names.iter().enumerate())
+            .filter(|(i, _)| i % 4 != 3)
+            .map(|(i, name)| record(name, statuses[i % 3], &format!("{i:064x}")))
+            .collect();
+        inventory.put(&kept).unwrap();
+        let mut asked = names.clone();
+        asked.sort_by_key(|n| (n.prefix().to_string(), n.suffix().to_string()));
+        let mut shuffled = asked.clone();
+        shuffled.reverse();
+        for names in [asked, shuffled, names[..3].to_vec()] {
+            let whole = inventory.get(&names).unwrap();
+            let expected: Vec<Option<(Status, String)>> =
+                whole.into_iter().map(|r| r.map(|r| (r.status, r.current().digest.clone()))).collect();
+            assert_eq!(inventory.recorded_states(&names).unwrap(), expected);
+            assert!(expected.iter().any(Option::is_none) || names.len() == 3);
+            let held: Vec<Option<String>> = (expected.into_iter())
+                .map(|s| s.filter(|(status, _)| *status != Status::Removed).map(|s| s.1))
+                .collect();
+            assert_eq!(inventory.held_digests(&names).unwrap(), held);
+        }
     }
 }

@@ -291,6 +291,11 @@ impl Store for Collection {
         Ok(self.with_inventory(|inventory| inventory.get(names))?.unwrap_or_else(|| vec![None; names.len()]))
     }
 
+    fn recorded_states(&self, names: &[RepositoryName]) -> Result<Vec<Option<(crate::store::Status, String)>>> {
+        let states = self.with_inventory(|inventory| inventory.recorded_states(names))?;
+        Ok(states.unwrap_or_else(|| vec![None; names.len()]))
+    }
+
     fn all_records(&self) -> Box<dyn Iterator<Item = Result<ItemRecord>> + Send + '_> {
         Box::new(Collection::all_records(self))
     }
