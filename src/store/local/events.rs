@@ -24,10 +24,16 @@ CREATE INDEX IF NOT EXISTS events_carried ON events (item, seq) WHERE body ->> '
 CREATE INDEX IF NOT EXISTS events_checks ON events (item, seq) WHERE body ->> '$.type' IS 'fixity';
 DROP INDEX IF EXISTS events_item;";
 
-/// An item's events that a copy carries (all but its fixity checks), through
-/// the `events_carried` index: one look, however often the item was checked.
-const CARRIED: &str = "SELECT seq, body, hash FROM events
-    WHERE item = ?1 AND body ->> '$.type' IS NOT 'fixity' ORDER BY seq LIMIT ?2";
+/// The first `limit` of an item's events that a copy carries (all but its
+/// fixity checks), through the `events_carried` index: one look, however often
+/// the item was checked. The limit is written into the text, not bound: SQLite
+/// prepares a statement whose LIMIT is a bound parameter again at every run.
+fn carried_sql(limit: usize) -> String {
+    format!(
+        "SELECT seq, body, hash FROM events
+         WHERE item = ?1 AND body ->> '$.type' IS NOT 'fixity' ORDER BY seq LIMIT {limit}"
+    )
+}
 
 /// A page of one item's events: the page of each of its two indexes, merged.
 const ITEM_PAGE: &str = "SELECT seq, body, hash FROM (
@@ -120,12 +126,10 @@ impl Inventory {
         let tx = self.conn.transaction().map_err(err)?;
         let mut found = Vec::with_capacity(items.len());
         {
-            let mut select = tx.prepare_cached(CARRIED).map_err(err)?;
+            let mut select = tx.prepare_cached(&carried_sql(limit)).map_err(err)?;
             for item in items {
                 let rows = select
-                    .query_map(params![item, limit as i64], |r| {
-                        Ok(StoredEvent { seq: r.get(0)?, body: r.get(1)?, hash: r.get(2)? })
-                    })
+                    .query_map(params![item], |r| Ok(StoredEvent { seq: r.get(0)?, body: r.get(1)?, hash: r.get(2)? }))
                     .map_err(err)?;
                 found.push(rows.collect::<rusqlite::Result<Vec<_>>>().map_err(err)?);
             }
@@ -216,6 +220,27 @@ mod tests {
             last_page.iter().map(|stored| stored.seq).collect::<Vec<_>>(),
             [MAX_CARRIED as u64 + 1, MAX_CARRIED as u64 + 2]
         );
+    }
+
+    /// `items_events` bound its LIMIT as a parameter, and SQLite prepares such a
+    /// statement again at each run (its plan may depend on the value): a
+    /// mirror parsed and planned the query once for every item it carried.
+    #[test]
+    fn regress_a_bound_limit_reprepares_each_lookup() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut inventory = Inventory::create(&dir.path().join("inventory.sqlite"), std::iter::empty()).unwrap();
+        let items: Vec<String> = (0..50).map(|i| format!("a.b/c/2026/01.01.00.{i:02}")).collect();
+        let events: Vec<Event> = (items.iter())
+            .map(|item| Event::new(EventKind::Deposit, Some(item.clone()), "success", String::new()))
+            .collect();
+        inventory.log(&events).unwrap();
+        for item in &items {
+            let carried = inventory.items_events(std::slice::from_ref(item), MAX_CARRIED).unwrap();
+            assert_eq!(carried[0].len(), 1);
+        }
+        let select = inventory.conn.prepare_cached(&carried_sql(MAX_CARRIED)).unwrap();
+        assert_eq!(select.get_status(rusqlite::StatementStatus::Run), 50, "the cached statement ran each time");
+        assert_eq!(select.get_status(rusqlite::StatementStatus::RePrepare), 0);
     }
 
     /// libsqlite3-sys builds SQLite with SQLITE_ENABLE_MEMORY_MANAGEMENT, under
