@@ -285,6 +285,15 @@ impl RepositoryName {
         Some(RepositoryName { prefix: self.prefix.clone(), suffix })
     }
 
+    /// The name `suffix` (`YYYY/MM.DD.hh.mm[.ss[.f]]`) names under this name's
+    /// prefix; `None` when it is no suffix (`parse` of the whole name says why).
+    /// What a listing in name order asks of each row after the first of a prefix.
+    pub fn under_same_prefix(&self, suffix: &str) -> Option<RepositoryName> {
+        let (year, time) = suffix.split_once('/')?;
+        let suffix = Suffix::parse(suffix, year, time, 0).ok()?;
+        Some(RepositoryName { prefix: self.prefix.clone(), suffix })
+    }
+
     pub fn parse(input: &str) -> Result<Self, ParseError> {
         let err = |column: usize, problem: String| ParseError::new(KIND, input, column, problem);
         if input.is_empty() {

@@ -178,3 +178,28 @@ fn a_sibling_is_the_name_a_whole_parse_gives() {
         assert!(RepositoryName::parse(&format!("sid.inpe.br/mtc-m18.8080/2009/{not_a_time}")).is_err());
     }
 }
+
+#[test]
+fn a_name_under_the_same_prefix_is_the_name_a_whole_parse_gives() {
+    let first = RepositoryName::parse("sid.inpe.br/mtc-m18.8080/2009/02.16.17.46").unwrap();
+    for suffix in ["2009/02.16.17.46.01", "2010/12.31.23.59.59.9999", "1999/01.01.00.00", "2024/02.29.17.46.00.5"] {
+        let whole = RepositoryName::parse(&format!("sid.inpe.br/mtc-m18.8080/{suffix}")).unwrap();
+        let under = first.under_same_prefix(suffix).unwrap();
+        assert_eq!((under.to_string(), under.date()), (whole.to_string(), whole.date()), "{suffix}");
+        assert_eq!(under.components(), whole.components());
+    }
+    let bad = [
+        "",
+        "2009",
+        "2009/",
+        "2009/13.01.00.00",
+        "2023/02.29.00.00",
+        "2009/02.16.17.46/x",
+        "20x9/02.16.17.46",
+        "2009/02.16.17.4é",
+    ];
+    for not_a_suffix in bad {
+        assert!(first.under_same_prefix(not_a_suffix).is_none(), "{not_a_suffix:?}");
+        assert!(RepositoryName::parse(&format!("sid.inpe.br/mtc-m18.8080/{not_a_suffix}")).is_err());
+    }
+}

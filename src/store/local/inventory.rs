@@ -123,18 +123,30 @@ fn row_to_record(row: &rusqlite::Row) -> rusqlite::Result<std::result::Result<It
 }
 
 /// A summary row (`summary_page`'s columns), its name assembled in `text`.
-fn summary_of(row: &rusqlite::Row, text: &mut String) -> rusqlite::Result<std::result::Result<RecordSummary, String>> {
-    text.clear();
-    text.push_str(row.get_ref(0)?.as_str()?);
-    text.push('/');
-    text.push_str(row.get_ref(1)?.as_str()?);
+/// The summary of a row of `SELECT prefix, suffix, ibip, status, digest`.
+/// `last` is the name of the row before and its prefix as written: a row with
+/// the same prefix text parses only its suffix (rows come in name order, so a
+/// prefix's rows follow each other).
+fn summary_of(
+    row: &rusqlite::Row,
+    last: &mut Option<(String, RepositoryName)>,
+) -> rusqlite::Result<std::result::Result<RecordSummary, String>> {
+    let (prefix, suffix) = (row.get_ref(0)?.as_str()?, row.get_ref(1)?.as_str()?);
     let ibip = row.get_ref(2)?.as_str_or_null()?;
     let (status, identity) = (row.get_ref(3)?.as_str()?, row.get_ref(4)?.as_str()?);
+    let same_prefix = last.as_ref().filter(|(text, _)| text == prefix);
+    let name = match same_prefix.and_then(|(_, name)| name.under_same_prefix(suffix)) {
+        Some(name) => Ok(name),
+        None => RepositoryName::parse(&format!("{prefix}/{suffix}")).map_err(|e| format!("{prefix}/{suffix}: {e}")),
+    };
+    if let (Ok(name), None) = (&name, same_prefix) {
+        *last = Some((prefix.to_string(), name.clone()));
+    }
     Ok((|| {
         Ok(RecordSummary {
-            name: RepositoryName::parse(text).map_err(|e| format!("{text}: {e}"))?,
+            name: name?,
             ibip: ibip.and_then(|i| Ibip::parse(i).ok()),
-            status: Status::parse(status).ok_or_else(|| format!("{text}: unknown status {status}"))?,
+            status: Status::parse(status).ok_or_else(|| format!("{prefix}/{suffix}: unknown status {status}"))?,
             identity: identity.to_string(),
         })
     })())
@@ -580,9 +592,9 @@ impl Inventory {
             after.map_or((String::new(), String::new()), |n| (n.prefix().to_string(), n.suffix().to_string()));
         let mut rows = select.query(params![prefix, suffix, PAGE as i64]).map_err(|e| sql_error(&self.path, e))?;
         let mut page = Vec::with_capacity(PAGE);
-        let mut text = String::new();
+        let mut last = None;
         while let Some(row) = rows.next().map_err(|e| sql_error(&self.path, e))? {
-            let summary = summary_of(row, &mut text).map_err(|e| sql_error(&self.path, e))?;
+            let summary = summary_of(row, &mut last).map_err(|e| sql_error(&self.path, e))?;
             page.push(
                 summary
                     .map_err(|problem| Error::Data { what: format!("inventory {}", self.path.display()), problem })?,
@@ -836,6 +848,30 @@ mod tests {
             moved: None,
             deposit_keys: Vec::new(),
         }
+    }
+
+    /// A page of summaries parses only the suffix of a row whose prefix is the
+    /// row before's: the names are those a whole parse gives, across prefixes.
+    #[test]
+    fn summaries_name_what_a_whole_parse_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut inventory = Inventory::create(&dir.path().join("inventory.sqlite"), std::iter::empty()).unwrap();
+        let texts: Vec<String> = ["a.b/c", "a.b/c.8080", "x.y/z"]
+            .iter()
+            .flat_map(|prefix| (0..5).map(move |i| format!("{prefix}/202{i}/01.01.00.0{i}")))
+            .collect();
+        let names: Vec<RepositoryName> = texts.iter().map(|t| RepositoryName::parse(t).unwrap()).collect();
+        let records: Vec<ItemRecord> = names.iter().map(|n| record(n, Status::Present, &"0".repeat(64))).collect();
+        inventory.put(&records).unwrap();
+        let page = inventory.summary_page(None).unwrap();
+        let listed: Vec<(String, String)> =
+            page.iter().map(|s| (s.name.to_string(), s.name.date().to_decimal())).collect();
+        let mut expected: Vec<(String, String)> =
+            names.iter().map(|n| (n.to_string(), n.date().to_decimal())).collect();
+        expected.sort_by_key(|(text, _)| {
+            RepositoryName::parse(text).map(|n| (n.prefix().to_string(), n.suffix().to_string())).unwrap()
+        });
+        assert_eq!(listed, expected);
     }
 
     /// The two fields verify reads alone agree with whole records, by either
