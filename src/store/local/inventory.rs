@@ -123,25 +123,37 @@ fn row_to_record(row: &rusqlite::Row) -> rusqlite::Result<std::result::Result<It
 }
 
 /// A summary row (`summary_page`'s columns), its name assembled in `text`.
+/// Names read from rows in name order: a row whose prefix text is the row
+/// before's parses its suffix alone (`RepositoryName::under_same_prefix`),
+/// since a prefix's rows follow each other; any other row, or a suffix that
+/// does not parse, takes the whole parse and its error.
+#[derive(Default)]
+struct NameReader {
+    last: Option<(String, RepositoryName)>,
+}
+
+impl NameReader {
+    fn name(&mut self, prefix: &str, suffix: &str) -> std::result::Result<RepositoryName, String> {
+        let same_prefix = self.last.as_ref().filter(|(text, _)| text == prefix);
+        if let Some(name) = same_prefix.and_then(|(_, name)| name.under_same_prefix(suffix)) {
+            return Ok(name);
+        }
+        let name =
+            RepositoryName::parse(&format!("{prefix}/{suffix}")).map_err(|e| format!("{prefix}/{suffix}: {e}"))?;
+        self.last = Some((prefix.to_string(), name.clone()));
+        Ok(name)
+    }
+}
+
 /// The summary of a row of `SELECT prefix, suffix, ibip, status, digest`.
-/// `last` is the name of the row before and its prefix as written: a row with
-/// the same prefix text parses only its suffix (rows come in name order, so a
-/// prefix's rows follow each other).
 fn summary_of(
     row: &rusqlite::Row,
-    last: &mut Option<(String, RepositoryName)>,
+    names: &mut NameReader,
 ) -> rusqlite::Result<std::result::Result<RecordSummary, String>> {
     let (prefix, suffix) = (row.get_ref(0)?.as_str()?, row.get_ref(1)?.as_str()?);
     let ibip = row.get_ref(2)?.as_str_or_null()?;
     let (status, identity) = (row.get_ref(3)?.as_str()?, row.get_ref(4)?.as_str()?);
-    let same_prefix = last.as_ref().filter(|(text, _)| text == prefix);
-    let name = match same_prefix.and_then(|(_, name)| name.under_same_prefix(suffix)) {
-        Some(name) => Ok(name),
-        None => RepositoryName::parse(&format!("{prefix}/{suffix}")).map_err(|e| format!("{prefix}/{suffix}: {e}")),
-    };
-    if let (Ok(name), None) = (&name, same_prefix) {
-        *last = Some((prefix.to_string(), name.clone()));
-    }
+    let name = names.name(prefix, suffix);
     Ok((|| {
         Ok(RecordSummary {
             name: name?,
@@ -592,9 +604,9 @@ impl Inventory {
             after.map_or((String::new(), String::new()), |n| (n.prefix().to_string(), n.suffix().to_string()));
         let mut rows = select.query(params![prefix, suffix, PAGE as i64]).map_err(|e| sql_error(&self.path, e))?;
         let mut page = Vec::with_capacity(PAGE);
-        let mut last = None;
+        let mut names = NameReader::default();
         while let Some(row) = rows.next().map_err(|e| sql_error(&self.path, e))? {
-            let summary = summary_of(row, &mut last).map_err(|e| sql_error(&self.path, e))?;
+            let summary = summary_of(row, &mut names).map_err(|e| sql_error(&self.path, e))?;
             page.push(
                 summary
                     .map_err(|problem| Error::Data { what: format!("inventory {}", self.path.display()), problem })?,
@@ -613,19 +625,19 @@ impl Inventory {
         let mut select = self.conn.prepare_cached(&sql).map_err(|e| sql_error(&self.path, e))?;
         let (prefix, suffix) =
             after.map_or((String::new(), String::new()), |n| (n.prefix().to_string(), n.suffix().to_string()));
-        let rows = select
-            .query_map(params![prefix, suffix], |row| {
-                Ok(format!("{}/{}", row.get_ref(0)?.as_str()?, row.get_ref(1)?.as_str()?))
-            })
-            .map_err(|e| sql_error(&self.path, e))?;
-        rows.map(|row| {
-            let text = row.map_err(|e| sql_error(&self.path, e))?;
-            RepositoryName::parse(&text).map_err(|e| Error::Data {
-                what: format!("inventory {}", self.path.display()),
-                problem: format!("{text}: {e}"),
-            })
-        })
-        .collect()
+        let mut rows = select.query(params![prefix, suffix]).map_err(|e| sql_error(&self.path, e))?;
+        let (mut page, mut names) = (Vec::with_capacity(PAGE), NameReader::default());
+        while let Some(row) = rows.next().map_err(|e| sql_error(&self.path, e))? {
+            let text = |i| row.get_ref(i).and_then(|v| Ok(v.as_str()?));
+            let (prefix, suffix) = (text(0), text(1));
+            let (prefix, suffix) =
+                (prefix.map_err(|e| sql_error(&self.path, e))?, suffix.map_err(|e| sql_error(&self.path, e))?);
+            let name = names.name(prefix, suffix);
+            page.push(
+                name.map_err(|problem| Error::Data { what: format!("inventory {}", self.path.display()), problem })?,
+            );
+        }
+        Ok(page)
     }
 }
 
@@ -850,8 +862,9 @@ mod tests {
         }
     }
 
-    /// A page of summaries parses only the suffix of a row whose prefix is the
-    /// row before's: the names are those a whole parse gives, across prefixes.
+    /// A page of summaries, or of present names, parses only the suffix of a row
+    /// whose prefix is the row before's: the names are those a whole parse
+    /// gives, across prefixes.
     #[test]
     fn summaries_name_what_a_whole_parse_names() {
         let dir = tempfile::tempdir().unwrap();
@@ -872,6 +885,8 @@ mod tests {
             RepositoryName::parse(text).map(|n| (n.prefix().to_string(), n.suffix().to_string())).unwrap()
         });
         assert_eq!(listed, expected);
+        let present: Vec<String> = inventory.present_page(None).unwrap().iter().map(ToString::to_string).collect();
+        assert_eq!(present, expected.iter().map(|(text, _)| text.clone()).collect::<Vec<_>>());
     }
 
     /// The two fields verify reads alone agree with whole records, by either
