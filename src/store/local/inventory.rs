@@ -122,7 +122,6 @@ fn row_to_record(row: &rusqlite::Row) -> rusqlite::Result<std::result::Result<It
     })())
 }
 
-/// A summary row (`summary_page`'s columns), its name assembled in `text`.
 /// Names read from rows in name order: a row whose prefix text is the row
 /// before's parses its suffix alone (`RepositoryName::under_same_prefix`),
 /// since a prefix's rows follow each other; any other row, or a suffix that
@@ -532,6 +531,7 @@ impl Inventory {
             Ok((status, row.get(from + 1)?))
         };
         if keys.len() >= 8 && keys.windows(2).all(|w| w[0] < w[1]) {
+            // One range scan in key order, merged with the names (also in key order).
             let (first, last) = (&keys[0], &keys[keys.len() - 1]);
             let sql = "SELECT prefix, suffix, status, digest FROM items WHERE (prefix, suffix) >= (?1, ?2) \
                        AND (prefix, suffix) <= (?3, ?4) ORDER BY prefix, suffix";
