@@ -107,8 +107,14 @@ impl Hasher {
     }
 }
 
-fn to_hex(bytes: &[u8]) -> String {
-    hex::encode(bytes)
+/// Lower-case hex of a digest (at most 64 bytes, SHA-512's). `hex::encode`
+/// collects one `char` at a time, which was 1.3% of a verify's CPU at 50,000
+/// items; encoding into a buffer first is one copy.
+pub fn to_hex(bytes: &[u8]) -> String {
+    let mut buffer = [0u8; 128];
+    let out = &mut buffer[..bytes.len() * 2];
+    hex::encode_to_slice(bytes, out).expect("the buffer is twice the bytes");
+    std::str::from_utf8(out).expect("hex is ASCII").to_string()
 }
 
 /// Digests of bytes in memory.

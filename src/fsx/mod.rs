@@ -461,7 +461,7 @@ pub fn hash_opened(mut opened: RegularFile, also: &[Algorithm]) -> io::Result<Di
 
 /// sha256 of bytes in memory.
 pub fn hash_bytes(bytes: &[u8]) -> String {
-    format!("{:x}", Sha256::digest(bytes))
+    crate::digest::to_hex(&Sha256::digest(bytes))
 }
 
 /// How `copy_hashing` treats its ends.
