@@ -67,25 +67,29 @@ impl Alphabet {
 
     /// `encode` of a number that fits 128 bits, in machine words (no big integer;
     /// 64-bit division once the number fits 64 bits, which most do).
-    pub fn encode_u128(&self, mut n: u128) -> String {
+    pub fn encode_u128(&self, n: u128) -> String {
+        self.numeral_u128(n, &mut [0u8; 128]).to_string()
+    }
+
+    /// `encode_u128` into `buffer` (no allocation): the numeral, a slice of it.
+    pub fn numeral_u128<'a>(&self, mut n: u128, buffer: &'a mut [u8; 128]) -> &'a str {
         let radix = u128::from(self.radix());
-        let mut digits = [0u8; 128];
-        let mut at = digits.len();
+        let mut at = buffer.len();
         while n > u128::from(u64::MAX) {
             at -= 1;
-            digits[at] = self.digits[(n % radix) as usize];
+            buffer[at] = self.digits[(n % radix) as usize];
             n /= radix;
         }
         let (mut n, radix) = (n as u64, radix as u64);
         loop {
             at -= 1;
-            digits[at] = self.digits[(n % radix) as usize];
+            buffer[at] = self.digits[(n % radix) as usize];
             n /= radix;
             if n == 0 {
                 break;
             }
         }
-        String::from_utf8(digits[at..].to_vec()).expect("the digits are ASCII")
+        std::str::from_utf8(&buffer[at..]).expect("the digits are ASCII")
     }
 
     /// ConvertToDecimal. On a character outside the alphabet, returns its 0-based char index.

@@ -13,7 +13,7 @@ use num_bigint::BigUint;
 
 use crate::error::{Error, ParseError};
 use crate::id::base::{to_u128, IBIP, IPV4_TEXT, IPV6_TEXT};
-use crate::id::time::{fraction_digits, Timestamp, NANOS_PER_SECOND};
+use crate::id::time::{Timestamp, NANOS_PER_SECOND};
 
 const KIND: &str = "IBIp";
 
@@ -79,14 +79,25 @@ fn ip_number(ip: &IpAddr) -> Result<BigUint, Error> {
 
 /// The fraction code (ARCHITECTURE.md, "Identifiers"): one `2` per leading zero digit, then the base-27 numeral
 /// of the remaining digits (no trailing zeros) read as an integer.
-fn fraction_code(nanos: u32) -> String {
-    let digits = fraction_digits(nanos);
-    let significant = digits.trim_start_matches('0');
-    let zeros = digits.len() - significant.len();
-    let value: u128 = significant.parse().expect("non-zero fraction has significant digits");
-    let mut code = "2".repeat(zeros);
-    code.push_str(&IBIP.encode_u128(value));
-    code
+fn write_fraction_code(nanos: u32, out: &mut impl fmt::Write) -> fmt::Result {
+    let (zeros, significant) = fraction_parts(nanos);
+    for _ in 0..zeros {
+        out.write_char('2')?;
+    }
+    out.write_str(IBIP.numeral_u128(significant.into(), &mut [0u8; 128]))
+}
+
+/// A non-zero fraction's digits (`fraction_digits`) as its leading zero digits
+/// and the number the rest make: 0.0602 s is 1 zero, then 602.
+fn fraction_parts(nanos: u32) -> (usize, u32) {
+    debug_assert!(nanos != 0, "a zero fraction has no code");
+    let (mut significant, mut length) = (nanos, 9usize);
+    while significant % 10 == 0 {
+        significant /= 10;
+        length -= 1;
+    }
+    let digits = significant.ilog10() as usize + 1;
+    (length - digits, significant)
 }
 
 impl Ibip {
@@ -119,14 +130,9 @@ impl Ibip {
 
     /// Algorithm 5: the IP code, `W` (IPv4) or `X` (IPv6), then the port code (empty for 800).
     pub fn prefix(&self) -> String {
-        thread_local! {
-            /// The last prefix encoded: a collection's IBIps share one.
-            static LAST: std::cell::RefCell<Option<(IpAddr, u16, String)>> = const { std::cell::RefCell::new(None) };
-        }
-        LAST.with_borrow_mut(|last| match last {
-            Some((ip, port, text)) if *ip == self.ip && *port == self.port => text.clone(),
-            _ => last.insert((self.ip, self.port, self.encode_prefix())).2.clone(),
-        })
+        let mut out = String::with_capacity(16);
+        self.write_prefix(&mut out).expect("a String takes every write");
+        out
     }
 
     fn encode_prefix(&self) -> String {
@@ -138,13 +144,32 @@ impl Ibip {
 
     /// Algorithm 6: seconds since 1995-08-01 in base 27, then `W` and the fraction code.
     pub fn suffix(&self) -> String {
-        let seconds = self.date.whole_seconds() - IBIP_EPOCH_SECONDS as i128;
-        let mut out = IBIP.encode_u128(seconds as u128);
-        if self.date.subsec_nanos() != 0 {
-            out.push('W');
-            out.push_str(&fraction_code(self.date.subsec_nanos()));
-        }
+        let mut out = String::with_capacity(16);
+        self.write_suffix(&mut out).expect("a String takes every write");
         out
+    }
+
+    /// `suffix`, written to `out` without a String of its own.
+    fn write_suffix(&self, out: &mut impl fmt::Write) -> fmt::Result {
+        let seconds = self.date.whole_seconds() - IBIP_EPOCH_SECONDS as i128;
+        out.write_str(IBIP.numeral_u128(seconds as u128, &mut [0u8; 128]))?;
+        if self.date.subsec_nanos() != 0 {
+            out.write_char('W')?;
+            write_fraction_code(self.date.subsec_nanos(), out)?;
+        }
+        Ok(())
+    }
+
+    /// `prefix`, written to `out` from the last prefix encoded, without a copy.
+    fn write_prefix(&self, out: &mut impl fmt::Write) -> fmt::Result {
+        thread_local! {
+            /// The last prefix encoded: a collection's IBIps share one.
+            static LAST: std::cell::RefCell<Option<(IpAddr, u16, String)>> = const { std::cell::RefCell::new(None) };
+        }
+        LAST.with_borrow_mut(|last| match last {
+            Some((ip, port, text)) if *ip == self.ip && *port == self.port => out.write_str(text),
+            _ => out.write_str(&last.insert((self.ip, self.port, self.encode_prefix())).2),
+        })
     }
 
     /// Parses and decodes an IBIp (Table 7.1), in any letter case.
@@ -301,9 +326,9 @@ fn small_numeral(code: &str, at: usize, what: &str) -> Result<Option<u128>, Loca
 
 impl fmt::Display for Ibip {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.prefix())?;
+        self.write_prefix(f)?;
         f.write_str("/")?;
-        f.write_str(&self.suffix())
+        self.write_suffix(f)
     }
 }
 

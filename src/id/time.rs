@@ -215,8 +215,8 @@ pub fn parse_fraction_nanos(digits: &str) -> Result<u32, (usize, String)> {
     if digits.len() > 9 {
         return Err((9, format!("fraction \"{digits}\" is finer than one nanosecond")));
     }
-    let padded = format!("{digits:0<9}");
-    padded.parse::<u32>().map_err(|_| (0, "bad fraction".into()))
+    let value = digits.bytes().fold(0u32, |value, digit| value * 10 + u32::from(digit - b'0'));
+    Ok(value * 10u32.pow((9 - digits.len()) as u32))
 }
 
 impl fmt::Display for Timestamp {
@@ -275,6 +275,13 @@ mod tests {
     }
 
     proptest! {
+        /// Fraction digits are read in machine words: as the same digits padded to
+        /// nine and read as text.
+        #[test]
+        fn fraction_digits_read_as_padded_text(digits in "[0-9]{1,9}") {
+            prop_assert_eq!(parse_fraction_nanos(&digits).unwrap(), format!("{digits:0<9}").parse::<u32>().unwrap());
+        }
+
         #[test]
         fn decimal_round_trip(n in -10_000_000_000_000_000_000i128..10_000_000_000_000_000_000i128) {
             let t = Timestamp::from_nanos(n);

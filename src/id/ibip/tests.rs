@@ -159,3 +159,15 @@ proptest! {
         prop_assert_eq!(decode_fraction(&code).map_err(|_| ()), fraction_by_text(&code), "{}", code);
     }
 }
+
+proptest! {
+    /// The fraction is encoded in machine words: its leading zeros and the rest's
+    /// value are those of its decimal digits (`fraction_digits`) read as text.
+    #[test]
+    fn fraction_encoding_agrees_with_the_decimal_text(nanos in 1u32..1_000_000_000) {
+        let digits = crate::id::time::fraction_digits(nanos);
+        let significant = digits.trim_start_matches('0');
+        let by_text = (digits.len() - significant.len(), significant.parse::<u32>().unwrap());
+        prop_assert_eq!(fraction_parts(nanos), by_text);
+    }
+}
