@@ -84,10 +84,8 @@ impl FixityCheck {
     pub fn event(&self) -> crate::events::Event {
         let outcome = if self.ok { "pass" } else { "fail" };
         let detail = format!("{} files, {} bytes", self.files, self.bytes);
-        let mut event =
-            crate::events::Event::new(crate::events::EventKind::Fixity, Some(self.name.to_string()), outcome, detail);
-        event.date = self.date.clone();
-        event
+        let (kind, item) = (crate::events::EventKind::Fixity, Some(self.name.to_string()));
+        crate::events::Event::dated(self.date.clone(), kind, item, outcome, detail)
     }
 }
 
