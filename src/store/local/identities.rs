@@ -40,23 +40,53 @@ type Entry = (String, String, String);
 /// How many names one worker stats in a row, reusing the folder it opened.
 const STAT_RUN: usize = 64;
 
+/// A tagmanifest's stat as the cache keys it, and whether it has stayed
+/// unchanged for `SETTLED`.
+struct TagStat {
+    /// Device (major, minor), inode, size, modification and change times (s, ns).
+    numbers: [i128; 8],
+    settled: bool,
+}
+
+impl TagStat {
+    /// The cache's key: `major.minor:inode:size:mtime.ns:ctime.ns`.
+    fn key(&self) -> String {
+        let [major, minor, inode, size, m_sec, m_nsec, c_sec, c_nsec] = self.numbers;
+        format!("{major}.{minor}:{inode}:{size}:{m_sec}.{m_nsec}:{c_sec}.{c_nsec}")
+    }
+
+    /// Whether `kept` (a key) holds these numbers, read without formatting a
+    /// key of our own: a witness asks once per item, and formatting each was a
+    /// quarter of its identities' user time.
+    fn is_key(&self, kept: &str) -> bool {
+        let mut fields = kept.split(['.', ':']);
+        self.numbers.iter().all(|n| fields.next().and_then(|f| f.parse::<i128>().ok()) == Some(*n))
+            && fields.next().is_none()
+    }
+}
+
 /// The stat of the regular file at `rel` beneath the folder `dir` (a final symlink
-/// is not followed), as the cache keys it, and whether it has stayed unchanged for
-/// `SETTLED`.
-fn tag_stat(dir: BorrowedFd, rel: &str, now: SystemTime) -> Option<(String, bool)> {
+/// is not followed).
+fn tag_stat(dir: BorrowedFd, rel: &str, now: SystemTime) -> Option<TagStat> {
     use rustix::fs::{AtFlags, FileType, StatxFlags};
     let st = rustix::fs::statx(dir, rel, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::BASIC_STATS).ok()?;
     if FileType::from_raw_mode(st.stx_mode.into()) != FileType::RegularFile {
         return None;
     }
     let (m, c) = (st.stx_mtime, st.stx_ctime);
-    let stat = format!(
-        "{}.{}:{}:{}:{}.{}:{}.{}",
-        st.stx_dev_major, st.stx_dev_minor, st.stx_ino, st.stx_size, m.tv_sec, m.tv_nsec, c.tv_sec, c.tv_nsec
-    );
+    let numbers = [
+        st.stx_dev_major.into(),
+        st.stx_dev_minor.into(),
+        st.stx_ino.into(),
+        st.stx_size.into(),
+        m.tv_sec.into(),
+        m.tv_nsec.into(),
+        c.tv_sec.into(),
+        c.tv_nsec.into(),
+    ];
     let settled_before = now.checked_sub(SETTLED).and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok());
     let changed = Duration::new(c.tv_sec.max(0) as u64, c.tv_nsec.min(999_999_999));
-    Some((stat, settled_before.is_some_and(|before| changed < before)))
+    Some(TagStat { numbers, settled: settled_before.is_some_and(|before| changed < before) })
 }
 
 /// Whether `rel` beneath `dir` is a folder (a symlink is not followed).
@@ -171,10 +201,10 @@ impl Collection {
             // tagmanifest's stat would pass through): otherwise it is read, and refused.
             let stat = fd.filter(|fd| is_folder(fd.as_fd(), item)).and_then(|fd| tag_stat(fd.as_fd(), &tag_path, now));
             answers.push(match (cached, stat) {
-                (Some((kept, identity)), Some((stat, _))) if *kept == stat => (Ok(identity.clone()), None),
+                (Some((kept, identity)), Some(stat)) if stat.is_key(kept) => (Ok(identity.clone()), None),
                 (_, stat) => {
                     let identity = crate::store::identity_digest(self, name);
-                    (identity, stat.filter(|(_, settled)| *settled).map(|(stat, _)| stat))
+                    (identity, stat.filter(|stat| stat.settled).map(|stat| stat.key()))
                 }
             });
         }
@@ -255,10 +285,27 @@ mod tests {
         assert_ne!(before, after, "same size and modification time, but the change time moved on");
     }
 
+    /// A cached key is compared by its numbers, not by formatting one to compare.
+    #[test]
+    fn a_kept_key_matches_only_its_own_numbers() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), b"a").unwrap();
+        use rustix::fs::{Mode, OFlags};
+        let fd = rustix::fs::open(dir.path(), OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        let stat = tag_stat(fd.as_fd(), "f", SystemTime::now()).unwrap();
+        let key = stat.key();
+        assert!(stat.is_key(&key), "{key}");
+        let (head, size_and_times) = key.rsplit_once(':').unwrap();
+        let other_ctime = format!("{head}:{}1", size_and_times);
+        for wrong in [other_ctime, format!("{key}:0"), key[..key.len() - 2].to_string(), String::new(), "x".repeat(9)] {
+            assert!(!stat.is_key(&wrong), "{wrong} against {key}");
+        }
+    }
+
     fn stat_of(dir: &std::path::Path, rel: &str, now: SystemTime) -> Option<(String, bool)> {
         use rustix::fs::{Mode, OFlags};
         let fd = rustix::fs::open(dir, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
-        tag_stat(fd.as_fd(), rel, now)
+        tag_stat(fd.as_fd(), rel, now).map(|stat| (stat.key(), stat.settled))
     }
 
     fn filetime_of(path: &std::path::Path) -> SystemTime {
