@@ -330,6 +330,32 @@ mod tests {
         assert!(page.windows(2).all(|w| w[0].seq < w[1].seq));
     }
 
+    /// An inventory made before the banded index (its checks indexed by item
+    /// first, `events_checks`) trades that index for the banded one at its next
+    /// append, and one item's checks read the same before and after.
+    #[test]
+    fn an_older_checks_index_is_replaced_at_the_next_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut inventory = Inventory::create(&dir.path().join("inventory.sqlite"), std::iter::empty()).unwrap();
+        let check = |item: &str| Event::new(EventKind::Fixity, Some(item.to_string()), "pass", String::new());
+        inventory.log(&[check("a.b/c/2026/01.01.00.00"), check("a.b/c/2026/01.01.00.01")]).unwrap();
+        let older = "DROP INDEX events_checks_banded;
+            CREATE INDEX events_checks ON events (item, seq) WHERE body ->> '$.type' IS 'fixity';";
+        inventory.conn.execute_batch(older).unwrap();
+        let indexes = |inventory: &Inventory| -> Vec<String> {
+            let sql = "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'events' ORDER BY name";
+            let mut select = inventory.conn.prepare(sql).unwrap();
+            select.query_map([], |row| row.get(0)).unwrap().collect::<rusqlite::Result<_>>().unwrap()
+        };
+        assert!(indexes(&inventory).contains(&"events_checks".to_string()));
+        let before = inventory.events_page(0, Some("a.b/c/2026/01.01.00.00"), 100).unwrap();
+        inventory.log(&[check("a.b/c/2026/01.01.00.00")]).unwrap();
+        assert_eq!(indexes(&inventory), ["events_carried", "events_checks_banded", "events_id"]);
+        let after = inventory.events_page(0, Some("a.b/c/2026/01.01.00.00"), 100).unwrap();
+        assert_eq!(after.len(), 2);
+        assert_eq!(after[0], before[0]);
+    }
+
     /// libsqlite3-sys builds SQLite with SQLITE_ENABLE_MEMORY_MANAGEMENT, under
     /// which every connection of a process shares one pool of cached pages,
     /// recycled in least-recently-used order across connections: a mirror's
