@@ -12,8 +12,11 @@ use super::inventory::{sql_error, Inventory};
 use crate::error::Result;
 use crate::events::{ChainCursor, Event, StoredEvent, GENESIS};
 
-/// How many low bits of `seq` a band of fixity checks spans (`seq >> BAND`):
-/// 16,384 events. Written into the SQL text by `concat!`.
+/// How many low bits of `seq` a band of fixity checks spans: 16,384 events.
+const BAND_BITS: u32 = 14;
+
+/// `BAND_BITS` as the SQL text writes it (`concat!` takes only literals; a
+/// test holds the two equal).
 macro_rules! band_bits {
     () => {
         "14"
@@ -46,11 +49,7 @@ DROP INDEX IF EXISTS events_item;"
 
 /// The band of the log that the event at `seq` is in.
 fn band_of(seq: u64) -> u64 {
-    const BITS: u32 = {
-        let digits = band_bits!().as_bytes();
-        ((digits[0] - b'0') * 10 + (digits[1] - b'0')) as u32
-    };
-    seq >> BITS
+    seq >> BAND_BITS
 }
 
 /// The first `limit` of an item's events that a copy carries (all but its
@@ -328,6 +327,13 @@ mod tests {
         let page = inventory.events_page(0, Some(&items[7]), 1000).unwrap();
         assert_eq!(page.len(), 61, "every check of the item is still found through its bands");
         assert!(page.windows(2).all(|w| w[0].seq < w[1].seq));
+    }
+
+    #[test]
+    fn the_sql_bands_are_the_bands_read() {
+        assert_eq!(band_bits!(), BAND_BITS.to_string());
+        let banded = format!("seq >> {BAND_BITS}");
+        assert!(EVENTS_SCHEMA.contains(&banded) && ITEM_CHECKS_IN_BAND.contains(&banded));
     }
 
     /// An inventory made before the banded index (its checks indexed by item
