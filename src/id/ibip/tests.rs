@@ -171,3 +171,15 @@ proptest! {
         prop_assert_eq!(fraction_parts(nanos), by_text);
     }
 }
+
+/// A suffix's seconds are refused from 2^40 on; every date below that has a
+/// calendar, so decoding checks none.
+#[test]
+fn the_latest_ibip_date_has_a_calendar() {
+    let latest = (IBIP_EPOCH_SECONDS as i128 + (1 << 40) - 1) * NANOS_PER_SECOND + 999_999_999;
+    let calendar = Timestamp::from_nanos(latest).calendar().expect("a calendar");
+    assert_eq!(calendar.year, 36_837);
+    let code = IBIP.encode_u128((1 << 40) - 1);
+    assert!(decode_suffix(&code).is_ok());
+    assert!(decode_suffix(&IBIP.encode_u128(1 << 40)).is_err(), "2^40 seconds is out of range");
+}
