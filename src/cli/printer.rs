@@ -158,12 +158,12 @@ impl Printer {
         ));
     }
 
-    fn item_event(&self, name: &str, original: Outcome) {
+    fn item_event(&self, name: &dyn std::fmt::Display, original: Outcome) {
         let outcome = original.describe();
         // Built only for JSON: a no-op mirror reports every item, and making
         // each object for nothing was 3% of its time.
         if self.mode == Mode::Json {
-            self.event("item", json!({"name": name, "outcome": outcome}));
+            self.event("item", json!({"name": name.to_string(), "outcome": outcome}));
         }
         if let Some(bar) = self.bar() {
             self.update_prefix(1, 0);
@@ -216,7 +216,7 @@ impl Reporter for Printer {
                     bar.inc(n);
                 }
             }
-            Event::Item { name, outcome } => self.item_event(name, outcome),
+            Event::Item { name, outcome } => self.item_event(&name, outcome),
             Event::Problem(problem) => self.problem_event(problem),
             Event::Warning(message) => {
                 self.event("warning", json!({"message": message}));
@@ -244,6 +244,13 @@ impl Reporter for Printer {
 /// the C1 controls, DEL), which bag-info or a file name may carry, are written as
 /// `\x1b`-style escapes, so what an item holds can never drive the terminal.
 pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    // Bytes first: C0 and DEL are single bytes, and every C1 control (U+0080 to
+    // U+009F) is written in UTF-8 as 0xC2 then a byte; text without them passes
+    // on a byte scan, without decoding characters.
+    let may_hold_control = |b: &u8| (*b < 0x20 && *b != b'\n' && *b != b'\t') || *b == 0x7f || *b == 0xc2;
+    if !text.as_bytes().iter().any(may_hold_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
     if !text.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
         return std::borrow::Cow::Borrowed(text);
     }
@@ -271,5 +278,17 @@ mod tests {
         assert_eq!(escape_controls("x\x1b[2Jy\x7f\r"), "x\\x1b[2Jy\\x7f\\x0d");
         assert_eq!(escape_controls("é\u{9b}2J\x07"), "é\\x9b2J\\x07");
         assert!(matches!(escape_controls("name\tünïcode\n"), std::borrow::Cow::Borrowed(_)));
+    }
+
+    proptest::proptest! {
+        /// The byte scan that passes text through is the character test it
+        /// stands for: text is passed unchanged exactly when it holds no control
+        /// but newline and tab (C0, DEL, C1 and the characters near them).
+        #[test]
+        fn the_byte_scan_passes_exactly_the_text_without_controls(text in "[\\x{0}-\\x{17f}\\x{2028}]{0,24}") {
+            let holds_control = text.chars().any(|c| c.is_control() && c != '\n' && c != '\t');
+            let passed = matches!(escape_controls(&text), std::borrow::Cow::Borrowed(_));
+            proptest::prop_assert_eq!(passed, !holds_control);
+        }
     }
 }

@@ -51,7 +51,7 @@ fn finish_migration(
     }
     for name in &sound {
         Tally::add(&tally.migrated, 1);
-        reporter.item(&name.to_string(), Outcome::Migrated);
+        reporter.item(&name, Outcome::Migrated);
     }
     Ok(())
 }
@@ -97,7 +97,7 @@ fn move_chunk(
         match outcome {
             Ok(()) => {
                 Tally::add(&tally.migrated, 1);
-                reporter.item(&name.to_string(), Outcome::Migrated);
+                reporter.item(&name, Outcome::Migrated);
             }
             Err(why) => {
                 Tally::add(&tally.conflicts, 1);
@@ -118,7 +118,7 @@ fn dry_move_chunk(src: &dyn Store, plans: Vec<Plan>, tally: &Tally, reporter: &d
             Plan::Copy(name) => {
                 Tally::add(&tally.migrated, 1);
                 Tally::add(&tally.bytes, item_bytes(src, &name));
-                reporter.item(&name.to_string(), Outcome::WouldMigrate);
+                reporter.item(&name, Outcome::WouldMigrate);
             }
             _ => {}
         }

@@ -226,7 +226,7 @@ impl<'a> Driver<'a> {
             };
             Tally::add(counter, 1);
             Tally::add(&self.tally.bytes, item_bytes(self.src, name));
-            self.reporter.item(&name.to_string(), what);
+            self.reporter.item(&name, what);
             in_dst.push(name.clone());
         }
         in_dst
@@ -282,7 +282,7 @@ impl<'a> Driver<'a> {
             Ok(None) => {}
             Err(e) => {
                 if let Plan::Copy(name) | Plan::Replace(name, _) = plan {
-                    self.reporter.item(&name.to_string(), Outcome::NotCopied { why: &e.to_string() });
+                    self.reporter.item(&name, Outcome::NotCopied { why: &e.to_string() });
                 }
                 chunk.failed.get_or_insert(e);
             }
@@ -346,7 +346,7 @@ impl<'a> Driver<'a> {
         match stage_copy((self.src, name), writer, replace, self.reporter)? {
             Ok(staged) => Ok(Some(staged)),
             Err(_) if vanished(self.src, name) => {
-                self.reporter.item(&name.to_string(), Outcome::Vanished);
+                self.reporter.item(&name, Outcome::Vanished);
                 Ok(None)
             }
             Err(problems) => {

@@ -131,7 +131,7 @@ impl Planner<'_> {
             return Ok(self.checksum(name));
         }
         Tally::add(&self.tally.skipped, 1);
-        self.reporter.item(&name.to_string(), Outcome::Unchanged);
+        self.reporter.item(&name, Outcome::Unchanged);
         Ok(Plan::Settled(name, true))
     }
 

@@ -82,13 +82,13 @@ impl Repairer<'_> {
         let bag_damage = problems.iter().any(|p| p.kind != ProblemKind::BrokenAlias);
         if !bag_damage {
             if problems.is_empty() {
-                self.reporter.item(&name.to_string(), Outcome::Unchanged);
+                self.reporter.item(&name, Outcome::Unchanged);
             } else if let Some(ibip) = check.info.as_ref().and_then(ibip_in) {
                 match self.writer {
-                    None => self.reporter.item(&name.to_string(), Outcome::WouldRestoreAlias),
+                    None => self.reporter.item(&name, Outcome::WouldRestoreAlias),
                     Some(writer) => {
                         writer.restore_alias(&ibip, &name)?;
-                        self.reporter.item(&name.to_string(), Outcome::AliasRestored);
+                        self.reporter.item(&name, Outcome::AliasRestored);
                     }
                 }
             }
@@ -124,7 +124,7 @@ impl Repairer<'_> {
         if problems.iter().any(|p| p.kind != ProblemKind::BrokenAlias) {
             return Ok(Plan::Replace(name, "damaged"));
         }
-        self.reporter.item(&name.to_string(), Outcome::Unchanged);
+        self.reporter.item(&name, Outcome::Unchanged);
         Ok(Plan::Settled(name, false))
     }
 

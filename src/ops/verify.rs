@@ -331,7 +331,7 @@ pub(crate) fn verify_one(
     let (check, mut problems) = verify_item(store, name, reporter);
     problems.extend(against_inventory(store, name, recorded, check.identity.clone()));
     if !problems.is_empty() && vanished(store, name) {
-        reporter.item(&name.to_string(), Outcome::Vanished);
+        reporter.item(&name, Outcome::Vanished);
         return;
     }
     let date = crate::store::inventory::fixity_date(crate::id::Timestamp::now());
@@ -344,7 +344,7 @@ pub(crate) fn verify_one(
     for problem in &problems {
         counters.report(reporter, problem);
     }
-    reporter.item(&name.to_string(), if problems.is_empty() { Outcome::Ok } else { Outcome::Damaged });
+    reporter.item(&name, if problems.is_empty() { Outcome::Ok } else { Outcome::Damaged });
 }
 
 /// Verifies every item the walk finds, paired with the inventory's records;

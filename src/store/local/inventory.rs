@@ -35,6 +35,22 @@ CREATE TABLE IF NOT EXISTS items (
 ) WITHOUT ROWID;
 ";
 
+/// The columns a reader in name order takes from every row (`list`, the states a
+/// no-op mirror and a verify compare, the witness's present names), in an index
+/// of their own: a record with its versions and keys is about 400 bytes, these
+/// about 140, so a scan reads a third of the pages. Made with the table, and
+/// added to an older inventory at its next write (`add_indexes`).
+const STATES_INDEX: &str = "CREATE INDEX IF NOT EXISTS items_states ON items (prefix, suffix, status, digest, ibip);";
+
+/// The readers in name order that `STATES_INDEX` serves alone: the states of
+/// a range of names, a page of summaries, a page of present names.
+const STATES_IN_RANGE: &str = "SELECT prefix, suffix, status, digest FROM items \
+    WHERE (prefix, suffix) >= (?1, ?2) AND (prefix, suffix) <= (?3, ?4) ORDER BY prefix, suffix";
+const SUMMARIES_AFTER: &str = "SELECT prefix, suffix, ibip, status, digest FROM items \
+    WHERE (prefix, suffix) > (?1, ?2) ORDER BY prefix, suffix LIMIT ?3";
+const PRESENT_AFTER: &str = "SELECT prefix, suffix FROM items \
+    WHERE (prefix, suffix) > (?1, ?2) AND status = ?3 ORDER BY prefix, suffix LIMIT ?4";
+
 /// How many records a page of `all` reads at once.
 const PAGE: usize = 4096;
 
@@ -141,6 +157,43 @@ impl NameReader {
             RepositoryName::parse(&format!("{prefix}/{suffix}")).map_err(|e| format!("{prefix}/{suffix}: {e}"))?;
         self.last = Some((prefix.to_string(), name.clone()));
         Ok(name)
+    }
+}
+
+/// The key columns' texts of a run of names: each prefix is written once for
+/// the names after it that share it (a chunk of a walk shares one or a few),
+/// each suffix for its own name.
+struct KeyTexts {
+    prefixes: Vec<String>,
+    keys: Vec<(usize, String)>,
+}
+
+impl KeyTexts {
+    fn of(names: &[RepositoryName]) -> KeyTexts {
+        let mut texts = KeyTexts { prefixes: Vec::new(), keys: Vec::with_capacity(names.len()) };
+        let mut last: Option<&crate::id::Prefix> = None;
+        for name in names {
+            if last != Some(name.prefix()) {
+                texts.prefixes.push(name.prefix().to_string());
+                last = Some(name.prefix());
+            }
+            texts.keys.push((texts.prefixes.len() - 1, name.suffix().to_string()));
+        }
+        texts
+    }
+
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    fn get(&self, at: usize) -> (&str, &str) {
+        let (prefix, suffix) = &self.keys[at];
+        (&self.prefixes[*prefix], suffix)
+    }
+
+    /// Whether the keys rise strictly, as SQLite orders them.
+    fn ascending(&self) -> bool {
+        (1..self.len()).all(|at| self.get(at - 1) < self.get(at))
     }
 }
 
@@ -280,6 +333,11 @@ impl Inventory {
         probed.and(rolled_back)
     }
 
+    /// Adds the indexes an older inventory lacks (`STATES_INDEX`). Under the lease.
+    pub fn add_indexes(&mut self) -> Result<()> {
+        self.setup(STATES_INDEX)
+    }
+
     pub fn add_columns(&mut self) -> Result<()> {
         if self.has_column("keys")? {
             return Ok(());
@@ -335,7 +393,7 @@ impl Inventory {
                 conn: Connection::open_with_flags(&temp, OpenFlags::default() | OpenFlags::SQLITE_OPEN_NOFOLLOW)
                     .map_err(|e| sql_error(&temp, e))?,
             };
-            building.setup(&format!("PRAGMA synchronous = FULL; {SCHEMA}"))?;
+            building.setup(&format!("PRAGMA synchronous = FULL; {SCHEMA} {STATES_INDEX}"))?;
             let mut batch = Vec::with_capacity(PAGE);
             for record in records {
                 batch.push(record?);
@@ -518,8 +576,7 @@ impl Inventory {
         let path = self.path.clone();
         let err = |e| sql_error(&path, e);
         let tx = self.conn.transaction().map_err(err)?;
-        let keys: Vec<(String, String)> =
-            names.iter().map(|n| (n.prefix().to_string(), n.suffix().to_string())).collect();
+        let keys = KeyTexts::of(names);
         let mut found = vec![None; keys.len()];
         // A status this version does not know is damage, never "not recorded".
         let state = |row: &rusqlite::Row, from: usize| -> rusqlite::Result<(Status, String)> {
@@ -530,21 +587,19 @@ impl Inventory {
             })?;
             Ok((status, row.get(from + 1)?))
         };
-        if keys.len() >= 8 && keys.windows(2).all(|w| w[0] < w[1]) {
+        if keys.len() >= 8 && keys.ascending() {
             // One range scan in key order, merged with the names (also in key order).
-            let (first, last) = (&keys[0], &keys[keys.len() - 1]);
-            let sql = "SELECT prefix, suffix, status, digest FROM items WHERE (prefix, suffix) >= (?1, ?2) \
-                       AND (prefix, suffix) <= (?3, ?4) ORDER BY prefix, suffix";
-            let mut select = tx.prepare_cached(sql).map_err(err)?;
+            let (first, last) = (keys.get(0), keys.get(keys.len() - 1));
+            let mut select = tx.prepare_cached(STATES_IN_RANGE).map_err(err)?;
             let mut rows = select.query(params![first.0, first.1, last.0, last.1]).map_err(err)?;
             let mut at = 0;
             while let Some(row) = rows.next().map_err(err)? {
                 let text = |i| row.get_ref(i).ok().and_then(|v| v.as_str().ok()).unwrap_or_default();
                 let key = (text(0), text(1));
-                while at < keys.len() && (keys[at].0.as_str(), keys[at].1.as_str()) < key {
+                while at < keys.len() && keys.get(at) < key {
                     at += 1;
                 }
-                if at < keys.len() && (keys[at].0.as_str(), keys[at].1.as_str()) == key {
+                if at < keys.len() && keys.get(at) == key {
                     found[at] = Some(state(row, 2).map_err(err)?);
                     at += 1;
                 }
@@ -552,7 +607,8 @@ impl Inventory {
         } else {
             let sql = "SELECT status, digest FROM items WHERE prefix = ?1 AND suffix = ?2";
             let mut select = tx.prepare_cached(sql).map_err(err)?;
-            for (key, slot) in keys.iter().zip(found.iter_mut()) {
+            for (at, slot) in found.iter_mut().enumerate() {
+                let key = keys.get(at);
                 *slot = select.query_row(params![key.0, key.1], |row| state(row, 0)).optional().map_err(err)?;
             }
         }
@@ -597,9 +653,7 @@ impl Inventory {
     /// Up to `PAGE` record summaries after `after`, in name order: five short
     /// columns, each name checked, the IBIp kept only when it parses (as `page` does).
     pub fn summary_page(&self, after: Option<&RepositoryName>) -> Result<Vec<RecordSummary>> {
-        let sql = "SELECT prefix, suffix, ibip, status, digest FROM items WHERE (prefix, suffix) > (?1, ?2) \
-                   ORDER BY prefix, suffix LIMIT ?3";
-        let mut select = self.conn.prepare_cached(sql).map_err(|e| sql_error(&self.path, e))?;
+        let mut select = self.conn.prepare_cached(SUMMARIES_AFTER).map_err(|e| sql_error(&self.path, e))?;
         let (prefix, suffix) =
             after.map_or((String::new(), String::new()), |n| (n.prefix().to_string(), n.suffix().to_string()));
         let mut rows = select.query(params![prefix, suffix, PAGE as i64]).map_err(|e| sql_error(&self.path, e))?;
@@ -617,15 +671,12 @@ impl Inventory {
 
     /// Up to `PAGE` names of present items after `after`, in name order.
     pub fn present_page(&self, after: Option<&RepositoryName>) -> Result<Vec<RepositoryName>> {
-        let sql = format!(
-            "SELECT prefix, suffix FROM items WHERE (prefix, suffix) > (?1, ?2) AND status = '{}' \
-             ORDER BY prefix, suffix LIMIT {PAGE}",
-            Status::Present.as_str()
-        );
-        let mut select = self.conn.prepare_cached(&sql).map_err(|e| sql_error(&self.path, e))?;
+        let mut select = self.conn.prepare_cached(PRESENT_AFTER).map_err(|e| sql_error(&self.path, e))?;
         let (prefix, suffix) =
             after.map_or((String::new(), String::new()), |n| (n.prefix().to_string(), n.suffix().to_string()));
-        let mut rows = select.query(params![prefix, suffix]).map_err(|e| sql_error(&self.path, e))?;
+        let mut rows = select
+            .query(params![prefix, suffix, Status::Present.as_str(), PAGE as i64])
+            .map_err(|e| sql_error(&self.path, e))?;
         let (mut page, mut names) = (Vec::with_capacity(PAGE), NameReader::default());
         while let Some(row) = rows.next().map_err(|e| sql_error(&self.path, e))? {
             let text = |i| row.get_ref(i).and_then(|v| Ok(v.as_str()?));
@@ -887,6 +938,29 @@ mod tests {
         assert_eq!(listed, expected);
         let present: Vec<String> = inventory.present_page(None).unwrap().iter().map(ToString::to_string).collect();
         assert_eq!(present, expected.iter().map(|(text, _)| text.clone()).collect::<Vec<_>>());
+    }
+
+    /// Every reader in name order is served by the states index alone (a
+    /// column it lacks would send the scan back to the whole records), and an
+    /// inventory made before the index gains it at its next write.
+    #[test]
+    fn the_name_order_readers_scan_only_the_states_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut inventory = Inventory::create(&dir.path().join("inventory.sqlite"), std::iter::empty()).unwrap();
+        let plan = |inventory: &Inventory, sql: &str| -> String {
+            let explain = format!("EXPLAIN QUERY PLAN {sql}");
+            let mut select = inventory.conn.prepare(&explain).unwrap();
+            let blanks = rusqlite::params_from_iter(std::iter::repeat_n("", select.parameter_count()));
+            let rows = select.query_map(blanks, |row| row.get::<_, String>(3));
+            rows.unwrap().collect::<rusqlite::Result<Vec<_>>>().unwrap().join("; ")
+        };
+        for sql in [STATES_IN_RANGE, SUMMARIES_AFTER, PRESENT_AFTER] {
+            assert!(plan(&inventory, sql).contains("COVERING INDEX items_states"), "{sql}: {}", plan(&inventory, sql));
+        }
+        inventory.conn.execute_batch("DROP INDEX items_states;").unwrap();
+        assert!(!plan(&inventory, SUMMARIES_AFTER).contains("items_states"));
+        inventory.add_indexes().unwrap();
+        assert!(plan(&inventory, SUMMARIES_AFTER).contains("COVERING INDEX items_states"));
     }
 
     /// The two fields verify reads alone agree with whole records, by either
