@@ -106,7 +106,7 @@ prop_compose! {
         if !subdomain.is_empty() { subdomain.push('.'); }
         subdomain.push_str(&last);
         let port = port.map(|(at, p)| (if at { PortSeparator::At } else { PortSeparator::Dot }, p));
-        let prefix = Prefix { subdomain, word, port };
+        let prefix = Prefix { subdomain: subdomain.into(), word: word.into(), port };
         let date = Timestamp::from_nanos(secs as i128 * 1_000_000_000 + nanos as i128);
         RepositoryName::from_prefix_and_date(&prefix, date).unwrap()
     }
@@ -153,6 +153,25 @@ proptest! {
         prop_assert_eq!(a.cmp(&b), a.to_string().cmp(&b.to_string()));
         let same_prefix = RepositoryName::from_prefix_and_date(a.prefix(), Timestamp::from_nanos(secs as i128 * 1_000_000_000)).unwrap();
         prop_assert_eq!(a.cmp(&same_prefix), a.to_string().cmp(&same_prefix.to_string()));
+    }
+
+    /// The fields of a time, split at the byte `.`, are `str::split`'s.
+    #[test]
+    fn time_fields_are_the_pieces_split_gives(time in "[0-9.é]{0,24}") {
+        let (fields, count) = super::time_fields(&time);
+        let pieces: Vec<&str> = time.split('.').collect();
+        prop_assert_eq!(count, pieces.len());
+        prop_assert_eq!(&fields[..count.min(6)], &pieces[..count.min(6)]);
+    }
+
+    /// A sibling parsed from its time alone is the whole parse of its name,
+    /// for any time, including those that are not one (then neither parses).
+    #[test]
+    fn a_sibling_of_any_time_agrees_with_the_whole_parse(time in "[0-9]{1,2}(\\.[0-9]{1,3}){0,6}") {
+        let first = RepositoryName::parse("sid.inpe.br/mtc-m18/2024/02.16.17.46").unwrap();
+        let whole = RepositoryName::parse(&format!("sid.inpe.br/mtc-m18/2024/{time}")).ok();
+        let sibling = first.sibling(&time);
+        prop_assert_eq!(sibling.map(|n| (n.to_string(), n.date())), whole.map(|n| (n.to_string(), n.date())));
     }
 
     #[test]

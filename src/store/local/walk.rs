@@ -135,6 +135,12 @@ impl ItemWalker {
         let mut dir = self.root.clone();
         dir.extend(components);
         let mut listing = Listing::default();
+        // A folder's size foretells about how many names it holds (tmpfs counts
+        // 20 bytes a name, ext4 its blocks of entries of 12 bytes and more), so a
+        // year's folder is listed into room made once, not grown by doubling.
+        let hint = fs::symlink_metadata(&dir).map_or(0, |m| m.len() / 20).min(1 << 22) as usize;
+        listing.names.reserve(hint);
+        listing.text.reserve(hint * 20);
         for entry in fs::read_dir(&dir).with_path("list", &dir)? {
             let entry = entry.with_path("list", &dir)?;
             match entry.file_name().into_string() {
@@ -157,27 +163,13 @@ impl ItemWalker {
         Ok(listing)
     }
 
+    /// A folder above the items' depth: listed, and its names visited next.
     fn visit(&mut self, components: Vec<String>, is_dir: std::result::Result<bool, String>) -> Option<Result<Entry>> {
-        let mut path = self.root.clone();
-        path.extend(&components);
-        let stray = |why: &str| Some(Ok(Entry::Stray { path: path.clone(), why: why.to_string() }));
+        let path = path_of(&self.root, &components, None);
         match is_dir {
-            Err(e) => return stray(&format!("cannot be inspected: {e}")),
-            Ok(false) => return stray("not a directory"),
+            Err(e) => return Some(Ok(Entry::Stray { path, why: format!("cannot be inspected: {e}") })),
+            Ok(false) => return Some(Ok(Entry::Stray { path, why: "not a directory".into() })),
             Ok(true) => {}
-        }
-        if components.len() == DEPTH {
-            if let Some(name) = self.sibling_of_last(&components) {
-                return Some(Ok(Entry::Item(Item { name, path })));
-            }
-            return match RepositoryName::parse(&components.join("/")) {
-                Ok(name) if name.components().as_slice() == components.as_slice() => {
-                    self.last = Some((name.clone(), components[..DEPTH - 1].to_vec()));
-                    Some(Ok(Entry::Item(Item { name, path })))
-                }
-                Ok(_) => stray("not in canonical (lower-case) form"),
-                Err(e) => stray(&format!("not a repository name: {}", e.problem)),
-            };
         }
         match self.listing(&components) {
             Ok(names) => self.stack.push((components, names)),
@@ -187,13 +179,46 @@ impl ItemWalker {
     }
 }
 
-impl ItemWalker {
-    /// The item at `components` when it lies in the last item's folder (the
-    /// same canonical prefix and year): its time parsed alone, kept as written.
-    fn sibling_of_last(&self, components: &[String]) -> Option<RepositoryName> {
-        let (last, folder) = self.last.as_ref()?;
-        let (time, in_folder) = components.split_last()?;
-        (in_folder == folder.as_slice()).then(|| last.sibling(time)).flatten()
+/// The path of `components` (and `last`) under `root`, made at its length at once.
+fn path_of(root: &std::path::Path, components: &[String], last: Option<&str>) -> PathBuf {
+    let parts = components.iter().map(String::as_str).chain(last);
+    let length = root.as_os_str().len() + parts.clone().map(|part| part.len() + 1).sum::<usize>();
+    let mut path = PathBuf::with_capacity(length);
+    path.push(root);
+    parts.for_each(|part| path.push(part));
+    path
+}
+
+/// The entry `time` in the year folder `folder`: an item, or a stray. Its name
+/// is parsed from its time alone when the last item lies in the same folder
+/// (the same canonical prefix and year), kept as written; otherwise whole,
+/// and it becomes the last. Neither the folder's components nor the root are
+/// copied but into the item's path.
+fn visit_item(
+    (root, folder): (&std::path::Path, &[String]),
+    time: String,
+    is_dir: std::result::Result<bool, String>,
+    last: &mut Option<(RepositoryName, Vec<String>)>,
+) -> Entry {
+    let path = path_of(root, folder, Some(&time));
+    match is_dir {
+        Err(e) => return Entry::Stray { path, why: format!("cannot be inspected: {e}") },
+        Ok(false) => return Entry::Stray { path, why: "not a directory".into() },
+        Ok(true) => {}
+    }
+    let sibling = last.as_ref().filter(|(_, in_folder)| in_folder.as_slice() == folder);
+    if let Some(name) = sibling.and_then(|(name, _)| name.sibling(&time)) {
+        return Entry::Item(Item { name, path });
+    }
+    let mut components = folder.to_vec();
+    components.push(time);
+    match RepositoryName::parse(&components.join("/")) {
+        Ok(name) if name.components().as_slice() == components.as_slice() => {
+            *last = Some((name.clone(), folder.to_vec()));
+            Entry::Item(Item { name, path })
+        }
+        Ok(_) => Entry::Stray { path, why: "not in canonical (lower-case) form".into() },
+        Err(e) => Entry::Stray { path, why: format!("not a repository name: {}", e.problem) },
     }
 }
 
@@ -217,6 +242,9 @@ impl Iterator for ItemWalker {
                 self.stack.pop();
                 continue;
             };
+            if components.len() + 1 == DEPTH {
+                return Some(Ok(visit_item((&self.root, components), name, is_dir, &mut self.last)));
+            }
             let mut child = components.clone();
             child.push(name);
             if let Some(found) = self.visit(child, is_dir) {
