@@ -280,7 +280,17 @@ fn time_fields(time: &str) -> ([&str; 6], usize) {
 
 impl fmt::Display for Suffix {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.year, self.time)
+        f.write_str(&self.year)?;
+        f.write_str("/")?;
+        f.write_str(&self.time)
+    }
+}
+
+impl Suffix {
+    /// The suffix as text, made at its length (the inventory's key column):
+    /// what `to_string` gives, without the formatting machinery.
+    pub fn text(&self) -> String {
+        [&*self.year, "/", &self.time].concat()
     }
 }
 
@@ -371,6 +381,11 @@ impl fmt::Display for RepositoryName {
 /// them in (each level sorted as `component/`), so sorted walks can be merged.
 impl Ord for RepositoryName {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // Names of one prefix and year (a walk's, a merge's) differ in their
+        // times alone, and the times order as the whole texts do.
+        if self.prefix == other.prefix && self.suffix.year == other.suffix.year {
+            return self.suffix.time.as_bytes().cmp(other.suffix.time.as_bytes());
+        }
         self.text_bytes().cmp(other.text_bytes())
     }
 }

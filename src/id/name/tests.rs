@@ -138,6 +138,7 @@ proptest! {
         let parsed = RepositoryName::parse(&text).unwrap();
         prop_assert_eq!(&parsed, &name);
         prop_assert_eq!(parsed.to_string(), text.clone());
+        prop_assert_eq!(parsed.suffix().text(), parsed.suffix().to_string());
         prop_assert_eq!(RepositoryName::parse(&text.to_uppercase()).unwrap(), name);
     }
 
@@ -172,6 +173,14 @@ proptest! {
         let whole = RepositoryName::parse(&format!("sid.inpe.br/mtc-m18/2024/{time}")).ok();
         let sibling = first.sibling(&time);
         prop_assert_eq!(sibling.map(|n| (n.to_string(), n.date())), whole.map(|n| (n.to_string(), n.date())));
+    }
+
+    /// Names of one prefix and year compare by their times: as their texts do.
+    #[test]
+    fn names_of_one_year_order_as_their_text(a in any_name(), x in 0i64..31_622_400_000_000, y in 0i64..31_622_400_000_000) {
+        let in_2024 = |micros: i64| Timestamp::from_nanos((1_704_067_200_000_000 + micros) as i128 * 1_000);
+        let (p, q) = (RepositoryName::from_prefix_and_date(a.prefix(), in_2024(x)).unwrap(), RepositoryName::from_prefix_and_date(a.prefix(), in_2024(y)).unwrap());
+        prop_assert_eq!(p.cmp(&q), p.to_string().cmp(&q.to_string()));
     }
 
     #[test]

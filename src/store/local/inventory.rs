@@ -177,7 +177,7 @@ impl KeyTexts {
                 texts.prefixes.push(name.prefix().to_string());
                 last = Some(name.prefix());
             }
-            texts.keys.push((texts.prefixes.len() - 1, name.suffix().to_string()));
+            texts.keys.push((texts.prefixes.len() - 1, name.suffix().text()));
         }
         texts
     }

@@ -1,5 +1,5 @@
 //! Streaming, sorted walk over a collection's items: four directory levels,
-//! one sorted listing per level held at a time, packed (`Listing`, about 36
+//! one sorted listing per level held at a time, packed (`Listing`, about 28
 //! bytes a name). All of a year's items share one folder, so that folder's
 //! listing is the most a walk holds; nothing else grows with the collection,
 //! and each item's name is made only as it is visited. Dot-entries (`.ibi`, `.ibip`) are
@@ -40,59 +40,94 @@ const DEPTH: usize = 4;
 /// One name of a listing and whether it is a real directory (never through a link).
 type Listed = (String, std::result::Result<bool, String>);
 
-/// One folder's names, packed into one buffer and sorted, handed out in turn.
-/// A year's folder holds every item of the year: a million names are some
-/// 20 MB of text here, where a `String` and a `Result` each took about 70 MB.
+/// One folder's names as they are read: packed into one buffer, with where
+/// each starts, its length and what it is (8 bytes a name; a folder's names
+/// past 4 GiB of text are not listed). `sorted` makes the `Listing`.
 #[derive(Default)]
-struct Listing {
+struct Gathered {
     text: Vec<u8>,
-    /// Each name: where its text starts and ends in `text`, and what it is
-    /// (16 bytes a name; a folder's names past 4 GiB of text are not listed).
-    names: Vec<(u32, u32, Kind)>,
-    /// Why a name's type could not be read, for the rare `Kind::Unreadable`.
-    unreadable: Vec<String>,
-    next: usize,
+    names: Vec<(u32, u16, Kind)>,
+    /// Why a name's type could not be read, by where its text starts, for the
+    /// rare `Kind::Unreadable`.
+    unreadable: Vec<(u32, String)>,
 }
 
-#[derive(Clone, Copy)]
+/// One folder's names in order, handed out in turn, each written as the
+/// length it shares with the name before, then the rest (front coding): a
+/// year's folder holds every item of the year, and its names differ from one
+/// another in their last few digits, so a million of them take about 9 MB
+/// (text and places: 27 MB while they are read and sorted, and a `String`
+/// and a `Result` each took about 70 MB).
+#[derive(Default)]
+struct Listing {
+    /// Per name: its kind, the bytes it shares with the name before, the
+    /// length of the rest (two bytes, little-endian), the rest.
+    coded: Vec<u8>,
+    /// The reasons of the `Kind::Unreadable` names, in their order.
+    unreadable: std::collections::VecDeque<String>,
+    read_at: usize,
+    current: Vec<u8>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Dir,
     NotDir,
-    Unreadable(u32),
+    Unreadable,
 }
 
-impl Listing {
+impl Gathered {
     fn push(&mut self, name: &str, is_dir: std::result::Result<bool, String>) -> std::result::Result<(), String> {
-        let (start, end) = (self.text.len(), self.text.len() + name.len());
-        let (Ok(start), Ok(end)) = (u32::try_from(start), u32::try_from(end)) else {
+        let (Ok(start), Ok(_)) = (u32::try_from(self.text.len()), u32::try_from(self.text.len() + name.len())) else {
             return Err("its names hold more than 4 GiB of text: not listed".to_string());
+        };
+        // No file system gives a name of more than 255 bytes.
+        let Ok(length) = u16::try_from(name.len()) else {
+            return Err("it holds a name of more than 64 KiB: not listed".to_string());
         };
         let kind = match is_dir {
             Ok(true) => Kind::Dir,
             Ok(false) => Kind::NotDir,
             Err(why) => {
-                self.unreadable.push(why);
-                Kind::Unreadable(self.unreadable.len() as u32 - 1)
+                self.unreadable.push((start, why));
+                Kind::Unreadable
             }
         };
-        self.names.push((start, end, kind));
+        self.names.push((start, length, kind));
         self.text.extend_from_slice(name.as_bytes());
         Ok(())
     }
 
-    fn text(&self, (start, end): (u32, u32)) -> &[u8] {
-        &self.text[start as usize..end as usize]
+    fn text(&self, start: u32, length: u16) -> &[u8] {
+        &self.text[start as usize..start as usize + usize::from(length)]
     }
 
-    /// Sorts by name, or by name and a `/` after it (a folder of a level above the items).
-    fn sort(&mut self, as_folders: bool) {
+    /// The names sorted, or sorted with a `/` after each (the folders of a
+    /// level above the items), front-coded.
+    fn sorted(mut self, as_folders: bool) -> Listing {
         let mut names = std::mem::take(&mut self.names);
-        let name = |&(start, end, _): &(u32, u32, Kind)| self.text((start, end));
+        let mut unreadable = std::mem::take(&mut self.unreadable);
+        let name = |&(start, length, _): &(u32, u16, Kind)| self.text(start, length);
         match as_folders {
             true => names.sort_unstable_by(|a, b| name(a).iter().chain(b"/").cmp(name(b).iter().chain(b"/"))),
             false => names.sort_unstable_by(|a, b| name(a).cmp(name(b))),
         }
-        self.names = names;
+        let mut listing = Listing { coded: Vec::with_capacity(names.len() * 10), ..Listing::default() };
+        let mut before: &[u8] = &[];
+        for &(start, length, kind) in &names {
+            let text = self.text(start, length);
+            let shared = text.iter().zip(before).take_while(|(a, b)| a == b).count().min(usize::from(u8::MAX));
+            let rest = u16::try_from(text.len() - shared).expect("a name's length fits its u16");
+            listing.coded.extend_from_slice(&[kind as u8, shared as u8]);
+            listing.coded.extend_from_slice(&rest.to_le_bytes());
+            listing.coded.extend_from_slice(&text[shared..]);
+            if kind == Kind::Unreadable {
+                let at = unreadable.iter().position(|(from, _)| *from == start);
+                listing.unreadable.push_back(at.map(|at| unreadable.swap_remove(at).1).unwrap_or_default());
+            }
+            before = text;
+        }
+        listing
     }
 }
 
@@ -100,13 +135,18 @@ impl Iterator for Listing {
     type Item = Listed;
 
     fn next(&mut self) -> Option<Listed> {
-        let &(start, end, kind) = self.names.get(self.next)?;
-        self.next += 1;
-        let name = String::from_utf8_lossy(self.text((start, end))).into_owned();
+        let &[kind, shared, rest_low, rest_high] = self.coded.get(self.read_at..self.read_at + 4)? else {
+            return None;
+        };
+        let rest = self.read_at + 4..self.read_at + 4 + usize::from(u16::from_le_bytes([rest_low, rest_high]));
+        self.current.truncate(usize::from(shared));
+        self.current.extend_from_slice(&self.coded[rest.clone()]);
+        self.read_at = rest.end;
+        let name = String::from_utf8_lossy(&self.current).into_owned();
         let is_dir = match kind {
-            Kind::Dir => Ok(true),
-            Kind::NotDir => Ok(false),
-            Kind::Unreadable(at) => Err(std::mem::take(&mut self.unreadable[at as usize])),
+            k if k == Kind::Dir as u8 => Ok(true),
+            k if k == Kind::NotDir as u8 => Ok(false),
+            _ => Err(self.unreadable.pop_front().unwrap_or_default()),
         };
         Some((name, is_dir))
     }
@@ -134,7 +174,7 @@ impl ItemWalker {
     fn listing(&mut self, components: &[String]) -> Result<Listing> {
         let mut dir = self.root.clone();
         dir.extend(components);
-        let mut listing = Listing::default();
+        let mut listing = Gathered::default();
         // A folder's size foretells about how many names it holds (tmpfs counts
         // 20 bytes a name, ext4 its blocks of entries of 12 bytes and more), so a
         // year's folder is listed into room made once, not grown by doubling.
@@ -159,8 +199,7 @@ impl ItemWalker {
                 }
             }
         }
-        listing.sort(components.len() + 1 < DEPTH);
-        Ok(listing)
+        Ok(listing.sorted(components.len() + 1 < DEPTH))
     }
 
     /// A folder above the items' depth: listed, and its names visited next.
@@ -251,5 +290,57 @@ impl Iterator for ItemWalker {
                 return Some(found);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A listed name costs its text and 8 bytes (a million names of a year's
+    /// folder: 8 MB of places, where 16 bytes a name took 16 MB).
+    #[test]
+    fn a_listed_names_place_is_eight_bytes() {
+        assert_eq!(std::mem::size_of::<(u32, u16, super::Kind)>(), 8);
+    }
+
+    /// A listing hands out the names it gathered, sorted, each whole and with
+    /// its kind (front coding drops the bytes a name shares with the one before).
+    #[test]
+    fn a_listing_hands_out_each_name_sorted_and_whole() {
+        // Two long names share more bytes than a shared length holds (255).
+        let (long, longer) = ("x".repeat(300), format!("{}y", "x".repeat(300)));
+        let names = [
+            "11.27.00.46.58.2107",
+            "11.27.00.46.58.21",
+            "11.27.00.46.58.2",
+            "a",
+            "",
+            "11.27.00.46.58.2108",
+            &long,
+            &longer,
+        ];
+        let mut gathered = super::Gathered::default();
+        for (i, name) in names.iter().enumerate() {
+            let kind = match i % 3 {
+                0 => Ok(true),
+                1 => Ok(false),
+                _ => Err(format!("why {i}")),
+            };
+            gathered.push(name, kind).unwrap();
+        }
+        let listed: Vec<_> = gathered.sorted(false).collect();
+        let mut expected: Vec<_> = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let kind = match i % 3 {
+                    0 => Ok(true),
+                    1 => Ok(false),
+                    _ => Err(format!("why {i}")),
+                };
+                (name.to_string(), kind)
+            })
+            .collect();
+        expected.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(listed, expected);
     }
 }
