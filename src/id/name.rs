@@ -177,8 +177,16 @@ impl Prefix {
 }
 
 impl fmt::Display for Prefix {
+    /// `subdomain/word[.port]`, written piece by piece (`word_port` makes a String).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.subdomain, self.word_port())
+        f.write_str(&self.subdomain)?;
+        f.write_str("/")?;
+        f.write_str(&self.word)?;
+        match self.port {
+            None => Ok(()),
+            Some((PortSeparator::Dot, p)) => write!(f, ".{p}"),
+            Some((PortSeparator::At, p)) => write!(f, "@{p}"),
+        }
     }
 }
 
