@@ -1,6 +1,6 @@
 //! Streaming, sorted walk over a collection's items: four directory levels,
-//! one sorted listing per level held at a time, packed (`Listing`, about 28
-//! bytes a name). All of a year's items share one folder, so that folder's
+//! one sorted listing per level held at a time, front-coded (`Listing`, about
+//! 9 bytes a name). All of a year's items share one folder, so that folder's
 //! listing is the most a walk holds; nothing else grows with the collection,
 //! and each item's name is made only as it is visited. Dot-entries (`.ibi`, `.ibip`) are
 //! skipped; anything that is not an item, and any folder that cannot be
