@@ -197,6 +197,38 @@ impl KeyTexts {
     }
 }
 
+/// One range scan from the first of `keys` to the last (`sql` binds them as
+/// ?1 to ?4 and selects prefix and suffix first, in key order), merged with
+/// the keys (ascending): what `read` makes of each key's row, `None` for a key
+/// with no row.
+fn merge_range<T>(
+    tx: &rusqlite::Transaction,
+    path: &Path,
+    sql: &str,
+    keys: &KeyTexts,
+    read: impl Fn(&rusqlite::Row) -> rusqlite::Result<T>,
+) -> Result<Vec<Option<T>>> {
+    let err = |e| sql_error(path, e);
+    let mut found: Vec<Option<T>> = std::iter::repeat_with(|| None).take(keys.len()).collect();
+    let Some(last) = keys.len().checked_sub(1) else { return Ok(found) };
+    let (first, last) = (keys.get(0), keys.get(last));
+    let mut select = tx.prepare_cached(sql).map_err(err)?;
+    let mut rows = select.query(params![first.0, first.1, last.0, last.1]).map_err(err)?;
+    let mut at = 0;
+    while let Some(row) = rows.next().map_err(err)? {
+        let text = |i| row.get_ref(i).ok().and_then(|v| v.as_str().ok()).unwrap_or_default();
+        let key = (text(0), text(1));
+        while at < keys.len() && keys.get(at) < key {
+            at += 1;
+        }
+        if at < keys.len() && keys.get(at) == key {
+            found[at] = Some(read(row).map_err(err)?);
+            at += 1;
+        }
+    }
+    Ok(found)
+}
+
 /// The summary of a row of `SELECT prefix, suffix, ibip, status, digest`.
 fn summary_of(
     row: &rusqlite::Row,
@@ -533,28 +565,15 @@ impl Inventory {
         path: &Path,
         names: &[RepositoryName],
     ) -> Result<Option<Vec<Option<std::result::Result<ItemRecord, String>>>>> {
-        let key = |n: &RepositoryName| (n.prefix().to_string(), n.suffix().to_string());
-        let keys: Vec<(String, String)> = names.iter().map(key).collect();
-        if keys.len() < 8 || !keys.windows(2).all(|w| w[0] < w[1]) {
+        let keys = KeyTexts::of(names);
+        if keys.len() < 8 || !keys.ascending() {
             return Ok(None);
         }
-        let (first, last) = (&keys[0], &keys[keys.len() - 1]);
         let sql = format!(
             "SELECT {COLUMNS} FROM items WHERE (prefix, suffix) >= (?1, ?2) AND (prefix, suffix) <= (?3, ?4) \
              ORDER BY prefix, suffix"
         );
-        let mut select = tx.prepare_cached(&sql).map_err(|e| sql_error(path, e))?;
-        let rows = select
-            .query_map(params![first.0, first.1, last.0, last.1], |row| {
-                Ok(((row.get::<_, String>(0)?, row.get::<_, String>(1)?), row_to_record(row)?))
-            })
-            .map_err(|e| sql_error(path, e))?;
-        let mut found: std::collections::HashMap<(String, String), _> = std::collections::HashMap::new();
-        for row in rows {
-            let (k, record) = row.map_err(|e| sql_error(path, e))?;
-            found.insert(k, record);
-        }
-        Ok(Some(keys.iter().map(|k| found.remove(k)).collect()))
+        merge_range(tx, path, &sql, &keys, row_to_record).map(Some)
     }
 
     /// The current identity digest of each of `names` that the inventory records as
@@ -577,7 +596,6 @@ impl Inventory {
         let err = |e| sql_error(&path, e);
         let tx = self.conn.transaction().map_err(err)?;
         let keys = KeyTexts::of(names);
-        let mut found = vec![None; keys.len()];
         // A status this version does not know is damage, never "not recorded".
         let state = |row: &rusqlite::Row, from: usize| -> rusqlite::Result<(Status, String)> {
             let text = row.get_ref(from)?.as_str()?;
@@ -587,31 +605,17 @@ impl Inventory {
             })?;
             Ok((status, row.get(from + 1)?))
         };
-        if keys.len() >= 8 && keys.ascending() {
-            // One range scan in key order, merged with the names (also in key order).
-            let (first, last) = (keys.get(0), keys.get(keys.len() - 1));
-            let mut select = tx.prepare_cached(STATES_IN_RANGE).map_err(err)?;
-            let mut rows = select.query(params![first.0, first.1, last.0, last.1]).map_err(err)?;
-            let mut at = 0;
-            while let Some(row) = rows.next().map_err(err)? {
-                let text = |i| row.get_ref(i).ok().and_then(|v| v.as_str().ok()).unwrap_or_default();
-                let key = (text(0), text(1));
-                while at < keys.len() && keys.get(at) < key {
-                    at += 1;
-                }
-                if at < keys.len() && keys.get(at) == key {
-                    found[at] = Some(state(row, 2).map_err(err)?);
-                    at += 1;
-                }
-            }
+        let found = if keys.len() >= 8 && keys.ascending() {
+            merge_range(&tx, &path, STATES_IN_RANGE, &keys, |row| state(row, 2))?
         } else {
             let sql = "SELECT status, digest FROM items WHERE prefix = ?1 AND suffix = ?2";
             let mut select = tx.prepare_cached(sql).map_err(err)?;
-            for (at, slot) in found.iter_mut().enumerate() {
+            let lookup = |at| {
                 let key = keys.get(at);
-                *slot = select.query_row(params![key.0, key.1], |row| state(row, 0)).optional().map_err(err)?;
-            }
-        }
+                select.query_row(params![key.0, key.1], |row| state(row, 0)).optional().map_err(err)
+            };
+            (0..keys.len()).map(lookup).collect::<Result<Vec<_>>>()?
+        };
         tx.finish().map_err(err)?;
         Ok(found)
     }
