@@ -882,7 +882,7 @@ impl super::Collection {
         let names: Vec<RepositoryName> = self
             .walk()
             .filter_map(|entry| match entry {
-                Ok(super::Entry::Item(item)) => Some(Ok(item.name)),
+                Ok(super::Entry::Item(name)) => Some(Ok(name)),
                 Ok(super::Entry::Stray { .. }) => None,
                 Err(e) => Some(Err(e)),
             })

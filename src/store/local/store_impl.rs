@@ -175,7 +175,7 @@ impl Store for Collection {
     fn walk(&self) -> Box<dyn Iterator<Item = Result<Listed>> + Send + '_> {
         Box::new(Collection::walk(self).map(|entry| {
             entry.map(|entry| match entry {
-                Entry::Item(item) => Listed::Item(item.name),
+                Entry::Item(name) => Listed::Item(name),
                 Entry::Stray { path, why } => {
                     Listed::Stray { place: self.layout.relative(&path).display().to_string(), why }
                 }

@@ -12,12 +12,12 @@ use std::path::PathBuf;
 
 use crate::error::{IoContext, Result};
 use crate::id::RepositoryName;
-use crate::store::local::Item;
 
-/// What the walk finds: an item, or an entry that is not one.
+/// What the walk finds: an item's name (its path is the layout's to make, when
+/// a caller needs it), or an entry that is not one, with its path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Entry {
-    Item(Item),
+    Item(RepositoryName),
     Stray { path: PathBuf, why: String },
 }
 
@@ -155,9 +155,9 @@ impl Iterator for Listing {
 impl ItemWalker {
     /// The items only, in name order: for callers that do not report strays
     /// (`verify` does, walking `Entry`s itself).
-    pub fn items(self) -> impl Iterator<Item = Result<Item>> + Send {
+    pub fn items(self) -> impl Iterator<Item = Result<RepositoryName>> + Send {
         self.filter_map(|entry| match entry {
-            Ok(Entry::Item(item)) => Some(Ok(item)),
+            Ok(Entry::Item(name)) => Some(Ok(name)),
             Ok(Entry::Stray { .. }) => None,
             Err(e) => Some(Err(e)),
         })
@@ -228,36 +228,37 @@ fn path_of(root: &std::path::Path, components: &[String], last: Option<&str>) ->
     path
 }
 
-/// The entry `time` in the year folder `folder`: an item, or a stray. Its name
-/// is parsed from its time alone when the last item lies in the same folder
-/// (the same canonical prefix and year), kept as written; otherwise whole,
-/// and it becomes the last. Neither the folder's components nor the root are
-/// copied but into the item's path.
+/// The entry `time` in the year folder `folder`: an item, or a stray (with
+/// its path). Its name is parsed from its time alone when the last item lies
+/// in the same folder (the same canonical prefix and year), kept as written;
+/// otherwise whole, and it becomes the last.
 fn visit_item(
     (root, folder): (&std::path::Path, &[String]),
     time: String,
     is_dir: std::result::Result<bool, String>,
     last: &mut Option<(RepositoryName, Vec<String>)>,
 ) -> Entry {
-    let path = path_of(root, folder, Some(&time));
+    let stray = |time: &str, why: String| Entry::Stray { path: path_of(root, folder, Some(time)), why };
     match is_dir {
-        Err(e) => return Entry::Stray { path, why: format!("cannot be inspected: {e}") },
-        Ok(false) => return Entry::Stray { path, why: "not a directory".into() },
+        Err(e) => return stray(&time, format!("cannot be inspected: {e}")),
+        Ok(false) => return stray(&time, "not a directory".into()),
         Ok(true) => {}
     }
     let sibling = last.as_ref().filter(|(_, in_folder)| in_folder.as_slice() == folder);
     if let Some(name) = sibling.and_then(|(name, _)| name.sibling(&time)) {
-        return Entry::Item(Item { name, path });
+        return Entry::Item(name);
     }
     let mut components = folder.to_vec();
     components.push(time);
-    match RepositoryName::parse(&components.join("/")) {
+    let parsed = RepositoryName::parse(&components.join("/"));
+    let time = components.last().map_or("", String::as_str);
+    match parsed {
         Ok(name) if name.components().as_slice() == components.as_slice() => {
             *last = Some((name.clone(), folder.to_vec()));
-            Entry::Item(Item { name, path })
+            Entry::Item(name)
         }
-        Ok(_) => Entry::Stray { path, why: "not in canonical (lower-case) form".into() },
-        Err(e) => Entry::Stray { path, why: format!("not a repository name: {}", e.problem) },
+        Ok(_) => stray(time, "not in canonical (lower-case) form".into()),
+        Err(e) => stray(time, format!("not a repository name: {}", e.problem)),
     }
 }
 
