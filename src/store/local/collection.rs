@@ -34,6 +34,8 @@ pub struct Collection {
     /// The newest name of its own subsystem the collection held when this handle
     /// first minted: the minter never goes at or before it.
     pub(crate) held_floor: std::sync::OnceLock<Option<crate::id::Timestamp>>,
+    /// What this handle can vouch for about the newest name held (`held_floor`).
+    pub(crate) vouch: super::held_floor::Vouch,
     /// Where the machine-wide minter states are (default: `minter::machine_dir()`).
     pub(crate) minter_dir: Option<PathBuf>,
     /// The collection's id (from the config, or given by `upgrade`).
@@ -208,6 +210,7 @@ impl Collection {
             subsystem,
             stages: Default::default(),
             held_floor: Default::default(),
+            vouch: Default::default(),
             minter_dir,
             read_only: false,
             known_as: None,
@@ -242,6 +245,7 @@ impl Collection {
             subsystem,
             stages: Default::default(),
             held_floor: Default::default(),
+            vouch: Default::default(),
             minter_dir: super::minter::machine_dir(),
             read_only: false,
             known_as: None,

@@ -11,9 +11,10 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use super::held_floor::FloorCache;
 use super::Layout;
 use crate::error::{Error, IoContext, Result};
-use crate::fsx::{create_dir_all_durable, FileLock};
+use crate::fsx::{create_dir_all_durable, FileLock, Stamp};
 use crate::id::minter::MinterState;
 use crate::id::{RepositoryName, Subsystem, Timestamp};
 use crate::store::config::{CollectionConfig, Peer};
@@ -87,24 +88,42 @@ pub fn registry_lock(dir: &Path, subsystem: &Subsystem) -> Result<FileLock> {
 }
 
 /// The newest date among the names of `subsystem` that the collection holds:
-/// the newest year folder that holds any, then the newest name in it.
+/// the newest year folder that holds any, then the newest name in it. The
+/// newest year folder's answer is kept with its stamp (`held_floor`).
 pub fn newest_held(layout: &Layout, subsystem: &Subsystem) -> Result<Option<Timestamp>> {
     let base = layout.root.join(subsystem.prefix().to_string());
-    let mut years: Vec<u32> = match fs::read_dir(&base) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        other => other.with_path("list", &base)?,
-    }
-    .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-    .collect();
+    let mut years = years_in(&base)?;
     years.sort_unstable_by(|a, b| b.cmp(a));
+    let cache = FloorCache::new(layout, subsystem);
+    if let Some(newest) = years.first().and_then(|&year| cache.answer(year, &base.join(year.to_string()))) {
+        return Ok(Some(newest));
+    }
     let prefix = subsystem.prefix().to_string();
-    for year in years {
+    for (at, &year) in years.iter().enumerate() {
         let dir = base.join(year.to_string());
+        let before = Stamp::at(&dir).ok();
         if let Some(newest) = newest_in_year(&dir, &format!("{prefix}/{year}"))? {
+            if let (0, Some(before)) = (at, before) {
+                cache.keep_read(year, &dir, before, newest);
+            }
             return Ok(Some(newest));
         }
     }
     Ok(None)
+}
+
+/// The year folders under a prefix's folder `base` (none when it is absent).
+fn years_in(base: &Path) -> Result<Vec<u32>> {
+    let listing = match fs::read_dir(base) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        other => other.with_path("list", base)?,
+    };
+    Ok(listing.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+}
+
+/// The newest year folder under `base`, if any.
+pub fn newest_year(base: &Path) -> Option<u32> {
+    years_in(base).ok()?.into_iter().max()
 }
 
 /// How many of a year folder's names, the greatest as text, are parsed first

@@ -8,6 +8,7 @@ pub mod alias;
 pub mod collection;
 mod events;
 pub mod fixity;
+mod held_floor;
 mod identities;
 pub mod inventory;
 pub mod layout;

@@ -323,7 +323,7 @@ impl Store for Collection {
 
 impl WriteBackend for Collection {
     fn lease(&self, wait: LockWait) -> Result<Lease> {
-        Ok(Lease(Box::new(self.lock_writes(wait)?)))
+        Ok(Lease(Box::new((self.vouch.until_released(), self.lock_writes(wait)?))))
     }
 
     fn recover(&self) -> Result<()> {
@@ -339,7 +339,9 @@ impl WriteBackend for Collection {
                 None => {
                     let recorded = self.with_inventory(|inv| inv.newest_of(self.subsystem.prefix()))?.flatten();
                     let floor = newest_held(&self.layout, &self.subsystem)?.max(recorded);
-                    Ok(*self.held_floor.get_or_init(|| floor))
+                    let floor = *self.held_floor.get_or_init(|| floor);
+                    self.vouch.start(floor);
+                    Ok(floor)
                 }
             }),
         })
@@ -420,7 +422,13 @@ impl WriteBackend for Collection {
                 staged.push(copy);
             }
         }
-        place_all(self, staged)
+        let names: Vec<RepositoryName> = staged.iter().map(|copy| copy.name.clone()).collect();
+        let placed = place_all(self, staged);
+        match &placed {
+            Ok(_) => self.vouch.placed(&self.layout, &self.subsystem, &names.iter().collect::<Vec<_>>()),
+            Err(_) => self.vouch.forfeit(),
+        }
+        placed
     }
 
     fn restore_alias(&self, ibip: &Ibip, name: &RepositoryName) -> Result<()> {
@@ -428,6 +436,7 @@ impl WriteBackend for Collection {
     }
 
     fn remove(&self, names: &[RepositoryName]) -> Result<()> {
+        self.vouch.forfeit();
         let items: Vec<Item> = names.iter().map(|n| self.item(n)).collect();
         remove_all(self, &items)
     }
@@ -453,6 +462,7 @@ impl WriteBackend for Collection {
         if !super::place::same_filesystem(&src, self)? {
             return Ok(None);
         }
+        self.vouch.forfeit();
         let items: Vec<Item> = names.iter().map(|n| src.item(n)).collect();
         super::move_all(&src, self, &items).map(Some)
     }
