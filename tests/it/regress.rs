@@ -946,9 +946,7 @@ fn regress_minter_behind_held_names() {
 #[test]
 fn regress_held_floor_hides_a_name_placed_after_it_was_kept() {
     let env = TestEnv::new();
-    let root = env.collection("col");
-    env.write("x", b"x");
-    let held = env.ok(&["deposit", &root, "x"]).stdout.split('\t').next().unwrap().trim().to_string();
+    let (root, held) = one_item_deposited(&env);
     let kept = fs::read_to_string(Path::new(&root).join(".ibi/held-floor")).expect("the deposit kept its floor");
     assert!(kept.starts_with("ibi-held-floor-v1\t"), "{kept}");
     let (year_dir, _) = held.rsplit_once('/').unwrap();
@@ -965,9 +963,7 @@ fn regress_held_floor_hides_a_name_placed_after_it_was_kept() {
 #[test]
 fn the_held_floor_is_answered_from_its_cache_while_the_folder_is_unchanged() {
     let env = TestEnv::new();
-    let root = env.collection("col");
-    env.write("x", b"x");
-    let held = env.ok(&["deposit", &root, "x"]).stdout.split('\t').next().unwrap().trim().to_string();
+    let (root, held) = one_item_deposited(&env);
     let cache = Path::new(&root).join(".ibi/held-floor");
     let kept = fs::read_to_string(&cache).unwrap();
     let (fields, _) = kept.trim_end().rsplit_once('\t').unwrap();
@@ -975,6 +971,14 @@ fn the_held_floor_is_answered_from_its_cache_while_the_folder_is_unchanged() {
     fs::write(&cache, format!("{fields}\t{}\n", moved.to_decimal())).unwrap();
     let minted = ibi::RepositoryName::parse(&mint_after_a_restore(&env, &root, &held)).unwrap();
     assert!(minted.date() > moved, "{minted} starts after the kept floor {moved}");
+}
+
+/// A new collection with one item deposited: its root and the item's name.
+fn one_item_deposited(env: &TestEnv) -> (String, String) {
+    let root = env.collection("col");
+    env.write("x", b"x");
+    let held = env.ok(&["deposit", &root, "x"]).stdout.split('\t').next().unwrap().trim().to_string();
+    (root, held)
 }
 
 /// The date `seconds` after the name `held`'s.
