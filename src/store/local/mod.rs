@@ -15,6 +15,7 @@ pub mod layout;
 pub mod minter;
 pub mod place;
 mod store_impl;
+mod time_key;
 pub mod walk;
 
 pub use collection::{

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 use crate::error::{IoContext, Result};
 use crate::id::RepositoryName;
+use crate::store::local::time_key;
 
 /// What the walk finds: an item's name (its path is the layout's to make, when
 /// a caller needs it), or an entry that is not one, with its path.
@@ -40,11 +41,14 @@ const DEPTH: usize = 4;
 /// One name of a listing and whether it is a real directory (never through a link).
 type Listed = (String, std::result::Result<bool, String>);
 
-/// One folder's names as they are read: packed into one buffer, with where
-/// each starts, its length and what it is (8 bytes a name; a folder's names
-/// past 4 GiB of text are not listed). `sorted` makes the `Listing`.
+/// One folder's names as they are read: an item folder's name of the usual
+/// form as its 8-byte key (`time_key`, with its kind in the low two bits) when
+/// `keys` is set, any other packed into one buffer, with where each starts,
+/// its length and what it is (8 bytes a name; a folder's names past 4 GiB of
+/// text are not listed). `sorted` makes the `Listing`.
 #[derive(Default)]
 struct Gathered {
+    keys: Option<Vec<u64>>,
     text: Vec<u8>,
     names: Vec<(u32, u16, Kind)>,
     /// Why a name's type could not be read, by where its text starts, for the
@@ -52,14 +56,21 @@ struct Gathered {
     unreadable: Vec<(u32, String)>,
 }
 
-/// One folder's names in order, handed out in turn, each written as the
-/// length it shares with the name before, then the rest (front coding): a
-/// year's folder holds every item of the year, and its names differ from one
-/// another in their last few digits, so a million of them take about 9 MB
-/// (text and places: 27 MB while they are read and sorted, and a `String`
-/// and a `Result` each took about 70 MB).
+/// One folder's names in order, handed out in turn: the keys sorted (a
+/// year's folder holds every item of the year, so a million of them take
+/// 8 MB, read, sorted and walked; as text and places they took 27 MB while
+/// read and sorted, then 9 MB front-coded, and as a `String` and a `Result`
+/// each, 70 MB), merged with the other names, each written as the length it
+/// shares with the name before, then the rest (front coding).
 #[derive(Default)]
 struct Listing {
+    keys: Vec<u64>,
+    keys_at: usize,
+    /// The name of `keys[keys_at]` once it has been compared.
+    unpacked: Vec<u8>,
+    /// Whether `current` holds the next name of `coded`, not yet handed out,
+    /// and its kind.
+    current_ready: Option<u8>,
     /// Per name: its kind, the bytes it shares with the name before, the
     /// length of the rest (two bytes, little-endian), the rest.
     coded: Vec<u8>,
@@ -78,6 +89,13 @@ enum Kind {
 
 impl Gathered {
     fn push(&mut self, name: &str, is_dir: std::result::Result<bool, String>) -> std::result::Result<(), String> {
+        if let (Some(keys), Ok(is_dir)) = (self.keys.as_mut(), &is_dir) {
+            if let Some(key) = time_key::pack(name.as_bytes()) {
+                let kind = if *is_dir { Kind::Dir } else { Kind::NotDir };
+                keys.push(key << 2 | kind as u64);
+                return Ok(());
+            }
+        }
         let (Ok(start), Ok(_)) = (u32::try_from(self.text.len()), u32::try_from(self.text.len() + name.len())) else {
             return Err("its names hold more than 4 GiB of text: not listed".to_string());
         };
@@ -112,7 +130,9 @@ impl Gathered {
             true => names.sort_unstable_by(|a, b| name(a).iter().chain(b"/").cmp(name(b).iter().chain(b"/"))),
             false => names.sort_unstable_by(|a, b| name(a).cmp(name(b))),
         }
-        let mut listing = Listing { coded: Vec::with_capacity(names.len() * 10), ..Listing::default() };
+        let mut keys = self.keys.take().unwrap_or_default();
+        keys.sort_unstable();
+        let mut listing = Listing { keys, coded: Vec::with_capacity(names.len() * 10), ..Listing::default() };
         let mut before: &[u8] = &[];
         for &(start, length, kind) in &names {
             let text = self.text(start, length);
@@ -131,10 +151,9 @@ impl Gathered {
     }
 }
 
-impl Iterator for Listing {
-    type Item = Listed;
-
-    fn next(&mut self) -> Option<Listed> {
+impl Listing {
+    /// Decodes the next front-coded name into `current`; its kind, or `None` at the end.
+    fn decode_next(&mut self) -> Option<u8> {
         let &[kind, shared, rest_low, rest_high] = self.coded.get(self.read_at..self.read_at + 4)? else {
             return None;
         };
@@ -142,6 +161,34 @@ impl Iterator for Listing {
         self.current.truncate(usize::from(shared));
         self.current.extend_from_slice(&self.coded[rest.clone()]);
         self.read_at = rest.end;
+        Some(kind)
+    }
+
+    /// The next key's name and kind, if it comes before the next text name.
+    fn next_key(&mut self) -> Option<Listed> {
+        let key = *self.keys.get(self.keys_at)?;
+        time_key::unpack(key >> 2, &mut self.unpacked);
+        if self.current_ready.is_some() && self.current < self.unpacked {
+            return None;
+        }
+        self.keys_at += 1;
+        // Unpacked names are ASCII digits and dots.
+        let name = String::from_utf8_lossy(&self.unpacked).into_owned();
+        Some((name, Ok(key & 3 == Kind::Dir as u64)))
+    }
+}
+
+impl Iterator for Listing {
+    type Item = Listed;
+
+    fn next(&mut self) -> Option<Listed> {
+        if self.current_ready.is_none() {
+            self.current_ready = self.decode_next();
+        }
+        if let Some(listed) = self.next_key() {
+            return Some(listed);
+        }
+        let kind = self.current_ready.take()?;
         let name = String::from_utf8_lossy(&self.current).into_owned();
         let is_dir = match kind {
             k if k == Kind::Dir as u8 => Ok(true),
@@ -179,8 +226,12 @@ impl ItemWalker {
         // 20 bytes a name, ext4 its blocks of entries of 12 bytes and more), so a
         // year's folder is listed into room made once, not grown by doubling.
         let hint = fs::symlink_metadata(&dir).map_or(0, |m| m.len() / 20).min(1 << 22) as usize;
-        listing.names.reserve(hint);
-        listing.text.reserve(hint * 20);
+        if components.len() + 1 == DEPTH {
+            listing.keys = Some(Vec::with_capacity(hint));
+        } else {
+            listing.names.reserve(hint);
+            listing.text.reserve(hint * 20);
+        }
         for entry in fs::read_dir(&dir).with_path("list", &dir)? {
             let entry = entry.with_path("list", &dir)?;
             match entry.file_name().into_string() {
@@ -341,6 +392,41 @@ mod tests {
                 (name.to_string(), kind)
             })
             .collect();
+        expected.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(listed, expected);
+    }
+
+    /// An item folder's listing keeps names of the usual form as keys and the
+    /// rest as text, and hands them out merged in the order of their text.
+    #[test]
+    fn a_listing_of_keys_and_text_hands_out_one_order() {
+        let names = [
+            "11.27.00.46.58.2107",
+            "11.27.00.46.58.21",
+            "11.27.00.46.58",
+            "11.27.00.46.58.",
+            "11.27.00.46",
+            "11.27.00.46.58.2",
+            "11.27.00.46.58.2x",
+            "stray",
+            "11.27.00.46.58.21070",
+            "01.01.00.00",
+            "00.stray",
+            "12.31.23.59.59.999999999",
+            "12.31.23.59.59.9999999999",
+        ];
+        let kind_of = |i: usize| match i % 4 {
+            0 | 3 => Ok(true),
+            1 => Ok(false),
+            _ => Err(format!("why {i}")),
+        };
+        let mut gathered = super::Gathered { keys: Some(Vec::new()), ..Default::default() };
+        for (i, name) in names.iter().enumerate() {
+            gathered.push(name, kind_of(i)).unwrap();
+        }
+        assert!(gathered.keys.as_ref().is_some_and(|keys| keys.len() >= 7), "the usual forms are kept as keys");
+        let listed: Vec<_> = gathered.sorted(false).collect();
+        let mut expected: Vec<_> = names.iter().enumerate().map(|(i, n)| (n.to_string(), kind_of(i))).collect();
         expected.sort_by(|a, b| a.0.cmp(&b.0));
         assert_eq!(listed, expected);
     }
