@@ -210,7 +210,7 @@ impl MinterState for CollectionMinter<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use proptest::prelude::*;
 
@@ -240,7 +240,8 @@ mod tests {
         assert_eq!(newest_in_year(only_strays.path(), "a.b/c/2026").unwrap(), None);
     }
 
-    fn any_suffix() -> impl Strategy<Value = String> {
+    /// Item folder names of every form a minter writes (days to the 28th).
+    pub(in crate::store::local) fn any_suffix() -> impl Strategy<Value = String> {
         let fields =
             (1u32..=12, 1u32..=28, 0u32..24, 0u32..60, prop::option::of((0u32..60, prop::option::of("[0-9]{1,9}"))));
         fields.prop_map(|(month, day, hour, minute, rest)| {
