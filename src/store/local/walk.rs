@@ -1,8 +1,9 @@
 //! Streaming, sorted walk over a collection's items: four directory levels,
-//! one sorted listing per level held at a time, front-coded (`Listing`, about
-//! 9 bytes a name). All of a year's items share one folder, so that folder's
-//! listing is the most a walk holds; nothing else grows with the collection,
-//! and each item's name is made only as it is visited. Dot-entries (`.ibi`, `.ibip`) are
+//! one sorted listing per level held at a time (`Listing`: item folder names
+//! as 8-byte keys, `time_key`; any other name front-coded). All of a year's
+//! items share one folder, so that folder's listing is the most a walk holds;
+//! nothing else grows with the collection, and each item's name is made only
+//! as it is visited. Dot-entries (`.ibi`, `.ibip`) are
 //! skipped; anything that is not an item, and any folder that cannot be
 //! listed, is reported as a stray entry, so one bad entry never stops a walk.
 //! Only an unreadable root is an error.
