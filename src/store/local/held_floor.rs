@@ -152,12 +152,16 @@ impl Vouch {
         ForfeitOnDrop(self.clone())
     }
 
-    /// After `placed` were placed durably: raises the floor by the names of the
-    /// subsystem among them and keeps it for the newest year folder, when that
-    /// folder is the floor's year.
-    pub fn placed(&self, layout: &Layout, subsystem: &Subsystem, placed: &[&RepositoryName]) {
+    /// The newest date among `names` of the subsystem's prefix.
+    pub fn newest_of<'n>(subsystem: &Subsystem, names: impl Iterator<Item = &'n RepositoryName>) -> Option<Timestamp> {
+        names.filter(|name| name.prefix() == subsystem.prefix()).map(|name| name.date()).max()
+    }
+
+    /// After names up to `newest_placed` (`newest_of` the batch) were placed
+    /// durably: raises the floor by them and keeps it for the newest year
+    /// folder, when that folder is the floor's year.
+    pub fn placed(&self, layout: &Layout, subsystem: &Subsystem, newest_placed: Option<Timestamp>) {
         let prefix = subsystem.prefix();
-        let newest_placed = placed.iter().filter(|name| name.prefix() == prefix).map(|name| name.date()).max();
         let mut vouching = crate::sync::lock(&self.0);
         let Vouching::Newest(floor) = *vouching else { return };
         let Some(newest) = floor.max(newest_placed) else { return };
@@ -212,15 +216,15 @@ mod tests {
         let vouch = Vouch::default();
         let lease = vouch.until_released();
         let first = place("11.27.04.00.00");
-        vouch.placed(&layout, &subsystem, &[&first]);
+        vouch.placed(&layout, &subsystem, Vouch::newest_of(&subsystem, [&first].into_iter()));
         assert_eq!(cache.answer(2026, &year_dir), None, "no floor known yet: nothing kept");
         vouch.start(Some(first.date()));
         let second = place("11.27.05.00.00");
-        vouch.placed(&layout, &subsystem, &[&second]);
+        vouch.placed(&layout, &subsystem, Vouch::newest_of(&subsystem, [&second].into_iter()));
         assert_eq!(cache.answer(2026, &year_dir), Some(second.date()));
         drop(lease);
         let third = place("11.27.06.00.00");
-        vouch.placed(&layout, &subsystem, &[&third]);
+        vouch.placed(&layout, &subsystem, Vouch::newest_of(&subsystem, [&third].into_iter()));
         let kept = Kept::parse(&std::fs::read_to_string(layout.control().join("held-floor")).unwrap()).unwrap();
         assert_eq!(kept.newest, second.date(), "nothing vouched for the folder after the lease");
     }

@@ -8,6 +8,7 @@ use std::io::Read;
 use std::path::Path;
 use std::time::SystemTime;
 
+use super::held_floor::Vouch;
 use super::minter::{machine_state, newest_held, CollectionMinter};
 use super::{alias, place_all, remove_all, Collection, Entry, Item, Staged, StagingDir};
 use crate::bag::manifest::check_path;
@@ -422,10 +423,10 @@ impl WriteBackend for Collection {
                 staged.push(copy);
             }
         }
-        let names: Vec<RepositoryName> = staged.iter().map(|copy| copy.name.clone()).collect();
+        let newest = Vouch::newest_of(&self.subsystem, staged.iter().map(|copy| &copy.name));
         let placed = place_all(self, staged);
         match &placed {
-            Ok(_) => self.vouch.placed(&self.layout, &self.subsystem, &names.iter().collect::<Vec<_>>()),
+            Ok(_) => self.vouch.placed(&self.layout, &self.subsystem, newest),
             Err(_) => self.vouch.forfeit(),
         }
         placed
