@@ -19,6 +19,8 @@ use crate::id::{RepositoryName, Subsystem, Timestamp};
 /// How long a folder must have been left alone before a read of it is kept.
 const SETTLED: Duration = Duration::from_secs(2);
 const HEADER: &str = "ibi-held-floor-v1";
+/// The most of the file read: a kept answer is one line of about 120 bytes.
+const MOST_BYTES: u64 = 4096;
 
 /// One answer: under `prefix`, the year folder `year` had `stamp`, and no name
 /// in it was dated after `newest`.
@@ -78,7 +80,9 @@ impl FloorCache {
 
     /// The kept answer for the year folder `year` at `dir`, if its stamp is unchanged.
     pub fn answer(&self, year: u32, dir: &Path) -> Option<Timestamp> {
-        let kept = Kept::parse(&std::fs::read_to_string(&self.path).ok()?)?;
+        // Never through a symlink, and never more than a line's worth.
+        let opened = crate::fsx::open_regular(&self.path, false).ok()?;
+        let kept = Kept::parse(std::str::from_utf8(&crate::fsx::read_opened(opened, MOST_BYTES).ok()?).ok()?)?;
         let now = Stamp::at(dir).ok()?;
         (kept.prefix == self.prefix && kept.year == year && kept.stamp == now).then_some(kept.newest)
     }
@@ -227,5 +231,25 @@ mod tests {
         vouch.placed(&layout, &subsystem, Vouch::newest_of(&subsystem, [&third].into_iter()));
         let kept = Kept::parse(&std::fs::read_to_string(layout.control().join("held-floor")).unwrap()).unwrap();
         assert_eq!(kept.newest, second.date(), "nothing vouched for the folder after the lease");
+    }
+
+    /// A kept answer is never read through a symlink: it could name a file
+    /// outside the collection.
+    #[test]
+    fn regress_a_symlinked_kept_floor_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        std::fs::create_dir_all(layout.control()).unwrap();
+        let subsystem = Subsystem::new("x.example.org", 80, None, 800, crate::id::Granularity::SECOND).unwrap();
+        let year_dir = dir.path().join("example.org/x/2026");
+        std::fs::create_dir_all(&year_dir).unwrap();
+        let cache = FloorCache::new(&layout, &subsystem);
+        let newest = Timestamp::from_nanos(17 << 40);
+        cache.keep_now(2026, &year_dir, newest);
+        assert_eq!(cache.answer(2026, &year_dir), Some(newest));
+        let outside = dir.path().join("outside");
+        std::fs::rename(layout.control().join("held-floor"), &outside).unwrap();
+        std::os::unix::fs::symlink(&outside, layout.control().join("held-floor")).unwrap();
+        assert_eq!(cache.answer(2026, &year_dir), None, "read through a symlink");
     }
 }
