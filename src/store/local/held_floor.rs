@@ -203,16 +203,25 @@ mod tests {
         }
     }
 
-    /// A handle keeps its floor only from when it knew one until its lease is
-    /// released: after that, another writer may have placed names it never saw.
-    #[test]
-    fn a_vouch_keeps_the_floor_only_while_the_lease_holds() {
+    /// A collection's folder with its control folder and an empty year folder
+    /// of the subsystem `x.example.org`: the folder, its layout, the subsystem
+    /// and the year folder.
+    fn a_collection_folder() -> (tempfile::TempDir, Layout, Subsystem, std::path::PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::new(dir.path());
         std::fs::create_dir_all(layout.control()).unwrap();
         let subsystem = Subsystem::new("x.example.org", 80, None, 800, crate::id::Granularity::SECOND).unwrap();
-        let cache = FloorCache::new(&layout, &subsystem);
         let year_dir = dir.path().join("example.org/x/2026");
+        std::fs::create_dir_all(&year_dir).unwrap();
+        (dir, layout, subsystem, year_dir)
+    }
+
+    /// A handle keeps its floor only from when it knew one until its lease is
+    /// released: after that, another writer may have placed names it never saw.
+    #[test]
+    fn a_vouch_keeps_the_floor_only_while_the_lease_holds() {
+        let (_dir, layout, subsystem, year_dir) = a_collection_folder();
+        let cache = FloorCache::new(&layout, &subsystem);
         let place = |suffix: &str| {
             std::fs::create_dir_all(year_dir.join(suffix)).unwrap();
             RepositoryName::parse(&format!("example.org/x/2026/{suffix}")).unwrap()
@@ -237,12 +246,7 @@ mod tests {
     /// outside the collection.
     #[test]
     fn regress_a_symlinked_kept_floor_is_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let layout = Layout::new(dir.path());
-        std::fs::create_dir_all(layout.control()).unwrap();
-        let subsystem = Subsystem::new("x.example.org", 80, None, 800, crate::id::Granularity::SECOND).unwrap();
-        let year_dir = dir.path().join("example.org/x/2026");
-        std::fs::create_dir_all(&year_dir).unwrap();
+        let (dir, layout, subsystem, year_dir) = a_collection_folder();
         let cache = FloorCache::new(&layout, &subsystem);
         let newest = Timestamp::from_nanos(17 << 40);
         cache.keep_now(2026, &year_dir, newest);
