@@ -108,15 +108,14 @@ fn pilin_suffixes_and_incremental_export() {
     assert_eq!((none.code, none.stdout.as_str()), (0, ""), "nothing changed since then");
 }
 
-/// The three items get three dates in one millisecond: the subsystem's
-/// machine-wide minter state is set to `.5001` of a second five to six seconds
-/// ahead, so the minter waits for the clock and hands out `.5002`, `.5003` and
-/// `.5004`. (Two seconds ahead was not enough for a CI machine running other
-/// work beside the tests: all three attempts reached the deposit late.) (Left
-/// to the clock, the dates of a loaded machine fell in three milliseconds.) A
-/// CI machine loaded enough to reach the deposit after `.5001` has passed gets
-/// dates from the clock instead: that attempt is seen from the names and made
-/// again in a fresh collection, at most three times.
+/// Four items deposited in one batch are minted in one pass of the minter, a
+/// tenth of a millisecond apart unless the clock has moved on, so at least two
+/// of them share a millisecond, which a PILIN suffix cannot tell apart. (The
+/// test once set the minter's state ahead and asked for all three names in one
+/// millisecond: a CI machine preempted the minter right after its wait, and the
+/// later names came from a clock 1 to 7 ms on, in all three attempts.) An
+/// attempt whose names all fell in distinct milliseconds is seen from the names
+/// and made again in a fresh collection, at most three times.
 #[test]
 fn a_pilin_export_of_two_items_in_one_millisecond_is_refused() {
     let env = TestEnv::new();
@@ -125,23 +124,17 @@ fn a_pilin_export_of_two_items_in_one_millisecond_is_refused() {
         let root = env.path(&format!("fine{attempt}")).to_string_lossy().into_owned();
         let host = format!("t{attempt}.example.org");
         env.ok(&["-q", "init", &root, "--host", &host, "--ip", "192.0.2.9", "--granularity", "0.0001"]);
-        let ahead = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 6;
-        let state = crate::env::minter_dir(env.root()).join(format!("{host}_80.state"));
-        std::fs::write(state, format!("{ahead}.5001\n")).unwrap();
-        let files: Vec<String> = (0..3)
+        let files: Vec<String> = (0..4)
             .map(|i| env.write(&format!("f{attempt}{i}.txt"), format!("{i}").as_bytes()).to_string_lossy().into())
             .collect();
         let mut args = vec!["-q", "deposit", "--each", root.as_str()];
         args.extend(files.iter().map(String::as_str));
         env.ok(&args);
         let listed = env.ok(&["list", &root]).stdout;
-        // The suffix's last field holds the fraction: its first three digits are the millisecond.
-        let millis: std::collections::BTreeSet<String> = listed
-            .lines()
-            .map(|line| line.split('\t').next().unwrap_or_default())
-            .map(|n| n[..n.len() - 1].to_string())
-            .collect();
-        if millis.len() != 1 {
+        let names: Vec<&str> = listed.lines().map(|line| line.split('\t').next().unwrap_or_default()).collect();
+        let millis: std::collections::BTreeSet<String> = names.iter().map(|n| millisecond_of(n)).collect();
+        assert_eq!(names.len(), 4, "{listed}");
+        if millis.len() == names.len() {
             dates.push(listed);
             continue;
         }
@@ -151,7 +144,16 @@ fn a_pilin_export_of_two_items_in_one_millisecond_is_refused() {
         assert_eq!(export(&env, &root, &["--suffix", "ibip"]).code, 0);
         return;
     }
-    panic!("no attempt minted three names in one millisecond: {dates:?}");
+    panic!("no attempt minted two names in one millisecond: {dates:?}");
+}
+
+/// The name's date to the millisecond: `MM.DD.hh.mm.ss` and the first three
+/// digits of its fraction, which drops trailing zeros (`.507` is `.5070`).
+fn millisecond_of(name: &str) -> String {
+    let suffix = name.rsplit('/').next().unwrap_or_default();
+    let fields: Vec<&str> = suffix.split('.').collect();
+    let fraction = if fields.len() > 5 { fields[5] } else { "" };
+    format!("{}.{:0<3.3}", fields[..fields.len().min(5)].join("."), fraction)
 }
 
 #[test]
