@@ -193,6 +193,10 @@ pub static STOP: AtomicBool = AtomicBool::new(false);
 /// The exit code of a run ended by SIGINT or SIGTERM.
 pub const EXIT_INTERRUPTED: i32 = 130;
 
+/// Set once an interrupt is taken by a command that does not stop gracefully:
+/// from then on only the handler's thread ends the process, with 130.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
 /// SIGINT and SIGTERM: a daemon-like command stops at its next quiet moment (and
 /// this returns false); any other command removes the staging folders it has
 /// (after any rename under way) and returns true: `main` then exits 130 with the
@@ -202,10 +206,23 @@ pub fn on_interrupt() -> bool {
         STOP.store(true, Ordering::SeqCst);
         return false;
     }
+    INTERRUPTED.store(true, Ordering::SeqCst);
     // Held until the process ends, so no new staging folder appears meanwhile.
     std::mem::forget(ibi::store::remove_live_staging());
     stderr_line("ibi: interrupted; nothing half-done was left in staging");
     true
+}
+
+/// The exit code of a finished run, unless an interrupt was taken meanwhile: the
+/// handler's thread then ends the process with 130 once it has removed the
+/// staging, and this waits for it. A run that finished its work while the
+/// handler waited for a rename under way would otherwise exit 0 after the
+/// handler printed "interrupted", or race it to the exit.
+pub fn unless_interrupted(code: ExitCode) -> ExitCode {
+    while INTERRUPTED.load(Ordering::SeqCst) {
+        std::thread::park();
+    }
+    code
 }
 
 /// Runs the command line and returns the exit code; `main` owns the process.

@@ -526,28 +526,49 @@ fn regress_exchange_unsupported() {
     assert_eq!(env.identities(&src), env.identities(&dst));
 }
 
+/// A one-item deposit of a 4 MB file under strace, with `injects` (strace's
+/// `-e inject=…` values); the rename into place always waits 3 s, so an
+/// interrupt can be sent while it is under way.
+fn traced_deposit(env: &TestEnv, root: &str, injects: &[&str]) -> Reaper {
+    env.write("big/f.bin", &vec![7u8; 4_000_000]);
+    let mut strace = std::process::Command::new("strace");
+    strace.args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat2,futex"]);
+    strace.args(["-e", "inject=renameat2:delay_enter=3000000"]);
+    for inject in injects {
+        strace.args(["-e", &format!("inject={inject}")]);
+    }
+    strace
+        .arg(ibi_bin())
+        .env(crate::env::MINTER_DIR_ENV, crate::env::minter_dir(env.root()))
+        .args(["-q", "deposit", root, "big"])
+        .current_dir(env.root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    Reaper(Some(strace.spawn().unwrap()))
+}
+
+/// Sends SIGINT to the traced deposit once its staged item is whole (its
+/// tagmanifest written), so it lands in the 3-second rename into place.
+fn interrupt_at_the_rename(root: &str, running: &mut Reaper) -> crate::env::Run {
+    let tracer = running.0.as_ref().unwrap().id();
+    let staged_whole = || {
+        let staging = Path::new(root).join(".ibi/staging");
+        fs::read_dir(staging).into_iter().flatten().flatten().any(|e| e.path().join("tagmanifest-sha256.txt").exists())
+    };
+    assert!(wait_until(10, staged_whole), "the item was staged");
+    std::thread::sleep(Duration::from_millis(300));
+    sh(&format!("pkill -INT -P {tracer} ibi || true"));
+    running.0.take().unwrap().wait_with_output().unwrap().into()
+}
+
 /// SIGINT removes the command's own staging before exit 130; verify reports what a
 /// killed writer left, with its size; killed atomic writes leave no temp files.
 #[test]
 fn regress_leftovers_after_interrupt() {
     let env = TestEnv::new();
     let root = env.collection("col");
-    env.write("big/f.bin", &vec![7u8; 4_000_000]);
-    let mut strace = std::process::Command::new("strace");
-    strace
-        .args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat2", "-e", "inject=renameat2:delay_enter=3000000"])
-        .arg(ibi_bin())
-        .env(crate::env::MINTER_DIR_ENV, crate::env::minter_dir(env.root()))
-        .args(["deposit", &root, "big"])
-        .current_dir(env.root())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut running = Reaper(Some(strace.spawn().unwrap()));
-    let tracer = running.0.as_ref().unwrap().id();
-    assert!(wait_until(10, || !crate::env::control_empty(&root, "staging")), "staging is in use");
-    std::thread::sleep(Duration::from_millis(300));
-    sh(&format!("pkill -INT -P {tracer} ibi || true"));
-    let out: crate::env::Run = running.0.take().unwrap().wait_with_output().unwrap().into();
+    let mut running = traced_deposit(&env, &root, &[]);
+    let out = interrupt_at_the_rename(&root, &mut running);
     assert_eq!(out.code, 130, "{out:?}");
     assert!(crate::env::control_empty(&root, "staging"), "staging removed on SIGINT");
     // What SIGKILL leaves is reported by verify, then cleared by the next writer.
@@ -558,6 +579,27 @@ fn regress_leftovers_after_interrupt() {
     env.write("x", b"x");
     env.ok(&["deposit", &root, "x"]);
     assert!(crate::env::control_empty(&root, "staging") && crate::env::control_empty(&root, "journal"));
+    env.ok(&["verify", &root]);
+}
+
+/// An interrupt taken during the rename into place waits for the rename; the
+/// run went on, finished its work and exited 0 before the handler's thread
+/// (woken late on a loaded CI machine) could exit 130, after it had printed
+/// "interrupted". Here the handler's wake-up is held 0.7 s by strace: its fourth
+/// futex call is its wait for the staging guard (the signal is delivered to it,
+/// the first thread that is not stopped in the traced rename; it posts and then
+/// waits on ctrlc's semaphore first). The finished run now waits for the
+/// handler's exit. The name on stdout shows the run did finish first.
+#[test]
+fn regress_a_run_finished_after_an_interrupt_exits_0() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    let mut running = traced_deposit(&env, &root, &["futex:delay_exit=700000:when=4"]);
+    let out = interrupt_at_the_rename(&root, &mut running);
+    assert!(out.stdout.contains("/20"), "the run finished its work while the handler was held: {out:?}");
+    assert_eq!(out.code, 130, "{out:?}");
+    assert!(out.stderr.contains("interrupted"), "{out:?}");
+    assert!(crate::env::control_empty(&root, "staging"), "{out:?}");
     env.ok(&["verify", &root]);
 }
 
