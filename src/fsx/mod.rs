@@ -230,6 +230,22 @@ impl Beneath {
         }
     }
 
+    /// The target of the symlink `name` directly in this folder (`readlinkat`): one
+    /// name looked up, where a path from `/` walks every folder again.
+    pub fn read_link(&self, name: &str) -> io::Result<PathBuf> {
+        use std::os::unix::ffi::OsStringExt;
+        let target = self.with_fd(|fd| Ok(rustix::fs::readlinkat(fd, name, Vec::new())?))?;
+        Ok(PathBuf::from(std::ffi::OsString::from_vec(target.into_bytes())))
+    }
+
+    /// Whether `rel` beneath this folder is a folder, its last part not followed
+    /// if it is a link (`statx` relative to the held folder).
+    pub fn is_folder(&self, rel: &str) -> bool {
+        use rustix::fs::{AtFlags, FileType, StatxFlags};
+        let stat = self.with_fd(|fd| Ok(rustix::fs::statx(fd, rel, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE)?));
+        stat.is_ok_and(|st| FileType::from_raw_mode(st.stx_mode.into()) == FileType::Directory)
+    }
+
     /// Opens the folder at `rel` as a path handle, for calls relative to it (`*at`),
     /// never through a symlink and never outside the folder, as `open` does.
     pub fn open_folder(&self, rel: &str) -> io::Result<rustix::fd::OwnedFd> {

@@ -89,6 +89,28 @@ fn alias_pointing_elsewhere() {
     expect("alias-elsewhere", &[("broken alias", "")]);
 }
 
+/// An alias folder (`.ibip/<PREFIX>`) moved out of the collection and replaced
+/// by a symlink to it: verify read each alias link through it (`read_link` of
+/// the whole path), so links outside the collection answered for its items and
+/// it exited 0. The folder is now reached beneath the root without links: each
+/// item's alias is reported broken, naming the link.
+#[test]
+fn regress_an_alias_read_through_a_symlinked_folder() {
+    let env = TestEnv::new();
+    let root = env.filled("lib", 2, 1);
+    env.ok(&["verify", &root]);
+    let aliases = std::path::Path::new(&root).join(".ibip");
+    let prefix = std::fs::read_dir(&aliases).unwrap().next().unwrap().unwrap().path();
+    let outside = env.path("outside-aliases");
+    std::fs::rename(&prefix, &outside).unwrap();
+    std::os::unix::fs::symlink(&outside, &prefix).unwrap();
+    let (code, found) = problems(&env, &root);
+    assert_eq!(code, 1, "{found:?}");
+    assert_eq!(found, [("broken alias".to_string(), String::new())].into(), "{found:?}");
+    let run = env.fails(&["verify", &root], 1);
+    assert_eq!(run.stdout.matches("broken alias").count(), 2, "{}", run.stdout);
+}
+
 #[test]
 fn hostile_manifest_paths_are_reported_not_followed() {
     expect(

@@ -10,9 +10,9 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, IoContext, Result};
-use crate::fsx::{create_dir_all_durable, fsync_dir, parent_dir, TEMP_PREFIX};
+use crate::fsx::{create_dir_all_durable, fsync_dir, parent_dir, Beneath, TEMP_PREFIX};
 use crate::id::{Ibip, RepositoryName};
-use crate::store::local::layout::Layout;
+use crate::store::local::layout::{Layout, ALIAS_DIR};
 
 /// Creates or repairs the alias of `name`, durably.
 pub fn create(layout: &Layout, ibip: &Ibip, name: &RepositoryName) -> Result<()> {
@@ -55,11 +55,47 @@ pub fn create_unsynced(
     Ok(Some(dir))
 }
 
-/// Why the alias of `name` is broken, if it is.
-pub fn check(layout: &Layout, ibip: &Ibip, name: &RepositoryName) -> Option<String> {
+/// The alias folders (`.ibip/<PREFIX>`) read so far, each held open once found
+/// beneath the root (never through a link): a subsystem's aliases share one
+/// prefix, so each link is then read by its one name, not by a path from `/`.
+#[derive(Debug, Default)]
+pub struct HeldFolders(std::sync::Mutex<Vec<(String, Beneath)>>);
+
+impl HeldFolders {
+    /// The folder of `prefix`: as held, or found now (always when `again`: a
+    /// folder removed and made anew since is found at its path).
+    fn get(&self, root: &Beneath, prefix: &str, again: bool) -> io::Result<Beneath> {
+        let mut held = crate::sync::lock(&self.0);
+        if let Some((_, folder)) = held.iter().find(|(p, _)| p == prefix).filter(|_| !again) {
+            return Ok(folder.clone());
+        }
+        let folder = root.folder(&format!("{ALIAS_DIR}/{prefix}"))?;
+        held.retain(|(p, _)| p != prefix);
+        held.push((prefix.to_string(), folder.clone()));
+        Ok(folder)
+    }
+
+    /// The target of the alias link of `ibip`.
+    fn read_link(&self, root: &Beneath, ibip: &Ibip) -> io::Result<PathBuf> {
+        let (prefix, suffix) = (ibip.prefix(), ibip.suffix());
+        match self.get(root, &prefix, false)?.read_link(&suffix) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => self.get(root, &prefix, true)?.read_link(&suffix),
+            read => read,
+        }
+    }
+}
+
+/// Why the alias of `name` is broken, if it is; read beneath `root` through the
+/// alias folders `held`.
+pub fn check(
+    layout: &Layout,
+    (root, held): (&Beneath, &HeldFolders),
+    ibip: &Ibip,
+    name: &RepositoryName,
+) -> Option<String> {
     let link = layout.alias(ibip);
     let expected = Layout::alias_target(name);
-    match fs::read_link(&link) {
+    match held.read_link(root, ibip) {
         Ok(target) if target == expected => None,
         Ok(target) => {
             Some(format!("{} points to {}, expected {}", rel(layout, &link), target.display(), expected.display()))
@@ -94,7 +130,11 @@ pub fn remove_unsynced(layout: &Layout, ibip: &Ibip, name: &RepositoryName) -> R
 /// retargeted elsewhere is a broken alias, which verify reports at its item).
 /// Folders and links are read without following anything; what is not an alias
 /// (a stray file, an unparsable name) is skipped here.
-pub fn dangling(layout: &Layout, holds: &dyn Fn(&RepositoryName) -> bool) -> Result<Vec<(Ibip, RepositoryName)>> {
+pub fn dangling(
+    layout: &Layout,
+    beneath: &Beneath,
+    holds: &dyn Fn(&RepositoryName) -> bool,
+) -> Result<Vec<(Ibip, RepositoryName)>> {
     let root = layout.aliases();
     let prefixes = match fs::read_dir(&root) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -102,9 +142,12 @@ pub fn dangling(layout: &Layout, holds: &dyn Fn(&RepositoryName) -> bool) -> Res
     };
     let mut found = Vec::new();
     for prefix in prefixes.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
+        let prefix_name = prefix.file_name().to_string_lossy().into_owned();
+        let folder = beneath.folder(&format!("{ALIAS_DIR}/{prefix_name}")).with_path("open", prefix.path())?;
         for link in fs::read_dir(prefix.path()).with_path("list", prefix.path())?.flatten() {
-            let text = format!("{}/{}", prefix.file_name().to_string_lossy(), link.file_name().to_string_lossy());
-            let (Ok(ibip), Ok(target)) = (Ibip::parse(&text), fs::read_link(link.path())) else { continue };
+            let suffix = link.file_name().to_string_lossy().into_owned();
+            let Ok(ibip) = Ibip::parse(&format!("{prefix_name}/{suffix}")) else { continue };
+            let Ok(target) = folder.read_link(&suffix) else { continue };
             let Ok(rel) = target.strip_prefix("../..") else { continue };
             if let Ok(name) = RepositoryName::parse(&rel.to_string_lossy()) {
                 if ibip.date() == name.date() && !holds(&name) {

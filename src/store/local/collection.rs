@@ -51,6 +51,8 @@ pub struct Collection {
     /// The root held open for reading items beneath it (`fsx::Beneath`), on first
     /// use; shared by clones.
     pub(crate) beneath: std::sync::Arc<std::sync::OnceLock<crate::fsx::Beneath>>,
+    /// The alias folders read so far, held open; shared by clones.
+    pub(crate) alias_folders: std::sync::Arc<super::alias::HeldFolders>,
 }
 
 /// `path` made absolute against the working folder (not resolved: no link is followed).
@@ -215,6 +217,7 @@ impl Collection {
             read_only: false,
             known_as: None,
             beneath: Default::default(),
+            alias_folders: Default::default(),
         })
     }
 
@@ -250,6 +253,7 @@ impl Collection {
             read_only: false,
             known_as: None,
             beneath: Default::default(),
+            alias_folders: Default::default(),
         })
     }
 
@@ -373,7 +377,7 @@ impl Collection {
 
     /// Whether a real item directory (not a symlink) holds `name`.
     pub fn contains(&self, name: &RepositoryName) -> bool {
-        fs::symlink_metadata(self.layout.item(name)).is_ok_and(|m| m.is_dir())
+        self.beneath().is_folder(&name.to_string())
     }
 
     /// What is at `name`'s place, checking every component without following links.

@@ -199,11 +199,11 @@ impl Store for Collection {
     }
 
     fn dangling_aliases(&self) -> Result<Vec<(Ibip, RepositoryName)>> {
-        alias::dangling(&self.layout, &|name| self.contains(name))
+        alias::dangling(&self.layout, self.beneath(), &|name| self.contains(name))
     }
 
     fn alias_problem(&self, ibip: &Ibip, name: &RepositoryName) -> Option<String> {
-        alias::check(&self.layout, ibip, name)
+        alias::check(&self.layout, (self.beneath(), &self.alias_folders), ibip, name)
     }
 
     fn item_files<'a>(&'a self, name: &RepositoryName) -> Box<dyn BagFiles + 'a> {
