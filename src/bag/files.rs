@@ -9,7 +9,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::digest::{Algorithm, Digests};
-use crate::fsx::{file_kind_name, hash_opened, read_opened, Beneath, RegularFile, MAX_TAG_FILE};
+use crate::fsx::{file_kind_name, hash_opened, read_opened, Beneath, RegularFile, Sizes, MAX_TAG_FILE};
 
 pub use crate::fsx::FileKind;
 
@@ -34,6 +34,11 @@ pub trait BagFiles: Sync {
     fn root_kind(&self) -> io::Result<FileKind>;
     /// Every entry under the bag (folders included), sorted by path, never through a link.
     fn entries(&self) -> Vec<std::result::Result<TreeEntry, TreeError>>;
+    /// `entries`, but a regular file's size may be left unasked (0): for a check
+    /// that opens every file it reads and takes the size then. By default, `entries`.
+    fn entries_unsized(&self) -> Vec<std::result::Result<TreeEntry, TreeError>> {
+        self.entries()
+    }
     /// A regular file's bytes, at most `MAX_TAG_FILE`, never through a link.
     fn read(&self, rel: &str) -> io::Result<Vec<u8>>;
     /// Digests of a regular file (sha256 and `also`), never through a link.
@@ -115,15 +120,11 @@ impl BagFiles for DirBag {
     }
 
     fn entries(&self) -> Vec<std::result::Result<TreeEntry, TreeError>> {
-        let folder = match self.folder(false) {
-            Ok(folder) => folder,
-            Err(_) if self.passes_a_link() => {
-                let why = "its place passes through a symlink (never followed)".into();
-                return vec![Err(TreeError { rel: None, why })];
-            }
-            Err(e) => return vec![Err(TreeError { rel: None, why: format!("{}: {e}", self.path.display()) })],
-        };
-        folder.walk().into_iter().map(tree_entry).collect()
+        self.entries_sized(Sizes::Asked)
+    }
+
+    fn entries_unsized(&self) -> Vec<std::result::Result<TreeEntry, TreeError>> {
+        self.entries_sized(Sizes::NotAsked)
     }
 
     fn read(&self, rel: &str) -> io::Result<Vec<u8>> {
@@ -148,6 +149,18 @@ fn tree_entry(walked: crate::fsx::Walked) -> std::result::Result<TreeEntry, Tree
 }
 
 impl DirBag {
+    fn entries_sized(&self, sizes: Sizes) -> Vec<std::result::Result<TreeEntry, TreeError>> {
+        let folder = match self.folder(false) {
+            Ok(folder) => folder,
+            Err(_) if self.passes_a_link() => {
+                let why = "its place passes through a symlink (never followed)".into();
+                return vec![Err(TreeError { rel: None, why })];
+            }
+            Err(e) => return vec![Err(TreeError { rel: None, why: format!("{}: {e}", self.path.display()) })],
+        };
+        folder.walk_sized(sizes).into_iter().map(tree_entry).collect()
+    }
+
     /// Opens a regular file of the bag: `rel` must be a plain relative path, and it is
     /// resolved beneath the bag's folder, never through a symlink (`fsx::Beneath::open`).
     /// A file not found is looked for once more in the folder found anew: a
@@ -187,10 +200,31 @@ impl BagFiles for SubBag<'_> {
     }
 
     fn entries(&self) -> Vec<std::result::Result<TreeEntry, TreeError>> {
+        self.under_prefix(self.outer.entries())
+    }
+
+    fn entries_unsized(&self) -> Vec<std::result::Result<TreeEntry, TreeError>> {
+        self.under_prefix(self.outer.entries_unsized())
+    }
+
+    fn read(&self, rel: &str) -> io::Result<Vec<u8>> {
+        self.outer.read(&self.outer_path(rel))
+    }
+
+    fn digests(&self, rel: &str, also: &[Algorithm]) -> io::Result<Digests> {
+        self.outer.digests(&self.outer_path(rel), also)
+    }
+}
+
+impl SubBag<'_> {
+    /// The outer bag's entries under the folder, relative to it.
+    fn under_prefix(
+        &self,
+        outer: Vec<std::result::Result<TreeEntry, TreeError>>,
+    ) -> Vec<std::result::Result<TreeEntry, TreeError>> {
         let under = format!("{}/", self.prefix);
         let strip = |rel: &str| rel.strip_prefix(&under).map(str::to_string);
-        self.outer
-            .entries()
+        outer
             .into_iter()
             .filter_map(|entry| match entry {
                 Ok(TreeEntry { rel: Ok(rel), kind }) => strip(&rel).map(|rel| Ok(TreeEntry { rel: Ok(rel), kind })),
@@ -201,13 +235,5 @@ impl BagFiles for SubBag<'_> {
                 Err(TreeError { rel: None, why }) => Some(Err(TreeError { rel: None, why })),
             })
             .collect()
-    }
-
-    fn read(&self, rel: &str) -> io::Result<Vec<u8>> {
-        self.outer.read(&self.outer_path(rel))
-    }
-
-    fn digests(&self, rel: &str, also: &[Algorithm]) -> io::Result<Digests> {
-        self.outer.digests(&self.outer_path(rel), also)
     }
 }

@@ -46,8 +46,11 @@ struct Listing {
     kinds: BTreeMap<String, FileKind>,
 }
 
-/// Regular payload files by NFC path → (the path as found, size).
-type Payload = BTreeMap<String, (String, u64)>;
+/// Regular payload files by NFC path → the path as found.
+type Payload = BTreeMap<String, String>;
+
+/// The size of each file hashed, by the path as found: what was read.
+type ReadSizes = BTreeMap<String, u64>;
 
 /// Files of a bag by NFC path → the path as found, with their expected digests.
 type Expected = BTreeMap<String, Vec<(Algorithm, String, String)>>;
@@ -145,11 +148,13 @@ fn classify_top_level(name: &str, item: &str, tree: &mut TagTree, check: &mut Ba
     }
 }
 
-/// Lists the bag once: the tag files outside `data/` (classified) and the regular
-/// payload files by NFC path → (path, size); everything else is a problem.
+/// Lists the bag once, without asking each file's size (the files are opened
+/// to be hashed, and their sizes taken then): the tag files outside `data/`
+/// (classified) and the regular payload files by NFC path; everything else is
+/// a problem.
 fn scan(files: &dyn BagFiles, item: &str, check: &mut BagCheck) -> (Listing, TagTree, Payload) {
     let (mut listing, mut tree, mut payload) = (Listing { kinds: BTreeMap::new() }, TagTree::default(), Payload::new());
-    for entry in files.entries() {
+    for entry in files.entries_unsized() {
         let TreeEntry { rel, kind } = match entry {
             Ok(entry) => entry,
             Err(e) => {
@@ -178,8 +183,8 @@ fn scan(files: &dyn BagFiles, item: &str, check: &mut BagCheck) -> (Listing, Tag
             FileKind::Other(what) => {
                 check.push(item, Some(&rel), ProblemKind::SpecialFile, format!("{what} (never followed)"))
             }
-            FileKind::File { size } if in_payload => {
-                payload.insert(manifest::nfc(&rel), (rel, size));
+            FileKind::File { .. } if in_payload => {
+                payload.insert(manifest::nfc(&rel), rel);
             }
             FileKind::File { .. } => {
                 if !rel.contains('/') {
@@ -229,14 +234,15 @@ fn check_tagmanifests(
     compare_digests(item, &expected, digests, ProblemKind::BadTagFile, check);
 }
 
-/// Hashes each expected file once, in parallel, and compares every digest.
+/// Hashes each expected file once, in parallel, and compares every digest;
+/// returns the size of each file read.
 fn compare_digests(
     item: &str,
     expected: &Expected,
     digests: DigestSource,
     mismatch: ProblemKind,
     check: &mut BagCheck,
-) -> u64 {
+) -> ReadSizes {
     let results: Vec<_> = expected
         .par_iter()
         .map(|(path, wanted)| {
@@ -244,7 +250,7 @@ fn compare_digests(
             (path, wanted, digests(path, &also))
         })
         .collect();
-    let mut bytes = 0;
+    let mut sizes = ReadSizes::new();
     for (path, wanted, result) in results {
         let found = match result {
             Ok(found) => found,
@@ -253,7 +259,7 @@ fn compare_digests(
                 continue;
             }
         };
-        bytes += found.size;
+        sizes.insert(path.clone(), found.size);
         for (algorithm, digest, name) in wanted {
             match found.get(*algorithm) {
                 Some(actual) if actual == digest => {}
@@ -271,11 +277,12 @@ fn compare_digests(
             }
         }
     }
-    bytes
+    sizes
 }
 
 /// Checks every payload manifest (manifest-sha256.txt is required) against the
-/// payload: each lists every payload file, and every digest matches.
+/// payload: each lists every payload file, and every digest matches. Returns
+/// the size of each payload file hashed.
 fn check_payload(
     bag: (&dyn BagFiles, &Listing),
     item: &str,
@@ -283,7 +290,7 @@ fn check_payload(
     on_disk: &Payload,
     digests: DigestSource,
     check: &mut BagCheck,
-) {
+) -> ReadSizes {
     let mut expected = Expected::new();
     let mut missing: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut unlisted: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -299,14 +306,14 @@ fn check_payload(
             }
             let key = manifest::nfc(&entry.path);
             match on_disk.get(&key) {
-                Some((actual, _)) => {
+                Some(actual) => {
                     expected.entry(actual.clone()).or_default().push((algorithm, entry.digest, name.clone()))
                 }
                 None => missing.entry(entry.path).or_default().push(name.clone()),
             }
             listed.insert(key);
         }
-        for (key, (actual, _)) in on_disk {
+        for (key, actual) in on_disk {
             if !listed.contains(key) {
                 unlisted.entry(actual.clone()).or_default().push(name.clone());
             }
@@ -320,11 +327,32 @@ fn check_payload(
         let detail = format!("in the payload, not in {}", names.join(" or "));
         check.push(item, Some(&path), ProblemKind::Extra, detail);
     }
-    check.bytes += compare_digests(item, &expected, digests, ProblemKind::DigestMismatch, check);
+    let sizes = compare_digests(item, &expected, digests, ProblemKind::DigestMismatch, check);
+    check.bytes += sizes.values().sum::<u64>();
+    sizes
 }
 
-fn check_oxum(item: &str, info: &BagInfo, on_disk: &Payload, check: &mut BagCheck) {
-    let actual = Oxum { octets: on_disk.values().map(|(_, size)| size).sum(), files: on_disk.len() as u64 };
+/// The payload's size: each file's as hashed, and for a file not hashed (one no
+/// manifest lists, or one that could not be read) as a sized listing says.
+fn payload_octets(files: &dyn BagFiles, on_disk: &Payload, hashed: &ReadSizes) -> u64 {
+    let mut listed: Option<BTreeMap<String, u64>> = None;
+    let mut listed_size = |rel: &str| {
+        let sized = listed.get_or_insert_with(|| {
+            let entries = files.entries().into_iter().flatten();
+            entries
+                .filter_map(|e| match (e.rel, e.kind) {
+                    (Ok(rel), FileKind::File { size }) => Some((rel, size)),
+                    _ => None,
+                })
+                .collect()
+        });
+        sized.get(rel).copied().unwrap_or(0)
+    };
+    on_disk.values().map(|rel| hashed.get(rel).copied().unwrap_or_else(|| listed_size(rel))).sum()
+}
+
+fn check_oxum(item: &str, info: &BagInfo, (octets, files): (u64, usize), check: &mut BagCheck) {
+    let actual = Oxum { octets, files: files as u64 };
     match info.oxum() {
         Some(declared) if declared == actual => {}
         Some(declared) => {
@@ -447,6 +475,10 @@ impl BagFiles for ReadOnce<'_> {
         self.files.entries()
     }
 
+    fn entries_unsized(&self) -> Vec<std::result::Result<TreeEntry, super::files::TreeError>> {
+        self.files.entries_unsized()
+    }
+
     fn read(&self, rel: &str) -> io::Result<Vec<u8>> {
         if let Some(bytes) = self.kept(rel) {
             return Ok(bytes.to_vec());
@@ -501,10 +533,46 @@ fn verify_with(files: &dyn BagFiles, item: &str, digests: DigestSource, with_his
     if let Some(info) = check.info.clone().filter(|_| with_history) {
         check_versions((files, &listing), item, &info, digests, &mut check);
     }
-    check_payload((files, &listing), item, &tree, &payload, digests, &mut check);
+    let hashed = check_payload((files, &listing), item, &tree, &payload, digests, &mut check);
     if let Some(info) = check.info.clone() {
-        check_oxum(item, &info, &payload, &mut check);
+        check_oxum(item, &info, (payload_octets(files, &payload, &hashed), payload.len()), &mut check);
     }
     check.identity = once.kept(TAGMANIFEST).map(|bytes| crate::digest::of_bytes(&bytes, &[]).sha256().to_string());
     check
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bag::files::DirBag;
+    use crate::bag::{write_tag_files, BagContents};
+
+    /// A bag holding `data/a` (3 bytes, in the manifest) and `data/b` (5 bytes,
+    /// in no manifest), whose bag-info declares `oxum`; returns what verify found.
+    fn check_with_unlisted_file(oxum: &str) -> Vec<(ProblemKind, Option<String>, String)> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("data")).unwrap();
+        std::fs::write(dir.path().join("data/a"), b"abc").unwrap();
+        std::fs::write(dir.path().join("data/b"), b"hello").unwrap();
+        let info = BagInfo::parse(&format!("Payload-Oxum: {oxum}\n")).unwrap();
+        let payload = [("data/a".to_string(), crate::digest::of_bytes(b"abc", &[]))];
+        let contents = BagContents { info: &info, algorithms: &[], payload: &payload, tag_files: &[] };
+        write_tag_files(dir.path(), &contents).unwrap();
+        let found = verify_standalone(&DirBag::new(dir.path()), "item");
+        found.problems.into_iter().map(|p| (p.kind, p.file, p.detail)).collect()
+    }
+
+    /// The listing no longer asks each file's size: a hashed file counts as
+    /// read, and one no manifest lists (so never hashed) as a sized listing
+    /// says, so Payload-Oxum still counts every payload byte.
+    #[test]
+    fn payload_oxum_counts_files_hashed_and_files_unlisted() {
+        let whole = check_with_unlisted_file("8.2");
+        assert_eq!(whole.len(), 1, "{whole:?}");
+        assert_eq!((whole[0].0, whole[0].1.as_deref()), (ProblemKind::Extra, Some("data/b")));
+        let short = check_with_unlisted_file("3.1");
+        let oxum: Vec<_> = short.iter().filter(|p| p.0 == ProblemKind::OxumMismatch).collect();
+        assert_eq!(oxum.len(), 1, "{short:?}");
+        assert!(oxum[0].2.contains("payload has 8.2"), "{short:?}");
+    }
 }

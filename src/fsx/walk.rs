@@ -4,6 +4,8 @@
 //! type; only regular files are asked for their size (`statx` of one name
 //! relative to its folder), so a bag of five files costs a handful of calls
 //! instead of a walk by path that resolves every folder again for each entry.
+//! A caller that opens every file anyway (verify) lists without sizes
+//! (`Sizes::NotAsked`): the listing's types alone, no call per file.
 
 use std::ffi::OsStr;
 use std::io;
@@ -34,21 +36,35 @@ pub type Walked = Result<(PathBuf, FileKind), (Option<PathBuf>, io::Error)>;
 /// must not exhaust descriptors or the stack.
 const MAX_DEPTH: usize = 64;
 
+/// Whether a walk asks each regular file for its size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sizes {
+    Asked,
+    /// A regular file the folder listing names as one is listed with size 0,
+    /// unasked: for a caller that opens every file and takes its size then.
+    NotAsked,
+}
+
 impl Beneath {
     /// Every entry beneath the folder (folders included), depth first, siblings
     /// sorted by name, never through a symlink: a symlink is listed as one.
     pub fn walk(&self) -> Vec<Walked> {
+        self.walk_sized(Sizes::Asked)
+    }
+
+    /// `walk`, with the files' sizes asked or not.
+    pub fn walk_sized(&self, sizes: Sizes) -> Vec<Walked> {
         let mut found = Vec::new();
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
         match self.with_fd(|fd| Ok(rustix::fs::openat(fd, ".", flags, Mode::empty())?)) {
-            Ok(dir) => walk_into(dir, Path::new(""), 0, &mut found),
+            Ok(dir) => walk_into(dir, (Path::new(""), sizes), 0, &mut found),
             Err(e) => found.push(Err((None, e))),
         }
         found
     }
 }
 
-fn walk_into(dir: OwnedFd, prefix: &Path, depth: usize, found: &mut Vec<Walked>) {
+fn walk_into(dir: OwnedFd, (prefix, sizes): (&Path, Sizes), depth: usize, found: &mut Vec<Walked>) {
     let mut dir = match Dir::new(dir) {
         Ok(dir) => dir,
         Err(e) => return found.push(Err((Some(prefix.to_path_buf()), e.into()))),
@@ -70,7 +86,7 @@ fn walk_into(dir: OwnedFd, prefix: &Path, depth: usize, found: &mut Vec<Walked>)
     let Ok(fd) = dir.fd() else { return };
     for (name, file_type) in names {
         let rel = prefix.join(OsStr::from_bytes(&name));
-        let kind = match kind_at(fd, &name, file_type) {
+        let kind = match kind_at(fd, &name, file_type, sizes) {
             Ok(kind) => kind,
             Err(e) => {
                 found.push(Err((Some(rel), e)));
@@ -79,28 +95,30 @@ fn walk_into(dir: OwnedFd, prefix: &Path, depth: usize, found: &mut Vec<Walked>)
         };
         found.push(Ok((rel.clone(), kind)));
         if kind == FileKind::Dir {
-            enter(fd, &name, rel, depth + 1, found);
+            enter(fd, &name, (rel, sizes), depth + 1, found);
         }
     }
 }
 
 /// Walks the folder `name` inside `fd`, opened without following a link.
-fn enter(fd: BorrowedFd<'_>, name: &[u8], rel: PathBuf, depth: usize, found: &mut Vec<Walked>) {
+fn enter(fd: BorrowedFd<'_>, name: &[u8], (rel, sizes): (PathBuf, Sizes), depth: usize, found: &mut Vec<Walked>) {
     if depth >= MAX_DEPTH {
         let why = format!("folders nest deeper than {MAX_DEPTH} levels here; not entered");
         return found.push(Err((Some(rel), io::Error::new(io::ErrorKind::InvalidData, why))));
     }
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
     match rustix::fs::openat(fd, OsStr::from_bytes(name), flags, Mode::empty()) {
-        Ok(sub) => walk_into(sub, &rel, depth, found),
+        Ok(sub) => walk_into(sub, (&rel, sizes), depth, found),
         Err(e) => found.push(Err((Some(rel), e.into()))),
     }
 }
 
 /// The kind of `name` in `fd`: from the folder listing, and for a regular file
-/// (or a file system that does not say) from a `statx` that does not follow.
-fn kind_at(fd: BorrowedFd<'_>, name: &[u8], listed: FileType) -> io::Result<FileKind> {
+/// whose size is asked (or a file system that does not say) from a `statx`
+/// that does not follow.
+fn kind_at(fd: BorrowedFd<'_>, name: &[u8], listed: FileType, sizes: Sizes) -> io::Result<FileKind> {
     let asked = match listed {
+        FileType::RegularFile if sizes == Sizes::NotAsked => (listed, 0),
         FileType::RegularFile | FileType::Unknown => {
             let stat = rustix::fs::statat(fd.as_fd(), OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW)?;
             (FileType::from_raw_mode(stat.st_mode), stat.st_size as u64)
@@ -152,6 +170,26 @@ mod tests {
         ];
         let expected: Vec<(String, FileKind)> = expected.iter().map(|(p, k)| (p.to_string(), *k)).collect();
         assert_eq!(walked(root), expected);
+    }
+
+    /// Unasked, a regular file is listed with size 0 and every other entry as
+    /// an asked walk lists it.
+    #[test]
+    fn a_walk_without_sizes_lists_the_same_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("data/sub")).unwrap();
+        std::fs::write(dir.path().join("data/sub/a"), "abc").unwrap();
+        std::os::unix::fs::symlink("data", dir.path().join("link")).unwrap();
+        let folder = Beneath::folder_at(dir.path()).unwrap();
+        let size_dropped = |kind| match kind {
+            FileKind::File { .. } => FileKind::File { size: 0 },
+            other => other,
+        };
+        let asked: Vec<_> = folder.walk().into_iter().map(|w| w.map(|(p, k)| (p, size_dropped(k))).unwrap()).collect();
+        let not_asked: Vec<_> = folder.walk_sized(Sizes::NotAsked).into_iter().map(Result::unwrap).collect();
+        assert_eq!(not_asked, asked);
+        assert!(asked.contains(&(PathBuf::from("data/sub/a"), FileKind::File { size: 0 })), "{asked:?}");
+        assert_eq!(folder.walk().iter().filter(|w| matches!(w, Ok((_, FileKind::File { size: 3 })))).count(), 1);
     }
 
     /// A FIFO is named, never opened (the walk would hang on it otherwise).
