@@ -165,12 +165,25 @@ fn next_turn(store: &dyn Store, checks: &LastChecks, after: Option<&InTurn>, cou
 /// the run began; each turn is found by a walk that holds only that turn.
 pub fn verify_rolling(store: &dyn Store, budget: Budget, reporter: &dyn Reporter) -> Result<VerifySummary> {
     let checks = last_checks(store)?;
-    let counters = Counters::default();
-    let started = Instant::now();
     reporter.begin(Task::Verify);
+    let (turns, summary) =
+        Counters::keeping(store, reporter, |counters| verify_turns(store, (&checks, budget), counters, reporter));
+    turns?;
+    reporter.end();
+    Ok(summary)
+}
+
+/// `verify_rolling`'s turns, counted in `counters`.
+fn verify_turns(
+    store: &dyn Store,
+    (checks, budget): (&LastChecks, Budget),
+    counters: &Counters,
+    reporter: &dyn Reporter,
+) -> Result<()> {
+    let started = Instant::now();
     let (mut after, mut count) = (None, FIRST_TURN);
     'turns: loop {
-        let turn = next_turn(store, &checks, after.as_ref(), count)?;
+        let turn = next_turn(store, checks, after.as_ref(), count)?;
         for page in turn.chunks(PAGE) {
             let names: Vec<RepositoryName> = page.iter().map(|(_, name)| name.clone()).collect();
             let known = known_items(store, &names)?;
@@ -182,7 +195,7 @@ pub fn verify_rolling(store: &dyn Store, budget: Budget, reporter: &dyn Reporter
                 if spent {
                     break 'turns;
                 }
-                verify_one(store, name, Recorded::taken_from(known.as_ref(), name), &counters, reporter);
+                verify_one(store, name, Recorded::taken_from(known.as_ref(), name), counters, reporter);
             }
         }
         if turn.len() < count {
@@ -191,9 +204,7 @@ pub fn verify_rolling(store: &dyn Store, budget: Budget, reporter: &dyn Reporter
         after = turn.into_iter().last();
         count = (count * 2).min(MOST_IN_TURN);
     }
-    counters.flush(store, reporter);
-    reporter.end();
-    Ok(counters.summary())
+    Ok(())
 }
 
 /// What the fixity dates prove.

@@ -40,12 +40,36 @@ pub(crate) struct Counters {
     problems: ProblemCount,
     /// Checks not yet handed to the store's fixity dates.
     checks: Mutex<Vec<FixityCheck>>,
+    /// The thread that hands full batches to the store, when there is one.
+    keeper: Option<std::sync::mpsc::SyncSender<Vec<FixityCheck>>>,
 }
 
 /// How many fixity checks are written to the store at once.
 const CHECKS_AT_ONCE: usize = 256;
 
 impl Counters {
+    /// Runs `work` with counters whose full batches of checks are handed to the
+    /// store on a thread of their own, at most two batches behind: each batch is
+    /// one durable commit, and its fsync would otherwise stall a hashing thread.
+    /// Every check `work` noted is kept, in order, before this returns.
+    pub(crate) fn keeping<T>(
+        store: &dyn Store,
+        reporter: &dyn Reporter,
+        work: impl FnOnce(&Counters) -> T,
+    ) -> (T, VerifySummary) {
+        let (sender, batches) = std::sync::mpsc::sync_channel::<Vec<FixityCheck>>(2);
+        std::thread::scope(|scope| {
+            let keeper = scope.spawn(move || batches.into_iter().for_each(|batch| Self::keep(store, &batch, reporter)));
+            let counters = Counters { keeper: Some(sender), ..Default::default() };
+            let out = work(&counters);
+            counters.flush(store, reporter);
+            let summary = counters.summary();
+            drop(counters);
+            keeper.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (out, summary)
+        })
+    }
+
     pub(crate) fn summary(&self) -> VerifySummary {
         VerifySummary {
             items: self.items.load(Ordering::Relaxed),
@@ -75,12 +99,24 @@ impl Counters {
             }
             std::mem::take(&mut *checks)
         };
-        Self::keep(store, &batch, reporter);
+        self.hand_on(store, batch, reporter);
     }
 
-    pub(crate) fn flush(&self, store: &dyn Store, reporter: &dyn Reporter) {
+    fn flush(&self, store: &dyn Store, reporter: &dyn Reporter) {
         let batch = std::mem::take(&mut *lock(&self.checks));
-        Self::keep(store, &batch, reporter);
+        self.hand_on(store, batch, reporter);
+    }
+
+    /// A batch to the keeper's thread, or kept now when there is none.
+    fn hand_on(&self, store: &dyn Store, batch: Vec<FixityCheck>, reporter: &dyn Reporter) {
+        match &self.keeper {
+            Some(keeper) => {
+                if let Err(unsent) = keeper.send(batch) {
+                    Self::keep(store, &unsent.0, reporter);
+                }
+            }
+            None => Self::keep(store, &batch, reporter),
+        }
     }
 
     fn keep(store: &dyn Store, batch: &[FixityCheck], reporter: &dyn Reporter) {
@@ -372,8 +408,16 @@ fn verify_walked(store: &dyn Store, counters: &Counters, reporter: &dyn Reporter
 
 /// Verifies the named items (names or IBIps), or every item when `names` is empty.
 pub fn verify(store: &dyn Store, names: &[String], reporter: &dyn Reporter) -> Result<VerifySummary> {
-    let counters = Counters::default();
     reporter.begin(Task::Verify);
+    let (surveyed, summary) =
+        Counters::keeping(store, reporter, |counters| verify_counted(store, names, counters, reporter));
+    surveyed?;
+    reporter.end();
+    Ok(summary)
+}
+
+/// `verify`'s work, counted in `counters`.
+fn verify_counted(store: &dyn Store, names: &[String], counters: &Counters, reporter: &dyn Reporter) -> Result<()> {
     while_surveying(reporter, Survey::Items(store, names), || -> Result<()> {
         if names.is_empty() {
             for problem in store.leftovers() {
@@ -385,25 +429,22 @@ pub fn verify(store: &dyn Store, names: &[String], reporter: &dyn Reporter) -> R
             let chain = std::thread::scope(|scope| -> Result<Option<ChainOutcome>> {
                 let chain = scope.spawn(|| crate::ops::log::check_chain(store, crate::ops::log::CHAIN_WINDOW_LEAST));
                 let dangling = scope.spawn(|| store.dangling_aliases());
-                let walked = verify_walked(store, &counters, reporter)?;
+                let walked = verify_walked(store, counters, reporter)?;
                 let dangling = dangling.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
-                report_vanished(store, (&walked, dangling), &counters, reporter)?;
+                report_vanished(store, (&walked, dangling), counters, reporter)?;
                 chain.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
             })?;
-            report_chain(chain, &counters, reporter);
-            report_degraded(store, &counters, reporter)?;
+            report_chain(chain, counters, reporter);
+            report_degraded(store, counters, reporter)?;
         } else {
             let mut items: Vec<RepositoryName> = names.iter().map(|n| resolve(store, n)).collect::<Result<_>>()?;
             let mut seen = std::collections::BTreeSet::new();
             items.retain(|name| seen.insert(name.clone()));
             let known = known_items(store, &items)?;
             for name in &items {
-                verify_one(store, name, Recorded::taken_from(known.as_ref(), name), &counters, reporter);
+                verify_one(store, name, Recorded::taken_from(known.as_ref(), name), counters, reporter);
             }
         }
         Ok(())
-    })?;
-    counters.flush(store, reporter);
-    reporter.end();
-    Ok(counters.summary())
+    })
 }
