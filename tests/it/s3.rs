@@ -25,7 +25,14 @@ pub struct Moto {
     _server: Reaper,
     /// The server's data folder, removed when it stops.
     data: Option<std::path::PathBuf>,
+    /// The ports of a SeaweedFS: `weed` makes a unix socket per port in `/tmp`
+    /// (its gRPC ones whatever its flags say) and a killed `weed` leaves them,
+    /// so they are removed when it stops.
+    weed_ports: Vec<u16>,
 }
+
+/// The kinds of unix socket `weed` makes as `/tmp/seaweedfs-<kind>-<port>.sock`.
+const WEED_SOCKETS: [&str; 6] = ["master-grpc", "volume-grpc", "filer", "filer-grpc", "s3", "s3-grpc"];
 
 /// How a test starts its S3 server (`Moto::start` or `Moto::seaweedfs`).
 pub type Start = fn(&str) -> Moto;
@@ -77,7 +84,7 @@ impl Moto {
             .expect("start moto");
         let server = Reaper(Some(child));
         assert!(wait_until(60, || TcpStream::connect(("127.0.0.1", port)).is_ok()), "moto did not start");
-        let moto = Moto { port, _server: server, data: None };
+        let moto = Moto { port, _server: server, data: None, weed_ports: Vec::new() };
         let reply = http(port, &format!("PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n"));
         assert!(reply.starts_with("HTTP/1.1 200"), "create bucket: {reply}");
         moto
@@ -125,7 +132,8 @@ impl Moto {
             .spawn()
             .expect("start SeaweedFS");
         let port = ports[3];
-        let server = Moto { port, _server: Reaper(Some(child)), data: Some(data.clone()) };
+        let weed_ports = ports.to_vec();
+        let server = Moto { port, _server: Reaper(Some(child)), data: Some(data.clone()), weed_ports };
         let create = format!("PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n");
         let created = wait_until(30, || {
             TcpStream::connect(("127.0.0.1", port)).is_ok()
@@ -182,13 +190,14 @@ impl TwoDataCentres {
         let extra = ["-dataCenter=dc1", "-master.defaultReplication=100"];
         // The second volume server joins once the master answers; the bucket is
         // made once the master sees both data centres.
-        let s3 = Moto::try_weed_server(bucket, &ports[..8], &extra, |data| {
+        let mut s3 = Moto::try_weed_server(bucket, &ports[..8], &extra, |data| {
             if second.0.is_none() && TcpStream::connect(("127.0.0.1", master)).is_ok() {
                 second.0 = Some(second_volume_server(data, (master, ports[4]), volume, ports[9]));
             }
             let status = || http(master, "GET /dir/status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
             second.0.is_some() && status().contains(&format!("127.0.0.1:{volume}"))
         })?;
+        s3.weed_ports.push(ports[9]);
         Ok(TwoDataCentres { s3, master, filer: ports[2], second, second_port: volume })
     }
 
@@ -243,6 +252,11 @@ impl Drop for Moto {
         }
         if let Some(data) = &self.data {
             let _ = std::fs::remove_dir_all(data);
+        }
+        for port in &self.weed_ports {
+            for kind in WEED_SOCKETS {
+                let _ = std::fs::remove_file(format!("/tmp/seaweedfs-{kind}-{port}.sock"));
+            }
         }
     }
 }
@@ -873,6 +887,9 @@ fn s3_over_https_makes_real_handshakes_and_checks_the_certificate() {
     let child = Command::new(&python)
         .arg(repo().join("tests/moto_atomic.py"))
         .args(["-H", "127.0.0.1", "-p", &port.to_string(), "--ssl"])
+        // Its ad-hoc certificate and key go to temp files removed only at a clean
+        // exit, and the test kills it: they go in the test's folder.
+        .env("TMPDIR", env.root())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
