@@ -5,15 +5,17 @@
 //! module does no I/O. The `Clock` is injectable so replays (`--at`) and tests
 //! never sleep.
 
+#[cfg(test)]
 use std::cell::Cell;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::id::distributor::{Distributor, Granularity};
 use crate::id::time::Timestamp;
 
-/// Where time comes from, and how to wait for it.
-pub trait Clock {
+/// Where time comes from, and how to wait for it; shared by a deposit's threads.
+pub trait Clock: Sync {
     fn now(&self) -> Timestamp;
     /// Returns once `now() >= until`.
     fn sleep_until(&self, until: Timestamp);
@@ -45,21 +47,26 @@ impl Clock for SystemClock {
 
 /// A virtual clock for replays: it starts at a given time and "waits" by jumping ahead.
 #[derive(Debug)]
-pub struct ReplayClock(Cell<Timestamp>);
+pub struct ReplayClock(Mutex<Timestamp>);
 
 impl ReplayClock {
     pub fn new(at: Timestamp) -> Self {
-        ReplayClock(Cell::new(at))
+        ReplayClock(Mutex::new(at))
+    }
+
+    fn at(&self) -> std::sync::MutexGuard<'_, Timestamp> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
 impl Clock for ReplayClock {
     fn now(&self) -> Timestamp {
-        self.0.get()
+        *self.at()
     }
 
     fn sleep_until(&self, until: Timestamp) {
-        self.0.set(self.0.get().max(until));
+        let mut at = self.at();
+        *at = (*at).max(until);
     }
 }
 
@@ -158,6 +165,20 @@ impl<'c> Minter<'c> {
     /// Like `mint`, but every date must pass `accept` before the state is saved: a date
     /// the caller cannot use (an IBIp before 1995) leaves the state unchanged.
     pub fn mint_checked(&self, count: usize, accept: &dyn Fn(Timestamp) -> Result<()>) -> Result<Vec<Timestamp>> {
+        Ok(self.mint_within(count, accept, GATHERED_WAIT)?.wait(self.clock))
+    }
+
+    /// Like `mint_checked`, but returns as soon as the state is saved, with dates the
+    /// clock may not have reached yet (at most `MINTED_AHEAD` ahead): the caller may
+    /// write them into work nobody sees, and must `Ahead::wait` before any is shown,
+    /// placed or recorded. A name in a collection thus never postdates the clock,
+    /// whatever state file a restore brings back.
+    pub fn mint_ahead(&self, count: usize, accept: &dyn Fn(Timestamp) -> Result<()>) -> Result<Ahead> {
+        self.mint_within(count, accept, MINTED_AHEAD)
+    }
+
+    /// Mints, sleeping in the lock hold whenever the dates run `ahead` of the clock.
+    fn mint_within(&self, count: usize, accept: &dyn Fn(Timestamp) -> Result<()>, ahead: Duration) -> Result<Ahead> {
         check_count(count)?;
         let allowed = (self.max_wait.as_nanos() as i128).max(self.granularity.nanos());
         update_with(self.state, |last| {
@@ -165,7 +186,8 @@ impl<'c> Minter<'c> {
             let mut dates = Vec::with_capacity(count);
             // No date is handed out before the clock reaches it, but the dates of one
             // call are handed out together: the waits are gathered and slept at once
-            // (every `GATHERED_WAIT`, and before returning), not spun name by name.
+            // (whenever they reach `ahead`, and by the caller at the end), not spun
+            // name by name.
             let mut until: Option<Timestamp> = None;
             for _ in 0..count {
                 let now = self.clock.now();
@@ -175,16 +197,46 @@ impl<'c> Minter<'c> {
                 accept(out.date)?;
                 dates.push(out.date);
                 until = Some(out.creation);
-                if out.creation.nanos() - now.nanos() >= GATHERED_WAIT.as_nanos() as i128 {
+                if out.creation.nanos() - now.nanos() >= ahead.as_nanos() as i128 {
                     self.clock.sleep_until(out.creation);
                 }
             }
-            if let Some(until) = until.filter(|u| u.nanos() > self.clock.now().nanos()) {
-                self.clock.sleep_until(until);
-            }
             let last = distributor.last.or(last).unwrap_or(Timestamp::from_nanos(0));
-            Ok((dates, last))
+            Ok((Ahead { dates, usable_from: until }, last))
         })
+    }
+}
+
+/// How far ahead of the clock `Minter::mint_ahead` may run before it sleeps: a
+/// deposit's batch of 256 names at 0.0001 s is 25.6 ms of them.
+pub const MINTED_AHEAD: Duration = Duration::from_millis(50);
+
+/// Dates minted, and the moment from which every one of them may be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "the dates may not be used before the clock reaches them"]
+pub struct Ahead {
+    pub dates: Vec<Timestamp>,
+    /// The last date's creation (`None` for no dates).
+    pub usable_from: Option<Timestamp>,
+}
+
+impl Ahead {
+    /// Dates the clock has already reached.
+    pub fn reached(dates: Vec<Timestamp>) -> Ahead {
+        Ahead { dates, usable_from: None }
+    }
+
+    /// Sleeps on `clock` until every date may be used, and returns them.
+    pub fn wait(self, clock: &dyn Clock) -> Vec<Timestamp> {
+        sleep_until_reached(clock, self.usable_from);
+        self.dates
+    }
+}
+
+/// Sleeps on `clock` until it reaches `until`, if it has not yet.
+pub fn sleep_until_reached(clock: &dyn Clock, until: Option<Timestamp>) {
+    if let Some(until) = until.filter(|u| u.nanos() > clock.now().nanos()) {
+        clock.sleep_until(until);
     }
 }
 
@@ -243,5 +295,31 @@ mod tests {
         let dates = Minter::new(&state, Granularity::SECOND, &clock).mint(2).unwrap();
         assert_eq!(dates, vec![t("1001"), t("1002")]);
         assert_eq!(clock.now(), t("1002"));
+    }
+
+    #[test]
+    fn dates_minted_ahead_wait_for_the_clock_before_use() {
+        let state = CellState::default();
+        let clock = ReplayClock::new(t("1000"));
+        let minter = Minter::new(&state, Granularity::from_nanos(1_000_000).unwrap(), &clock);
+        let ahead = minter.mint_ahead(3, &|_| Ok(())).unwrap();
+        assert_eq!(ahead.dates, vec![t("1000"), t("1000.001"), t("1000.002")]);
+        assert_eq!(clock.now(), t("1000"), "mint_ahead returns before the clock reaches its dates");
+        assert_eq!(state.last().unwrap(), Some(t("1000.002")), "the state is saved before the wait");
+        let usable_from = ahead.usable_from.unwrap();
+        assert!(usable_from >= t("1000.002"), "{usable_from:?}");
+        assert_eq!(ahead.wait(&clock).len(), 3);
+        assert_eq!(clock.now(), usable_from, "wait sleeps until the last date's creation");
+    }
+
+    #[test]
+    fn dates_minted_ahead_never_run_further_than_minted_ahead_allows() {
+        let state = CellState::default();
+        let clock = ReplayClock::new(t("1000"));
+        let minter = Minter::new(&state, Granularity::from_nanos(1_000_000).unwrap(), &clock);
+        let ahead = minter.mint_ahead(500, &|_| Ok(())).unwrap();
+        let lead = ahead.usable_from.unwrap().nanos() - clock.now().nanos();
+        assert!(lead <= MINTED_AHEAD.as_nanos() as i128, "{lead} ns ahead");
+        assert!(clock.now() > t("1000.4"), "the minter slept in its lock hold: {:?}", clock.now());
     }
 }

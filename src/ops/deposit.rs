@@ -1,13 +1,14 @@
 //! Deposit: build the bag in `.ibi/staging/`, copying and hashing in one read
-//! pass; mint the names under the minter lock; write the tag files; make the
-//! batch durable; rename into place (never over an existing item); create the
-//! aliases. Each item is reported as soon as it is durable. A content record
+//! pass; mint the names under the minter lock, ahead of the clock; write the tag
+//! files; wait for the clock to reach the names; make the batch durable; rename
+//! into place (never over an existing item); create the aliases. A batch is
+//! staged, named and tagged on a thread while the one before it is placed. Each item is reported as soon as it is durable. A content record
 //! (`.ibi/deposited/<key>`), made durable with the item, lets a rerun after any
 //! failure or kill say "already deposited as NAME" instead of depositing the
 //! same content twice. `--move` then removes exactly what was copied: a file
 //! only if it still has the stamp it had when read, a folder only if empty.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -20,8 +21,8 @@ use crate::digest::Digests;
 use crate::error::{Error, IoContext, Result};
 use crate::events::EventKind;
 use crate::fsx::{self, open_regular, CopyMode, Stamp};
-use crate::id::minter::Clock;
-use crate::id::{Minted, RepositoryName};
+use crate::id::minter::{sleep_until_reached, Clock};
+use crate::id::{Minted, RepositoryName, Timestamp};
 use crate::ops::foreign_bag::plan_bag;
 use crate::ops::report::{NoticedClock, Outcome, Reporter, Task};
 use crate::ops::source::{plan_paths, PlannedFile, SourcePlan};
@@ -30,7 +31,7 @@ use crate::ops::transfer::{place_staged, StagedItem};
 use crate::store::guard;
 use crate::store::log::Action;
 use crate::store::{
-    item_ibip, mint, FileSource, ItemRecord, LockWait, Placement, Slot, StageId, Staging, Status, Store, Writer,
+    item_ibip, mint_ahead, FileSource, ItemRecord, LockWait, Placement, Slot, StageId, Staging, Status, Store, Writer,
 };
 
 #[derive(Debug, Clone, Default)]
@@ -108,14 +109,19 @@ pub fn deposit(
     let count = while_surveying(reporter, survey, || -> Result<u64> {
         let writer = writer.as_ref();
         let mut count = 0;
-        let mut ready: Option<(Vec<SourcePlan>, Vec<Payload>)> = None;
-        // A pipeline of two: each batch is planned and staged on a thread of its own
-        // while the one before it is named, made durable and placed here.
+        let mut ready: Option<(Vec<SourcePlan>, PreparedBatch)> = None;
+        // A pipeline of two: each batch is planned, staged, named ahead of the clock
+        // and tagged on a thread of its own while the one before it is made durable
+        // and placed here; so the minter's wait for the clock costs no time.
         for batch in groups.chunks(DEPOSIT_BATCH).map(Some).chain([None]) {
+            // What the batch about to be placed deposits anew: the next batch's own
+            // look-up runs while it is placed, and may not see it yet.
+            let earlier = ready.as_ref().map(|(_, prepared)| prepared.new_contents()).unwrap_or_default();
             let (staged, finished) = std::thread::scope(|scope| {
-                let staging = batch.map(|batch| scope.spawn(|| plan_and_stage(writer, batch, options, reporter)));
-                let finished = ready.take().map(|(plans, payloads)| {
-                    finish_groups(writer, &plans, payloads, (options, clock, reporter), on_durable)
+                let staging = batch
+                    .map(|batch| scope.spawn(|| plan_and_prepare(writer, batch, &earlier, (options, clock, reporter))));
+                let finished = ready.take().map(|(plans, prepared)| {
+                    finish_groups(writer, &plans, prepared, (options, clock, reporter), on_durable)
                 });
                 (staging.map(|thread| thread.join().expect("a staging thread panicked")), finished)
             });
@@ -130,31 +136,33 @@ pub fn deposit(
     Ok(count)
 }
 
-/// Plans one batch of groups and stages their payloads.
-fn plan_and_stage<'a>(
+/// Plans one batch of groups, stages their payloads, names them ahead of the
+/// clock and writes their tag files.
+fn plan_and_prepare<'a>(
     writer: &'a dyn Writer,
     batch: &[Vec<PathBuf>],
-    options: &DepositOptions,
-    reporter: &dyn Reporter,
-) -> Result<(Vec<SourcePlan>, Vec<Payload<'a>>)> {
+    earlier: &Earlier,
+    (options, clock, reporter): (&DepositOptions, &dyn Clock, &dyn Reporter),
+) -> Result<(Vec<SourcePlan>, PreparedBatch<'a>)> {
     let plans: Vec<SourcePlan> = batch
         .iter()
         .map(|group| if options.bag { plan_bag(&group[0]) } else { plan_paths(group, options.follow_symlinks) })
         .collect::<Result<_>>()?;
     let payloads = stage_batch(writer, &plans, reporter)?;
-    Ok((plans, payloads))
+    let prepared = prepare_batch(writer, &plans, payloads, earlier, (options, clock, reporter))?;
+    Ok((plans, prepared))
 }
 
-/// Names, makes durable and places one staged batch, reporting each item as soon
-/// as it is durable, then removes the moved originals. Returns how many items it saw.
+/// Places one prepared batch, reporting each item as soon as it is durable, then
+/// removes the moved originals. Returns how many items it saw.
 fn finish_groups(
     writer: &dyn Writer,
     plans: &[SourcePlan],
-    payloads: Vec<Payload>,
+    prepared: PreparedBatch,
     (options, clock, reporter): (&DepositOptions, &dyn Clock, &dyn Reporter),
     on_durable: &mut dyn FnMut(&Deposited),
 ) -> Result<u64> {
-    let outcomes = finish_batch(writer, plans, payloads, options, clock, reporter, None)?;
+    let outcomes = place_prepared(writer, prepared, &NoticedClock { clock, reporter }, None)?;
     for (plan, outcome) in plans.iter().zip(&outcomes) {
         let d = &outcome.deposited;
         let name = d.minted.name.to_string();
@@ -355,6 +363,21 @@ fn content_key(payload: &Payload, plan: &SourcePlan, options: &DepositOptions) -
     fsx::hash_bytes(text.as_bytes())
 }
 
+/// The item this content was deposited as: by the batch being placed (`earlier`),
+/// else as the collection records it (`deposited_as`).
+fn known_content(
+    collection: &dyn Store,
+    earlier: &Earlier,
+    key: &str,
+    payload: &Payload,
+    options: &DepositOptions,
+) -> Result<Option<Minted>> {
+    match earlier.0.get(key) {
+        Some(minted) => Ok(Some(minted.clone())),
+        None => deposited_as(collection, key, payload, options.move_sources),
+    }
+}
+
 /// The item this content was deposited as, if the collection still has it in
 /// service with exactly these bytes. The record only says where to look: the item
 /// must be present (not withdrawn, purged or moved away), its current manifest must
@@ -463,7 +486,8 @@ pub fn deposit_batch(
     before_place: Option<BeforePlace>,
 ) -> Result<Vec<DepositOutcome>> {
     let payloads = stage_batch(writer, plans, reporter)?;
-    finish_batch(writer, plans, payloads, options, clock, reporter, before_place)
+    let prepared = prepare_batch(writer, plans, payloads, &Earlier::default(), (options, clock, reporter))?;
+    place_prepared(writer, prepared, &NoticedClock { clock, reporter }, before_place)
 }
 
 /// Stages each plan's payload, in parallel; nothing is minted.
@@ -471,56 +495,108 @@ fn stage_batch<'a>(writer: &'a dyn Writer, plans: &[SourcePlan], reporter: &dyn 
     plans.par_iter().map(|plan| stage_payload(writer, plan, reporter)).collect()
 }
 
-/// The rest of `deposit_batch` once the payloads are staged: content already
-/// deposited is recognised, the rest named, tagged, recorded and placed.
-fn finish_batch(
-    writer: &dyn Writer,
+/// One item of a prepared batch: its staged and tagged payload, its content key,
+/// its name, and whether that content was already deposited (then it is not placed).
+struct PreparedItem<'a> {
+    payload: Payload<'a>,
+    key: String,
+    minted: Minted,
+    already: bool,
+    /// What the inventory is to record of a new item.
+    record: Option<ItemRecord>,
+}
+
+/// A batch staged, named ahead of the clock and tagged: what is left is to wait
+/// for the clock to reach its names, then record and place it.
+struct PreparedBatch<'a> {
+    items: Vec<PreparedItem<'a>>,
+    usable_from: Option<Timestamp>,
+}
+
+impl PreparedBatch<'_> {
+    /// The content keys of the new items, with their names.
+    fn new_contents(&self) -> Earlier {
+        let new = self.items.iter().filter(|item| !item.already);
+        Earlier(new.map(|item| (item.key.clone(), item.minted.clone())).collect())
+    }
+}
+
+/// The content keys a batch being placed deposits anew, with their names: the
+/// next batch is prepared meanwhile, and its look-up in the collection may not
+/// see them yet.
+#[derive(Default)]
+struct Earlier(HashMap<String, Minted>);
+
+/// The first half of `deposit_batch` once the payloads are staged: content already
+/// deposited is recognised, the rest named ahead of the clock and tagged.
+fn prepare_batch<'a>(
+    writer: &'a dyn Writer,
     plans: &[SourcePlan],
-    payloads: Vec<Payload>,
-    options: &DepositOptions,
-    clock: &dyn Clock,
-    reporter: &dyn Reporter,
-    before_place: Option<BeforePlace>,
-) -> Result<Vec<DepositOutcome>> {
-    let collection = writer.store();
+    payloads: Vec<Payload<'a>>,
+    earlier: &Earlier,
+    (options, clock, reporter): (&DepositOptions, &dyn Clock, &dyn Reporter),
+) -> Result<PreparedBatch<'a>> {
     let keys: Vec<String> = payloads.iter().zip(plans).map(|(p, plan)| content_key(p, plan, options)).collect();
     let mut known = Vec::with_capacity(plans.len());
     for (key, payload) in keys.iter().zip(&payloads) {
-        let check = options.move_sources;
-        known.push(if options.duplicate { None } else { deposited_as(collection, key, payload, check)? });
+        known.push(if options.duplicate {
+            None
+        } else {
+            known_content(writer.store(), earlier, key, payload, options)?
+        });
     }
     let fresh = known.iter().filter(|k| k.is_none()).count();
-    let minted = mint(writer, fresh, &NoticedClock { clock, reporter })?;
+    let ahead = mint_ahead(writer, fresh, &NoticedClock { clock, reporter })?;
     let now = clock.now().to_rfc3339();
     let today = now.get(..10).unwrap_or(&now);
-    let items = name_items(payloads, plans, keys, known, minted);
+    let items = name_items(payloads, plans, keys, known, ahead.minted);
     // Each new bag's tag files, in parallel: they are what a small item mostly is.
-    let tagged: Vec<Option<Option<ItemRecord>>> = items
+    let tagged: Vec<Option<ItemRecord>> = items
         .par_iter()
         .map(|item| match item.already {
             true => Ok(None),
-            false => tag_new_item(writer, item, options, today).map(Some),
+            false => tag_new_item(writer, item, options, today),
         })
         .collect::<Result<_>>()?;
-    let mut outcomes = Vec::with_capacity(plans.len());
-    let mut staged = Vec::with_capacity(fresh);
-    let mut records = Vec::with_capacity(fresh);
-    for (item, record) in items.into_iter().zip(tagged) {
-        let NewItem { payload, key, minted: m, already, .. } = item;
-        if let Some(record) = record {
-            records.push((key, m.name.clone()));
+    let items = items
+        .into_iter()
+        .zip(tagged)
+        .map(|(item, record)| {
+            let NewItem { payload, key, minted, already, .. } = item;
+            PreparedItem { payload, key, minted, already, record }
+        })
+        .collect();
+    Ok(PreparedBatch { items, usable_from: ahead.usable_from })
+}
+
+/// The second half of `deposit_batch`: once the clock has reached the batch's
+/// names, records the new items' content keys and places them.
+fn place_prepared(
+    writer: &dyn Writer,
+    prepared: PreparedBatch,
+    clock: &dyn Clock,
+    before_place: Option<BeforePlace>,
+) -> Result<Vec<DepositOutcome>> {
+    let mut outcomes = Vec::with_capacity(prepared.items.len());
+    let mut staged = Vec::with_capacity(prepared.items.len());
+    let mut records = Vec::with_capacity(prepared.items.len());
+    for item in prepared.items {
+        let PreparedItem { payload, key, minted, already, record } = item;
+        if !already {
+            records.push((key, minted.name.clone()));
             let placement = Placement {
                 stage: payload.staging.id,
-                name: m.name.clone(),
-                ibip: m.ibip,
+                name: minted.name.clone(),
+                ibip: minted.ibip,
                 replace: false,
                 record,
                 action: Action::of(EventKind::Deposit, String::new()),
             };
             staged.push(StagedItem { staging: payload.staging, placement, bytes: payload.oxum.octets });
         }
-        outcomes.push(DepositOutcome { deposited: Deposited { minted: m, already }, stamps: payload.stamps });
+        outcomes.push(DepositOutcome { deposited: Deposited { minted, already }, stamps: payload.stamps });
     }
+    sleep_until_reached(clock, prepared.usable_from);
     writer.write_deposit_records(&records)?;
     if let Some(hook) = before_place {
         outcomes.iter().filter(|o| !o.deposited.already).try_for_each(|o| hook(&o.deposited.minted))?;
@@ -584,4 +660,42 @@ fn leftovers(dir: &std::path::Path) -> String {
         names.push(format!("and {more} more"));
     }
     names.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::minter::SystemClock;
+    use crate::ops::Silent;
+    use crate::store::conformance::subsystem;
+    use crate::store::memory::MemoryStore;
+
+    /// A batch is prepared while the one before it is placed: content that batch
+    /// deposits anew is known from it, not minted again.
+    #[test]
+    fn content_of_the_batch_being_placed_is_known_without_minting() {
+        let sources = tempfile::tempdir().unwrap();
+        let path = sources.path().join("s");
+        fs::create_dir_all(&path).unwrap();
+        fs::write(path.join("f.txt"), b"one content").unwrap();
+        let store = MemoryStore::new(subsystem());
+        let writer = store.begin_write(LockWait::No).unwrap();
+        let writer = writer.as_ref();
+        let options = DepositOptions { each: true, ..DepositOptions::default() };
+        let context = (&options, &SystemClock as &dyn Clock, &Silent as &dyn Reporter);
+        let plans = vec![plan_paths(std::slice::from_ref(&path), false).unwrap()];
+        let prepare = |earlier: &Earlier| {
+            let payloads = stage_batch(writer, &plans, &Silent).unwrap();
+            prepare_batch(writer, &plans, payloads, earlier, context).unwrap()
+        };
+        let first = prepare(&Earlier::default());
+        assert!(!first.items[0].already);
+        let minted_up_to = writer.minted_up_to().unwrap();
+        let second = prepare(&first.new_contents());
+        assert!(second.items[0].already, "known from the batch being placed");
+        assert_eq!(second.items[0].minted, first.items[0].minted);
+        assert_eq!(writer.minted_up_to().unwrap(), minted_up_to, "no name minted for it");
+        let third = prepare(&Earlier::default());
+        assert!(!third.items[0].already, "unplaced content is not in the collection");
+    }
 }

@@ -20,7 +20,7 @@ use crate::bag::BagFiles;
 use crate::digest::{Algorithm, Digests};
 use crate::error::{Error, Result};
 use crate::fsx::CopyError;
-use crate::id::minter::{Clock, Minter, MinterState};
+use crate::id::minter::{Ahead, Clock, Minter, MinterState};
 use crate::id::{Ibip, Minted, RepositoryName, Timestamp};
 use crate::store::config::Minting;
 use crate::store::inventory::Forward;
@@ -68,8 +68,14 @@ pub trait Writer: Send + Sync {
     /// The collection written: its read side.
     fn store(&self) -> &dyn Store;
     /// Mints `count` dates, each one the subsystem can encode, from the collection's
-    /// minter state (a far server mints with its own state and clock).
-    fn mint_dates(&self, count: usize, clock: &dyn Clock) -> Result<Vec<Timestamp>>;
+    /// minter state (a far server mints with its own state and clock), returning
+    /// once the clock has reached every one.
+    fn mint_dates(&self, count: usize, clock: &dyn Clock) -> Result<Vec<Timestamp>> {
+        Ok(self.mint_dates_ahead(count, clock)?.wait(clock))
+    }
+    /// Like `mint_dates`, but may return before the clock reaches the dates
+    /// (`Minter::mint_ahead`): they go only into staged work until `Ahead::wait`.
+    fn mint_dates_ahead(&self, count: usize, clock: &dyn Clock) -> Result<Ahead>;
     /// Raises the minter state to at least `newest` (a name that arrived by copy, or
     /// the last one a predecessor minted).
     fn raise_minter_to(&self, newest: Timestamp) -> Result<()>;
@@ -126,13 +132,14 @@ pub trait WriteBackend: Store {
     /// Completes or clears what an interrupted writer left.
     fn recover(&self) -> Result<()>;
     fn minter_state(&self) -> Box<dyn MinterState + '_>;
-    /// Mints only while the collection mints its subsystem's names (read afresh).
-    fn mint_dates(&self, count: usize, clock: &dyn Clock) -> Result<Vec<Timestamp>> {
+    /// Mints only while the collection mints its subsystem's names (read afresh),
+    /// from the state `minter_state` keeps (see `Writer::mint_dates_ahead`).
+    fn mint_dates_ahead(&self, count: usize, clock: &dyn Clock) -> Result<Ahead> {
         refuse_unless_minting(self)?;
         let state = self.minter_state();
         let subsystem = self.subsystem();
         let minter = Minter::new(state.as_ref(), subsystem.granularity, clock);
-        minter.mint_checked(count, &|date| subsystem.identify(date).map(drop))
+        minter.mint_ahead(count, &|date| subsystem.identify(date).map(drop))
     }
     fn raise_minter_to(&self, newest: Timestamp) -> Result<()> {
         self.minter_state().update(&mut |last| Ok(last.map_or(newest, |l| l.max(newest))))
@@ -196,8 +203,8 @@ impl<B: WriteBackend> Writer for Leased<'_, B> {
     fn store(&self) -> &dyn Store {
         self.backend
     }
-    fn mint_dates(&self, count: usize, clock: &dyn Clock) -> Result<Vec<Timestamp>> {
-        self.backend.mint_dates(count, clock)
+    fn mint_dates_ahead(&self, count: usize, clock: &dyn Clock) -> Result<Ahead> {
+        self.backend.mint_dates_ahead(count, clock)
     }
     fn raise_minter_to(&self, newest: Timestamp) -> Result<()> {
         self.backend.raise_minter_to(newest)
@@ -264,8 +271,8 @@ impl Writer for AppendOnly<'_> {
     fn store(&self) -> &dyn Store {
         self.0.store()
     }
-    fn mint_dates(&self, count: usize, clock: &dyn Clock) -> Result<Vec<Timestamp>> {
-        self.0.mint_dates(count, clock)
+    fn mint_dates_ahead(&self, count: usize, clock: &dyn Clock) -> Result<Ahead> {
+        self.0.mint_dates_ahead(count, clock)
     }
     fn raise_minter_to(&self, newest: Timestamp) -> Result<()> {
         self.0.raise_minter_to(newest)
@@ -344,6 +351,22 @@ pub fn mint(writer: &dyn Writer, count: usize, clock: &dyn Clock) -> Result<Vec<
     let subsystem = writer.store().subsystem();
     let dates = writer.mint_dates(count, clock)?;
     dates.into_iter().map(|date| subsystem.identify(date)).collect()
+}
+
+/// Identifiers minted ahead of the clock (`Writer::mint_dates_ahead`): they may be
+/// written into staged work, and are used only once the clock reaches
+/// `usable_from` (`minter::sleep_until_reached`).
+pub struct MintedAhead {
+    pub minted: Vec<Minted>,
+    pub usable_from: Option<Timestamp>,
+}
+
+/// Mints `count` identifiers through the writer, ahead of the clock.
+pub fn mint_ahead(writer: &dyn Writer, count: usize, clock: &dyn Clock) -> Result<MintedAhead> {
+    let subsystem = writer.store().subsystem();
+    let ahead = writer.mint_dates_ahead(count, clock)?;
+    let minted = ahead.dates.into_iter().map(|date| subsystem.identify(date)).collect::<Result<_>>()?;
+    Ok(MintedAhead { minted, usable_from: ahead.usable_from })
 }
 
 /// Raises the minter state past the newest of `names` that belong to the store's own

@@ -272,6 +272,32 @@ fn regress_already_deposited_deletes_the_only_copy() {
     }
 }
 
+/// A batch is named and tagged while the batch before it is placed, so its own
+/// look-up of content already deposited can miss what that batch deposits: the
+/// same content in the two batches of one run must still make one item, not two.
+#[test]
+fn regress_content_of_the_batch_before_deposited_twice() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    let mut args = vec!["deposit".to_string(), "--each".into(), root.clone()];
+    for i in 0..300 {
+        // The first file of the second batch (of 256) repeats files of the first.
+        let content = if (256..264).contains(&i) { format!("item {}", i - 256) } else { format!("item {i}") };
+        env.write(&format!("src/d{i:03}/x.txt"), content.as_bytes());
+        args.push(env.path(&format!("src/d{i:03}")).display().to_string());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = env.ok(&args);
+    let pairs = run.pairs();
+    assert_eq!(pairs.len(), 300, "{}", run.stdout);
+    for i in 0..8 {
+        assert_eq!(pairs[256 + i].0, pairs[i].0, "d{:03} and d{i:03} hold the same content", 256 + i);
+    }
+    assert_eq!(run.stderr.matches("already deposited").count(), 8, "{}", run.stderr);
+    assert_eq!(items(&env, &root).len(), 292);
+    env.ok(&["-q", "verify", &root]);
+}
+
 /// A deposit record that names an item holding other bytes (written by another
 /// party, or left by a changed item) never makes a deposit "already deposited".
 #[test]

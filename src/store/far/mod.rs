@@ -26,7 +26,7 @@ use crate::bag::{BagCheck, BagFiles};
 use crate::digest::{Algorithm, Digests, Hasher};
 use crate::error::{Error, Result};
 use crate::fsx::CopyError;
-use crate::id::minter::{Clock, MinterState};
+use crate::id::minter::{Ahead, Clock, MinterState};
 use crate::id::{Ibip, RepositoryName, Subsystem, Timestamp};
 use crate::problem::Problem;
 use crate::store::config::{CollectionConfig, Minting};
@@ -688,11 +688,13 @@ impl WriteBackend for FarStore {
 
     /// Asked first here, so that the refusal names this side's address; the server
     /// refuses on its own as well.
-    fn mint_dates(&self, count: usize, _clock: &dyn Clock) -> Result<Vec<Timestamp>> {
+    /// The server replies once its clock has reached every date.
+    fn mint_dates_ahead(&self, count: usize, _clock: &dyn Clock) -> Result<Ahead> {
         crate::store::refuse_unless_minting(self)?;
         match self.conn.call(&Request::Mint { count })?.0 {
             Reply::Minted(dates) => {
-                Ok(dates.iter().map(|d| Timestamp::parse_decimal(d)).collect::<std::result::Result<_, _>>()?)
+                let dates = dates.iter().map(|d| Timestamp::parse_decimal(d)).collect::<std::result::Result<_, _>>()?;
+                Ok(Ahead::reached(dates))
             }
             other => Err(self.conn.unexpected(&other)),
         }
