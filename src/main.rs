@@ -11,7 +11,19 @@ mod cli;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// mimalloc's `purge_delay` option (its place in the options of mimalloc 3, the
+/// version `mimalloc` builds by default; `mimalloc.h`, `mi_option_e`).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// How long mimalloc keeps freed memory before it gives it back, in ms. mimalloc 3
+/// waits 1,000 ms: a deposit that places 5,000 small items a second then held
+/// 30-50 MiB of freed memory (peak RSS 81-90 MiB against 40-51 MiB at 0-10 ms,
+/// for a live heap of a few MiB). 10 ms was mimalloc 2's default.
+const PURGE_DELAY_MS: std::ffi::c_long = 10;
+
 fn main() -> std::process::ExitCode {
+    // SAFETY: set once, before any other thread exists.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
     let code = cli::run(|| {
         ctrlc::set_handler(|| {
             if cli::on_interrupt() {

@@ -108,32 +108,47 @@ pub fn deposit(
     let survey = Survey::Paths { paths, follow: options.follow_symlinks, each };
     let count = while_surveying(reporter, survey, || -> Result<u64> {
         let writer = writer.as_ref();
-        let mut count = 0;
-        let mut ready: Option<(Vec<SourcePlan>, PreparedBatch)> = None;
+        let context = (options, clock, reporter);
         // A pipeline of two: each batch is planned, staged, named ahead of the clock
-        // and tagged on a thread of its own while the one before it is made durable
-        // and placed here; so the minter's wait for the clock costs no time.
-        for batch in groups.chunks(DEPOSIT_BATCH).map(Some).chain([None]) {
-            // What the batch about to be placed deposits anew: the next batch's own
-            // look-up runs while it is placed, and may not see it yet.
-            let earlier = ready.as_ref().map(|(_, prepared)| prepared.new_contents()).unwrap_or_default();
-            let (staged, finished) = std::thread::scope(|scope| {
-                let staging = batch
-                    .map(|batch| scope.spawn(|| plan_and_prepare(writer, batch, &earlier, (options, clock, reporter))));
-                let finished = ready.take().map(|(plans, prepared)| {
-                    finish_groups(writer, &plans, prepared, (options, clock, reporter), on_durable)
-                });
-                (staging.map(|thread| thread.join().expect("a staging thread panicked")), finished)
+        // and tagged on one thread while the batch before it is made durable and
+        // placed here, so the minter's wait for the clock costs no time. The hand-over
+        // is a rendezvous: a batch is prepared only while the one before it is placed.
+        std::thread::scope(|scope| {
+            let (hand_over, prepared) = std::sync::mpsc::sync_channel(0);
+            let preparing = scope.spawn(move || prepare_all(writer, &groups, context, hand_over));
+            let placed = prepared.into_iter().try_fold(0, |count, batch: Result<(Vec<SourcePlan>, PreparedBatch)>| {
+                let (plans, batch) = batch?;
+                Ok::<u64, Error>(count + finish_groups(writer, &plans, batch, context, on_durable)?)
             });
-            if let Some(finished) = finished {
-                count += finished?;
+            if let Err(panic) = preparing.join() {
+                std::panic::resume_unwind(panic);
             }
-            ready = staged.transpose()?;
-        }
-        Ok(count)
+            placed
+        })
     })?;
     reporter.end();
     Ok(count)
+}
+
+/// The preparing end of `deposit`'s pipeline: hands over each batch prepared,
+/// until one fails or the placing end stops taking them. Each batch's look-up of
+/// content already deposited also asks the batch before it, which the placing
+/// end is placing meanwhile.
+fn prepare_all<'a>(
+    writer: &'a dyn Writer,
+    groups: &[Vec<PathBuf>],
+    context: (&DepositOptions, &dyn Clock, &dyn Reporter),
+    hand_over: std::sync::mpsc::SyncSender<Result<(Vec<SourcePlan>, PreparedBatch<'a>)>>,
+) {
+    let mut earlier = Earlier::default();
+    for batch in groups.chunks(DEPOSIT_BATCH) {
+        let prepared = plan_and_prepare(writer, batch, &earlier, context);
+        let failed = prepared.is_err();
+        earlier = prepared.as_ref().map(|(_, batch)| batch.new_contents()).unwrap_or_default();
+        if hand_over.send(prepared).is_err() || failed {
+            return;
+        }
+    }
 }
 
 /// Plans one batch of groups, stages their payloads, names them ahead of the
