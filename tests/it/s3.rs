@@ -284,6 +284,28 @@ fn boto3(port: u16, code: &str, args: &[&str]) {
     assert!(out.status.success(), "boto3 {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// `code` run by `boto3` once told to (`go`): the client is made first, so the
+/// write follows the word at once, whatever Python's start-up costs under load.
+fn boto3_when_told(port: u16, code: &str, args: &[&str]) -> Told {
+    let script = format!(
+        "import boto3, sys\ns3 = boto3.client('s3', endpoint_url='http://127.0.0.1:{port}', region_name='us-east-1', \
+         aws_access_key_id='test', aws_secret_access_key='test')\nsys.stdin.readline()\n{code}"
+    );
+    let python = repo().join("target/bagit-venv/bin/python");
+    let child = Command::new(python).args(["-c", &script]).args(args).stdin(Stdio::piped()).spawn().unwrap();
+    Told(child)
+}
+
+struct Told(std::process::Child);
+
+impl Told {
+    fn go(mut self) {
+        self.0.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        let status = self.0.wait().unwrap();
+        assert!(status.success(), "the boto3 write failed");
+    }
+}
+
 /// Overwrites one object behind ibi's back.
 fn put_object(port: u16, bucket: &str, key: &str, body: &[u8]) {
     let code = "s3.put_object(Bucket=sys.argv[1], Key=sys.argv[2], Body=sys.argv[3].encode())";
@@ -1240,16 +1262,22 @@ fn regress_a_writer_whose_lease_was_taken_over_writes_on() {
     let moto = Moto::start("lib");
     let (p, s3) = (moto.port, "s3://lib/c");
     env.s3_collection(p, s3);
-    // 12 MiB at 1 MiB/s: the upload outlasts the lease's first renewals (every 5 s).
+    // 12 MiB at 512 KiB/s: the upload (two parts at a time, 16 s) outlasts the
+    // lease's first three renewals (every 5 s).
     let big: Vec<u8> = (0..12u32 << 20).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
     let file = env.write("big/big.bin", &big);
-    let slow = Proxy::slow(p, 1 << 20);
+    let slow = Proxy::slow(p, 1 << 19);
     let deposit = ["-q", "deposit", s3, file.parent().unwrap().to_str().unwrap()];
     let child = env.s3_command(slow.port, &deposit).stderr(Stdio::piped()).spawn().unwrap();
+    let thief = r#"{"holder":"thief","host":"elsewhere","pid":1,"expires_ms":99999999999999,"since_ms":0}"#;
+    // boto3 started beforehand and told when to write: a Python start-up under
+    // load took longer than a renewal, and the deposit finished before it renewed
+    // again (a flake in CI).
+    let thief_process =
+        boto3_when_told(p, "s3.put_object(Bucket='lib', Key='c/.ibi/lease', Body=sys.argv[1].encode())", &[thief]);
     let lease = "GET /lib?list-type=2&prefix=c/.ibi/lease HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
     assert!(wait_until(30, || http(p, lease).contains("<Key>")), "the deposit took no lease");
-    let thief = r#"{"holder":"thief","host":"elsewhere","pid":1,"expires_ms":99999999999999,"since_ms":0}"#;
-    put_object(p, "lib", "c/.ibi/lease", thief.as_bytes());
+    thief_process.go();
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(75), "a writer whose lease was taken over stops: {stderr}");
