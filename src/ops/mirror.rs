@@ -22,7 +22,6 @@ use crate::ops::driver::{pipeline, plan_copy, Driver, Plan, RunResult, Tally, Tr
 use crate::ops::minting::check_pair;
 use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::survey::{while_surveying, Survey};
-use crate::ops::transfer::BATCH;
 use crate::ops::verify::verify_item;
 use crate::problem::{Problem, ProblemKind};
 use crate::store::{identity_digest, item_ibip, items, ItemRecord, Listed, LockWait, Slot, Store, Writer};
@@ -323,8 +322,9 @@ fn verify_item_quietly(src: &dyn Store, name: &RepositoryName) -> (crate::bag::B
 
 /// Plans made ahead of the driver: the merge is planned `PLAN_AHEAD` pairs at a
 /// time (one batch of identities and records per side), and the driver gets
-/// batches of at most `BATCH` items to copy, with any number of settled ones, so a
-/// run with little to do crosses to the commit thread rarely.
+/// batches of at most DST's `Store::items_per_batch` items to copy, with any
+/// number of settled ones, so a run with little to do crosses to the commit
+/// thread rarely.
 #[derive(Default)]
 struct Planned {
     ahead: std::collections::VecDeque<Plan>,
@@ -344,13 +344,14 @@ impl Planned {
     ) -> Result<Option<Vec<Plan>>> {
         let mut batch = Vec::new();
         let mut to_copy = 0;
+        let most = planner.dst.items_per_batch();
         loop {
-            while to_copy < BATCH && batch.len() < MOST_PLANS {
+            while to_copy < most && batch.len() < MOST_PLANS {
                 let Some(plan) = self.ahead.pop_front() else { break };
                 to_copy += usize::from(!matches!(plan, Plan::Settled(..)));
                 batch.push(plan);
             }
-            if to_copy >= BATCH || batch.len() >= MOST_PLANS || (self.ahead.is_empty() && self.exhausted) {
+            if to_copy >= most || batch.len() >= MOST_PLANS || (self.ahead.is_empty() && self.exhausted) {
                 return Ok((!batch.is_empty()).then_some(batch));
             }
             let pairs: Vec<Pair> = merge.by_ref().take(PLAN_AHEAD).collect::<Result<_>>()?;

@@ -110,6 +110,13 @@ pub trait Store: Send + Sync {
     /// Every item and stray, in `RepositoryName` order, streaming.
     fn walk(&self) -> Box<dyn Iterator<Item = Result<Listed>> + Send + '_>;
     fn slot(&self, name: &RepositoryName) -> Result<Slot>;
+    /// How many items a mirror into this store stages before it places them
+    /// (`ops::transfer::BATCH` by default). Each batch's placement waits for the
+    /// one before it, so a backend whose batches cost round trips takes more.
+    fn items_per_batch(&self) -> usize {
+        crate::ops::transfer::BATCH
+    }
+
     /// The slot of each of `names`, in order: what a copy or mirror asks of a
     /// batch of names before it copies them. By default `slot` for each; a
     /// backend where each is a request answers from one listing where it can.

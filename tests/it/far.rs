@@ -154,11 +154,32 @@ fn a_missing_far_ibi_is_named() {
 #[test]
 fn protocol_version_skew_names_both_versions() {
     let env = TestEnv::new();
-    let rsh = env.shim("rsh", "export IBI_PROTOCOL_VERSIONS=7-9", None);
+    let rsh = env.shim("rsh", "export IBI_PROTOCOL_VERSIONS=97-99", None);
     let run = env.far_fails(&rsh, &["list", "lab:/srv/x"], 3);
     let ours = format!("{0}-{1}", ibi::store::far::wire::VERSIONS.0, ibi::store::far::wire::VERSIONS.1);
-    assert!(run.stderr.contains("7-9") && run.stderr.contains(&ours), "{}", run.stderr);
+    assert!(run.stderr.contains("97-99") && run.stderr.contains(&ours), "{}", run.stderr);
     assert!(run.stderr.contains("same ibi release"), "{}", run.stderr);
+}
+
+/// A first mirror into a far collection asked the server for each new item's
+/// slot in a request of its own: a frame, a reply and a wake-up of both ends
+/// per item. A version-7 session asks for a batch's slots in one `Slots`
+/// request; the bytes the far side read show it.
+#[test]
+fn regress_far_mirror_asks_a_slot_per_new_item() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 300, 1);
+    let b = env.collection("b");
+    let heard = env.path("heard");
+    let forced = format!("tee '{}' | '{}' serve --stdio", heard.display(), ibi_bin().display());
+    let rsh = env.shim("rsh-tee", "", Some(&forced));
+    env.far_ok(&rsh, &["-q", "mirror", &a, &far(&b)]);
+    assert_eq!(env.identities(&b), env.identities(&a));
+    let heard = String::from_utf8_lossy(&std::fs::read(&heard).unwrap()).into_owned();
+    let one_by_one = heard.matches(r#"{"Slot":"#).count();
+    let batched = heard.matches(r#"{"Slots":"#).count();
+    assert_eq!(one_by_one, 0, "{one_by_one} single Slot requests for 300 new items");
+    assert!((1..=2).contains(&batched), "{batched} Slots requests for 300 new items");
 }
 
 #[test]

@@ -371,6 +371,13 @@ impl Store for FarStore {
         })
     }
 
+    /// Four times the default: each batch costs a round trip to plan and one to
+    /// place, and the pipeline drains at every batch's end (a first mirror of
+    /// 20,000 three-file items over ssh on loopback: 7.05 s against 6.55 s).
+    fn items_per_batch(&self) -> usize {
+        4 * crate::ops::transfer::BATCH
+    }
+
     fn slot(&self, name: &RepositoryName) -> Result<Slot> {
         match self.call(&Request::Slot(name.clone()))? {
             Reply::Slot(slot) => Ok(slot.into()),
@@ -378,10 +385,23 @@ impl Store for FarStore {
         }
     }
 
-    /// Every name's `Slot` request is sent before any reply is waited for (the
-    /// protocol lets any number be in flight, and the server answers them on its
-    /// workers): one round trip's wait for a chunk, not one per name.
+    /// One `Slots` request a chunk of names (version 7). A version-6 server is
+    /// sent every name's `Slot` request before any reply is waited for (the
+    /// protocol lets any number be in flight): one round trip's wait for a chunk,
+    /// but a frame, a reply and a wake-up of both ends for each name.
     fn slots(&self, names: &[RepositoryName]) -> Result<Vec<Slot>> {
+        if self.conn.version() >= 7 {
+            return names.chunks(SLOTS_IN_FLIGHT).try_fold(
+                Vec::with_capacity(names.len()),
+                |mut slots, chunk| match self.call(&Request::Slots(chunk.to_vec()))? {
+                    Reply::Slots(answered) if answered.len() == chunk.len() => {
+                        slots.extend(answered.into_iter().map(Slot::from));
+                        Ok(slots)
+                    }
+                    other => Err(self.conn.unexpected(&other)),
+                },
+            );
+        }
         let mut slots = Vec::with_capacity(names.len());
         for chunk in names.chunks(SLOTS_IN_FLIGHT) {
             let asked: Vec<_> = chunk
@@ -750,8 +770,10 @@ impl WriteBackend for FarStore {
             }
             self.conn.send(&Request::FileData { file }, &buffer[..n]).map_err(CopyError::Destination)?;
         })?;
-        // Sent at once: a file the client finished is on its way, even if the client is killed next.
-        self.conn.send_now(&Request::FileEnd { file }).map_err(CopyError::Destination)?;
+        // Not flushed: the connection's buffer goes out when full and before any
+        // request, so a session carries many small files in one write (and one ssh
+        // packet) instead of one each.
+        self.conn.send(&Request::FileEnd { file }, &[]).map_err(CopyError::Destination)?;
         let digests = hasher.finish();
         if let Some(sent) = lock(&self.sent).get_mut(&stage.0) {
             sent.opaque |= keep && kept.is_none();

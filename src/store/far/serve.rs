@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
-use super::wire::{self, Reply, Request, Snapshot, Target, WireCheck, WireError, WirePlacement};
+use super::wire::{self, Reply, Request, Snapshot, Target, WireCheck, WireError, WirePlacement, WireSlot};
 use crate::bag::{self, BagFiles};
 use crate::digest::{Algorithm, Digests};
 use crate::error::{Error, Result};
@@ -85,6 +85,22 @@ const PAGE: usize = 1024;
 /// How many of the server's own fixity checks it keeps in one transaction.
 const FIXITY_AT_ONCE: usize = 256;
 
+/// Finished small files handed to a writing thread together: the reader holds
+/// them until `WRITE_BATCH_FILES` or `WRITE_BATCH_BYTES` have arrived, a request
+/// that is not staging comes, or its next read may wait, so one wake-up of a
+/// writing thread carries many files instead of one each.
+const WRITE_BATCH_FILES: usize = 64;
+const WRITE_BATCH_BYTES: usize = 1 << 20;
+
+/// The files of a session on their way in: those still arriving, by the
+/// client's file id, and those finished but not yet handed to a writing thread.
+#[derive(Default)]
+struct Arriving {
+    open: HashMap<u64, Incoming>,
+    finished: Vec<Incoming>,
+    finished_bytes: usize,
+}
+
 /// One staged item of the client's.
 struct StageState {
     id: StageId,
@@ -138,6 +154,12 @@ struct Budget {
 }
 
 impl Budget {
+    /// Whether taking `bytes` now would wait for others to be given back.
+    fn would_wait(&self, bytes: usize) -> bool {
+        let used = *lock(&self.used);
+        used > 0 && used + bytes > BUFFERED
+    }
+
     fn take(&self, bytes: usize) {
         let mut used = lock(&self.used);
         while *used > 0 && *used + bytes > BUFFERED {
@@ -208,10 +230,16 @@ pub fn serve(options: ServeOptions, input: impl Read, output: Box<dyn Write + Se
         fixity: Mutex::default(),
     });
     let queue = session.start_workers()?;
-    let mut incoming = HashMap::new();
-    while let Some(frame) = wire::read_frame(&mut input).map_err(broken)? {
+    let mut arriving = Arriving::default();
+    loop {
+        // The finished files go to a writer before a read that may wait, so a
+        // client waiting for them (a placement) is never left waiting on this one.
+        if !wire::frame_buffered(input.buffer()) {
+            session.write_finished(&mut arriving);
+        }
+        let Some(frame) = wire::read_frame(&mut input).map_err(broken)? else { break };
         match wire::decode::<Request>(&frame) {
-            Ok(request) => session.take(frame.id, request, frame.payload, &mut incoming, &queue),
+            Ok(request) => session.take(frame.id, request, frame.payload, &mut arriving, &queue),
             Err(e) => {
                 let problem = format!("a request this server cannot read: {e}");
                 session.reply_result(frame.id, Err(Error::Invalid { what: "request".into(), problem }));
@@ -221,7 +249,7 @@ pub fn serve(options: ServeOptions, input: impl Read, output: Box<dyn Write + Se
     drop(queue);
     // The client is gone: files it never finished end now, its staged items are
     // dropped, then the lease released.
-    drop(incoming);
+    drop(arriving);
     session.discard_all();
     session.keep_fixity(true);
     lock(&session.writer).take();
@@ -389,13 +417,13 @@ impl Session {
         id: u64,
         request: Request,
         payload: Vec<u8>,
-        incoming: &mut HashMap<u64, Incoming>,
+        arriving: &mut Arriving,
         queue: &SyncSender<(u64, Request)>,
     ) {
         match request {
             Request::StageDir { stage, rel } => self.stage_dir(stage, &rel),
             Request::FileBegin { stage, file, rel, mtime, also } => {
-                let admitted = match (incoming.len() < MAX_OPEN_FILES, check_rel(&rel)) {
+                let admitted = match (arriving.open.len() < MAX_OPEN_FILES, check_rel(&rel)) {
                     (false, _) => Err(Error::Refused {
                         what: format!("file {rel}"),
                         why: format!("a session may send at most {MAX_OPEN_FILES} files at once"),
@@ -407,19 +435,23 @@ impl Session {
                 }
                 self.with_stage(stage, |state| state.pending += 1);
                 let entry = Incoming { stage, rel, mtime, also, buffer: Vec::new(), streaming: None };
-                incoming.insert(file, entry);
+                arriving.open.insert(file, entry);
             }
             Request::FileData { file } => {
-                if let Some(entry) = incoming.get_mut(&file) {
+                if self.buffered.would_wait(payload.len()) {
+                    self.write_finished(arriving);
+                }
+                if let Some(entry) = arriving.open.get_mut(&file) {
                     self.file_data(entry, payload);
                 }
             }
             Request::FileEnd { file } => {
-                if let Some(entry) = incoming.remove(&file) {
-                    self.file_end(entry);
+                if let Some(entry) = arriving.open.remove(&file) {
+                    self.file_end(entry, arriving);
                 }
             }
             other => {
+                self.write_finished(arriving);
                 let _ = queue.send((id, other));
             }
         }
@@ -471,15 +503,30 @@ impl Session {
         }
     }
 
-    fn file_end(self: &Arc<Self>, entry: Incoming) {
+    fn file_end(self: &Arc<Self>, entry: Incoming, arriving: &mut Arriving) {
         if entry.streaming.is_some() {
             return; // Dropping the sender ends the writer's stream.
         }
+        arriving.finished_bytes += entry.buffer.len();
+        arriving.finished.push(entry);
+        if arriving.finished.len() >= WRITE_BATCH_FILES || arriving.finished_bytes >= WRITE_BATCH_BYTES {
+            self.write_finished(arriving);
+        }
+    }
+
+    /// Hands the finished files to a writing thread, in one job.
+    fn write_finished(self: &Arc<Self>, arriving: &mut Arriving) {
+        if arriving.finished.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut arriving.finished);
+        let held = std::mem::take(&mut arriving.finished_bytes);
         let session = self.clone();
         self.writes.spawn(move || {
-            let held = entry.buffer.len();
-            let mut reader = io::Cursor::new(entry.buffer);
-            session.write_file(entry.stage, &entry.rel, entry.mtime, &entry.also, &mut reader);
+            for entry in batch {
+                let mut reader = io::Cursor::new(entry.buffer);
+                session.write_file(entry.stage, &entry.rel, entry.mtime, &entry.also, &mut reader);
+            }
             session.buffered.give(held);
         });
     }
@@ -573,6 +620,7 @@ impl Session {
             Request::Open { path } => return self.open(&path),
             Request::Init { path, config } => return self.init(&path, &config),
             Request::Slot(name) => Reply::Slot(c()?.slot(&name)?.into()),
+            Request::Slots(names) => Reply::Slots(c()?.slots(&names)?.into_iter().map(WireSlot::from).collect()),
             Request::Alias(ibip) => Reply::Name(c()?.alias(&ibip)?),
             Request::DanglingAliases => Reply::Aliases(c()?.dangling_aliases()?),
             Request::AliasProblem(ibip, name) => Reply::Text(c()?.alias_problem(&ibip, &name)),

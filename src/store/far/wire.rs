@@ -30,7 +30,8 @@ pub const ANSWER: &str = "IBI-CLIENT";
 /// Version 2: the server mints with its own state (`Mint`); a client never writes one.
 /// Version 4: `BagIdentities`, each read from the bag (a version-3 peer is asked per item).
 /// Version 5: `FixityCheckPages`. Version 6: `CheckChain`, the server checks its own log.
-pub const VERSIONS: (u32, u32) = (3, 6);
+/// Version 7: `Slots`, the slots of many names in one request.
+pub const VERSIONS: (u32, u32) = (3, 7);
 /// Replaces `VERSIONS` (`MIN-MAX` or `N`), to test version skew.
 pub const VERSIONS_ENV: &str = "IBI_PROTOCOL_VERSIONS";
 /// How much a far shell may print before the greeting.
@@ -111,6 +112,14 @@ pub fn write_frame(out: &mut impl Write, id: u64, header: &impl Serialize, paylo
     out.write_all(payload)
 }
 
+/// Whether `buffered` holds a whole frame (so that reading it cannot wait).
+pub fn frame_buffered(buffered: &[u8]) -> bool {
+    let Some(head) = buffered.get(..8) else { return false };
+    let header_len = u32::from_be_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+    let payload_len = u32::from_be_bytes(head[4..8].try_into().expect("4 bytes")) as usize;
+    buffered.len() >= 16 + header_len + payload_len
+}
+
 /// Reads one frame; `None` at a clean end of the stream.
 pub fn read_frame(input: &mut impl Read) -> io::Result<Option<Frame>> {
     let mut head = [0u8; 16];
@@ -177,6 +186,8 @@ pub enum Request {
     },
     Walk,
     Slot(RepositoryName),
+    /// The slots of many names, in their order (version 7).
+    Slots(Vec<RepositoryName>),
     Alias(Ibip),
     DanglingAliases,
     AliasProblem(Ibip, RepositoryName),
@@ -402,6 +413,7 @@ pub enum Reply {
     },
     Listed(Vec<WireListed>),
     Slot(WireSlot),
+    Slots(Vec<WireSlot>),
     Name(Option<RepositoryName>),
     Aliases(Vec<(Ibip, RepositoryName)>),
     Text(Option<String>),
