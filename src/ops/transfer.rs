@@ -57,8 +57,8 @@ pub fn place_staged(writer: &dyn Writer, staged: Vec<StagedItem>) -> Result<Plac
 
 /// Lists an item's folders and regular files (relative paths); anything else, and
 /// anything that cannot be listed, is a problem of the item, never an error of the run.
-fn list_tree(src: &dyn Store, name: &RepositoryName, label: &str) -> (Vec<String>, Vec<String>, Vec<Problem>) {
-    let (mut dirs, mut files, mut problems) = (Vec::new(), Vec::new(), Vec::new());
+fn list_tree(src: &dyn Store, name: &RepositoryName, label: &str) -> (Vec<String>, Listed, Vec<Problem>) {
+    let (mut dirs, mut files, mut problems) = (Vec::new(), Listed::default(), Vec::new());
     let bag = src.item_files(name);
     if !matches!(bag.root_kind(), Ok(FileKind::Dir)) {
         let detail = "the item is not a folder (a symlink is never followed)";
@@ -72,7 +72,10 @@ fn list_tree(src: &dyn Store, name: &RepositoryName, label: &str) -> (Vec<String
                 problems.push(Problem::new(label, Some(&lossy), ProblemKind::Extra, "file name is not UTF-8"))
             }
             Ok(TreeEntry { rel: Ok(rel), kind: FileKind::Dir }) => dirs.push(rel),
-            Ok(TreeEntry { rel: Ok(rel), kind: FileKind::File { .. } }) => files.push(rel),
+            Ok(TreeEntry { rel: Ok(rel), kind: FileKind::File { size } }) => {
+                files.bytes += size;
+                files.rels.push(rel);
+            }
             Ok(TreeEntry { rel: Ok(rel), kind: FileKind::Other(what) }) => {
                 let detail = format!("{what} (never followed)");
                 problems.push(Problem::new(label, Some(&rel), ProblemKind::SpecialFile, detail))
@@ -81,6 +84,19 @@ fn list_tree(src: &dyn Store, name: &RepositoryName, label: &str) -> (Vec<String
     }
     (dirs, files, problems)
 }
+
+/// An item's files, and their bytes as its listing gave them.
+#[derive(Default)]
+struct Listed {
+    rels: Vec<String>,
+    bytes: u64,
+}
+
+/// Items smaller than this have their files copied one after another by the
+/// thread that stages the item (other items are staged beside it); larger ones
+/// copy their files in parallel. Splitting a small item's few files into tasks
+/// of their own cost more in rayon's wake-ups and spins than it saved.
+const PARALLEL_ITEM_BYTES: u64 = 8 << 20;
 
 /// The bytes of all an item's files (payload and tag files): what a transfer
 /// counts for an item it carries, whether by copy or by rename, and what a dry
@@ -124,17 +140,22 @@ fn copy_one(
     staging.writer.stage_file(staging.id, rel, source)
 }
 
-/// Copies every file in parallel, hashing as it writes. A source that cannot be read
-/// is a problem of the item; a destination that cannot be written is an error.
+/// Copies every file (in parallel for a large item), hashing as it writes. A source
+/// that cannot be read is a problem of the item; a destination that cannot be
+/// written is an error.
 fn copy_files(
     from: (&dyn Store, &RepositoryName),
     staging: &Staging,
-    files: &[String],
+    files: &Listed,
     reporter: &dyn Reporter,
 ) -> Result<(CopiedDigests, Corrupt)> {
-    let also = algorithms_named(files);
-    let results: Vec<(&String, std::result::Result<Digests, CopyError>)> =
-        files.par_iter().map(|rel| (rel, copy_one(from, staging, rel, &also, reporter))).collect();
+    let also = algorithms_named(&files.rels);
+    let copy = |rel: &String| copy_one(from, staging, rel, &also, reporter);
+    let copied: Vec<std::result::Result<Digests, CopyError>> = match files.bytes < PARALLEL_ITEM_BYTES {
+        true => files.rels.iter().map(copy).collect(),
+        false => files.rels.par_iter().map(copy).collect(),
+    };
+    let results = files.rels.iter().zip(copied);
     let mut digests = HashMap::new();
     let mut problems = Vec::new();
     for (rel, result) in results {
