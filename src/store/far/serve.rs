@@ -29,6 +29,8 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
+use rayon::prelude::*;
+
 use super::wire::{self, Reply, Request, Snapshot, Target, WireCheck, WireError, WirePlacement, WireSlot};
 use crate::bag::{self, BagFiles};
 use crate::digest::{Algorithm, Digests};
@@ -886,12 +888,24 @@ impl Session {
         let writer = self.writer("placing items")?;
         let c = self.collection()?;
         let held = c.records(&batch.iter().map(|p| p.name.clone()).collect::<Vec<_>>())?;
+        // Each item is checked on the session's pool once its files are written:
+        // nothing is placed before all are checked, so the order changes nothing.
+        let checked: Vec<(WirePlacement, StageId, Result<ItemRecord>)> = self.pool.install(|| {
+            batch
+                .into_par_iter()
+                .zip(held)
+                .map(|(p, held)| {
+                    let (sid, arrived) = self.settled(p.stage)?;
+                    lock(&self.stages).remove(&p.stage);
+                    let admitted = admit_placement(writer.as_ref(), sid, &p, held.as_ref(), &arrived);
+                    Ok((p, sid, admitted))
+                })
+                .collect::<Result<_>>()
+        })?;
         let mut refused = Vec::new();
         let mut go = Vec::new();
-        for (p, held) in batch.into_iter().zip(held) {
-            let (sid, arrived) = self.settled(p.stage)?;
-            lock(&self.stages).remove(&p.stage);
-            match admit_placement(writer.as_ref(), sid, &p, held.as_ref(), &arrived) {
+        for (p, sid, admitted) in checked {
+            match admitted {
                 // The alias is the one bag-info records, which verify will expect.
                 Ok(record) => go.push(Placement {
                     stage: sid,
