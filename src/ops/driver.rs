@@ -252,9 +252,15 @@ impl<'a> Driver<'a> {
         let (sender, results) = std::sync::mpsc::channel();
         std::thread::scope(|scope| {
             scope.spawn(move || {
-                plans.par_iter().for_each_with(sender, |sender, plan| {
-                    let _ = sender.send((plan, self.stage_one(writer, plan)));
-                })
+                let stage_all = || {
+                    plans.par_iter().for_each_with(sender, |sender, plan| {
+                        let _ = sender.send((plan, self.stage_one(writer, plan)));
+                    })
+                };
+                match self.dst.staging_threads().and_then(staging_pool) {
+                    Some(pool) => pool.install(stage_all),
+                    None => stage_all(),
+                }
             });
             let mut next_early = Instant::now() + PLACE_EARLY_AFTER;
             loop {
@@ -451,6 +457,20 @@ pub fn pipeline(
             None => Ok(()),
         }
     })
+}
+
+/// The pool that stages into a store asking for more threads than the machine
+/// has cores (`Store::staging_threads`): made once, at the first size asked,
+/// and kept for the process. None where the global pool is as large.
+fn staging_pool(threads: usize) -> Option<&'static rayon::ThreadPool> {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    if threads <= rayon::current_num_threads() {
+        return None;
+    }
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new().num_threads(threads).thread_name(|i| format!("ibi-stage-{i}")).build().ok()
+    })
+    .as_ref()
 }
 
 /// Takes up to `BATCH` results from an iterator, stopping at the first error.

@@ -110,6 +110,13 @@ pub trait Store: Send + Sync {
     /// Every item and stray, in `RepositoryName` order, streaming.
     fn walk(&self) -> Box<dyn Iterator<Item = Result<Listed>> + Send + '_>;
     fn slot(&self, name: &RepositoryName) -> Result<Slot>;
+    /// How many items a transfer into this store stages at once, where that is
+    /// more than the machine's cores: a backend whose every file is a request
+    /// waits on the network, not on the processor.
+    fn staging_threads(&self) -> Option<usize> {
+        None
+    }
+
     /// How many items a mirror into this store stages before it places them
     /// (`ops::transfer::BATCH` by default). Each batch's placement waits for the
     /// one before it, so a backend whose batches cost round trips takes more.

@@ -4,6 +4,9 @@
 use super::*;
 use crate::store::inventory::Forward;
 
+/// How many items a transfer into S3 stages at once.
+const STAGING_THREADS: usize = 4;
+
 impl Store for S3Store {
     fn location(&self) -> String {
         self.objects.place.clone()
@@ -23,6 +26,12 @@ impl Store for S3Store {
 
     fn as_dyn(&self) -> &dyn Store {
         self
+    }
+
+    /// Each staged file is a request: `STAGING_THREADS` items at once keep the
+    /// server busy where the cores alone would leave it waiting on each answer.
+    fn staging_threads(&self) -> Option<usize> {
+        Some(STAGING_THREADS)
     }
 
     fn walk(&self) -> Box<dyn Iterator<Item = Result<Listed>> + Send + '_> {
