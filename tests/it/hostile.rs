@@ -613,3 +613,25 @@ fn regress_every_fixity_check_in_one_reply() {
         pages.iter().flat_map(|page| page.iter().map(|check| check["name"].as_str().unwrap())).collect();
     assert_eq!((names.len(), pages.iter().map(|page| page.len()).sum::<usize>()), (2100, 2100));
 }
+
+/// The server holds finished small files back to hand them to a writing thread
+/// in batches. A client that sends a few files and then nothing more (no
+/// request that would hand them over) must still find them written, since the
+/// server hands its batch over before any read that may wait; held back, the
+/// staged bytes would sit in memory until the client spoke again.
+#[test]
+fn finished_files_are_written_while_the_client_says_nothing_more() {
+    let lab = Lab::new();
+    let (_, files) = foreign_item(&lab);
+    let mut far = lab.serve(&[]);
+    assert!(far.open(&lab.lib).0.get("Opened").is_some());
+    assert_eq!(far.call(json!({"Lease": "No"})).0, json!("Done"));
+    far.stage(1, &files);
+    let staging = Path::new(&lab.lib).join(".ibi/staging");
+    let written = || {
+        walkdir::WalkDir::new(&staging).into_iter().flatten().filter(|e| e.file_type().is_file()).count() >= files.len()
+    };
+    assert!(crate::env::wait_until(10, written), "the {} finished files were never written", files.len());
+    drop(far);
+    assert!(crate::env::control_empty(&lab.lib, "staging"), "staging left behind");
+}
