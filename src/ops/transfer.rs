@@ -57,8 +57,8 @@ pub fn place_staged(writer: &dyn Writer, staged: Vec<StagedItem>) -> Result<Plac
 
 /// Lists an item's folders and regular files (relative paths); anything else, and
 /// anything that cannot be listed, is a problem of the item, never an error of the run.
-fn list_tree(src: &dyn Store, name: &RepositoryName, label: &str) -> (Vec<String>, Listed, Vec<Problem>) {
-    let (mut dirs, mut files, mut problems) = (Vec::new(), Listed::default(), Vec::new());
+fn list_tree(src: &dyn Store, name: &RepositoryName, label: &str) -> (Vec<String>, ItemFiles, Vec<Problem>) {
+    let (mut dirs, mut files, mut problems) = (Vec::new(), ItemFiles::default(), Vec::new());
     let bag = src.item_files(name);
     if !matches!(bag.root_kind(), Ok(FileKind::Dir)) {
         let detail = "the item is not a folder (a symlink is never followed)";
@@ -87,7 +87,7 @@ fn list_tree(src: &dyn Store, name: &RepositoryName, label: &str) -> (Vec<String
 
 /// An item's files, and their bytes as its listing gave them.
 #[derive(Default)]
-struct Listed {
+struct ItemFiles {
     rels: Vec<String>,
     bytes: u64,
 }
@@ -146,7 +146,7 @@ fn copy_one(
 fn copy_files(
     from: (&dyn Store, &RepositoryName),
     staging: &Staging,
-    files: &Listed,
+    files: &ItemFiles,
     reporter: &dyn Reporter,
 ) -> Result<(CopiedDigests, Corrupt)> {
     let also = algorithms_named(&files.rels);

@@ -157,11 +157,6 @@ impl Connection {
         self.write(0, request, payload, false)
     }
 
-    /// Sends a frame that gets no reply, and flushes everything queued before it.
-    pub fn send_now(&self, request: &Request) -> Result<()> {
-        self.write(0, request, &[], true)
-    }
-
     /// Sends a request; its replies arrive on the receiver, with its id.
     pub fn start(&self, request: &Request, stream: bool) -> Result<(u64, Receiver<Answer>)> {
         self.start_with(request, stream, None)
