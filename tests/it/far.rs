@@ -525,3 +525,18 @@ fn a_far_verify_has_the_server_make_and_sign_the_witness() {
     let old = env.far_ok(&older, &["verify", &far_library]);
     assert!(!old.stderr.contains("witness: root"), "{}", old.stderr);
 }
+
+/// A far server mints at most `MAX_MINT` (1,024) names a request; the client
+/// asks for more in several requests, and the names are still all distinct.
+#[test]
+fn a_far_mint_of_more_than_a_request_holds_is_asked_in_parts() {
+    let env = TestEnv::new();
+    let rsh = env.shim("rsh", "", None);
+    let lib = far(&env.path("lib").to_string_lossy());
+    let host = ["--host", "test.ibi.example.org", "--ip", "192.0.2.30", "--granularity", "0.0001"];
+    env.far_ok(&rsh, &[&["-q", "init", lib.as_str()][..], &host].concat());
+    let run = env.far_ok(&rsh, &["mint", "-C", &lib, "--count", "2500"]);
+    let names: std::collections::BTreeSet<&str> =
+        run.lines().into_iter().map(|l| l.split('\t').next().unwrap()).collect();
+    assert_eq!(names.len(), 2500, "{} distinct names of 2,500", names.len());
+}

@@ -13,6 +13,8 @@ use serde_json::{json, Value};
 
 use crate::env::{ibi_bin, minter_dir, snapshot, TestEnv, MINTER_DIR_ENV};
 
+mod fuzz;
+
 /// One session with a far server, spoken frame by frame.
 struct Hostile {
     child: Child,
@@ -50,13 +52,7 @@ impl Hostile {
     fn send(&mut self, header: Value, payload: &[u8]) -> u64 {
         let id = self.next;
         self.next += 1;
-        let header = serde_json::to_vec(&header).unwrap();
-        let mut frame = Vec::new();
-        frame.extend_from_slice(&(header.len() as u32).to_be_bytes());
-        frame.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-        frame.extend_from_slice(&id.to_be_bytes());
-        frame.extend_from_slice(&header);
-        frame.extend_from_slice(payload);
+        let frame = frame(id, &serde_json::to_vec(&header).unwrap(), payload);
         // A server that ended the session is seen by the next read.
         let _ = self.input.write_all(&frame).and_then(|_| self.input.flush());
         id
@@ -138,6 +134,18 @@ impl Hostile {
     fn pid(&self) -> u32 {
         self.child.id()
     }
+}
+
+/// One frame as the wire carries it: the header's and payload's lengths, the
+/// request's id, the JSON header, the payload.
+fn frame(id: u64, header: &[u8], payload: &[u8]) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(16 + header.len() + payload.len());
+    frame.extend_from_slice(&(header.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&id.to_be_bytes());
+    frame.extend_from_slice(header);
+    frame.extend_from_slice(payload);
+    frame
 }
 
 impl Drop for Hostile {
@@ -634,4 +642,99 @@ fn finished_files_are_written_while_the_client_says_nothing_more() {
     assert!(crate::env::wait_until(10, written), "the {} finished files were never written", files.len());
     drop(far);
     assert!(crate::env::control_empty(&lab.lib, "staging"), "staging left behind");
+}
+
+/// Kills the server of `far` after `seconds` unless the returned flag is set
+/// first: a request the server never answers then ends its test as a failure
+/// (no reply) instead of hanging it.
+fn watchdog(far: &Hostile, seconds: u64) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (pid, flag) = (far.pid(), done.clone());
+    std::thread::spawn(move || {
+        let ended = crate::env::wait_until(seconds, || flag.load(std::sync::atomic::Ordering::Relaxed));
+        if !ended {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+        }
+    });
+    done
+}
+
+/// A second `FileBegin` with the id of a file still open replaced it unwritten;
+/// its stage counted a file that would never end, so placing or discarding it
+/// waited for ever, and so did the session's end (which then left the stage's
+/// folder behind).
+#[test]
+fn regress_far_file_begun_twice_holds_its_stage_for_ever() {
+    let lab = Lab::new();
+    let (name, files) = foreign_item(&lab);
+    let mut far = lab.serve(&[]);
+    assert!(far.open(&lab.lib).0.get("Opened").is_some());
+    assert_eq!(far.call(json!({"Lease": "No"})).0, json!("Done"));
+    far.stage(1, &files);
+    let begin = json!({"FileBegin": {"stage": 1, "file": 7, "rel": "data/twice.txt", "mtime": null, "also": []}});
+    far.send(begin.clone(), &[]);
+    far.send(begin, &[]);
+    far.send(json!({"FileData": {"file": 7}}), b"once\n");
+    far.send(json!({"FileEnd": {"file": 7}}), &[]);
+    let done = watchdog(&far, 20);
+    let answer = far.place(1, &name, None, Value::Null);
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(!answer.0.is_null(), "the placement was never answered");
+    assert!(serde_json::to_string(&answer.0).unwrap().contains("begun again"), "{:?}", answer.0);
+    assert!(placed_nothing(&answer), "{:?}", answer.0);
+    drop(far);
+    assert!(crate::env::control_empty(&lab.lib, "staging"), "staging left behind");
+}
+
+/// `Mint` took any count up to the minter's ten million: a client could have
+/// the server mint (and sleep on its clock, holding the minter) for hours in one
+/// request. It mints at most `MAX_MINT` at a time; a client asks for more in
+/// several requests.
+#[test]
+fn regress_far_mint_of_a_million_names_holds_the_minter() {
+    let lab = Lab::new();
+    let mut far = lab.serve(&[]);
+    assert!(far.open(&lab.lib).0.get("Opened").is_some());
+    assert_eq!(far.call(json!({"Lease": "No"})).0, json!("Done"));
+    let done = watchdog(&far, 20);
+    let answer = far.call(json!({"Mint": {"count": 1 << 20}}));
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(refused(&answer), "a mint of a million names answered {:?}", answer.0);
+    let few = far.call(json!({"Mint": {"count": 3}}));
+    assert_eq!(few.0["Minted"].as_array().map(Vec::len), Some(3), "{:?}", few.0);
+}
+
+/// A second `Lease` in a session that holds the lease waited for the
+/// collection's write lock, which the session itself held: for ever with
+/// `Forever`, and the session's end then waited on that worker.
+#[test]
+fn regress_far_second_lease_waits_on_its_own_lock() {
+    let lab = Lab::new();
+    let mut far = lab.serve(&[]);
+    assert!(far.open(&lab.lib).0.get("Opened").is_some());
+    assert_eq!(far.call(json!({"Lease": "No"})).0, json!("Done"));
+    let done = watchdog(&far, 20);
+    let again = far.call(json!({"Lease": "Forever"}));
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(again.0, json!("Done"), "a second lease answered {:?}", again.0);
+    let minted = far.call(json!({"Mint": {"count": 1}}));
+    assert!(minted.0.get("Minted").is_some(), "the session cannot write after it: {:?}", minted.0);
+}
+
+/// `Remove` of a name the collection does not hold journalled the removal and
+/// made the trash's folder, then failed to move the item: both stayed behind,
+/// and `verify` reported leftovers until the next write.
+#[test]
+fn regress_far_remove_of_an_item_not_held_leaves_the_trash_behind() {
+    let lab = Lab::new();
+    let mut far = lab.serve(&[]);
+    assert!(far.open(&lab.lib).0.get("Opened").is_some());
+    assert_eq!(far.call(json!({"Lease": "No"})).0, json!("Done"));
+    let answer = far.call(json!({"Remove": ["sid.inpe.br/x/2009/02.16.17.46"]}));
+    assert!(answer.0["Error"].get("NotFound").is_some(), "{:?}", answer.0);
+    drop(far);
+    for dir in ["trash", "journal"] {
+        assert!(crate::env::control_empty(&lab.lib, dir), "{dir} left behind");
+    }
+    assert_eq!(lab.env.run(&["-q", "verify", &lab.lib]).code, 0);
 }

@@ -711,13 +711,20 @@ impl WriteBackend for FarStore {
     /// The server replies once its clock has reached every date.
     fn mint_dates_ahead(&self, count: usize, _clock: &dyn Clock) -> Result<Ahead> {
         crate::store::refuse_unless_minting(self)?;
-        match self.conn.call(&Request::Mint { count })?.0 {
-            Reply::Minted(dates) => {
-                let dates = dates.iter().map(|d| Timestamp::parse_decimal(d)).collect::<std::result::Result<_, _>>()?;
-                Ok(Ahead::reached(dates))
+        let mut all = Vec::with_capacity(count);
+        // A request at a time, each within what a server mints at once.
+        while all.len() < count {
+            let asked = (count - all.len()).min(wire::MAX_MINT);
+            match self.conn.call(&Request::Mint { count: asked })?.0 {
+                Reply::Minted(dates) if dates.len() == asked => {
+                    for date in &dates {
+                        all.push(Timestamp::parse_decimal(date)?);
+                    }
+                }
+                other => return Err(self.conn.unexpected(&other)),
             }
-            other => Err(self.conn.unexpected(&other)),
         }
+        Ok(Ahead::reached(all))
     }
 
     /// The server raises its own floor as it places; a handover asks it outright.

@@ -134,6 +134,8 @@ struct Session {
     /// The session's writer, which holds the lease: none until `Lease`, never on a
     /// read-only server, wrapped in `AppendOnly` on an append-only one.
     writer: Mutex<Option<Arc<dyn Writer>>>,
+    /// Held while the lease is taken (`take_lease`).
+    leasing: Mutex<()>,
     /// Where requests that compute in parallel (verify, identities, placing) run: a
     /// pool of the session's own, so that they never wait behind work of the
     /// process's global pool (a client in the same process, in tests).
@@ -225,13 +227,14 @@ pub fn serve(options: ServeOptions, input: impl Read, output: Box<dyn Write + Se
         stages: Mutex::default(),
         stage_settled: Condvar::new(),
         writer: Mutex::default(),
+        leasing: Mutex::default(),
         pool: pool("ibi-serve")?,
         writes: pool("ibi-serve-write")?,
         pinned: OnceLock::new(),
         buffered: Budget::default(),
         fixity: Mutex::default(),
     });
-    let queue = session.start_workers()?;
+    let (queue, workers) = session.start_workers()?;
     let mut arriving = Arriving::default();
     loop {
         // The finished files go to a writer before a read that may wait, so a
@@ -249,13 +252,35 @@ pub fn serve(options: ServeOptions, input: impl Read, output: Box<dyn Write + Se
         }
     }
     drop(queue);
-    // The client is gone: files it never finished end now, its staged items are
-    // dropped, then the lease released.
-    drop(arriving);
+    // The client is gone: files it never finished end now (their stages settle,
+    // failed), the requests it sent are finished (a write cut short by the
+    // process's exit would leave its staging or trash behind), its staged items
+    // are dropped, then the lease released.
+    session.abandon(arriving);
+    workers.finish(SETTLE);
     session.discard_all();
     session.keep_fixity(true);
     lock(&session.writer).take();
     Ok(())
+}
+
+/// How long a session's end waits for the work its client left running: writes
+/// into its stages, then the requests its workers were answering. A request
+/// still running after it (a lease awaited forever) is not waited for.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A session's worker threads.
+struct Workers(Vec<std::thread::JoinHandle<()>>);
+
+impl Workers {
+    /// Waits, up to `settle`, for every worker to answer its last request and end.
+    fn finish(self, settle: std::time::Duration) {
+        let deadline = std::time::Instant::now() + settle;
+        while self.0.iter().any(|w| !w.is_finished()) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        self.0.into_iter().filter(|w| w.is_finished()).for_each(|w| drop(w.join()));
+    }
 }
 
 fn pool(name: &'static str) -> Result<rayon::ThreadPool> {
@@ -287,10 +312,12 @@ impl Read for Chunks {
 }
 
 impl Session {
-    /// Starts the session's `WORKERS`, fed by a queue of `QUEUE` requests.
-    fn start_workers(self: &Arc<Self>) -> Result<SyncSender<(u64, Request)>> {
+    /// Starts the session's `WORKERS`, fed by a queue of `QUEUE` requests; they
+    /// end when the queue is dropped and its last request is answered.
+    fn start_workers(self: &Arc<Self>) -> Result<(SyncSender<(u64, Request)>, Workers)> {
         let (to, from) = sync_channel::<(u64, Request)>(QUEUE);
         let from = Arc::new(Mutex::new(from));
+        let mut workers = Vec::with_capacity(WORKERS);
         for i in 0..WORKERS {
             let (session, from) = (self.clone(), from.clone());
             let work = move || loop {
@@ -300,11 +327,13 @@ impl Session {
                     Err(_) => return,
                 }
             };
-            std::thread::Builder::new().name(format!("ibi-serve-worker-{i}")).spawn(work).map_err(|e| {
-                Error::Connection { place: "ibi serve".into(), problem: format!("cannot start threads: {e}") }
-            })?;
+            let worker =
+                std::thread::Builder::new().name(format!("ibi-serve-worker-{i}")).spawn(work).map_err(|e| {
+                    Error::Connection { place: "ibi serve".into(), problem: format!("cannot start threads: {e}") }
+                })?;
+            workers.push(worker);
         }
-        Ok(to)
+        Ok((to, Workers(workers)))
     }
 
     /// Discards every stage of the session (it ended), once the files being written
@@ -313,7 +342,6 @@ impl Session {
     /// `SETTLE` is not waited for. Discarding under a running write would leave
     /// the folder it creates behind, a leftover verify reports.
     fn discard_all(&self) {
-        const SETTLE: std::time::Duration = std::time::Duration::from_secs(10);
         let deadline = std::time::Instant::now() + SETTLE;
         let mut stages = lock(&self.stages);
         while stages.values().any(|state| state.pending > 0) && std::time::Instant::now() < deadline {
@@ -321,8 +349,18 @@ impl Session {
             stages = self.stage_settled.wait_timeout(stages, left).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
         }
         let stages: Vec<StageId> = stages.drain().map(|(_, state)| state.id).collect();
-        if let Ok(writer) = self.writer("discarding") {
-            stages.into_iter().for_each(|sid| writer.discard(sid));
+        stages.into_iter().for_each(|sid| self.discard_stage(sid));
+        if let Some(collection) = self.collection.get() {
+            collection.drop_stages();
+        }
+    }
+
+    /// Removes one of the session's stages. Its own staging, not the
+    /// collection's content: no lease is needed (one given back with `Unlease`
+    /// after staging must not leave the stage behind).
+    fn discard_stage(&self, sid: StageId) {
+        if let Some(collection) = self.collection.get() {
+            crate::store::write::WriteBackend::discard(*collection, sid);
         }
     }
 
@@ -435,6 +473,12 @@ impl Session {
                 if let Err(e) = admitted {
                     return self.fail_stage(stage, &e);
                 }
+                if arriving.open.contains_key(&file) {
+                    // Taking it would drop the open one unwritten, and its stage
+                    // would wait for it for ever.
+                    let problem = format!("file {file} was begun again before it ended");
+                    return self.fail_stage(stage, &Error::Invalid { what: format!("file {rel}"), problem });
+                }
                 self.with_stage(stage, |state| state.pending += 1);
                 let entry = Incoming { stage, rel, mtime, also, buffer: Vec::new(), streaming: None };
                 arriving.open.insert(file, entry);
@@ -503,6 +547,27 @@ impl Session {
             let mut reader = Chunks { from, chunk: io::Cursor::new(Vec::new()) };
             std::thread::spawn(move || session.write_file(stage, &rel, mtime, &also, &mut reader));
         }
+    }
+
+    /// Ends the files of a client that went away: a streaming one with its
+    /// stream (its writer sees the end), the others unwritten, each one's stage
+    /// settled and failed, so that nothing waits on them.
+    fn abandon(&self, arriving: Arriving) {
+        let Arriving { open, finished, finished_bytes } = arriving;
+        // What the finished files hold is counted in `finished_bytes`; an open
+        // file's bytes, in its buffer.
+        let open_bytes: usize = open.values().map(|entry| entry.buffer.len()).sum();
+        self.buffered.give(finished_bytes + open_bytes);
+        let mut stages = lock(&self.stages);
+        for entry in open.into_values().chain(finished).filter(|entry| entry.streaming.is_none()) {
+            // A stage already placed or discarded is not made again for it.
+            let Some(state) = stages.get_mut(&entry.stage) else { continue };
+            let problem = format!("the client went away before file {} was written", entry.rel);
+            state.pending = state.pending.saturating_sub(1);
+            state.error.get_or_insert_with(|| WireError::from(&Error::Invalid { what: "staging".into(), problem }));
+        }
+        drop(stages);
+        self.stage_settled.notify_all();
     }
 
     fn file_end(self: &Arc<Self>, entry: Incoming, arriving: &mut Arriving) {
@@ -603,8 +668,8 @@ impl Session {
             Request::FixityCheckPages => self.fixity_pages(id),
             Request::Read { name, rel } => self.read(id, &name, &rel),
             Request::Discard { stage } => {
-                if let (Ok((sid, _)), Ok(w)) = (self.settled(stage), self.writer("discarding")) {
-                    w.discard(sid);
+                if let Ok((sid, _)) = self.settled(stage) {
+                    self.discard_stage(sid);
                 }
                 lock(&self.stages).remove(&stage);
             }
@@ -738,6 +803,11 @@ impl Session {
 
     /// Mints `count` dates with the collection's own state and this machine's clock.
     fn mint(&self, count: usize) -> Result<Vec<String>> {
+        if count > wire::MAX_MINT {
+            let problem =
+                format!("{count} names in one request; this server mints at most {} at a time", wire::MAX_MINT);
+            return Err(Error::Invalid { what: "Mint".into(), problem });
+        }
         let dates = self.writer("minting")?.mint_dates(count, &crate::id::minter::SystemClock)?;
         Ok(dates.into_iter().map(Timestamp::to_decimal).collect())
     }
@@ -771,6 +841,12 @@ impl Session {
             .collection
             .get()
             .ok_or_else(|| Error::Invalid { what: "request".into(), problem: "no collection is open yet".into() })?;
+        // One lease a session: a second ask would wait on the lock this session
+        // holds, for ever; asks at once are taken one at a time.
+        let _one_at_a_time = lock(&self.leasing);
+        if lock(&self.writer).is_some() {
+            return Ok(());
+        }
         let writer = collection.begin_write(wait)?;
         let writer: Arc<dyn Writer> = match self.options.append_only {
             true => Arc::new(AppendOnly(writer)),

@@ -36,6 +36,10 @@ pub const VERSIONS: (u32, u32) = (3, 7);
 pub const VERSIONS_ENV: &str = "IBI_PROTOCOL_VERSIONS";
 /// How much a far shell may print before the greeting.
 pub const MAX_BANNER: usize = 64 * 1024;
+/// The most names one `Mint` asks for: more than a batch's worth. A client
+/// asks for more in several requests; the server refuses a larger one, which
+/// would hold its minter (and sleep on its clock) for as long as the count takes.
+pub const MAX_MINT: usize = 1024;
 /// The largest header or payload of one frame.
 pub const MAX_FRAME: u32 = 64 * 1024 * 1024;
 /// The size of the data frames a file is sent in: one read into the thread's

@@ -232,6 +232,12 @@ pub fn remove_all(collection: &Collection, items: &[Item]) -> Result<()> {
     if items.is_empty() {
         return Ok(());
     }
+    // Checked before anything is journalled or made: an item that is not there
+    // (never held, or removed by another request) would fail its move into the
+    // trash half-way, leaving the journal record and the trash's folder behind.
+    if let Some(absent) = items.iter().find(|i| !std::fs::symlink_metadata(&i.path).is_ok_and(|m| m.is_dir())) {
+        return Err(Error::NotFound { what: "item", name: absent.name.to_string(), place: collection.root().into() });
+    }
     let ibips: Vec<Option<Ibip>> = items.iter().map(|i| i.ibip().ok().flatten()).collect();
     let entries: Vec<(&RepositoryName, Option<&Ibip>)> =
         items.iter().zip(&ibips).map(|(i, b)| (&i.name, b.as_ref())).collect();

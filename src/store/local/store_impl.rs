@@ -45,6 +45,15 @@ impl Collection {
         Ok(dir.path.join(rel))
     }
 
+    /// Removes every staging folder this handle still holds. A far session's
+    /// end calls it, after discarding each stage it knows of: a stage it lost
+    /// track of (made by one request while another dropped it) goes too,
+    /// since the handle lives as long as the process.
+    pub fn drop_stages(&self) {
+        let dirs = std::mem::take(&mut crate::sync::lock(&self.stages).dirs);
+        drop(dirs);
+    }
+
     /// Staging and trash that an interrupted writer left, with their size. Looked for
     /// only when no writer is at work (the write lock is free), so live staging never counts.
     fn leftover_problems(&self) -> Vec<Problem> {
