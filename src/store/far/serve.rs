@@ -21,7 +21,9 @@
 //! - Resources are bounded per session: `WORKERS` threads take requests from a
 //!   queue of `QUEUE` (the reader waits when it is full: backpressure), at most
 //!   `MAX_OPEN_FILES` files arrive at once, and at most `BUFFERED` bytes of them
-//!   wait in memory.
+//!   wait in memory. The workers answer at once, so replies come in any order
+//!   (each names its request's id): a client waits for the replies whose order
+//!   matters (`Open` before the rest, `Lease` before a write).
 
 use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
