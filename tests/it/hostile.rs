@@ -241,6 +241,14 @@ impl Lab {
             .collect()
     }
 
+    /// A writable session on `lib` that holds the lease.
+    fn writer(&self) -> Hostile {
+        let mut far = self.serve(&[]);
+        assert!(far.open(&self.lib).0.get("Opened").is_some());
+        assert_eq!(far.call(json!({"Lease": "No"})).0, json!("Done"));
+        far
+    }
+
     fn serve(&self, flags: &[&str]) -> Hostile {
         let mut args = vec!["--restrict-to-path", self.srv.as_str()];
         args.extend_from_slice(flags);
@@ -406,9 +414,7 @@ fn regress_staging_and_placing_without_the_lease() {
 #[test]
 fn regress_restricted_key_writes_the_machine_minter_state() {
     let lab = Lab::new();
-    let mut far = lab.serve(&[]);
-    assert!(far.open(&lab.lib).0.get("Opened").is_some());
-    far.call(json!({"Lease": "No"}));
+    let mut far = lab.writer();
     // The old protocol's way: take the minter, then store a date of the client's choosing.
     let begin = far.send(json!("MinterBegin"), &[]);
     let first = far.reply_to(begin);
@@ -506,9 +512,7 @@ fn regress_unbounded_threads_and_memory_for_unread_replies() {
 fn regress_record_with_no_versions_panics_the_server() {
     let lab = Lab::new();
     let (name, files) = foreign_item(&lab);
-    let mut far = lab.serve(&[]);
-    assert!(far.open(&lab.lib).0.get("Opened").is_some());
-    far.call(json!({"Lease": "No"}));
+    let mut far = lab.writer();
     far.stage(1, &files);
     let record =
         json!({"name": name, "ibip": null, "origin": null, "status": "present", "versions": [], "withdrawn": null});
@@ -566,9 +570,7 @@ fn minting_requests_are_refused_to_restricted_keys() {
         assert!(refused(&far.call(json!({"SetMinting": {"Retired": null}}))), "{flags:?}: SetMinting");
         assert!(refused(&far.call(json!({"NoteMoved": [[name], forward]}))), "{flags:?}: NoteMoved");
     }
-    let mut far = lab.serve(&[]);
-    assert!(far.open(&lab.lib).0.get("Opened").is_some());
-    far.call(json!({"Lease": "No"}));
+    let mut far = lab.writer();
     assert!(refused(&far.call(json!({"RaiseMinter": "253370764800"}))), "a minter pushed to year 9999");
     assert_eq!(std::fs::read(&config).unwrap(), before, "the collection still mints");
     lab.env.ok(&["resolve", &lab.lib, &name]);
@@ -631,9 +633,7 @@ fn regress_every_fixity_check_in_one_reply() {
 fn finished_files_are_written_while_the_client_says_nothing_more() {
     let lab = Lab::new();
     let (_, files) = foreign_item(&lab);
-    let mut far = lab.serve(&[]);
-    assert!(far.open(&lab.lib).0.get("Opened").is_some());
-    assert_eq!(far.call(json!({"Lease": "No"})).0, json!("Done"));
+    let mut far = lab.writer();
     far.stage(1, &files);
     let staging = Path::new(&lab.lib).join(".ibi/staging");
     let written = || {
@@ -667,9 +667,7 @@ fn watchdog(far: &Hostile, seconds: u64) -> std::sync::Arc<std::sync::atomic::At
 fn regress_far_file_begun_twice_holds_its_stage_for_ever() {
     let lab = Lab::new();
     let (name, files) = foreign_item(&lab);
-    let mut far = lab.serve(&[]);
-    assert!(far.open(&lab.lib).0.get("Opened").is_some());
-    assert_eq!(far.call(json!({"Lease": "No"})).0, json!("Done"));
+    let mut far = lab.writer();
     far.stage(1, &files);
     let begin = json!({"FileBegin": {"stage": 1, "file": 7, "rel": "data/twice.txt", "mtime": null, "also": []}});
     far.send(begin.clone(), &[]);
@@ -693,9 +691,7 @@ fn regress_far_file_begun_twice_holds_its_stage_for_ever() {
 #[test]
 fn regress_far_mint_of_a_million_names_holds_the_minter() {
     let lab = Lab::new();
-    let mut far = lab.serve(&[]);
-    assert!(far.open(&lab.lib).0.get("Opened").is_some());
-    assert_eq!(far.call(json!({"Lease": "No"})).0, json!("Done"));
+    let mut far = lab.writer();
     let done = watchdog(&far, 20);
     let answer = far.call(json!({"Mint": {"count": 1 << 20}}));
     done.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -710,9 +706,7 @@ fn regress_far_mint_of_a_million_names_holds_the_minter() {
 #[test]
 fn regress_far_second_lease_waits_on_its_own_lock() {
     let lab = Lab::new();
-    let mut far = lab.serve(&[]);
-    assert!(far.open(&lab.lib).0.get("Opened").is_some());
-    assert_eq!(far.call(json!({"Lease": "No"})).0, json!("Done"));
+    let mut far = lab.writer();
     let done = watchdog(&far, 20);
     let again = far.call(json!({"Lease": "Forever"}));
     done.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -727,9 +721,7 @@ fn regress_far_second_lease_waits_on_its_own_lock() {
 #[test]
 fn regress_far_remove_of_an_item_not_held_leaves_the_trash_behind() {
     let lab = Lab::new();
-    let mut far = lab.serve(&[]);
-    assert!(far.open(&lab.lib).0.get("Opened").is_some());
-    assert_eq!(far.call(json!({"Lease": "No"})).0, json!("Done"));
+    let mut far = lab.writer();
     let answer = far.call(json!({"Remove": ["sid.inpe.br/x/2009/02.16.17.46"]}));
     assert!(answer.0["Error"].get("NotFound").is_some(), "{:?}", answer.0);
     drop(far);
