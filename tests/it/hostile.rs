@@ -684,6 +684,37 @@ fn regress_far_file_begun_twice_holds_its_stage_for_ever() {
     assert!(crate::env::control_empty(&lab.lib, "staging"), "staging left behind");
 }
 
+/// The session forgot a stage without removing its folder in two cases: a
+/// `Discard` of a stage that had failed (a file refused), and a `Place` that
+/// failed as a whole (one of its stages never made) after it had taken the
+/// batch's other stages. Their folders stayed in staging for as long as the
+/// session lasted, however long a mirror keeps it open.
+#[test]
+fn regress_far_failed_stages_stay_until_the_session_ends() {
+    let lab = Lab::new();
+    let (name, files) = foreign_item(&lab);
+    let mut far = lab.writer();
+    // The reader makes stages in order, before it takes the next request: once a
+    // later request is answered, the stage's folder has been made.
+    let staging_empties = |far: &mut Hostile| {
+        assert!(far.call(json!({"Records": []})).0.get("Records").is_some());
+        crate::env::wait_until(10, || crate::env::control_empty(&lab.lib, "staging"))
+    };
+    far.stage(1, &files);
+    let refused = json!({"FileBegin": {"stage": 1, "file": 999, "rel": "../out.txt", "mtime": null, "also": []}});
+    far.send(refused, &[]);
+    far.send(json!({"Discard": {"stage": 1}}), &[]);
+    assert!(staging_empties(&mut far), "a failed stage, discarded, stayed in staging");
+
+    far.stage(2, &files);
+    let good = json!({"stage": 2, "name": name, "ibip": null, "replace": false, "record": null});
+    let never_made = json!({"stage": 77, "name": name, "ibip": null, "replace": false, "record": null});
+    let answer = far.call(json!({"Place": [good, never_made]}));
+    assert!(placed_nothing(&answer), "{:?}", answer.0);
+    assert!(staging_empties(&mut far), "the stages of a failed placement stayed in staging");
+    assert!(lab.names(&lab.lib).iter().all(|(n, _)| *n != name), "an item of a failed placement was placed");
+}
+
 /// `Mint` took any count up to the minter's ten million: a client could have
 /// the server mint (and sleep on its clock, holding the minter) for hours in one
 /// request. It mints at most `MAX_MINT` at a time; a client asks for more in

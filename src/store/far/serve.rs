@@ -644,22 +644,40 @@ impl Session {
 
     /// Waits until every file of the stage is written; its server id, failure and arrival digests.
     fn settled(&self, stage: u64) -> Result<(StageId, HashMap<String, Digests>)> {
+        let stages = self.settled_lock(stage)?;
+        let state = &stages[&stage];
+        match &state.error {
+            Some(e) => Err(e.clone().into_error("ibi serve")),
+            None => Ok((state.id, state.arrived.clone())),
+        }
+    }
+
+    /// Waits until every file of the stage is written, then takes it from the
+    /// session, which forgets it: a stage that failed is discarded here and its
+    /// failure returned; one that did not, the caller places or discards.
+    fn take_settled(&self, stage: u64) -> Result<(StageId, HashMap<String, Digests>)> {
+        let state = self.settled_lock(stage)?.remove(&stage).expect("a settled stage is held");
+        match state.error {
+            Some(e) => {
+                self.discard_stage(state.id);
+                Err(e.into_error("ibi serve"))
+            }
+            None => Ok((state.id, state.arrived)),
+        }
+    }
+
+    /// The session's stages, once `stage` has no file still being written.
+    fn settled_lock(&self, stage: u64) -> Result<std::sync::MutexGuard<'_, HashMap<u64, StageState>>> {
         let mut stages = lock(&self.stages);
         loop {
-            let Some(state) = stages.get(&stage) else {
-                return Err(Error::NotFound {
-                    what: "staged item",
-                    name: stage.to_string(),
-                    place: PathBuf::from("ibi serve"),
-                });
-            };
-            if state.pending == 0 {
-                if let Some(e) = &state.error {
-                    return Err(e.clone().into_error("ibi serve"));
+            match stages.get(&stage) {
+                None => {
+                    let name = stage.to_string();
+                    return Err(Error::NotFound { what: "staged item", name, place: PathBuf::from("ibi serve") });
                 }
-                return Ok((state.id, state.arrived.clone()));
+                Some(state) if state.pending == 0 => return Ok(stages),
+                Some(_) => stages = self.stage_settled.wait(stages).unwrap_or_else(|p| p.into_inner()),
             }
-            stages = self.stage_settled.wait(stages).unwrap_or_else(|p| p.into_inner());
         }
     }
 
@@ -670,10 +688,9 @@ impl Session {
             Request::FixityCheckPages => self.fixity_pages(id),
             Request::Read { name, rel } => self.read(id, &name, &rel),
             Request::Discard { stage } => {
-                if let Ok((sid, _)) = self.settled(stage) {
+                if let Ok((sid, _)) = self.take_settled(stage) {
                     self.discard_stage(sid);
                 }
-                lock(&self.stages).remove(&stage);
             }
             other => {
                 let result = self.pool.install(|| self.handle(other));
@@ -966,20 +983,20 @@ impl Session {
         let writer = self.writer("placing items")?;
         let c = self.collection()?;
         let held = c.records(&batch.iter().map(|p| p.name.clone()).collect::<Vec<_>>())?;
-        // Each item is checked on the session's pool once its files are written:
-        // nothing is placed before all are checked, so the order changes nothing.
+        let staged = self.take_batch(&batch)?;
+        // Each item is checked on the session's pool: nothing is placed before
+        // all are checked, so the order changes nothing.
         let checked: Vec<(WirePlacement, StageId, Result<ItemRecord>)> = self.pool.install(|| {
             batch
                 .into_par_iter()
                 .zip(held)
-                .map(|(p, held)| {
-                    let (sid, arrived) = self.settled(p.stage)?;
-                    lock(&self.stages).remove(&p.stage);
+                .zip(staged)
+                .map(|((p, held), (sid, arrived))| {
                     let admitted = admit_placement(writer.as_ref(), sid, &p, held.as_ref(), &arrived);
-                    Ok((p, sid, admitted))
+                    (p, sid, admitted)
                 })
-                .collect::<Result<_>>()
-        })?;
+                .collect()
+        });
         let mut refused = Vec::new();
         let mut go = Vec::new();
         for (p, sid, admitted) in checked {
@@ -1004,6 +1021,19 @@ impl Session {
         crate::store::raise_minter(writer.as_ref(), &arrived)?;
         refused.extend(placed.into_iter().map(|(name, r)| (name, r.err().as_ref().map(WireError::from))));
         Ok((Reply::Placed(refused), Vec::new()))
+    }
+
+    /// Takes the stage of each placement once its files are written. If one
+    /// cannot be taken (never made, failed, or named twice), the placement
+    /// fails as a whole and every stage of it is discarded: the session has
+    /// forgotten them, so nothing else would.
+    fn take_batch(&self, batch: &[WirePlacement]) -> Result<Vec<(StageId, HashMap<String, Digests>)>> {
+        let taken: Vec<_> = batch.iter().map(|p| self.take_settled(p.stage)).collect();
+        if let Some(failed) = taken.iter().position(Result::is_err) {
+            taken.iter().flatten().for_each(|(sid, _)| self.discard_stage(*sid));
+            return Err(taken.into_iter().nth(failed).and_then(Result::err).expect("the failed placement"));
+        }
+        Ok(taken.into_iter().flatten().collect())
     }
 
     fn walk(&self, id: u64) {
