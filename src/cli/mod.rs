@@ -46,11 +46,18 @@ static STDOUT_FAILED: Mutex<Option<String>> = Mutex::new(None);
 /// write is remembered, so that a command is never cut off mid-commit; `main` turns
 /// a failed write into exit 3.
 pub fn write_stdout(text: &str) -> Result<()> {
+    write_stdout_bytes(text.as_bytes());
+    Ok(())
+}
+
+/// `write_stdout` for bytes (a buffer's worth of a stream, which may end inside
+/// a character).
+fn write_stdout_bytes(bytes: &[u8]) {
     if stdout_gone() {
-        return Ok(());
+        return;
     }
     let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+    match out.write_all(bytes).and_then(|_| out.flush()) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => STDOUT_CLOSED.store(true, Ordering::SeqCst),
         Err(e) => {
@@ -59,7 +66,21 @@ pub fn write_stdout(text: &str) -> Result<()> {
             }
         }
     }
-    Ok(())
+}
+
+/// Standard output as `write_stdout` treats it, for a library call that writes
+/// a stream (wrap it in a `BufWriter`): a write never fails.
+pub struct Stdout;
+
+impl Write for Stdout {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        write_stdout_bytes(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Whether results can no longer reach stdout (closed, or a write failed).

@@ -187,14 +187,17 @@ pub fn handles(global: GlobalArgs, args: &super::args::HandlesArgs) -> Result<Ou
         since,
     }
     .checked()?;
-    let mut batch = Vec::new();
+    let mut batch = std::io::BufWriter::with_capacity(1 << 16, super::Stdout);
     let summary = export_handles(store.as_ref(), &options, &mut batch)?;
-    super::write_stdout(&String::from_utf8_lossy(&batch))?;
-    let line = format!(
+    let mut line = format!(
         "exported {} item handle(s) ({} withdrawn) and {} alias(es)",
         summary.items, summary.withdrawn, summary.aliases
     );
-    Printer::new(global)
-        .summary(&line, json!({"items": summary.items, "withdrawn": summary.withdrawn, "aliases": summary.aliases}));
+    if summary.arrived > 0 {
+        line.push_str(&format!("; {} item(s) arrived during the export and are left for the next", summary.arrived));
+    }
+    let counts = json!({"items": summary.items, "withdrawn": summary.withdrawn, "aliases": summary.aliases,
+        "arrived": summary.arrived});
+    Printer::new(global).summary(&line, counts);
     Ok(Outcome::Success)
 }

@@ -48,65 +48,112 @@ pub struct ExportSummary {
     pub items: usize,
     pub withdrawn: usize,
     pub aliases: usize,
+    /// Items that arrived while the export ran (after its check of the
+    /// suffixes), left for the next export.
+    pub arrived: usize,
 }
 
 const TTL_AND_PERMS: &str = "86400 1110";
 
-/// Writes the batch for every item `store` holds (and every withdrawn one).
+/// Writes the batch for every item `store` holds (and every withdrawn one), in
+/// name order, one item at a time: memory holds 16 bytes an item, not the
+/// batch. A first pass checks that no two items share a suffix, so that a
+/// batch that would be refused is never begun; the second writes the items
+/// the first checked.
 pub fn export_handles(store: &dyn Store, options: &HandleExport, out: &mut dyn Write) -> Result<ExportSummary> {
-    let records = selected_records(store, options)?;
-    let suffixes = suffixes(&records, options.suffix)?;
+    let checked = checked_suffixes(store, options)?;
     let mut summary = ExportSummary::default();
     let write_err = |e| Error::io("write the batch to", "standard output", e);
-    for (record, suffix) in records.iter().zip(&suffixes) {
+    for record in selected_records(store, options) {
+        let record = record?;
+        let suffix = suffix_of(&record, options.suffix)?;
+        if checked.binary_search(&(hash_of(&suffix), hash_of(&record.name))).is_err() {
+            summary.arrived += 1;
+            continue;
+        }
         let handle = format!("{}/{suffix}", options.prefix);
-        out.write_all(item_block(record, &handle, options).as_bytes()).map_err(write_err)?;
+        out.write_all(item_block(&record, &handle, options).as_bytes()).map_err(write_err)?;
         summary.items += 1;
         summary.withdrawn += usize::from(record.status == Status::Withdrawn);
-        if let Some(block) = alias_block(record, &handle, options) {
+        if let Some(block) = alias_block(&record, &handle, options) {
             out.write_all(block.as_bytes()).map_err(write_err)?;
             summary.aliases += 1;
         }
     }
+    out.flush().map_err(write_err)?;
     Ok(summary)
 }
 
 /// The records to export, in name order: held or withdrawn, changed since `since`.
-fn selected_records(store: &dyn Store, options: &HandleExport) -> Result<Vec<ItemRecord>> {
-    let mut selected = Vec::new();
-    for record in store.all_records() {
-        let record = record?;
-        if record.status == Status::Removed {
-            continue;
+fn selected_records<'a>(
+    store: &'a dyn Store,
+    options: &'a HandleExport,
+) -> impl Iterator<Item = Result<ItemRecord>> + 'a {
+    store.all_records().filter(|record| match record {
+        Err(_) => true,
+        Ok(record) if record.status == Status::Removed => false,
+        Ok(record) => {
+            let changed = Timestamp::parse_user(&record.current().date).unwrap_or(record.name.date());
+            options.since.is_none_or(|since| changed >= since)
         }
-        let changed = Timestamp::parse_user(&record.current().date).unwrap_or(record.name.date());
-        if options.since.is_none_or(|since| changed >= since) {
-            selected.push(record);
-        }
-    }
-    Ok(selected)
+    })
 }
 
-/// Each record's handle suffix; PILIN suffixes must not collide (two items in one millisecond).
-fn suffixes(records: &[ItemRecord], kind: SuffixKind) -> Result<Vec<String>> {
-    let mut seen: BTreeMap<String, &RepositoryName> = BTreeMap::new();
-    let mut out = Vec::with_capacity(records.len());
-    for record in records {
-        let suffix = match (kind, record.ibip) {
-            (SuffixKind::Name, _) => record.name.to_string(),
-            (SuffixKind::Ibip, Some(ibip)) => ibip.to_string(),
-            (SuffixKind::Ibip, None) => return Err(invalid(format!("{} has no IBIp", record.name))),
-            (SuffixKind::Pilin, _) => PilinSuffix::from_date(record.name.date())
-                .ok_or_else(|| invalid(format!("{} has a date before the PILIN epoch", record.name)))?
-                .to_string(),
-        };
-        if let Some(other) = seen.insert(suffix.clone(), &record.name) {
-            let problem = format!("{other} and {} share the suffix {suffix} (one millisecond)", record.name);
-            return Err(invalid(problem + "; export with --suffix name or ibip"));
-        }
-        out.push(suffix);
+/// A record's handle suffix.
+fn suffix_of(record: &ItemRecord, kind: SuffixKind) -> Result<String> {
+    match (kind, record.ibip) {
+        (SuffixKind::Name, _) => Ok(record.name.to_string()),
+        (SuffixKind::Ibip, Some(ibip)) => Ok(ibip.to_string()),
+        (SuffixKind::Ibip, None) => Err(invalid(format!("{} has no IBIp", record.name))),
+        (SuffixKind::Pilin, _) => PilinSuffix::from_date(record.name.date())
+            .map(|suffix| suffix.to_string())
+            .ok_or_else(|| invalid(format!("{} has a date before the PILIN epoch", record.name))),
     }
-    Ok(out)
+}
+
+/// A 64-bit hash of `value`, the same throughout the process.
+fn hash_of(value: &impl std::hash::Hash) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(value)
+}
+
+/// The (suffix, name) hashes of every record to export, sorted; refused when
+/// two records share a suffix (PILIN suffixes of two items in one
+/// millisecond). Hashes that coincide are looked at again in full, so no
+/// batch is refused for a hash collision alone.
+fn checked_suffixes(store: &dyn Store, options: &HandleExport) -> Result<Vec<(u64, u64)>> {
+    let mut checked = Vec::new();
+    for record in selected_records(store, options) {
+        let record = record?;
+        checked.push((hash_of(&suffix_of(&record, options.suffix)?), hash_of(&record.name)));
+    }
+    checked.sort_unstable();
+    let mut shared: Vec<u64> = checked.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| w[0].0).collect();
+    if !shared.is_empty() {
+        shared.dedup();
+        refuse_shared_suffixes(store, options, &shared)?;
+    }
+    Ok(checked)
+}
+
+/// Refuses the export if two records whose suffixes hash alike share the suffix itself.
+fn refuse_shared_suffixes(store: &dyn Store, options: &HandleExport, shared: &[u64]) -> Result<()> {
+    let mut holders: BTreeMap<String, RepositoryName> = BTreeMap::new();
+    for record in selected_records(store, options) {
+        let record = record?;
+        let suffix = suffix_of(&record, options.suffix)?;
+        if shared.binary_search(&hash_of(&suffix)).is_err() {
+            continue;
+        }
+        match holders.get(&suffix) {
+            Some(other) if *other != record.name => {
+                let problem = format!("{other} and {} share the suffix {suffix} (one millisecond)", record.name);
+                return Err(invalid(problem + "; export with --suffix name or ibip"));
+            }
+            _ => drop(holders.insert(suffix, record.name)),
+        }
+    }
+    Ok(())
 }
 
 fn invalid(problem: String) -> Error {

@@ -33,24 +33,28 @@ enum Need {
     Toward(RepositoryName, String),
 }
 
-/// The items to look at: those named, or every item plus every one an alias proves lost.
-fn candidates(root: &dyn Store, names: &[String]) -> Result<Vec<Need>> {
+/// The items to look at: those named, or every item plus every one an alias
+/// proves lost. The walk streams, so memory does not grow with the collection;
+/// an item it meets after this run restored it is looked at and found whole.
+fn candidates<'a>(root: &'a dyn Store, names: &[String]) -> Result<Needs<'a>> {
     if names.is_empty() {
-        let mut needs: Vec<Need> = root.dangling_aliases()?.into_iter().map(|(_, n)| Need::Missing(n)).collect();
-        for name in items(root) {
-            needs.push(Need::Damaged(name?));
-        }
-        return Ok(needs);
+        let lost = root.dangling_aliases()?.into_iter().map(|(_, name)| Ok(Need::Missing(name)));
+        let held = items(root).map(|name| name.map(Need::Damaged));
+        return Ok(Box::new(lost.chain(held)));
     }
-    names
+    let named = names
         .iter()
         .map(|text| match resolve(root, text) {
             Ok(name) => Ok(Need::Damaged(name)),
             Err(crate::error::Error::NotFound { .. }) => Ok(Need::Missing(RepositoryName::parse(text)?)),
             Err(e) => Err(e),
         })
-        .collect()
+        .collect::<Result<Vec<Need>>>()?;
+    Ok(Box::new(named.into_iter().map(Ok)))
 }
+
+/// What a repair looks at, one at a time.
+type Needs<'a> = Box<dyn Iterator<Item = Result<Need>> + Send + 'a>;
 
 struct Repairer<'a> {
     root: &'a dyn Store,
@@ -146,8 +150,8 @@ pub fn repair_toward(
     options: RepairOptions,
     reporter: &dyn Reporter,
 ) -> Result<TransferSummary> {
-    let needs = wanted.iter().map(|(name, identity)| Need::Toward(name.clone(), identity.clone())).collect();
-    run(root, from, needs, options, reporter)
+    let needs = wanted.iter().map(|(name, identity)| Ok(Need::Toward(name.clone(), identity.clone())));
+    run(root, from, Box::new(needs), options, reporter)
 }
 
 /// Repairs `root` from `from`: the named items, or everything it lost or holds damaged.
@@ -165,7 +169,7 @@ pub fn repair(
 fn run(
     root: &dyn Store,
     from: &dyn Store,
-    needs: Vec<Need>,
+    mut needs: Needs<'_>,
     options: RepairOptions,
     reporter: &dyn Reporter,
 ) -> Result<TransferSummary> {
@@ -176,7 +180,6 @@ fn run(
     let repairer = Repairer { root, writer, from, tally: &tally, reporter };
     let driver = Driver { src: from, dst: root, writer, tally: &tally, reporter, event: EventKind::Repair };
     reporter.begin(Task::Repair);
-    let mut needs = needs.into_iter().map(Ok);
     let next_plans = || -> Result<Option<Vec<Plan>>> {
         let chunk = next_chunk(&mut needs)?;
         if chunk.is_empty() {

@@ -22,8 +22,10 @@ use crate::store::{Slot, Status, Store, VersionRecord};
 
 /// How long a view of an item in a store without stamps is trusted.
 pub const UNSTAMPED_TTL: Duration = Duration::from_secs(2);
-/// Views kept at most; the cache is emptied when it grows past this.
-const CACHE_LIMIT: usize = 100_000;
+/// Views kept at most; the cache is emptied when it grows past this. A view is
+/// about a kilobyte and more (its files, its bag-info): at 100,000 (the limit
+/// before) a crawl of every item could hold over 100 MiB.
+const CACHE_LIMIT: usize = 10_000;
 
 /// One file an item's manifests list, as served.
 #[derive(Debug, Clone, Serialize)]
@@ -234,51 +236,98 @@ pub struct BrowsePage {
     pub total: usize,
 }
 
+/// How deep browse pages go: the items up to the end of the page asked for are
+/// kept while every record is read, so a page beyond this many items is
+/// refused (a search by name prefix or date finds older items).
+pub const BROWSE_DEPTH: usize = 10_000;
+
+/// An item on its way to a browse page: what the page shows of it but its title.
+struct Candidate {
+    first: String,
+    index: usize,
+    ibip: Option<Ibip>,
+    version: u32,
+}
+
+/// The order of a browse page: newest first by the date the name encodes
+/// (RFC 3339 texts do not sort: "50Z" > "50.2Z"), then by name.
+type BrowseKey = (std::cmp::Reverse<crate::id::Timestamp>, RepositoryName);
+
 impl Resolver {
-    /// Items in service of every collection (each name once), newest first, filtered
-    /// and cut into pages, from the inventories; bag-info is read only to search it
-    /// and for the titles of the page shown.
+    /// Items in service of every collection (each name once, from the first
+    /// collection that holds it), newest first, filtered and cut into pages,
+    /// from the inventories; bag-info is read only to search it and for the
+    /// titles of the page shown. Memory holds the items up to the page asked
+    /// for (at most `BROWSE_DEPTH`), and with several collections 8 bytes an
+    /// item to see each name once; never every record.
     pub fn browse(&self, query: &BrowseQuery) -> Result<BrowsePage> {
-        let mut seen = std::collections::HashSet::new();
-        let mut found = Vec::new();
+        let per_page = query.per_page.max(1);
+        let keep = query.page.saturating_add(1).saturating_mul(per_page);
+        if keep > BROWSE_DEPTH.max(per_page) {
+            let problem =
+                format!("pages end at the {BROWSE_DEPTH}th item; search by name prefix or date for older items");
+            return Err(Error::Invalid { what: format!("browse page {}", query.page + 1), problem });
+        }
+        let words: Option<Vec<String>> = query
+            .text
+            .as_deref()
+            .filter(|t| !t.trim().is_empty())
+            .map(|text| text.split_whitespace().map(folded).collect());
+        let mut seen = (self.stores.len() > 1).then(std::collections::HashSet::<u64>::new);
+        let (mut best, mut total) = (std::collections::BTreeMap::<BrowseKey, Candidate>::new(), 0);
         for (index, store) in self.stores.iter().enumerate() {
             for record in store.all_records() {
                 let record = record?;
                 let first = record.versions.first().map(|v| v.date.clone()).unwrap_or_default();
-                let wanted = record.status == Status::Present && matches_name(query, &record.name, &first);
-                if wanted && seen.insert(record.name.clone()) {
-                    found.push((first, index, record));
+                if record.status != Status::Present || !matches_name(query, &record.name, &first) {
+                    continue;
+                }
+                // A hash of each name, not the name: a collision hides one item
+                // from a page (about one chance in 10^7 at a million items).
+                if seen.as_mut().is_some_and(|seen| !seen.insert(name_hash(&record.name))) {
+                    continue;
+                }
+                if words.as_ref().is_some_and(|words| !self.info_has(index, &record.name, words)) {
+                    continue;
+                }
+                total += 1;
+                let version = record.versions.last().map_or(1, |v| v.number);
+                let key = (std::cmp::Reverse(record.name.date()), record.name);
+                if best.len() < keep || best.last_key_value().is_some_and(|(last, _)| key < *last) {
+                    best.insert(key, Candidate { first, index, ibip: record.ibip, version });
+                    if best.len() > keep {
+                        best.pop_last();
+                    }
                 }
             }
         }
-        // By the dates the names encode (their RFC 3339 texts do not sort: "50Z" > "50.2Z").
-        found.sort_by(|a, b| b.2.name.date().cmp(&a.2.name.date()).then_with(|| a.2.name.cmp(&b.2.name)));
-        if let Some(words) = query.text.as_deref().filter(|t| !t.trim().is_empty()) {
-            let words: Vec<String> = words.split_whitespace().map(folded).collect();
-            found.retain(|(_, index, record)| self.info_has(*index, &record.name, &words));
-        }
-        let per_page = query.per_page.max(1);
-        let total = found.len();
-        let items = found
+        let items = best
             .into_iter()
             .skip(query.page.saturating_mul(per_page))
-            .take(per_page)
-            .map(|(date, index, record)| BrowseEntry {
-                title: self.view(index, &record.name).ok().flatten().and_then(|v| v.title.clone()),
-                name: record.name,
-                ibip: record.ibip,
-                version: record.versions.last().map_or(1, |v| v.number),
-                date,
+            .map(|((_, name), c)| BrowseEntry {
+                title: self.view(c.index, &name).ok().flatten().and_then(|v| v.title.clone()),
+                name,
+                ibip: c.ibip,
+                version: c.version,
+                date: c.first,
             })
             .collect();
         Ok(BrowsePage { items, page: query.page, total })
     }
 
+    /// Whether the item's bag-info holds every word, read from the store (not
+    /// through the cache of views, which a search of every item would flush).
     fn info_has(&self, index: usize, name: &RepositoryName, words: &[String]) -> bool {
-        let Ok(Some(view)) = self.view(index, name) else { return false };
-        let text = folded(&view.info.iter().map(|(l, v)| format!("{l}: {v}\n")).collect::<String>());
+        let Ok(info) = crate::store::item_info(self.stores[index].as_ref(), name) else { return false };
+        let text = folded(&info.fields.iter().map(|(l, v)| format!("{l}: {v}\n")).collect::<String>());
         words.iter().all(|w| text.contains(w.as_str()))
     }
+}
+
+/// A 64-bit hash of a name, the same throughout the process.
+fn name_hash(name: &RepositoryName) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(name)
 }
 
 /// Text as search compares it: lower case, without accents (decomposed, the

@@ -326,7 +326,9 @@ fn pager(found: &BrowsePage, query: &BrowseQuery) -> String {
     if found.page > 0 {
         links.push_str(&link(found.page - 1, "← Newer"));
     }
-    if (found.page + 1) * query.per_page.max(1) < found.total {
+    let per_page = query.per_page.max(1);
+    let next_served = (found.page + 2).saturating_mul(per_page) <= ibi::ops::resolution::BROWSE_DEPTH;
+    if (found.page + 1) * per_page < found.total && next_served {
         links.push_str(&link(found.page + 1, "Older →"));
     }
     format!("<nav>{links}</nav>")

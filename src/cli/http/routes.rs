@@ -334,6 +334,7 @@ async fn browse(
     let browser = app.clone();
     match blocking(move || browser.resolver.browse(&for_page)).await {
         Ok(page) => pages::browse_response(&page, &query, wants_json(&headers)),
+        Err(e @ ibi::Error::Invalid { .. }) => refuse(StatusCode::BAD_REQUEST, "page", &e.to_string()),
         Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, "browse", &e.to_string()),
     }
 }
