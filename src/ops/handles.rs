@@ -67,7 +67,7 @@ pub fn export_handles(store: &dyn Store, options: &HandleExport, out: &mut dyn W
     for record in selected_records(store, options) {
         let record = record?;
         let suffix = suffix_of(&record, options.suffix)?;
-        if checked.binary_search(&(hash_of(&suffix), hash_of(&record.name))).is_err() {
+        if checked.binary_search(&(super::hash64(&suffix), super::hash64(&record.name))).is_err() {
             summary.arrived += 1;
             continue;
         }
@@ -111,12 +111,6 @@ fn suffix_of(record: &ItemRecord, kind: SuffixKind) -> Result<String> {
     }
 }
 
-/// A 64-bit hash of `value`, the same throughout the process.
-fn hash_of(value: &impl std::hash::Hash) -> u64 {
-    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-    BuildHasherDefault::<DefaultHasher>::default().hash_one(value)
-}
-
 /// The (suffix, name) hashes of every record to export, sorted; refused when
 /// two records share a suffix (PILIN suffixes of two items in one
 /// millisecond). Hashes that coincide are looked at again in full, so no
@@ -125,7 +119,7 @@ fn checked_suffixes(store: &dyn Store, options: &HandleExport) -> Result<Vec<(u6
     let mut checked = Vec::new();
     for record in selected_records(store, options) {
         let record = record?;
-        checked.push((hash_of(&suffix_of(&record, options.suffix)?), hash_of(&record.name)));
+        checked.push((super::hash64(&suffix_of(&record, options.suffix)?), super::hash64(&record.name)));
     }
     checked.sort_unstable();
     let mut shared: Vec<u64> = checked.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| w[0].0).collect();
@@ -142,7 +136,7 @@ fn refuse_shared_suffixes(store: &dyn Store, options: &HandleExport, shared: &[u
     for record in selected_records(store, options) {
         let record = record?;
         let suffix = suffix_of(&record, options.suffix)?;
-        if shared.binary_search(&hash_of(&suffix)).is_err() {
+        if shared.binary_search(&super::hash64(&suffix)).is_err() {
             continue;
         }
         match holders.get(&suffix) {

@@ -31,3 +31,10 @@ pub mod watch;
 pub mod witness;
 
 pub use report::{Event, NoticedClock, Outcome, Reporter, Silent, Task};
+
+/// A 64-bit hash of `value`, the same throughout the process: what a pass over
+/// a whole collection keeps of each item (8 bytes) to know it again later.
+pub(crate) fn hash64(value: &impl std::hash::Hash) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(value)
+}

@@ -284,7 +284,7 @@ impl Resolver {
                 }
                 // A hash of each name, not the name: a collision hides one item
                 // from a page (about one chance in 10^7 at a million items).
-                if seen.as_mut().is_some_and(|seen| !seen.insert(name_hash(&record.name))) {
+                if seen.as_mut().is_some_and(|seen| !seen.insert(super::hash64(&record.name))) {
                     continue;
                 }
                 if words.as_ref().is_some_and(|words| !self.info_has(index, &record.name, words)) {
@@ -322,12 +322,6 @@ impl Resolver {
         let text = folded(&info.fields.iter().map(|(l, v)| format!("{l}: {v}\n")).collect::<String>());
         words.iter().all(|w| text.contains(w.as_str()))
     }
-}
-
-/// A 64-bit hash of a name, the same throughout the process.
-fn name_hash(name: &RepositoryName) -> u64 {
-    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-    BuildHasherDefault::<DefaultHasher>::default().hash_one(name)
 }
 
 /// Text as search compares it: lower case, without accents (decomposed, the
