@@ -108,9 +108,14 @@ impl Alphabet {
     pub fn decode_u128(&self, text: &str) -> Result<Option<u128>, usize> {
         let radix = u128::from(self.radix());
         let mut n = Some(0u128);
-        for (i, c) in text.chars().enumerate() {
-            let value = u128::from(self.value_of(c).ok_or(i)?);
-            n = n.and_then(|n| n.checked_mul(radix)?.checked_add(value));
+        // Byte by byte (every digit is ASCII, so the first byte that is no
+        // digit starts a character): decoding chars was most of an IBIp's parse.
+        for (at, byte) in text.bytes().enumerate() {
+            let value = self.values[usize::from(byte)];
+            if value == NOT_A_DIGIT {
+                return Err(text[..at].chars().count());
+            }
+            n = n.and_then(|n| n.checked_mul(radix)?.checked_add(value.into()));
         }
         Ok(n)
     }
@@ -181,6 +186,16 @@ mod tests {
         assert_eq!(IBIP.radix(), 27);
         assert_eq!(PILIN.radix(), 31);
         assert_eq!(IBIP.decode("3O"), Err(1));
+    }
+
+    /// A numeral is decoded byte by byte, but a bad digit is still named by its
+    /// character index, after multi-byte characters too.
+    #[test]
+    fn a_bad_digit_is_named_by_its_character_index() {
+        assert_eq!(IBIP.decode_u128("34é"), Err(2));
+        assert_eq!(IBIP.decode_u128("ÿ"), Err(0));
+        assert_eq!(IPV4_TEXT.decode("1.2é3"), Err(3));
+        assert_eq!(IBIP.decode_u128("34ab"), Ok(Some(((3 - 2) * 27 + 2) * 27 * 27 + 8 * 27 + 9)));
     }
 
     proptest! {

@@ -35,8 +35,22 @@ pub struct Prefix {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Suffix {
     year: Arc<str>,
-    time: String,
+    time: TimeText,
     date: Timestamp,
+}
+
+/// The longest time a suffix can have: `MM.DD.hh.mm.ss.fffffffff`.
+const TIME_MAX: usize = 24;
+
+/// A suffix's time text, held inline: a name read from a listing or a walk
+/// then costs no allocation of its own for it (one per row was a sixth of
+/// `list`'s allocations).
+type TimeText = arrayvec::ArrayString<TIME_MAX>;
+
+/// `time` as inline text; only a time `Suffix::parse_date` accepted fits, so
+/// callers check first.
+fn time_text(time: &str) -> TimeText {
+    TimeText::from(time).expect("a checked time has at most TIME_MAX bytes")
 }
 
 /// A repository name (IBI). Equality ignores letter case, because the canonical form
@@ -204,7 +218,7 @@ impl Suffix {
         } else if c.second != 0 {
             time.push_str(&format!(".{:02}", c.second));
         }
-        Ok(Suffix { year: format!("{:04}", c.year).into(), time, date })
+        Ok(Suffix { year: format!("{:04}", c.year).into(), time: time_text(&time), date })
     }
 
     pub fn date(&self) -> Timestamp {
@@ -214,7 +228,7 @@ impl Suffix {
     /// Parses `year "/" month "." day "." hour "." minute ["." second ["." fraction]]`.
     fn parse(input: &str, year: &str, time: &str, base: usize) -> Result<Suffix, ParseError> {
         let date = Suffix::parse_date(input, year, time, base)?;
-        Ok(Suffix { year: year.into(), time: time.to_string(), date })
+        Ok(Suffix { year: year.into(), time: time_text(time), date })
     }
 
     /// The date of `year "/" time`, checked as `parse` checks it.
@@ -332,7 +346,7 @@ impl RepositoryName {
             self.prefix.subdomain.to_string(),
             self.prefix.word_port(),
             self.suffix.year.to_string(),
-            self.suffix.time.clone(),
+            self.suffix.time.to_string(),
         ]
     }
 
@@ -342,7 +356,7 @@ impl RepositoryName {
     /// without parsing the prefix again.
     pub fn sibling(&self, time: &str) -> Option<RepositoryName> {
         let date = Suffix::parse_date(time, &self.suffix.year, time, 0).ok()?;
-        let suffix = Suffix { year: self.suffix.year.clone(), time: time.to_string(), date };
+        let suffix = Suffix { year: self.suffix.year.clone(), time: time_text(time), date };
         Some(RepositoryName { prefix: self.prefix.clone(), suffix })
     }
 
@@ -353,7 +367,7 @@ impl RepositoryName {
         let (year, time) = suffix.split_once('/')?;
         let date = Suffix::parse_date(suffix, year, time, 0).ok()?;
         let year = if *self.suffix.year == *year { self.suffix.year.clone() } else { year.into() };
-        Some(RepositoryName { prefix: self.prefix.clone(), suffix: Suffix { year, time: time.to_string(), date } })
+        Some(RepositoryName { prefix: self.prefix.clone(), suffix: Suffix { year, time: time_text(time), date } })
     }
 
     pub fn parse(input: &str) -> Result<Self, ParseError> {

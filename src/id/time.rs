@@ -208,7 +208,7 @@ pub fn parse_fraction_nanos(digits: &str) -> Result<u32, (usize, String)> {
     if digits.is_empty() {
         return Err((0, "expected digits after \".\"".into()));
     }
-    if let Some(pos) = digits.find(|c: char| !c.is_ascii_digit()) {
+    if let Some(pos) = digits.bytes().position(|b| !b.is_ascii_digit()) {
         let c = digits[pos..].chars().next().unwrap_or('?');
         return Err((pos, format!("unexpected character {c:?} in fraction")));
     }

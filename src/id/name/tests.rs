@@ -231,3 +231,22 @@ fn a_name_under_the_same_prefix_is_the_name_a_whole_parse_gives() {
         assert!(RepositoryName::parse(&format!("sid.inpe.br/mtc-m18.8080/{not_a_suffix}")).is_err());
     }
 }
+
+/// The longest time a suffix can have fits the inline text it is held in, by
+/// every way a name is made; one byte more is refused, not truncated.
+#[test]
+fn the_longest_time_is_held_whole_and_a_longer_one_refused() {
+    let longest = "a.b/c/2010/10.20.15.14.06.123456789";
+    let name = RepositoryName::parse(longest).unwrap();
+    assert_eq!(name.to_string(), longest);
+    assert_eq!(name.components()[3].len(), TIME_MAX);
+    let sibling = name.sibling("12.31.23.59.59.987654321").unwrap();
+    assert_eq!(sibling.to_string(), "a.b/c/2010/12.31.23.59.59.987654321");
+    let under = name.under_same_prefix("2011/01.01.00.00.00.000000001").unwrap();
+    assert_eq!(under.to_string(), "a.b/c/2011/01.01.00.00.00.000000001");
+    assert_eq!(Suffix::from_date(t("1287587646.123456789")).unwrap().to_string(), "2010/10.20.15.14.06.123456789");
+    for longer in ["10.20.15.14.06.1234567891", "10.20.15.14.06.12345678.1", "10.20.15.14.066.12345678"] {
+        assert!(RepositoryName::parse(&format!("a.b/c/2010/{longer}")).is_err(), "{longer}");
+        assert!(name.sibling(longer).is_none(), "{longer}");
+    }
+}
