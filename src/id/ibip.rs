@@ -178,21 +178,15 @@ impl Ibip {
         if input.is_empty() {
             return Err(err(0, "empty IBIp".into()));
         }
-        let allowed = |c: char| matches!(c.to_ascii_uppercase(), '/' | 'W' | 'X') || IBIP.value_of(c).is_some();
-        // Bytes first (every allowed character is ASCII); characters only to
-        // name the first that is not allowed.
-        if !input.bytes().all(|b| allowed(char::from(b))) {
-            let (i, c) = input.chars().enumerate().find(|(_, c)| !allowed(*c)).unwrap_or((0, '\u{fffd}'));
-            let upper = c.to_ascii_uppercase();
-            let problem = match upper {
-                '0' | 'O' | '1' | 'I' | 'V' | 'Y' | 'Z' => {
-                    format!("excluded character {c:?} (IBIps never use 0 O 1 I V Y Z)")
-                }
-                _ => format!("invalid character {c:?}"),
-            };
-            return Err(err(i, problem));
+        // One pass over the bytes, through a table (every allowed character
+        // is ASCII): which kinds of byte the text holds, and how many `/`.
+        let (kinds, slashes) = input.bytes().fold((0u8, 0usize), |(kinds, slashes), b| {
+            (kinds | IBIP_TEXT_BYTES[usize::from(b)], slashes + usize::from(b == b'/'))
+        });
+        if kinds & NOT_IBIP_TEXT != 0 {
+            return Err(first_not_allowed(input));
         }
-        let upper: std::borrow::Cow<str> = match input.bytes().any(|b| b.is_ascii_lowercase()) {
+        let upper: std::borrow::Cow<str> = match kinds & LOWER_CASE != 0 {
             true => input.to_ascii_uppercase().into(),
             false => input.into(),
         };
@@ -200,7 +194,7 @@ impl Ibip {
             return Err(err(input.len(), "missing \"/\" between prefix and suffix".into()));
         };
         let (prefix, suffix) = (&upper[..slash], &upper[slash + 1..]);
-        if let Some(extra) = byte_at(suffix, b'/') {
+        if let Some(extra) = (slashes > 1).then(|| byte_at(suffix, b'/')).flatten() {
             return Err(err(prefix.len() + 1 + extra, "unexpected second \"/\"".into()));
         }
         let (ip, port) = decode_prefix_again(prefix).map_err(|(p, m)| err(p, m))?;
@@ -210,6 +204,38 @@ impl Ibip {
 }
 
 type Located = (usize, String);
+
+/// A byte no IBIp holds (`IBIP_TEXT_BYTES`).
+const NOT_IBIP_TEXT: u8 = 1;
+/// A lower-case letter an IBIp may hold.
+const LOWER_CASE: u8 = 2;
+
+/// The kind of each byte in an IBIp's text: 0 for the digits of Table 7.6
+/// and the separators `/`, `W` and `X`, `LOWER_CASE` for their lower-case
+/// letters, `NOT_IBIP_TEXT` for every other byte.
+static IBIP_TEXT_BYTES: [u8; 256] = {
+    let mut kinds = [NOT_IBIP_TEXT; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        let upper = (byte as u8).to_ascii_uppercase();
+        if matches!(upper, b'/' | b'W' | b'X') || IBIP.is_digit_byte(upper) {
+            kinds[byte] = if (byte as u8).is_ascii_lowercase() { LOWER_CASE } else { 0 };
+        }
+        byte += 1;
+    }
+    kinds
+};
+
+/// The error for the first character of `input` no IBIp holds.
+fn first_not_allowed(input: &str) -> ParseError {
+    let allowed = |c: char| matches!(c.to_ascii_uppercase(), '/' | 'W' | 'X') || IBIP.value_of(c).is_some();
+    let (i, c) = input.chars().enumerate().find(|(_, c)| !allowed(*c)).unwrap_or((0, '\u{fffd}'));
+    let problem = match c.to_ascii_uppercase() {
+        '0' | 'O' | '1' | 'I' | 'V' | 'Y' | 'Z' => format!("excluded character {c:?} (IBIps never use 0 O 1 I V Y Z)"),
+        _ => format!("invalid character {c:?}"),
+    };
+    ParseError::new(KIND, input, i + 1, problem)
+}
 
 /// A canonical base-27 numeral: non-empty, no leading zero digit unless it is `2` alone.
 fn decode_numeral(code: &str, at: usize, what: &str) -> Result<BigUint, Located> {
@@ -284,7 +310,7 @@ fn decode_suffix(suffix: &str) -> Result<Timestamp, Located> {
         return Err((p, "\"X\" cannot appear in a suffix".into()));
     }
     let seconds = small_numeral(seconds_code, 0, "seconds")?;
-    let seconds = seconds.filter(|s| *s < 1 << 40).ok_or((0, "date is out of range".to_string()))?;
+    let seconds = seconds.filter(|s| *s < 1 << 40).ok_or_else(|| (0, "date is out of range".to_string()))?;
     let mut nanos = (seconds as i128 + IBIP_EPOCH_SECONDS as i128) * NANOS_PER_SECOND;
     if let Some(code) = fraction {
         nanos += decode_fraction(code).map_err(|(p, m)| (seconds_code.len() + 1 + p, m))? as i128;
