@@ -395,7 +395,9 @@ impl RepositoryName {
 
 impl fmt::Display for RepositoryName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.prefix, self.suffix)
+        fmt::Display::fmt(&self.prefix, f)?;
+        f.write_str("/")?;
+        fmt::Display::fmt(&self.suffix, f)
     }
 }
 

@@ -46,9 +46,15 @@ impl Minted {
 /// For people: `name<TAB>ibip`, or the name alone when there is no IBIp.
 impl std::fmt::Display for Minted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Each part written into `f` directly: a `write!` per level of a
+        // listing's line went through the formatting machinery again.
+        std::fmt::Display::fmt(&self.name, f)?;
         match &self.ibip {
-            Some(ibip) => write!(f, "{}\t{ibip}", self.name),
-            None => write!(f, "{}", self.name),
+            Some(ibip) => {
+                f.write_str("\t")?;
+                std::fmt::Display::fmt(ibip, f)
+            }
+            None => Ok(()),
         }
     }
 }
