@@ -111,29 +111,27 @@ impl Alphabet {
 
     /// `decode` in machine words: `Ok(None)` when the number needs more than 128 bits.
     pub fn decode_u128(&self, text: &str) -> Result<Option<u128>, usize> {
+        // Byte by byte (every digit is ASCII, so the first byte that is no
+        // digit starts a character, named by its character index): decoding
+        // chars was most of an IBIp's parse.
+        let digit = |at: usize, byte: u8| match self.values[usize::from(byte)] {
+            NOT_A_DIGIT => Err(text[..at].chars().count()),
+            value => Ok(value),
+        };
         // Up to 12 digits of a radix up to 40 fit 64 bits, without a check
         // per digit: every numeral of an IBIp's date or port.
         if text.len() <= 12 && self.radix() <= 40 {
             let (radix, mut n) = (u64::from(self.radix()), 0u64);
             for (at, byte) in text.bytes().enumerate() {
-                let value = self.values[usize::from(byte)];
-                if value == NOT_A_DIGIT {
-                    return Err(text[..at].chars().count());
-                }
-                n = n * radix + u64::from(value);
+                n = n * radix + u64::from(digit(at, byte)?);
             }
             return Ok(Some(n.into()));
         }
         let radix = u128::from(self.radix());
         let mut n = Some(0u128);
-        // Byte by byte (every digit is ASCII, so the first byte that is no
-        // digit starts a character): decoding chars was most of an IBIp's parse.
         for (at, byte) in text.bytes().enumerate() {
-            let value = self.values[usize::from(byte)];
-            if value == NOT_A_DIGIT {
-                return Err(text[..at].chars().count());
-            }
-            n = n.and_then(|n| n.checked_mul(radix)?.checked_add(value.into()));
+            let value = u128::from(digit(at, byte)?);
+            n = n.and_then(|n| n.checked_mul(radix)?.checked_add(value));
         }
         Ok(n)
     }

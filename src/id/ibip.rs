@@ -228,7 +228,7 @@ static IBIP_TEXT_BYTES: [u8; 256] = {
 
 /// The error for the first character of `input` no IBIp holds.
 fn first_not_allowed(input: &str) -> ParseError {
-    let allowed = |c: char| matches!(c.to_ascii_uppercase(), '/' | 'W' | 'X') || IBIP.value_of(c).is_some();
+    let allowed = |c: char| c.is_ascii() && IBIP_TEXT_BYTES[c as usize] != NOT_IBIP_TEXT;
     let (i, c) = input.chars().enumerate().find(|(_, c)| !allowed(*c)).unwrap_or((0, '\u{fffd}'));
     let problem = match c.to_ascii_uppercase() {
         '0' | 'O' | '1' | 'I' | 'V' | 'Y' | 'Z' => format!("excluded character {c:?} (IBIps never use 0 O 1 I V Y Z)"),
