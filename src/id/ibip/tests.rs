@@ -112,6 +112,17 @@ proptest! {
             prop_assert_eq!(ibip.to_string(), s.to_ascii_uppercase());
         }
     }
+
+    /// Any text, multi-byte characters included: a refusal names a column
+    /// within the text, counted in characters, and an accepted IBIp is
+    /// written back as its upper-case text.
+    #[test]
+    fn any_text_is_refused_at_a_character_or_read_back(s in "[2-9A-Za-z/é€\\PC]{0,30}") {
+        match Ibip::parse(&s) {
+            Ok(ibip) => prop_assert_eq!(ibip.to_string(), s.to_ascii_uppercase()),
+            Err(e) => prop_assert!(e.column >= 1 && e.column <= s.chars().count() + 1, "{e:?}"),
+        }
+    }
 }
 
 /// The prefix last decoded (or encoded) is remembered per thread: IBIps of

@@ -187,6 +187,25 @@ proptest! {
     fn parse_never_panics(s in "\\PC{0,60}") {
         let _ = RepositoryName::parse(&s);
     }
+
+    /// Times shaped to straddle the 24 bytes a name holds inline (valid
+    /// fields or a three-digit minute, fractions of 7 to 11 digits, a piece
+    /// after them): every way a name
+    /// is made agrees with the whole parse, and none panics; what is accepted
+    /// is kept whole.
+    #[test]
+    fn times_near_the_inline_bound_are_kept_whole_or_refused(
+        time in "0[1-9]\\.1[0-9]\\.[01][0-9]\\.[0-5][0-9]{1,2}(\\.[0-5][0-9])?(\\.[0-9]{7,11})?(\\.[0-9]{1,3})?"
+    ) {
+        let first = RepositoryName::parse("a.b/c/2024/02.16.17.46").unwrap();
+        let whole = RepositoryName::parse(&format!("a.b/c/2024/{time}")).ok().map(|n| n.to_string());
+        prop_assert_eq!(first.sibling(&time).map(|n| n.to_string()), whole.clone());
+        prop_assert_eq!(first.under_same_prefix(&format!("2024/{time}")).map(|n| n.to_string()), whole.clone());
+        if let Some(text) = whole {
+            prop_assert!(time.len() <= TIME_MAX);
+            prop_assert_eq!(text, format!("a.b/c/2024/{time}"));
+        }
+    }
 }
 
 /// A walk parses each item after the first in a year's folder as a sibling of
