@@ -38,7 +38,7 @@ enum Need {
 /// an item it meets after this run restored it is looked at and found whole.
 fn candidates<'a>(root: &'a dyn Store, names: &[String]) -> Result<Needs<'a>> {
     if names.is_empty() {
-        let lost = root.dangling_aliases()?.into_iter().map(|(_, name)| Ok(Need::Missing(name)));
+        let lost = root.dangling_aliases(&|_| false)?.into_iter().map(|(_, name)| Ok(Need::Missing(name)));
         let held = items(root).map(|name| name.map(Need::Damaged));
         return Ok(Box::new(lost.chain(held)));
     }

@@ -42,6 +42,9 @@ pub(crate) struct Counters {
     checks: Mutex<Vec<FixityCheck>>,
     /// The thread that hands full batches to the store, when there is one.
     keeper: Option<std::sync::mpsc::SyncSender<Vec<FixityCheck>>>,
+    /// The aliases found pointing at their items, which the search for dangling
+    /// aliases then need not read again.
+    aliases_right: Mutex<Hashes<Ibip>>,
 }
 
 /// How many fixity checks are written to the store at once.
@@ -261,31 +264,40 @@ impl Paired<'_> {
     }
 }
 
-/// The names a walk found, as 64-bit hashes of the parsed names (no text made per
-/// name; a collision, about one in 10^13 for a million items, could hide one
-/// vanished item from one run), kept in a plain list and sorted once the walk
-/// ends: 8 bytes an item, where a hash set took about 19 (and 28 while it grew).
-#[derive(Default)]
-struct WalkedNames {
+/// Values a walk met (the names it found, the aliases it found right), as 64-bit
+/// hashes of the parsed values (no text made per value; a collision, about one in
+/// 10^13 for a million items, could hide one vanished item from one run), kept in
+/// a plain list and sorted once the walk ends: 8 bytes an item, where a hash set
+/// took about 19 (and 28 while it grew).
+struct Hashes<T> {
     hashes: Vec<u64>,
     state: std::hash::RandomState,
+    of: std::marker::PhantomData<fn(&T)>,
 }
 
-impl WalkedNames {
-    fn note(&mut self, name: &RepositoryName) {
-        self.hashes.push(std::hash::BuildHasher::hash_one(&self.state, name));
+impl<T> Default for Hashes<T> {
+    fn default() -> Self {
+        Hashes { hashes: Vec::new(), state: Default::default(), of: std::marker::PhantomData }
+    }
+}
+
+impl<T: std::hash::Hash> Hashes<T> {
+    fn note(&mut self, value: &T) {
+        self.hashes.push(std::hash::BuildHasher::hash_one(&self.state, value));
     }
 
     /// Ends the walk: the hashes sorted, for `contains`.
-    fn sorted(mut self) -> WalkedNames {
+    fn sorted(mut self) -> Hashes<T> {
         self.hashes.sort_unstable();
         self
     }
 
-    fn contains(&self, name: &RepositoryName) -> bool {
-        self.hashes.binary_search(&std::hash::BuildHasher::hash_one(&self.state, name)).is_ok()
+    fn contains(&self, value: &T) -> bool {
+        self.hashes.binary_search(&std::hash::BuildHasher::hash_one(&self.state, value)).is_ok()
     }
 }
+
+type WalkedNames = Hashes<RepositoryName>;
 
 /// Reports what the inventory expects but no walk found: items that vanished.
 fn report_vanished(
@@ -365,10 +377,14 @@ pub(crate) fn verify_one(
     reporter: &dyn Reporter,
 ) {
     let (check, mut problems) = verify_item(store, name, reporter);
+    let alias_right = !problems.iter().any(|p| p.kind == ProblemKind::BrokenAlias);
     problems.extend(against_inventory(store, name, recorded, check.identity.clone()));
     if !problems.is_empty() && vanished(store, name) {
         reporter.item(&name, Outcome::Vanished);
         return;
+    }
+    if let Some(ibip) = check.info.as_ref().and_then(crate::store::ibip_in).filter(|_| alias_right) {
+        lock(&counters.aliases_right).note(&ibip);
     }
     let date = crate::store::inventory::fixity_date(crate::id::Timestamp::now());
     let fixity =
@@ -425,12 +441,14 @@ fn verify_counted(store: &dyn Store, names: &[String], counters: &Counters, repo
             }
             // The chain check reads the new events and a window of older ones on
             // one core: it runs beside the items' checks, while the other core hashes.
-            // So do the aliases' (a link read and a stat each).
+            // The search for dangling aliases follows the walk: it then reads only
+            // the links the items' checks did not find right.
             let chain = std::thread::scope(|scope| -> Result<Option<ChainOutcome>> {
                 let chain = scope.spawn(|| crate::ops::log::check_chain(store, crate::ops::log::CHAIN_WINDOW_LEAST));
-                let dangling = scope.spawn(|| store.dangling_aliases());
                 let walked = verify_walked(store, counters, reporter)?;
-                let dangling = dangling.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+                let right = std::mem::take(&mut *lock(&counters.aliases_right)).sorted();
+                let dangling = store.dangling_aliases(&|ibip| right.contains(ibip))?;
+                drop(right);
                 report_vanished(store, (&walked, dangling), counters, reporter)?;
                 chain.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
             })?;

@@ -246,14 +246,14 @@ impl Store for MemoryStore {
         Ok(lock(&self.shared.aliases).get(&ibip.to_string()).cloned())
     }
 
-    fn dangling_aliases(&self) -> Result<Vec<(Ibip, RepositoryName)>> {
+    fn dangling_aliases(&self, checked: &dyn Fn(&Ibip) -> bool) -> Result<Vec<(Ibip, RepositoryName)>> {
         let items = lock(&self.shared.items);
         let aliases = lock(&self.shared.aliases);
         Ok(aliases
             .iter()
             .filter(|(_, name)| !items.contains_key(*name))
             .filter_map(|(ibip, name)| Some((Ibip::parse(ibip).ok()?, name.clone())))
-            .filter(|(ibip, name)| ibip.date() == name.date())
+            .filter(|(ibip, name)| !checked(ibip) && ibip.date() == name.date())
             .collect())
     }
 

@@ -133,8 +133,11 @@ pub trait Store: Send + Sync {
     /// The item an IBIp alias names, if the alias exists.
     fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>>;
     /// Aliases (whose IBIp and name encode one date) naming an item the collection
-    /// no longer holds: proof that it held it, and lost it.
-    fn dangling_aliases(&self) -> Result<Vec<(Ibip, RepositoryName)>>;
+    /// no longer holds: proof that it held it, and lost it. `checked` says which
+    /// aliases were already found pointing at an item that is there (verify's
+    /// walk): a backend skips reading those (local, S3: a link or a GET each); one
+    /// that cannot take the hint across its wire (far) reads them all.
+    fn dangling_aliases(&self, checked: &dyn Fn(&Ibip) -> bool) -> Result<Vec<(Ibip, RepositoryName)>>;
     /// Why the alias of `name` is broken, if it is.
     fn alias_problem(&self, ibip: &Ibip, name: &RepositoryName) -> Option<String>;
     /// The item's files, for reading and verifying where they are.

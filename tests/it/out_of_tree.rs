@@ -43,8 +43,8 @@ impl Store for Shell {
     fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
         self.0.alias(ibip)
     }
-    fn dangling_aliases(&self) -> Result<Vec<(Ibip, RepositoryName)>> {
-        self.0.dangling_aliases()
+    fn dangling_aliases(&self, checked: &dyn Fn(&Ibip) -> bool) -> Result<Vec<(Ibip, RepositoryName)>> {
+        self.0.dangling_aliases(checked)
     }
     fn alias_problem(&self, ibip: &Ibip, name: &RepositoryName) -> Option<String> {
         self.0.alias_problem(ibip, name)

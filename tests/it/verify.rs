@@ -111,6 +111,25 @@ fn regress_an_alias_read_through_a_symlinked_folder() {
     assert_eq!(run.stdout.matches("broken alias").count(), 2, "{}", run.stdout);
 }
 
+/// The search for dangling aliases skips the links the items' checks found right;
+/// it must still read every other one. Here an alias of an item this collection
+/// never held (as a lost item leaves it) sits among three right ones.
+#[test]
+fn an_alias_of_a_lost_item_is_found_among_right_ones() {
+    let env = TestEnv::new();
+    let root = env.filled("lib", 3, 1);
+    let elsewhere = env.filled("elsewhere", 1, 1);
+    let listed = env.ok(&["list", &elsewhere]).stdout;
+    let (name, ibip) = listed.trim().split_once('\t').unwrap();
+    let link = std::path::Path::new(&root).join(".ibip").join(ibip);
+    std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(format!("../../{name}"), &link).unwrap();
+    let run = env.fails(&["verify", &root], 1);
+    assert!(run.stdout.contains(&format!("alias {ibip} names this item")), "{}", run.stdout);
+    let (_, found) = problems(&env, &root);
+    assert_eq!(found, [("missing".to_string(), String::new())].into(), "only the lost item: {found:?}");
+}
+
 #[test]
 fn hostile_manifest_paths_are_reported_not_followed() {
     expect(

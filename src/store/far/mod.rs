@@ -425,7 +425,8 @@ impl Store for FarStore {
         }
     }
 
-    fn dangling_aliases(&self) -> Result<Vec<(Ibip, RepositoryName)>> {
+    /// The far side reads every alias: the hint of those `checked` stays here.
+    fn dangling_aliases(&self, _checked: &dyn Fn(&Ibip) -> bool) -> Result<Vec<(Ibip, RepositoryName)>> {
         match self.call(&Request::DanglingAliases)? {
             Reply::Aliases(pairs) => Ok(pairs),
             other => Err(self.conn.unexpected(&other)),

@@ -708,7 +708,7 @@ impl Session {
             Request::Slot(name) => Reply::Slot(c()?.slot(&name)?.into()),
             Request::Slots(names) => Reply::Slots(c()?.slots(&names)?.into_iter().map(WireSlot::from).collect()),
             Request::Alias(ibip) => Reply::Name(c()?.alias(&ibip)?),
-            Request::DanglingAliases => Reply::Aliases(c()?.dangling_aliases()?),
+            Request::DanglingAliases => Reply::Aliases(c()?.dangling_aliases(&|_| false)?),
             Request::AliasProblem(ibip, name) => Reply::Text(c()?.alias_problem(&ibip, &name)),
             Request::Snapshot { target, budget } => return self.snapshot(&target, budget),
             Request::Bundle { names, budget } => return self.bundle(&names, budget),

@@ -126,14 +126,15 @@ pub fn remove_unsynced(layout: &Layout, ibip: &Ibip, name: &RepositoryName) -> R
 }
 
 /// Every alias link whose item `holds` says is absent, with the IBIp and the name it
-/// names. Only a link whose IBIp and name encode the same date counts (an alias
+/// names; a link `checked` says was found right is not read (only its name is
+/// listed). Only a link whose IBIp and name encode the same date counts (an alias
 /// retargeted elsewhere is a broken alias, which verify reports at its item).
 /// Folders and links are read without following anything; what is not an alias
 /// (a stray file, an unparsable name) is skipped here.
 pub fn dangling(
     layout: &Layout,
     beneath: &Beneath,
-    holds: &dyn Fn(&RepositoryName) -> bool,
+    (checked, holds): (&dyn Fn(&Ibip) -> bool, &dyn Fn(&RepositoryName) -> bool),
 ) -> Result<Vec<(Ibip, RepositoryName)>> {
     let root = layout.aliases();
     let prefixes = match fs::read_dir(&root) {
@@ -147,6 +148,9 @@ pub fn dangling(
         for link in fs::read_dir(prefix.path()).with_path("list", prefix.path())?.flatten() {
             let suffix = link.file_name().to_string_lossy().into_owned();
             let Ok(ibip) = Ibip::parse(&format!("{prefix_name}/{suffix}")) else { continue };
+            if checked(&ibip) {
+                continue;
+            }
             let Ok(target) = folder.read_link(&suffix) else { continue };
             let Ok(rel) = target.strip_prefix("../..") else { continue };
             if let Ok(name) = RepositoryName::parse(&rel.to_string_lossy()) {

@@ -207,8 +207,8 @@ impl Store for Collection {
         Ok(RepositoryName::parse(&rel.to_string_lossy()).ok())
     }
 
-    fn dangling_aliases(&self) -> Result<Vec<(Ibip, RepositoryName)>> {
-        alias::dangling(&self.layout, self.beneath(), &|name| self.contains(name))
+    fn dangling_aliases(&self, checked: &dyn Fn(&Ibip) -> bool) -> Result<Vec<(Ibip, RepositoryName)>> {
+        alias::dangling(&self.layout, self.beneath(), (checked, &|name| self.contains(name)))
     }
 
     fn alias_problem(&self, ibip: &Ibip, name: &RepositoryName) -> Option<String> {

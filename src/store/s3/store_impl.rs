@@ -53,12 +53,13 @@ impl Store for S3Store {
         self.objects.run(self.alias_async(ibip))
     }
 
-    fn dangling_aliases(&self) -> Result<Vec<(Ibip, RepositoryName)>> {
+    fn dangling_aliases(&self, checked: &dyn Fn(&Ibip) -> bool) -> Result<Vec<(Ibip, RepositoryName)>> {
         let root = self.keys.at(keys::ALIASES);
         let listed = self.objects.run(self.objects.list_all(&root))?;
         let ibips: Vec<Ibip> = listed
             .iter()
             .filter_map(|m| Ibip::parse(&keys::Keys::relative(&root, &m.location, KeyForm::Names)?).ok())
+            .filter(|ibip| !checked(ibip))
             .collect();
         let found: Vec<Option<(Ibip, RepositoryName)>> = self.objects.run(
             stream::iter(ibips)
