@@ -134,7 +134,8 @@ pub fn remove_unsynced(layout: &Layout, ibip: &Ibip, name: &RepositoryName) -> R
 pub fn dangling(
     layout: &Layout,
     beneath: &Beneath,
-    (checked, holds): (&dyn Fn(&Ibip) -> bool, &dyn Fn(&RepositoryName) -> bool),
+    checked: &dyn Fn(&Ibip) -> bool,
+    holds: &dyn Fn(&RepositoryName) -> bool,
 ) -> Result<Vec<(Ibip, RepositoryName)>> {
     let root = layout.aliases();
     let prefixes = match fs::read_dir(&root) {

@@ -208,7 +208,7 @@ impl Store for Collection {
     }
 
     fn dangling_aliases(&self, checked: &dyn Fn(&Ibip) -> bool) -> Result<Vec<(Ibip, RepositoryName)>> {
-        alias::dangling(&self.layout, self.beneath(), (checked, &|name| self.contains(name)))
+        alias::dangling(&self.layout, self.beneath(), checked, &|name| self.contains(name))
     }
 
     fn alias_problem(&self, ibip: &Ibip, name: &RepositoryName) -> Option<String> {
