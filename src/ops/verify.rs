@@ -299,7 +299,11 @@ impl<T: std::hash::Hash> Hashes<T> {
 
 type WalkedNames = Hashes<RepositoryName>;
 
+/// How many recorded names the walk did not find are looked up at once.
+const UNWALKED_AT_ONCE: usize = 256;
+
 /// Reports what the inventory expects but no walk found: items that vanished.
+/// Only the records of names the walk did not find are read (a GET each in S3).
 fn report_vanished(
     store: &dyn Store,
     (walked, dangling): (&WalkedNames, Vec<(Ibip, RepositoryName)>),
@@ -308,17 +312,20 @@ fn report_vanished(
 ) -> Result<()> {
     let mut reported = BTreeSet::new();
     if store.has_inventory() {
-        for record in store.record_summaries() {
-            let record = record?;
-            if !record.status.expected_on_disk() || walked.contains(&record.name) {
-                continue;
+        let mut unwalked = store.record_names().filter(|name| !matches!(name, Ok(name) if walked.contains(name)));
+        loop {
+            let page: Vec<RepositoryName> = unwalked.by_ref().take(UNWALKED_AT_ONCE).collect::<Result<_>>()?;
+            if page.is_empty() {
+                break;
             }
-            let detail = format!(
-                "the inventory records it as {}, but the collection lacks it: it vanished",
-                record.status.as_str()
-            );
-            counters.report(reporter, &Problem::new(&record.name.to_string(), None, ProblemKind::Missing, detail));
-            reported.insert(record.name);
+            for record in store.records(&page)?.into_iter().flatten().filter(|r| r.status.expected_on_disk()) {
+                let detail = format!(
+                    "the inventory records it as {}, but the collection lacks it: it vanished",
+                    record.status.as_str()
+                );
+                counters.report(reporter, &Problem::new(&record.name.to_string(), None, ProblemKind::Missing, detail));
+                reported.insert(record.name);
+            }
         }
     }
     for (ibip, name) in dangling.into_iter().filter(|(_, name)| !reported.contains(name)) {

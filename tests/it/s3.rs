@@ -1102,6 +1102,28 @@ fn one_item_collection(env: &TestEnv, start: Start) -> (Moto, String) {
     (moto, name)
 }
 
+/// An item another writer deleted from the bucket (its files and commit marker;
+/// its record and alias left) is reported as vanished, once. Verify reads the
+/// records only of names its walk did not find, so this is the one record read
+/// after the walk (moto only: the same code reads every server).
+#[test]
+fn an_s3_item_deleted_behind_ibis_back_is_reported_vanished() {
+    let env = TestEnv::new();
+    let (moto, name) = one_item_collection(&env, Moto::start);
+    let (p, s3) = (moto.port, "s3://lib/main");
+    let other = env.write("src/b/b.txt", b"beta\n");
+    env.s3_ok(p, &["-q", "deposit", s3, other.parent().unwrap().to_str().unwrap()]);
+    env.s3_ok(p, &["-q", "verify", s3]);
+    for key in keys_under(p, &format!("main/{name}")) {
+        delete_object(p, "lib", &key);
+    }
+    delete_object(p, "lib", &format!("main/.ibi/items/{name}"));
+    let run = env.s3_fails(p, &["verify", s3], 1);
+    let vanished: Vec<&str> = run.stdout.lines().filter(|l| l.contains("vanished")).collect();
+    assert_eq!(vanished.len(), 1, "{}", run.stdout);
+    assert!(vanished[0].contains(&name) && vanished[0].contains("records it as present"), "{}", run.stdout);
+}
+
 /// An item replaced in object storage kept its old copy's last fixity check, so
 /// `verify --age` (and audit) counted bytes never checked as checked; the local
 /// inventory forgot it. A replacement (here an update) and a removal now forget it at

@@ -318,6 +318,11 @@ impl Store for Collection {
         Box::new(Collection::record_summaries(self))
     }
 
+    /// From the summaries' covering index, no record decoded.
+    fn record_names(&self) -> Box<dyn Iterator<Item = Result<RepositoryName>> + Send + '_> {
+        Box::new(Collection::record_summaries(self).map(|summary| summary.map(|s| s.name)))
+    }
+
     fn leftovers(&self) -> Vec<Problem> {
         self.leftover_problems()
     }
