@@ -11,7 +11,7 @@ use ibi::id::minter::SystemClock;
 use ibi::ops::deposit::{deposit as deposit_items, DepositOptions, Deposited};
 use ibi::ops::list::{list_marked, DateRange, ListEntry};
 use ibi::ops::minting::{HandedOver, HandoverOptions};
-use ibi::ops::verify::verify as verify_items;
+use ibi::ops::verify::verify_confirming;
 use ibi::ops::watch::{watch as watch_inbox, EntryOutcome, WatchOptions};
 use ibi::Minted;
 use serde_json::json;
@@ -103,12 +103,12 @@ pub fn verify(global: GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
     if args.age {
         return fixity_age(collection, args.cycle, &printer);
     }
-    let mut s = match args.budget {
+    let (mut s, confirmed) = match args.budget {
         Some(budget) => ibi::ops::fixity::verify_rolling(collection, budget, &printer)?,
-        None => verify_items(collection, &args.names, &printer)?,
+        None => verify_confirming(collection, &args.names, &printer)?,
     };
     if args.names.is_empty() {
-        s.problems += witness_after_verify(collection, &printer);
+        s.problems += witness_after_verify(collection, &confirmed, &printer);
     }
     let seconds = printer.seconds();
     printer.summary(
@@ -364,9 +364,13 @@ pub fn witness(global: GlobalArgs, root: Option<&Path>, prove: Option<&str>) -> 
 /// Makes a new witness after a whole or rolling verify and says so. A failure to
 /// make one is told, never a problem of the collection, but for a signing key that
 /// is not the published one (replaced): that is a problem, counted in the result.
-fn witness_after_verify(collection: &dyn ibi::store::Store, printer: &Printer) -> u64 {
+fn witness_after_verify(
+    collection: &dyn ibi::store::Store,
+    confirmed: &ibi::ops::verify::Confirmed,
+    printer: &Printer,
+) -> u64 {
     let started = std::time::Instant::now();
-    match ibi::ops::witness::make(collection, ibi::id::Timestamp::now()) {
+    match ibi::ops::witness::make_after(collection, ibi::id::Timestamp::now(), Some(confirmed)) {
         Ok(Some(w)) => printer.note(&format!(
             "witness: root {} over {} item(s), signed by {}, made in {:.2} s",
             w.root,

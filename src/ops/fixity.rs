@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::id::{RepositoryName, Timestamp};
 use crate::ops::report::{Reporter, Task};
-use crate::ops::verify::{known_items, verify_one, Counters, Recorded, VerifySummary};
+use crate::ops::verify::{known_items, verify_one, Confirmed, Counters, Recorded, VerifySummary};
 
 /// How many items' records a rolling run reads at once.
 const PAGE: usize = 256;
@@ -163,14 +163,20 @@ fn next_turn(store: &dyn Store, checks: &LastChecks, after: Option<&InTurn>, cou
 /// Verifies items in turn, oldest check first, until `budget` is spent (the item
 /// under way is finished); every check's date is kept. The order is the dates as
 /// the run began; each turn is found by a walk that holds only that turn.
-pub fn verify_rolling(store: &dyn Store, budget: Budget, reporter: &dyn Reporter) -> Result<VerifySummary> {
+/// With the identities it confirmed, for the witness made after it.
+pub fn verify_rolling(
+    store: &dyn Store,
+    budget: Budget,
+    reporter: &dyn Reporter,
+) -> Result<(VerifySummary, Confirmed)> {
     let checks = last_checks(store)?;
     reporter.begin(Task::Verify);
-    let (turns, summary) =
-        Counters::keeping(store, reporter, |counters| verify_turns(store, (&checks, budget), counters, reporter));
-    turns?;
+    let (confirmed, summary) = Counters::keeping(store, reporter, |counters| {
+        verify_turns(store, (&checks, budget), counters, reporter).map(|()| counters.take_confirmed())
+    });
+    let confirmed = confirmed?;
     reporter.end();
-    Ok(summary)
+    Ok((summary, confirmed))
 }
 
 /// `verify_rolling`'s turns, counted in `counters`.

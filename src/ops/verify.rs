@@ -45,6 +45,8 @@ pub(crate) struct Counters {
     /// The aliases found pointing at their items, which the search for dangling
     /// aliases then need not read again.
     aliases_right: Mutex<Hashes<Ibip>>,
+    /// The identities read from bags that equal the inventory's records.
+    confirmed: Mutex<Hashes<(RepositoryName, String)>>,
 }
 
 /// How many fixity checks are written to the store at once.
@@ -88,6 +90,11 @@ impl Counters {
 
     pub(crate) fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// The identities this run confirmed so far, taken out.
+    pub(crate) fn take_confirmed(&self) -> Confirmed {
+        Confirmed(std::mem::take(&mut *lock(&self.confirmed)).sorted())
     }
 
     /// Notes one item's check; hands the checks to the store by the batch (all
@@ -281,8 +288,9 @@ impl<T> Default for Hashes<T> {
     }
 }
 
-impl<T: std::hash::Hash> Hashes<T> {
-    fn note(&mut self, value: &T) {
+impl<T> Hashes<T> {
+    /// Notes `value`: a `T`, or a borrowed form of one that hashes as it does.
+    fn note(&mut self, value: &impl std::hash::Hash) {
         self.hashes.push(std::hash::BuildHasher::hash_one(&self.state, value));
     }
 
@@ -292,8 +300,23 @@ impl<T: std::hash::Hash> Hashes<T> {
         self
     }
 
-    fn contains(&self, value: &T) -> bool {
+    fn contains(&self, value: &impl std::hash::Hash) -> bool {
         self.hashes.binary_search(&std::hash::BuildHasher::hash_one(&self.state, value)).is_ok()
+    }
+}
+
+/// The items whose identity a verify read from the bag and found equal to the
+/// inventory's record of a present item, each as a hash of its name and that
+/// identity (8 bytes an item): a witness made right after the verify takes those
+/// identities from the inventory instead of reading every bag again, and only
+/// where the record still holds the very identity the check read.
+#[derive(Default)]
+pub struct Confirmed(Hashes<(RepositoryName, String)>);
+
+impl Confirmed {
+    /// Whether this run read `identity` from `name`'s bag, and the inventory recorded it.
+    pub fn holds(&self, name: &RepositoryName, identity: &str) -> bool {
+        self.0.contains(&(name, identity))
     }
 }
 
@@ -385,6 +408,10 @@ pub(crate) fn verify_one(
 ) {
     let (check, mut problems) = verify_item(store, name, reporter);
     let alias_right = !problems.iter().any(|p| p.kind == ProblemKind::BrokenAlias);
+    let confirmed = match (&recorded, &check.identity) {
+        (Recorded::As(Status::Present, digest), Some(read)) => (digest == read).then(|| digest.clone()),
+        _ => None,
+    };
     problems.extend(against_inventory(store, name, recorded, check.identity.clone()));
     if !problems.is_empty() && vanished(store, name) {
         reporter.item(&name, Outcome::Vanished);
@@ -392,6 +419,9 @@ pub(crate) fn verify_one(
     }
     if let Some(ibip) = check.info.as_ref().and_then(crate::store::ibip_in).filter(|_| alias_right) {
         lock(&counters.aliases_right).note(&ibip);
+    }
+    if let Some(identity) = confirmed {
+        lock(&counters.confirmed).note(&(name, identity.as_str()));
     }
     let date = crate::store::inventory::fixity_date(crate::id::Timestamp::now());
     let fixity =
@@ -431,12 +461,22 @@ fn verify_walked(store: &dyn Store, counters: &Counters, reporter: &dyn Reporter
 
 /// Verifies the named items (names or IBIps), or every item when `names` is empty.
 pub fn verify(store: &dyn Store, names: &[String], reporter: &dyn Reporter) -> Result<VerifySummary> {
+    verify_confirming(store, names, reporter).map(|(summary, _)| summary)
+}
+
+/// `verify`, with the identities it confirmed, for the witness made after it.
+pub fn verify_confirming(
+    store: &dyn Store,
+    names: &[String],
+    reporter: &dyn Reporter,
+) -> Result<(VerifySummary, Confirmed)> {
     reporter.begin(Task::Verify);
-    let (surveyed, summary) =
-        Counters::keeping(store, reporter, |counters| verify_counted(store, names, counters, reporter));
-    surveyed?;
+    let (confirmed, summary) = Counters::keeping(store, reporter, |counters| {
+        verify_counted(store, names, counters, reporter).map(|()| counters.take_confirmed())
+    });
+    let confirmed = confirmed?;
     reporter.end();
-    Ok(summary)
+    Ok((summary, confirmed))
 }
 
 /// `verify`'s work, counted in `counters`.

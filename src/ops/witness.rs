@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::id::{RepositoryName, Timestamp};
 use crate::merkle::{self, Hash};
+use crate::ops::verify::Confirmed;
 use crate::store::{items, Store};
 
 /// A signed statement of a collection's state.
@@ -109,10 +110,12 @@ fn covered(store: &dyn Store) -> Box<dyn Iterator<Item = Result<RepositoryName>>
 /// names, a page at a time; `each(None)` says that every leaf handed on so far is
 /// void and all of them follow again (see `in_leaf_order`). The identities are
 /// computed from the bags (the sha256 of each tagmanifest), not taken from the
-/// inventory, so that an item swapped behind ibi's back changes the root.
-fn each_leaf(store: &dyn Store, each: &mut dyn FnMut(Leaf)) -> Result<()> {
+/// inventory, so that an item swapped behind ibi's back changes the root; but
+/// for the identities a verify just `confirmed`: read from the bag by that
+/// verify, and still the inventory's record.
+fn each_leaf(store: &dyn Store, confirmed: Option<&Confirmed>, each: &mut dyn FnMut(Leaf)) -> Result<()> {
     in_leaf_order(&|| covered(store), &mut |leaves| match leaves {
-        Leaves::Page(page) => leaves_of(store, page, &mut |name, identity| each(Some((name, identity)))),
+        Leaves::Page(page) => leaves_of(store, page, confirmed, &mut |name, identity| each(Some((name, identity)))),
         Leaves::Restart => {
             each(None);
             Ok(())
@@ -188,10 +191,26 @@ fn named(name: Result<RepositoryName>) -> Result<Named> {
 
 /// The identities of one page of names, read from the bags at once (in parallel,
 /// or in one round trip to a far server), handed on in order.
-fn leaves_of(store: &dyn Store, page: &[Named], each: &mut dyn FnMut(&str, &str)) -> Result<()> {
+fn leaves_of(
+    store: &dyn Store,
+    page: &[Named],
+    confirmed: Option<&Confirmed>,
+    each: &mut dyn FnMut(&str, &str),
+) -> Result<()> {
     let names: Vec<RepositoryName> = page.iter().map(|(_, name)| name.clone()).collect();
-    let identities: Vec<String> = store.bag_identities(&names).into_iter().collect::<Result<_>>()?;
-    page.iter().zip(&identities).for_each(|((text, _), identity)| each(text, identity));
+    let mut identities: Vec<Option<String>> = match confirmed {
+        Some(confirmed) => (store.recorded_states(&names)?.into_iter().zip(&names))
+            .map(|(state, name)| state.map(|(_, identity)| identity).filter(|id| confirmed.holds(name, id)))
+            .collect(),
+        None => vec![None; names.len()],
+    };
+    let unread: Vec<RepositoryName> =
+        names.iter().zip(&identities).filter(|(_, known)| known.is_none()).map(|(name, _)| name.clone()).collect();
+    let mut read = store.bag_identities(&unread).into_iter();
+    for identity in identities.iter_mut().filter(|known| known.is_none()) {
+        *identity = Some(read.next().expect("an identity for each name asked")?);
+    }
+    page.iter().zip(identities.iter().flatten()).for_each(|((text, _), identity)| each(text, identity));
     Ok(())
 }
 
@@ -199,6 +218,12 @@ fn leaves_of(store: &dyn Store, page: &[Named], each: &mut dyn FnMut(&str, &str)
 /// A backend that makes its own (a far server) is asked to, and what it sends
 /// must carry a good signature.
 pub fn make(store: &dyn Store, now: Timestamp) -> Result<Option<Witness>> {
+    make_after(store, now, None)
+}
+
+/// `make`, right after a verify that `confirmed` the identities it read: those
+/// are taken from the inventory, every other identity from its bag.
+pub fn make_after(store: &dyn Store, now: Timestamp, confirmed: Option<&Confirmed>) -> Result<Option<Witness>> {
     if store.makes_own_witness() {
         let Some(json) = store.make_own_witness()? else { return Ok(None) };
         let witness = parse(store, &json)?;
@@ -209,7 +234,7 @@ pub fn make(store: &dyn Store, now: Timestamp) -> Result<Option<Witness>> {
     let key = SigningKey::from_bytes(&seed);
     let log = store.log_head()?;
     let mut tree = merkle::Builder::default();
-    each_leaf(store, &mut |item| match item {
+    each_leaf(store, confirmed, &mut |item| match item {
         Some((name, identity)) => tree.push(leaf(name, identity)),
         None => tree = merkle::Builder::default(),
     })?;
@@ -255,7 +280,7 @@ pub fn make_json(store: &dyn Store) -> Result<Option<String>> {
 pub fn prove(store: &dyn Store, witness: &Witness, name: &str) -> Result<Proof> {
     let mut hashes: Vec<Hash> = Vec::new();
     let mut found: Option<(usize, String)> = None;
-    each_leaf(store, &mut |item| match item {
+    each_leaf(store, None, &mut |item| match item {
         Some((n, identity)) => {
             if n == name {
                 found = Some((hashes.len(), identity.to_string()));

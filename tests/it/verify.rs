@@ -313,16 +313,19 @@ fn the_witness_is_recomputed_and_proved_by_a_third_party() {
     assert!(bad.stderr.contains("signature"), "{}", bad.stderr);
 }
 
-/// A collection holding one deposited item, verified once its tagmanifest has
-/// settled (only a stat unchanged for two seconds is cached), so that the
-/// identity cache holds it; its root and the item's name.
+/// A collection holding one deposited item, verified (which makes a witness),
+/// then proved once its tagmanifest has settled (only a stat unchanged for two
+/// seconds is cached), so that the identity cache holds it; its root and the
+/// item's name. The witness a verify makes takes the identities the verify
+/// confirmed from the inventory; a proof reads every bag, through the cache.
 fn one_item_cached(env: &TestEnv) -> (String, String) {
     let root = env.collection("lib");
     env.write("src/a/f.txt", b"an item\n");
     env.ok(&["-q", "deposit", &root, env.path("src/a").to_str().unwrap()]);
-    std::thread::sleep(std::time::Duration::from_millis(2200));
     env.ok(&["-q", "verify", &root]);
     let name = env.identities(&root).into_keys().next().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2200));
+    env.ok(&["witness", &root, "--prove", &name]);
     (root, name)
 }
 
@@ -341,7 +344,7 @@ fn regress_an_in_place_edit_hidden_by_the_identity_cache() {
         .unwrap()
         .query_row("SELECT count(*) FROM identities WHERE name = ?1", [&name], |row| row.get(0))
         .unwrap();
-    assert_eq!(cached, 1, "the witness cached the identity of {name}");
+    assert_eq!(cached, 1, "a proof cached the identity of {name}");
     env.ok(&["witness", &root, "--prove", &name]);
 
     let tags = std::path::Path::new(&root).join(&name).join("tagmanifest-sha256.txt");
