@@ -447,16 +447,39 @@ fn verify_walked(store: &dyn Store, counters: &Counters, reporter: &dyn Reporter
         walked: &mut walked,
         ready: Default::default(),
     };
-    paired.par_bridge().try_for_each(|job| -> Result<()> {
-        match job? {
-            Job::Item(name, recorded) => verify_one(store, &name, recorded, counters, reporter),
-            Job::Stray { place, why } => {
-                counters.report(reporter, &Problem::new(&place, None, ProblemKind::StrayEntry, why))
+    let check_all = || {
+        paired.par_bridge().try_for_each(|job| -> Result<()> {
+            match job? {
+                Job::Item(name, recorded) => verify_one(store, &name, recorded, counters, reporter),
+                Job::Stray { place, why } => {
+                    counters.report(reporter, &Problem::new(&place, None, ProblemKind::StrayEntry, why))
+                }
             }
-        }
-        Ok(())
-    })?;
+            Ok(())
+        })
+    };
+    match checking_pool() {
+        Some(pool) => pool.install(check_all)?,
+        None => check_all()?,
+    }
     Ok(walked.sorted())
+}
+
+/// The pool a whole verify checks items on: twice as many threads as the global
+/// pool (at most 16 more). A check waits on the disk for each item's inodes and
+/// blocks, which at a million items the walk has pushed out of the cache, and
+/// a thread waiting there leaves its core idle: on two cores, two threads used
+/// 1.44 cores, and three or four checked a million items in 71–72 s against
+/// 78–81 s. Made once, kept for the process; `None` (the global pool) if it
+/// cannot be made.
+fn checking_pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        let cores = rayon::current_num_threads();
+        let threads = cores + cores.min(16);
+        rayon::ThreadPoolBuilder::new().num_threads(threads).thread_name(|i| format!("ibi-check-{i}")).build().ok()
+    })
+    .as_ref()
 }
 
 /// Verifies the named items (names or IBIps), or every item when `names` is empty.
