@@ -49,8 +49,13 @@ pub(crate) struct Counters {
     confirmed: Mutex<Hashes<(RepositoryName, String)>>,
 }
 
-/// How many fixity checks are written to the store at once.
-const CHECKS_AT_ONCE: usize = 256;
+/// How many fixity checks are written to the store at once: each batch is one
+/// durable commit. At a million items on the disk, 256 a batch made 4,614
+/// fsyncs (11.3 s of the keeper's waiting) and 651,000 page writes (27.7 s);
+/// 2,048 made 985 and 556,000 (5.0 and 24.4 s), and verify took 0.91–0.98×
+/// the time. A killed verify loses at most the few batches not yet kept: those
+/// items keep their older dates and come first in the next rolling run.
+const CHECKS_AT_ONCE: usize = 2048;
 
 impl Counters {
     /// Runs `work` with counters whose full batches of checks are handed to the
