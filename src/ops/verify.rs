@@ -45,17 +45,16 @@ pub(crate) struct Counters {
     /// The aliases found pointing at their items, which the search for dangling
     /// aliases then need not read again.
     aliases_right: Mutex<Hashes<Ibip>>,
-    /// The identities read from bags that equal the inventory's records.
-    confirmed: Mutex<Hashes<(RepositoryName, String)>>,
+    /// The names checked, each flagged when its bag's identity was the
+    /// inventory's record of a present item.
+    walked: Mutex<WalkedNames>,
 }
 
 /// How many fixity checks are written to the store at once: each batch is one
-/// durable commit. At a million items on the disk, 256 a batch made 4,614
-/// fsyncs (11.3 s of the keeper's waiting) and 651,000 page writes (27.7 s);
-/// 2,048 made 985 and 556,000 (5.0 and 24.4 s), and verify took 0.91–0.98×
-/// the time. A killed verify loses at most the few batches not yet kept: those
-/// items keep their older dates and come first in the next rolling run.
-const CHECKS_AT_ONCE: usize = 2048;
+/// durable commit. 2,048 was tried at a million items on the disk: 985 fsyncs
+/// instead of 4,614, but no clear gain in the wall time (0.91–0.98× in two
+/// pairs, 1.07× sha256sum after) and 10–20 MiB more at the peak.
+const CHECKS_AT_ONCE: usize = 256;
 
 impl Counters {
     /// Runs `work` with counters whose full batches of checks are handed to the
@@ -97,9 +96,14 @@ impl Counters {
         self.bytes.load(Ordering::Relaxed)
     }
 
-    /// The identities this run confirmed so far, taken out.
+    /// The names checked so far, taken out and sorted.
+    fn take_walked(&self) -> WalkedNames {
+        std::mem::take(&mut *lock(&self.walked)).sorted()
+    }
+
+    /// The names this run confirmed, taken out.
     pub(crate) fn take_confirmed(&self) -> Confirmed {
-        Confirmed(std::mem::take(&mut *lock(&self.confirmed)).sorted())
+        Confirmed(self.take_walked())
     }
 
     /// Notes one item's check; hands the checks to the store by the batch (all
@@ -229,14 +233,12 @@ enum Job {
 /// How many walked entries are looked up in the inventory at once.
 const LOOKUP_AT_ONCE: usize = 256;
 
-/// The walk, its items paired with their records (looked up a page at a time), and
-/// every walked name noted in `walked` as a 64-bit hash: memory that stays a few
-/// bytes an item, where a map of every record held a kilobyte.
+/// The walk, its items paired with their records (looked up a page at a time):
+/// memory that stays a page, where a map of every record held a kilobyte an item.
 struct Paired<'a> {
     store: &'a dyn Store,
     walk: Box<dyn Iterator<Item = Result<Listed>> + Send + 'a>,
     inventory: bool,
-    walked: &'a mut WalkedNames,
     ready: std::collections::VecDeque<Result<Job>>,
 }
 
@@ -256,7 +258,6 @@ impl Paired<'_> {
         let page: Vec<Result<Listed>> = self.walk.by_ref().take(LOOKUP_AT_ONCE).collect();
         let names: Vec<RepositoryName> =
             page.iter().filter_map(|l| if let Ok(Listed::Item(n)) = l { Some(n.clone()) } else { None }).collect();
-        names.iter().for_each(|name| self.walked.note(name));
         let mut states = match self.inventory.then(|| self.store.recorded_states(&names)) {
             None => vec![],
             Some(Ok(found)) => found,
@@ -293,10 +294,19 @@ impl<T> Default for Hashes<T> {
     }
 }
 
-impl<T> Hashes<T> {
-    /// Notes `value`: a `T`, or a borrowed form of one that hashes as it does.
-    fn note(&mut self, value: &impl std::hash::Hash) {
-        self.hashes.push(std::hash::BuildHasher::hash_one(&self.state, value));
+impl<T: std::hash::Hash> Hashes<T> {
+    fn note(&mut self, value: &T) {
+        self.note_flagged(value, false);
+    }
+
+    /// Notes `value` with a flag, kept in the lowest bit of its hash (so 63 bits
+    /// tell values apart).
+    fn note_flagged(&mut self, value: &T, flag: bool) {
+        self.hashes.push(self.unflagged(value) | u64::from(flag));
+    }
+
+    fn unflagged(&self, value: &T) -> u64 {
+        std::hash::BuildHasher::hash_one(&self.state, value) & !1
     }
 
     /// Ends the walk: the hashes sorted, for `contains`.
@@ -305,23 +315,33 @@ impl<T> Hashes<T> {
         self
     }
 
-    fn contains(&self, value: &impl std::hash::Hash) -> bool {
-        self.hashes.binary_search(&std::hash::BuildHasher::hash_one(&self.state, value)).is_ok()
+    /// Whether `value` was noted, flagged or not.
+    fn contains(&self, value: &T) -> bool {
+        let hash = self.unflagged(value);
+        match self.hashes.binary_search(&hash) {
+            Ok(_) => true,
+            Err(at) => self.hashes.get(at) == Some(&(hash | 1)),
+        }
+    }
+
+    /// Whether `value` was noted flagged.
+    fn flagged(&self, value: &T) -> bool {
+        self.hashes.binary_search(&(self.unflagged(value) | 1)).is_ok()
     }
 }
 
-/// The items whose identity a verify read from the bag and found equal to the
-/// inventory's record of a present item, each as a hash of its name and that
-/// identity (8 bytes an item): a witness made right after the verify takes those
-/// identities from the inventory instead of reading every bag again, and only
-/// where the record still holds the very identity the check read.
+/// The items a verify checked, each flagged when the identity it read from the
+/// bag was the inventory's record of a present item: the walked names' hashes,
+/// with no byte more an item. A witness made right after the verify takes the
+/// identities of flagged items from the inventory instead of reading every bag
+/// again.
 #[derive(Default)]
-pub struct Confirmed(Hashes<(RepositoryName, String)>);
+pub struct Confirmed(WalkedNames);
 
 impl Confirmed {
-    /// Whether this run read `identity` from `name`'s bag, and the inventory recorded it.
-    pub fn holds(&self, name: &RepositoryName, identity: &str) -> bool {
-        self.0.contains(&(name, identity))
+    /// Whether this run found `name`'s bag holding the identity the inventory records.
+    pub fn holds(&self, name: &RepositoryName) -> bool {
+        self.0.flagged(name)
     }
 }
 
@@ -413,20 +433,16 @@ pub(crate) fn verify_one(
 ) {
     let (check, mut problems) = verify_item(store, name, reporter);
     let alias_right = !problems.iter().any(|p| p.kind == ProblemKind::BrokenAlias);
-    let confirmed = match (&recorded, &check.identity) {
-        (Recorded::As(Status::Present, digest), Some(read)) => (digest == read).then(|| digest.clone()),
-        _ => None,
-    };
+    let confirmed = matches!((&recorded, &check.identity),
+        (Recorded::As(Status::Present, digest), Some(read)) if digest == read);
     problems.extend(against_inventory(store, name, recorded, check.identity.clone()));
+    lock(&counters.walked).note_flagged(name, confirmed);
     if !problems.is_empty() && vanished(store, name) {
         reporter.item(&name, Outcome::Vanished);
         return;
     }
     if let Some(ibip) = check.info.as_ref().and_then(crate::store::ibip_in).filter(|_| alias_right) {
         lock(&counters.aliases_right).note(&ibip);
-    }
-    if let Some(identity) = confirmed {
-        lock(&counters.confirmed).note(&(name, identity.as_str()));
     }
     let date = crate::store::inventory::fixity_date(crate::id::Timestamp::now());
     let fixity =
@@ -444,14 +460,7 @@ pub(crate) fn verify_one(
 /// Verifies every item the walk finds, paired with the inventory's records;
 /// returns the names it found.
 fn verify_walked(store: &dyn Store, counters: &Counters, reporter: &dyn Reporter) -> Result<WalkedNames> {
-    let mut walked = WalkedNames::default();
-    let paired = Paired {
-        store,
-        walk: store.walk(),
-        inventory: store.has_inventory(),
-        walked: &mut walked,
-        ready: Default::default(),
-    };
+    let paired = Paired { store, walk: store.walk(), inventory: store.has_inventory(), ready: Default::default() };
     let check_all = || {
         paired.par_bridge().try_for_each(|job| -> Result<()> {
             match job? {
@@ -467,7 +476,7 @@ fn verify_walked(store: &dyn Store, counters: &Counters, reporter: &dyn Reporter
         Some(pool) => pool.install(check_all)?,
         None => check_all()?,
     }
-    Ok(walked.sorted())
+    Ok(counters.take_walked())
 }
 
 /// The pool a whole verify checks items on: twice as many threads as the global
@@ -499,17 +508,21 @@ pub fn verify_confirming(
     reporter: &dyn Reporter,
 ) -> Result<(VerifySummary, Confirmed)> {
     reporter.begin(Task::Verify);
-    let (confirmed, summary) = Counters::keeping(store, reporter, |counters| {
-        verify_counted(store, names, counters, reporter).map(|()| counters.take_confirmed())
-    });
+    let (confirmed, summary) =
+        Counters::keeping(store, reporter, |counters| verify_counted(store, names, counters, reporter));
     let confirmed = confirmed?;
     reporter.end();
     Ok((summary, confirmed))
 }
 
-/// `verify`'s work, counted in `counters`.
-fn verify_counted(store: &dyn Store, names: &[String], counters: &Counters, reporter: &dyn Reporter) -> Result<()> {
-    while_surveying(reporter, Survey::Items(store, names), || -> Result<()> {
+/// `verify`'s work, counted in `counters`; the names it confirmed.
+fn verify_counted(
+    store: &dyn Store,
+    names: &[String],
+    counters: &Counters,
+    reporter: &dyn Reporter,
+) -> Result<Confirmed> {
+    while_surveying(reporter, Survey::Items(store, names), || -> Result<Confirmed> {
         if names.is_empty() {
             for problem in store.leftovers() {
                 counters.report(reporter, &problem);
@@ -518,17 +531,18 @@ fn verify_counted(store: &dyn Store, names: &[String], counters: &Counters, repo
             // one core: it runs beside the items' checks, while the other core hashes.
             // The search for dangling aliases follows the walk: it then reads only
             // the links the items' checks did not find right.
-            let chain = std::thread::scope(|scope| -> Result<Option<ChainOutcome>> {
+            let (chain, walked) = std::thread::scope(|scope| -> Result<(Option<ChainOutcome>, WalkedNames)> {
                 let chain = scope.spawn(|| crate::ops::log::check_chain(store, crate::ops::log::CHAIN_WINDOW_LEAST));
                 let walked = verify_walked(store, counters, reporter)?;
                 let right = std::mem::take(&mut *lock(&counters.aliases_right)).sorted();
                 let dangling = store.dangling_aliases(&|ibip| right.contains(ibip))?;
                 drop(right);
                 report_vanished(store, (&walked, dangling), counters, reporter)?;
-                chain.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                Ok((chain.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))?, walked))
             })?;
             report_chain(chain, counters, reporter);
             report_degraded(store, counters, reporter)?;
+            Ok(Confirmed(walked))
         } else {
             let mut items: Vec<RepositoryName> = names.iter().map(|n| resolve(store, n)).collect::<Result<_>>()?;
             let mut seen = std::collections::BTreeSet::new();
@@ -537,7 +551,31 @@ fn verify_counted(store: &dyn Store, names: &[String], counters: &Counters, repo
             for name in &items {
                 verify_one(store, name, Recorded::taken_from(known.as_ref(), name), counters, reporter);
             }
+            Ok(counters.take_confirmed())
         }
-        Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A walked name is found whether or not it was flagged, and only a flagged one
+    /// counts as confirmed: the vanished check and the witness read one list.
+    #[test]
+    fn walked_names_keep_their_flag_apart_from_their_presence() {
+        let name = |i: u32| RepositoryName::parse(&format!("a.b/c/2026/01.01.00.{:02}.{:02}", i / 60, i % 60)).unwrap();
+        let mut walked = WalkedNames::default();
+        for i in 0..40 {
+            walked.note_flagged(&name(i), i % 3 == 0);
+        }
+        let walked = walked.sorted();
+        for i in 0..40 {
+            assert!(walked.contains(&name(i)), "{i} was walked");
+            assert_eq!(walked.flagged(&name(i)), i % 3 == 0, "{i}'s flag");
+        }
+        for i in 40..80 {
+            assert!(!walked.contains(&name(i)) && !walked.flagged(&name(i)), "{i} was never walked");
+        }
+    }
 }
