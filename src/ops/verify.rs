@@ -45,9 +45,8 @@ pub(crate) struct Counters {
     /// The aliases found pointing at their items, which the search for dangling
     /// aliases then need not read again.
     aliases_right: Mutex<Hashes<Ibip>>,
-    /// The names checked, each flagged when its bag's identity was the
-    /// inventory's record of a present item.
-    walked: Mutex<WalkedNames>,
+    /// The identities read from bags that equal the inventory's records.
+    confirmed: Mutex<Hashes<(RepositoryName, String)>>,
 }
 
 /// How many fixity checks are written to the store at once: each batch is one
@@ -96,14 +95,9 @@ impl Counters {
         self.bytes.load(Ordering::Relaxed)
     }
 
-    /// The names checked so far, taken out and sorted.
-    fn take_walked(&self) -> WalkedNames {
-        std::mem::take(&mut *lock(&self.walked)).sorted()
-    }
-
-    /// The names this run confirmed, taken out.
+    /// The identities this run confirmed so far, taken out.
     pub(crate) fn take_confirmed(&self) -> Confirmed {
-        Confirmed(self.take_walked())
+        Confirmed(std::mem::take(&mut *lock(&self.confirmed)).sorted())
     }
 
     /// Notes one item's check; hands the checks to the store by the batch (all
@@ -233,12 +227,14 @@ enum Job {
 /// How many walked entries are looked up in the inventory at once.
 const LOOKUP_AT_ONCE: usize = 256;
 
-/// The walk, its items paired with their records (looked up a page at a time):
-/// memory that stays a page, where a map of every record held a kilobyte an item.
+/// The walk, its items paired with their records (looked up a page at a time), and
+/// every walked name noted in `walked` as a 64-bit hash: memory that stays a few
+/// bytes an item, where a map of every record held a kilobyte.
 struct Paired<'a> {
     store: &'a dyn Store,
     walk: Box<dyn Iterator<Item = Result<Listed>> + Send + 'a>,
     inventory: bool,
+    walked: &'a mut WalkedNames,
     ready: std::collections::VecDeque<Result<Job>>,
 }
 
@@ -258,6 +254,7 @@ impl Paired<'_> {
         let page: Vec<Result<Listed>> = self.walk.by_ref().take(LOOKUP_AT_ONCE).collect();
         let names: Vec<RepositoryName> =
             page.iter().filter_map(|l| if let Ok(Listed::Item(n)) = l { Some(n.clone()) } else { None }).collect();
+        names.iter().for_each(|name| self.walked.note(name));
         let mut states = match self.inventory.then(|| self.store.recorded_states(&names)) {
             None => vec![],
             Some(Ok(found)) => found,
@@ -294,19 +291,10 @@ impl<T> Default for Hashes<T> {
     }
 }
 
-impl<T: std::hash::Hash> Hashes<T> {
-    fn note(&mut self, value: &T) {
-        self.note_flagged(value, false);
-    }
-
-    /// Notes `value` with a flag, kept in the lowest bit of its hash (so 63 bits
-    /// tell values apart).
-    fn note_flagged(&mut self, value: &T, flag: bool) {
-        self.hashes.push(self.unflagged(value) | u64::from(flag));
-    }
-
-    fn unflagged(&self, value: &T) -> u64 {
-        std::hash::BuildHasher::hash_one(&self.state, value) & !1
+impl<T> Hashes<T> {
+    /// Notes `value`: a `T`, or a borrowed form of one that hashes as it does.
+    fn note(&mut self, value: &impl std::hash::Hash) {
+        self.hashes.push(std::hash::BuildHasher::hash_one(&self.state, value));
     }
 
     /// Ends the walk: the hashes sorted, for `contains`.
@@ -315,33 +303,26 @@ impl<T: std::hash::Hash> Hashes<T> {
         self
     }
 
-    /// Whether `value` was noted, flagged or not.
-    fn contains(&self, value: &T) -> bool {
-        let hash = self.unflagged(value);
-        match self.hashes.binary_search(&hash) {
-            Ok(_) => true,
-            Err(at) => self.hashes.get(at) == Some(&(hash | 1)),
-        }
-    }
-
-    /// Whether `value` was noted flagged.
-    fn flagged(&self, value: &T) -> bool {
-        self.hashes.binary_search(&(self.unflagged(value) | 1)).is_ok()
+    fn contains(&self, value: &impl std::hash::Hash) -> bool {
+        self.hashes.binary_search(&std::hash::BuildHasher::hash_one(&self.state, value)).is_ok()
     }
 }
 
-/// The items a verify checked, each flagged when the identity it read from the
-/// bag was the inventory's record of a present item: the walked names' hashes,
-/// with no byte more an item. A witness made right after the verify takes the
-/// identities of flagged items from the inventory instead of reading every bag
-/// again.
+/// The items whose identity a verify read from the bag and found equal to the
+/// inventory's record of a present item, each as a hash of its name and that
+/// identity (8 bytes an item): a witness made right after the verify takes those
+/// identities from the inventory instead of reading every bag again, and only
+/// where the record still holds the very identity the check read. (A flag on
+/// the walked names' hashes would spare the 8 bytes, but would trust whatever
+/// the record says by the time the witness reads it: a record rewritten behind
+/// ibi's back between the check and the witness would then be signed.)
 #[derive(Default)]
-pub struct Confirmed(WalkedNames);
+pub struct Confirmed(Hashes<(RepositoryName, String)>);
 
 impl Confirmed {
-    /// Whether this run found `name`'s bag holding the identity the inventory records.
-    pub fn holds(&self, name: &RepositoryName) -> bool {
-        self.0.flagged(name)
+    /// Whether this run read `identity` from `name`'s bag, and the inventory recorded it.
+    pub fn holds(&self, name: &RepositoryName, identity: &str) -> bool {
+        self.0.contains(&(name, identity))
     }
 }
 
@@ -433,16 +414,20 @@ pub(crate) fn verify_one(
 ) {
     let (check, mut problems) = verify_item(store, name, reporter);
     let alias_right = !problems.iter().any(|p| p.kind == ProblemKind::BrokenAlias);
-    let confirmed = matches!((&recorded, &check.identity),
-        (Recorded::As(Status::Present, digest), Some(read)) if digest == read);
+    let confirmed = match (&recorded, &check.identity) {
+        (Recorded::As(Status::Present, digest), Some(read)) => (digest == read).then(|| digest.clone()),
+        _ => None,
+    };
     problems.extend(against_inventory(store, name, recorded, check.identity.clone()));
-    lock(&counters.walked).note_flagged(name, confirmed);
     if !problems.is_empty() && vanished(store, name) {
         reporter.item(&name, Outcome::Vanished);
         return;
     }
     if let Some(ibip) = check.info.as_ref().and_then(crate::store::ibip_in).filter(|_| alias_right) {
         lock(&counters.aliases_right).note(&ibip);
+    }
+    if let Some(identity) = confirmed {
+        lock(&counters.confirmed).note(&(name, identity.as_str()));
     }
     let date = crate::store::inventory::fixity_date(crate::id::Timestamp::now());
     let fixity =
@@ -460,7 +445,14 @@ pub(crate) fn verify_one(
 /// Verifies every item the walk finds, paired with the inventory's records;
 /// returns the names it found.
 fn verify_walked(store: &dyn Store, counters: &Counters, reporter: &dyn Reporter) -> Result<WalkedNames> {
-    let paired = Paired { store, walk: store.walk(), inventory: store.has_inventory(), ready: Default::default() };
+    let mut walked = WalkedNames::default();
+    let paired = Paired {
+        store,
+        walk: store.walk(),
+        inventory: store.has_inventory(),
+        walked: &mut walked,
+        ready: Default::default(),
+    };
     let check_all = || {
         paired.par_bridge().try_for_each(|job| -> Result<()> {
             match job? {
@@ -476,7 +468,7 @@ fn verify_walked(store: &dyn Store, counters: &Counters, reporter: &dyn Reporter
         Some(pool) => pool.install(check_all)?,
         None => check_all()?,
     }
-    Ok(counters.take_walked())
+    Ok(walked.sorted())
 }
 
 /// The pool a whole verify checks items on: twice as many threads as the global
@@ -508,21 +500,17 @@ pub fn verify_confirming(
     reporter: &dyn Reporter,
 ) -> Result<(VerifySummary, Confirmed)> {
     reporter.begin(Task::Verify);
-    let (confirmed, summary) =
-        Counters::keeping(store, reporter, |counters| verify_counted(store, names, counters, reporter));
+    let (confirmed, summary) = Counters::keeping(store, reporter, |counters| {
+        verify_counted(store, names, counters, reporter).map(|()| counters.take_confirmed())
+    });
     let confirmed = confirmed?;
     reporter.end();
     Ok((summary, confirmed))
 }
 
-/// `verify`'s work, counted in `counters`; the names it confirmed.
-fn verify_counted(
-    store: &dyn Store,
-    names: &[String],
-    counters: &Counters,
-    reporter: &dyn Reporter,
-) -> Result<Confirmed> {
-    while_surveying(reporter, Survey::Items(store, names), || -> Result<Confirmed> {
+/// `verify`'s work, counted in `counters`.
+fn verify_counted(store: &dyn Store, names: &[String], counters: &Counters, reporter: &dyn Reporter) -> Result<()> {
+    while_surveying(reporter, Survey::Items(store, names), || -> Result<()> {
         if names.is_empty() {
             for problem in store.leftovers() {
                 counters.report(reporter, &problem);
@@ -531,18 +519,17 @@ fn verify_counted(
             // one core: it runs beside the items' checks, while the other core hashes.
             // The search for dangling aliases follows the walk: it then reads only
             // the links the items' checks did not find right.
-            let (chain, walked) = std::thread::scope(|scope| -> Result<(Option<ChainOutcome>, WalkedNames)> {
+            let chain = std::thread::scope(|scope| -> Result<Option<ChainOutcome>> {
                 let chain = scope.spawn(|| crate::ops::log::check_chain(store, crate::ops::log::CHAIN_WINDOW_LEAST));
                 let walked = verify_walked(store, counters, reporter)?;
                 let right = std::mem::take(&mut *lock(&counters.aliases_right)).sorted();
                 let dangling = store.dangling_aliases(&|ibip| right.contains(ibip))?;
                 drop(right);
                 report_vanished(store, (&walked, dangling), counters, reporter)?;
-                Ok((chain.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))?, walked))
+                chain.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
             })?;
             report_chain(chain, counters, reporter);
             report_degraded(store, counters, reporter)?;
-            Ok(Confirmed(walked))
         } else {
             let mut items: Vec<RepositoryName> = names.iter().map(|n| resolve(store, n)).collect::<Result<_>>()?;
             let mut seen = std::collections::BTreeSet::new();
@@ -551,8 +538,8 @@ fn verify_counted(
             for name in &items {
                 verify_one(store, name, Recorded::taken_from(known.as_ref(), name), counters, reporter);
             }
-            Ok(counters.take_confirmed())
         }
+        Ok(())
     })
 }
 
@@ -560,22 +547,20 @@ fn verify_counted(
 mod tests {
     use super::*;
 
-    /// A walked name is found whether or not it was flagged, and only a flagged one
-    /// counts as confirmed: the vanished check and the witness read one list.
+    /// The witness trusts a record only for the very identity the check read: a
+    /// record rewritten after the check (another writer) is read from the bag.
     #[test]
-    fn walked_names_keep_their_flag_apart_from_their_presence() {
+    fn a_confirmed_name_holds_only_the_identity_its_check_read() {
         let name = |i: u32| RepositoryName::parse(&format!("a.b/c/2026/01.01.00.{:02}.{:02}", i / 60, i % 60)).unwrap();
-        let mut walked = WalkedNames::default();
+        let mut noted = Hashes::<(RepositoryName, String)>::default();
         for i in 0..40 {
-            walked.note_flagged(&name(i), i % 3 == 0);
+            noted.note(&(&name(i), format!("{i:064x}").as_str()));
         }
-        let walked = walked.sorted();
+        let confirmed = Confirmed(noted.sorted());
         for i in 0..40 {
-            assert!(walked.contains(&name(i)), "{i} was walked");
-            assert_eq!(walked.flagged(&name(i)), i % 3 == 0, "{i}'s flag");
+            assert!(confirmed.holds(&name(i), &format!("{i:064x}")), "{i} as read");
+            assert!(!confirmed.holds(&name(i), &format!("{:064x}", i + 1000)), "{i} rewritten");
         }
-        for i in 40..80 {
-            assert!(!walked.contains(&name(i)) && !walked.flagged(&name(i)), "{i} was never walked");
-        }
+        assert!(!confirmed.holds(&name(40), &format!("{:064x}", 40)), "never checked");
     }
 }

@@ -200,7 +200,7 @@ fn leaves_of(
     let names: Vec<RepositoryName> = page.iter().map(|(_, name)| name.clone()).collect();
     let mut identities: Vec<Option<String>> = match confirmed {
         Some(confirmed) => (store.recorded_states(&names)?.into_iter().zip(&names))
-            .map(|(state, name)| state.filter(|_| confirmed.holds(name)).map(|(_, identity)| identity))
+            .map(|(state, name)| state.map(|(_, identity)| identity).filter(|id| confirmed.holds(name, id)))
             .collect(),
         None => vec![None; names.len()],
     };
