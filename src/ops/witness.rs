@@ -206,9 +206,13 @@ fn leaves_of(
     };
     let unread: Vec<RepositoryName> =
         names.iter().zip(&identities).filter(|(_, known)| known.is_none()).map(|(name, _)| name.clone()).collect();
-    let mut read = store.bag_identities(&unread).into_iter();
-    for identity in identities.iter_mut().filter(|known| known.is_none()) {
-        *identity = Some(read.next().expect("an identity for each name asked")?);
+    let read = store.bag_identities(&unread);
+    if read.len() != unread.len() {
+        let problem = format!("{} identities came back for {} names asked", read.len(), unread.len());
+        return Err(Error::Data { what: format!("{}'s identities", store.location()), problem });
+    }
+    for (identity, read) in identities.iter_mut().filter(|known| known.is_none()).zip(read) {
+        *identity = Some(read?);
     }
     page.iter().zip(identities.iter().flatten()).for_each(|((text, _), identity)| each(text, identity));
     Ok(())
