@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::id::{RepositoryName, Timestamp};
-use crate::ops::report::{Reporter, Task};
-use crate::ops::verify::{known_items, verify_one, Confirmed, Counters, Recorded, VerifySummary};
+use crate::ops::report::Reporter;
+use crate::ops::verify::{checking, known_items, verify_one, Confirmed, Counters, Recorded, VerifySummary};
 
 /// How many items' records a rolling run reads at once.
 const PAGE: usize = 256;
@@ -170,13 +170,7 @@ pub fn verify_rolling(
     reporter: &dyn Reporter,
 ) -> Result<(VerifySummary, Confirmed)> {
     let checks = last_checks(store)?;
-    reporter.begin(Task::Verify);
-    let (confirmed, summary) = Counters::keeping(store, reporter, |counters| {
-        verify_turns(store, (&checks, budget), counters, reporter).map(|()| counters.take_confirmed())
-    });
-    let confirmed = confirmed?;
-    reporter.end();
-    Ok((summary, confirmed))
+    checking(store, reporter, |counters| verify_turns(store, (&checks, budget), counters, reporter))
 }
 
 /// `verify_rolling`'s turns, counted in `counters`.

@@ -96,7 +96,7 @@ impl Counters {
     }
 
     /// The identities this run confirmed so far, taken out.
-    pub(crate) fn take_confirmed(&self) -> Confirmed {
+    fn take_confirmed(&self) -> Confirmed {
         Confirmed(std::mem::take(&mut *lock(&self.confirmed)).sorted())
     }
 
@@ -499,10 +499,20 @@ pub fn verify_confirming(
     names: &[String],
     reporter: &dyn Reporter,
 ) -> Result<(VerifySummary, Confirmed)> {
+    checking(store, reporter, |counters| verify_counted(store, names, counters, reporter))
+}
+
+/// Runs the checks `work` makes (a whole, named or rolling verify) as one
+/// reported task, their fixity dates kept on a thread of their own: the
+/// summary, and the identities the checks confirmed.
+pub(crate) fn checking(
+    store: &dyn Store,
+    reporter: &dyn Reporter,
+    work: impl FnOnce(&Counters) -> Result<()>,
+) -> Result<(VerifySummary, Confirmed)> {
     reporter.begin(Task::Verify);
-    let (confirmed, summary) = Counters::keeping(store, reporter, |counters| {
-        verify_counted(store, names, counters, reporter).map(|()| counters.take_confirmed())
-    });
+    let (confirmed, summary) =
+        Counters::keeping(store, reporter, |counters| work(counters).map(|()| counters.take_confirmed()));
     let confirmed = confirmed?;
     reporter.end();
     Ok((summary, confirmed))
