@@ -136,6 +136,9 @@ pub fn transfer(
 ) -> RunResult {
     let migrate = kind == TransferKind::Migrate;
     check_pair(src, dst)?;
+    if !options.dry_run {
+        crate::ops::minting::learn_pair(src, dst, reporter)?;
+    }
     let dst_writer = if options.dry_run { None } else { Some(dst.begin_write(options.wait)?) };
     let src_writer = if options.dry_run || !migrate { None } else { Some(src.begin_write(options.wait)?) };
     let (dst_writer, src_writer) = (dst_writer.as_deref(), src_writer.as_deref());

@@ -62,6 +62,66 @@ pub fn check_pair(src: &dyn Store, dst: &dyn Store) -> Result<()> {
     refuse_two_minters(src, dst)
 }
 
+/// A minter raised at first contact: `minting`'s minter had handed out nothing
+/// after `newest`, a name `other` holds or held (the minter's state was
+/// restored from a backup, or lost), and now starts after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Raised {
+    pub minting: String,
+    pub other: String,
+    pub was: Option<Timestamp>,
+    pub newest: Timestamp,
+}
+
+impl std::fmt::Display for Raised {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let was = self.was.map_or("nothing".to_string(), |w| w.to_rfc3339());
+        write!(
+            f,
+            "the minter of {} was behind: it had handed out names up to {was}, but {} holds a name of {} dated {} \
+             (was its state restored from a backup?); it now mints only after that date",
+            self.minting,
+            self.other,
+            self.minting,
+            self.newest.to_rfc3339()
+        )
+    }
+}
+
+/// First contact: when `minting` mints its subsystem's names and `other` holds
+/// or held a name of that subsystem newer than any `minting` holds or handed
+/// out, `minting`'s minter is raised past it. Asking costs one look at each
+/// side's records; the lease of `minting` is taken only to raise.
+pub fn learn_from(minting: &dyn Store, other: &dyn Store) -> Result<Option<Raised>> {
+    if !minting.minting()?.mints() {
+        return Ok(None);
+    }
+    let prefix = minting.subsystem().prefix();
+    let Some(newest) = other.newest_name_of(prefix)? else { return Ok(None) };
+    if minting.newest_name_of(prefix)?.is_some_and(|own| own >= newest) {
+        return Ok(None);
+    }
+    let writer = minting.begin_write(LockWait::For(std::time::Duration::from_secs(30)))?;
+    let was = writer.minted_up_to()?;
+    if was.is_some_and(|was| was >= newest) {
+        return Ok(None);
+    }
+    writer.raise_minter_to(newest)?;
+    Ok(Some(Raised { minting: minting.location(), other: other.location(), was, newest }))
+}
+
+/// First contact between two collections (mirror, copy, migrate, repair):
+/// whichever mints learns from the other (`learn_from`), and the reporter is
+/// told of a minter raised.
+pub fn learn_pair(a: &dyn Store, b: &dyn Store, reporter: &dyn crate::ops::report::Reporter) -> Result<()> {
+    for (minting, other) in [(a, b), (b, a)] {
+        if let Some(raised) = learn_from(minting, other)? {
+            reporter.warning(&raised.to_string());
+        }
+    }
+    Ok(())
+}
+
 /// How to hand over.
 #[derive(Debug, Clone, Default)]
 pub struct HandoverOptions {

@@ -394,6 +394,9 @@ fn sync(
 /// Mirrors SRC into DST once.
 pub fn mirror(src: &dyn Store, dst: &dyn Store, options: &MirrorOptions, reporter: &dyn Reporter) -> RunResult {
     check_pair(src, dst)?;
+    if !options.dry_run {
+        crate::ops::minting::learn_pair(src, dst, reporter)?;
+    }
     let writer = if options.dry_run { None } else { Some(dst.begin_write(options.wait)?) };
     sync(src, (dst, writer.as_deref()), options, reporter)
 }
@@ -410,6 +413,9 @@ pub fn mirror_watch(
     on_pass: &mut dyn FnMut(&TransferSummary),
 ) -> Result<()> {
     check_pair(src, dst)?;
+    if !options.dry_run {
+        crate::ops::minting::learn_pair(src, dst, reporter)?;
+    }
     let writer = if options.dry_run { None } else { Some(dst.begin_write(options.wait)?) };
     let dst = (dst, writer.as_deref());
     let root = src.local_root().ok_or_else(|| Error::Invalid {

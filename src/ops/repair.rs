@@ -174,6 +174,9 @@ fn run(
     reporter: &dyn Reporter,
 ) -> Result<TransferSummary> {
     check_pair(from, root)?;
+    if !options.dry_run {
+        crate::ops::minting::learn_pair(from, root, reporter)?;
+    }
     let writer = if options.dry_run { None } else { Some(root.begin_write(options.wait)?) };
     let writer = writer.as_deref();
     let tally = Tally::default();

@@ -65,6 +65,18 @@ pub enum Location {
     Object(ObjectAddress),
 }
 
+/// A location as the collection there names itself (`Store::location`): a local
+/// path as given, a far or S3 address in its canonical form.
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::Local(path) => write!(f, "{}", path.display()),
+            Location::Far(address) => address.fmt(f),
+            Location::Object(address) => address.fmt(f),
+        }
+    }
+}
+
 fn parse_s3(text: &str, rest: &str) -> Result<Location> {
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     let valid = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';

@@ -199,6 +199,11 @@ impl MemoryStore {
         if items.contains_key(&p.name) && !p.replace {
             return Ok(Err(Error::AlreadyExists { path: format!("memory:{}", p.name).into() }));
         }
+        let held = p.ibip.as_ref().and_then(|ibip| lock(&self.shared.aliases).get(&ibip.to_string()).cloned());
+        if let Some(other) = held.filter(|other| *other != p.name) {
+            let problem = format!("its IBIp's alias already names {other}, another item: the alias stays");
+            return Ok(Err(Error::Data { what: p.name.to_string(), problem }));
+        }
         if let Ok(mut record) = ItemRecord::from_bag(&MemoryBag(Some(bag.clone())), &p.name) {
             record.deposit_keys = p.record.as_ref().map(|r| r.deposit_keys.clone()).unwrap_or_default();
             self.log(&placement_events(&record, &p.action, &p.stage.0.to_string()));

@@ -31,6 +31,7 @@ pub mod machine;
 pub mod memory;
 pub mod open;
 pub mod placement;
+pub mod registry;
 #[cfg(feature = "s3")]
 pub mod s3;
 pub mod state_file;
@@ -347,6 +348,21 @@ pub trait Store: Send + Sync {
             Ok(r) => (r.status == inventory::Status::Present).then_some(Ok(r.name)),
             Err(e) => Some(Err(e)),
         }))
+    }
+
+    /// The newest date among the names under `prefix` that the collection holds
+    /// or held (its records): what a minting collection learns from a copy at
+    /// first contact. By default from `record_names`; the local inventory
+    /// answers from its index.
+    fn newest_name_of(&self, prefix: &crate::id::Prefix) -> Result<Option<crate::id::Timestamp>> {
+        let mut newest = None;
+        for name in self.record_names() {
+            let name = name?;
+            if name.prefix() == prefix {
+                newest = newest.max(Some(name.date()));
+            }
+        }
+        Ok(newest)
     }
 
     /// The name content `key` was deposited as, if recorded.

@@ -11,7 +11,7 @@ use crate::store::config::{CollectionConfig, Peer};
 use crate::store::far;
 #[cfg(feature = "s3")]
 use crate::store::s3;
-use crate::store::{local, location, Connect, Store};
+use crate::store::{local, location, registry, Connect, Store};
 
 /// Opens the collection at `location`: a local folder, or a far one (`HOST:PATH`,
 /// `ssh://…`) reached as `connect` says.
@@ -48,6 +48,9 @@ pub struct InitOptions {
 }
 
 /// Creates a collection at `location` (local, far or in object storage) and opens it.
+/// A minting one of any kind is first checked against this machine's registry
+/// of minting collections (`registry`) and recorded there: a local one by its
+/// backend, a far or S3 one here, around its creation.
 pub fn init(
     location: &Path,
     connect: &Connect,
@@ -57,10 +60,15 @@ pub fn init(
 ) -> Result<Box<dyn Store>> {
     let mut config = CollectionConfig::new(&subsystem, organisation);
     config.follows = options.follows.clone();
-    Ok(match location::Location::parse(location)? {
-        location::Location::Local(path) => {
-            Box::new(local::Collection::init(&path, &config, local::minter::machine_dir())?)
-        }
+    let parsed = location::Location::parse(location)?;
+    if let location::Location::Local(path) = parsed {
+        return Ok(Box::new(local::Collection::init(&path, &config, local::minter::machine_dir())?));
+    }
+    let registering = match (local::minter::machine_dir(), config.minting().mints()) {
+        (Some(dir), true) => Some(refuse_held_elsewhere(dir, &subsystem, &parsed.to_string(), config.id.as_deref())?),
+        _ => None,
+    };
+    let store: Box<dyn Store> = match parsed {
         #[cfg(feature = "far")]
         location::Location::Far(address) => Box::new(far::FarStore::init(&address, connect, &config)?),
         #[cfg(feature = "s3")]
@@ -69,5 +77,24 @@ pub fn init(
         }
         #[allow(unreachable_patterns)]
         other => return Err(not_built(&other, connect)),
-    })
+    };
+    if let (Some((dir, _lock)), Some(id)) = (&registering, store.collection_id()) {
+        registry::register(dir, &subsystem, &id, &store.location())?;
+    }
+    Ok(store)
+}
+
+/// Refuses, before a far or S3 minting collection is made at `location`, a
+/// subsystem (or IBIp prefix) this machine's registry in `dir` holds elsewhere;
+/// returns the folder and the registry's lock, held until the new one is recorded.
+fn refuse_held_elsewhere(
+    dir: std::path::PathBuf,
+    subsystem: &Subsystem,
+    location: &str,
+    id: Option<&str>,
+) -> Result<(std::path::PathBuf, crate::fsx::FileLock)> {
+    let lock = registry::lock(&dir, subsystem)?;
+    registry::refuse_if_held(&dir, subsystem, location, id)?;
+    registry::refuse_shared_ibip(&dir, subsystem, location)?;
+    Ok((dir, lock))
 }

@@ -20,7 +20,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, atomic_write, create_dir_all_durable, fsync_dir, FileLock};
 use crate::id::{Ibip, Minted, RepositoryName, Subsystem};
 pub use crate::store::config::{CollectionConfig, Minting, Peer};
-use crate::store::guard;
+use crate::store::{guard, registry};
 use crate::store::log::StepLog;
 pub use crate::store::LockWait;
 
@@ -189,8 +189,10 @@ impl Collection {
         guard::check_new_root(root)?;
         let registry = match (&minter_dir, config.minting().mints()) {
             (Some(dir), true) => {
-                let lock = super::minter::registry_lock(dir, &subsystem)?;
-                super::minter::refuse_second_minter(dir, &subsystem, &absolute(root), config.id.as_deref())?;
+                let lock = registry::lock(dir, &subsystem)?;
+                let location = absolute(root).display().to_string();
+                registry::refuse_if_held(dir, &subsystem, &location, config.id.as_deref())?;
+                registry::refuse_shared_ibip(dir, &subsystem, &location)?;
                 Some((dir, lock))
             }
             _ => None,
@@ -201,8 +203,7 @@ impl Collection {
         super::inventory::Inventory::create(&layout.inventory(), std::iter::empty())?;
         atomic_write(&layout.config(), config.to_toml().as_bytes())?;
         if let (Some((dir, _lock)), Some(id)) = (&registry, &config.id) {
-            let peer = Peer { id: id.clone(), location: absolute(root).display().to_string() };
-            super::minter::register_minter(dir, &subsystem, &peer)?;
+            registry::register(dir, &subsystem, id, &absolute(root).display().to_string())?;
         }
         Ok(Collection {
             layout,
@@ -275,11 +276,13 @@ impl Collection {
             return atomic_write(&self.layout.config(), config.to_toml().as_bytes());
         };
         let where_known = self.known_as.clone().unwrap_or_else(|| absolute(self.root()));
-        let _lock = super::minter::registry_lock(dir, &self.subsystem)?;
+        let _lock = registry::lock(dir, &self.subsystem)?;
         let id = self.id.get().cloned().or(config.id.clone()).unwrap_or_else(|| where_known.display().to_string());
-        super::minter::refuse_second_minter(dir, &self.subsystem, &where_known, Some(&id))?;
+        let location = where_known.display().to_string();
+        registry::refuse_if_held(dir, &self.subsystem, &location, Some(&id))?;
+        registry::refuse_shared_ibip(dir, &self.subsystem, &location)?;
         atomic_write(&self.layout.config(), config.to_toml().as_bytes())?;
-        super::minter::register_minter(dir, &self.subsystem, &Peer { id, location: where_known.display().to_string() })
+        registry::register(dir, &self.subsystem, &id, &location)
     }
 
     /// Changes the collection's configuration under the write lease (`change`

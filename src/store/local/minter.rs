@@ -17,7 +17,6 @@ use crate::error::{Error, IoContext, Result};
 use crate::fsx::{create_dir_all_durable, FileLock, Stamp};
 use crate::id::minter::MinterState;
 use crate::id::{RepositoryName, Subsystem, Timestamp};
-use crate::store::config::{CollectionConfig, Peer};
 use crate::store::StateFile;
 
 /// The environment variable that chooses the folder of the machine-wide states.
@@ -29,62 +28,42 @@ pub fn machine_dir() -> Option<PathBuf> {
     crate::store::machine::folder(MINTER_DIR_ENV, "minters")
 }
 
-/// The machine-wide state file of a subsystem, in `dir`.
-pub fn machine_state(dir: &Path, subsystem: &Subsystem) -> StateFile {
-    StateFile::beside(&dir.join(format!("{}_{}.state", subsystem.host, subsystem.port)))
-}
+/// Every machine-wide state a minter of `subsystem` locks, in order (`registry::machine_states`).
+pub use crate::store::registry::machine_states;
 
-/// The file that names the collection minting `subsystem` on this machine.
-fn registry_path(dir: &Path, subsystem: &Subsystem) -> PathBuf {
-    dir.join(format!("{}_{}.minting", subsystem.host, subsystem.port))
-}
-
-/// The collection the machine-wide registry in `dir` says mints `subsystem` here,
-/// if that collection is still there, is the one registered, and still mints.
-pub fn live_minter(dir: &Path, subsystem: &Subsystem) -> Result<Option<Peer>> {
-    let path = registry_path(dir, subsystem);
-    let text = match fs::read_to_string(&path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        other => other.with_path("read", &path)?,
-    };
-    let Ok(peer) = toml::from_str::<Peer>(&text) else { return Ok(None) };
-    let config = Layout::new(Path::new(&peer.location)).config();
-    let Ok((config, _)) = CollectionConfig::read(&config) else { return Ok(None) };
-    let same = config.id.as_deref() == Some(peer.id.as_str()) && config.minting().mints();
-    Ok(same.then_some(peer))
-}
-
-/// Refuses when another collection mints `subsystem` on this machine (the
-/// registry in `dir` names it); `root` is the collection that wants to.
-pub fn refuse_second_minter(dir: &Path, subsystem: &Subsystem, root: &Path, id: Option<&str>) -> Result<()> {
-    let Some(peer) = live_minter(dir, subsystem)? else { return Ok(()) };
-    if Path::new(&peer.location) == root || id == Some(peer.id.as_str()) {
-        return Ok(());
+/// Locks every one of `states` (in order) and reads the newest date they hold.
+pub fn lock_machine_states(states: &[StateFile]) -> Result<(Vec<FileLock>, Option<Timestamp>)> {
+    let first = states.first().ok_or_else(|| Error::Invalid {
+        what: "minter".into(),
+        problem: format!("no folder for the machine-wide minter state: set {MINTER_DIR_ENV} or HOME"),
+    })?;
+    create_dir_all_durable(crate::fsx::parent_dir(&first.state))?;
+    let mut locks = Vec::with_capacity(states.len());
+    let mut newest = None;
+    for state in states {
+        locks.push(FileLock::acquire(&state.lock)?);
+        newest = newest.max(state.read()?);
     }
-    let problem = format!(
-        "{} ({}) already mints the names of {} on this machine, and one subsystem has one minting collection: \
-         make this one follow it with `ibi init {} --like {}`, or move minting later with `ibi handover`; \
-         nothing was created",
-        peer.location,
-        peer.id,
-        subsystem.prefix(),
-        root.display(),
-        peer.location
-    );
-    Err(Error::Invalid { what: "collection".into(), problem })
+    Ok((locks, newest))
 }
 
-/// Records `peer` as the collection minting `subsystem` on this machine.
-pub fn register_minter(dir: &Path, subsystem: &Subsystem, peer: &Peer) -> Result<()> {
-    create_dir_all_durable(dir)?;
-    let text = toml::to_string(peer).expect("a peer always serialises");
-    crate::fsx::atomic_write(&registry_path(dir, subsystem), text.as_bytes())
+/// Writes `next` into each of `states` that does not hold it yet (under their locks).
+pub fn write_machine_states(states: &[StateFile], next: Timestamp) -> Result<()> {
+    for state in states {
+        if state.read()? != Some(next) {
+            state.write(next)?;
+        }
+    }
+    Ok(())
 }
 
-/// The lock that orders registrations of `subsystem` in `dir` (the machine-wide state's).
-pub fn registry_lock(dir: &Path, subsystem: &Subsystem) -> Result<FileLock> {
-    create_dir_all_durable(dir)?;
-    FileLock::acquire(&machine_state(dir, subsystem).lock)
+/// The newest date any of `states` holds, locking nothing.
+pub fn last_of_machine_states(states: &[StateFile]) -> Result<Option<Timestamp>> {
+    let mut newest = None;
+    for state in states {
+        newest = newest.max(state.last()?);
+    }
+    Ok(newest)
 }
 
 /// The newest date among the names of `subsystem` that the collection holds:
@@ -172,39 +151,29 @@ fn newest_in_year(dir: &Path, year_name: &str) -> Result<Option<Timestamp>> {
 
 /// The collection's minter state as the `Store` seam sees it.
 pub struct CollectionMinter<'a> {
-    /// `None` when no machine-wide folder can be named (no HOME): minting then fails.
-    pub machine: Option<StateFile>,
+    /// The machine-wide states (`machine_states`); empty when no machine-wide
+    /// folder can be named (no HOME): minting then fails.
+    pub machine: Vec<StateFile>,
     pub own: StateFile,
-    /// The newest date held, computed under the locks (once per collection handle).
+    /// The newest date held or handed out, computed under the locks (once per collection handle).
     pub floor: Box<dyn Fn() -> Result<Option<Timestamp>> + 'a>,
 }
 
 impl MinterState for CollectionMinter<'_> {
     fn update(&self, step: &mut dyn FnMut(Option<Timestamp>) -> Result<Timestamp>) -> Result<()> {
-        let machine = self.machine.as_ref().ok_or_else(|| Error::Invalid {
-            what: "minter".into(),
-            problem: format!("no folder for the machine-wide minter state: set {MINTER_DIR_ENV} or HOME"),
-        })?;
-        let dir = crate::fsx::parent_dir(&machine.state);
-        create_dir_all_durable(dir)?;
-        let _machine_lock = FileLock::acquire(&machine.lock)?;
+        let (_machine_locks, shared) = lock_machine_states(&self.machine)?;
         let _own_lock = FileLock::acquire(&self.own.lock)?;
-        let (shared, own) = (machine.read()?, self.own.read()?);
+        let own = self.own.read()?;
         let last = [shared, own, (self.floor)()?].into_iter().flatten().max();
         let next = step(last)?;
-        if Some(next) != shared {
-            machine.write(next)?;
-        }
+        write_machine_states(&self.machine, next)?;
         if Some(next) != own {
             self.own.write(next)?;
         }
         Ok(())
     }
     fn last(&self) -> Result<Option<Timestamp>> {
-        let machine = match &self.machine {
-            Some(machine) => machine.last()?,
-            None => None,
-        };
+        let machine = last_of_machine_states(&self.machine)?;
         Ok([machine, self.own.last()?, (self.floor)()?].into_iter().flatten().max())
     }
 }

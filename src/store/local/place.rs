@@ -96,6 +96,9 @@ fn rename_into_place(
     staged: &mut Staged,
     known: &BTreeSet<PathBuf>,
 ) -> Result<std::result::Result<PathBuf, Error>> {
+    if let Some(conflict) = alias_conflict(dst, staged) {
+        return Ok(Err(conflict));
+    }
     let parent = match dst.make_parents(&staged.name, known) {
         Ok(parent) => parent,
         Err(e @ Error::Data { .. }) => return Ok(Err(e)),
@@ -120,6 +123,26 @@ fn rename_into_place(
         }
         Err(e) => Err(Error::io("rename staged item to", &dest, e)),
     }
+}
+
+/// A copy whose IBIp alias already names another item of `dst` is not placed:
+/// two items with one IBIp (minted by two subsystems on one IP) are a
+/// conflict, and DST's alias stays as it is.
+fn alias_conflict(dst: &Collection, staged: &Staged) -> Option<Error> {
+    let ibip = staged.ibip.as_ref()?;
+    let held = std::fs::read_link(dst.layout.alias(ibip)).ok()?;
+    if held == crate::store::local::Layout::alias_target(&staged.name) {
+        return None;
+    }
+    let other = held.to_string_lossy().trim_start_matches("../../").to_string();
+    Some(Error::Data {
+        what: format!("{} (IBIp {ibip})", staged.name),
+        problem: format!(
+            "{}'s alias {ibip} already names {other}, another item: two items with one IBIp; the alias stays and \
+             this copy was not placed",
+            dst.location()
+        ),
+    })
 }
 
 /// Replaces `dest` where the filesystem cannot exchange two names: the old item is

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use super::held_floor::Vouch;
-use super::minter::{machine_state, newest_held, CollectionMinter};
+use super::minter::{machine_states, newest_held, CollectionMinter};
 use super::{alias, place_all, remove_all, Collection, Entry, Item, Staged, StagingDir};
 use crate::bag::manifest::check_path;
 use crate::bag::{BagFiles, DirBag};
@@ -319,6 +319,10 @@ impl Store for Collection {
     }
 
     /// From the summaries' covering index, no record decoded.
+    fn newest_name_of(&self, prefix: &crate::id::Prefix) -> Result<Option<crate::id::Timestamp>> {
+        Ok(self.with_inventory(|inventory| inventory.newest_of(prefix))?.flatten())
+    }
+
     fn record_names(&self) -> Box<dyn Iterator<Item = Result<RepositoryName>> + Send + '_> {
         Box::new(Collection::record_summaries(self).map(|summary| summary.map(|s| s.name)))
     }
@@ -347,7 +351,7 @@ impl WriteBackend for Collection {
 
     fn minter_state(&self) -> Box<dyn MinterState + '_> {
         Box::new(CollectionMinter {
-            machine: self.minter_dir.as_ref().map(|dir| machine_state(dir, &self.subsystem)),
+            machine: self.minter_dir.as_ref().map(|dir| machine_states(dir, &self.subsystem)).unwrap_or_default(),
             own: StateFile::new(self.layout.minter_state(), self.layout.minter_lock()),
             floor: Box::new(|| match self.held_floor.get() {
                 Some(floor) => Ok(*floor),

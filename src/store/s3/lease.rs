@@ -17,10 +17,8 @@ use object_store::{PutMode, UpdateVersion};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::fsx::{create_dir_all_durable, FileLock};
 use crate::id::minter::MinterState;
 use crate::id::Timestamp;
-use crate::store::local::minter::MINTER_DIR_ENV;
 use crate::store::s3::keys::Keys;
 use crate::store::s3::objects::{Fence, Lost, Objects};
 use crate::store::StateFile;
@@ -245,20 +243,17 @@ fn spawn_renewer(
 pub struct ObjectMinter<'a> {
     pub objects: &'a Objects,
     pub keys: &'a Keys,
-    pub machine: Option<StateFile>,
+    /// The machine-wide states (`local::minter::machine_states`); empty when no
+    /// machine-wide folder can be named.
+    pub machine: Vec<StateFile>,
     /// The newest name the collection holds or held, found when first asked.
     pub floor: Box<dyn Fn() -> Result<Option<Timestamp>> + 'a>,
 }
 
 impl MinterState for ObjectMinter<'_> {
     fn update(&self, step: &mut dyn FnMut(Option<Timestamp>) -> Result<Timestamp>) -> Result<()> {
-        let machine = self.machine.as_ref().ok_or_else(|| Error::Invalid {
-            what: "minter".into(),
-            problem: format!("no folder for the machine-wide minter state: set {MINTER_DIR_ENV} or HOME"),
-        })?;
-        create_dir_all_durable(crate::fsx::parent_dir(&machine.state))?;
-        let _machine_lock = FileLock::acquire(&machine.lock)?;
-        let shared = machine.read()?.max((self.floor)()?);
+        let (_machine_locks, shared) = crate::store::local::minter::lock_machine_states(&self.machine)?;
+        let shared = shared.max((self.floor)()?);
         let key = self.keys.minter();
         let next = loop {
             let current = self.objects.run(self.objects.get(&key))?;
@@ -272,16 +267,10 @@ impl MinterState for ObjectMinter<'_> {
                 break next;
             }
         };
-        if Some(next) != shared {
-            machine.write(next)?;
-        }
-        Ok(())
+        crate::store::local::minter::write_machine_states(&self.machine, next)
     }
     fn last(&self) -> Result<Option<Timestamp>> {
-        let machine = match &self.machine {
-            Some(machine) => machine.last()?,
-            None => None,
-        };
+        let machine = crate::store::local::minter::last_of_machine_states(&self.machine)?;
         let own = match self.objects.run(self.objects.get(&self.keys.minter()))? {
             Some(found) => Some(parse_state(&found.bytes, &self.objects.place)?),
             None => None,

@@ -345,8 +345,11 @@ impl WriteBackend for S3Store {
     }
 
     fn minter_state(&self) -> Box<dyn MinterState + '_> {
-        let machine =
-            self.minter_dir.as_ref().map(|dir| crate::store::local::minter::machine_state(dir, &self.subsystem));
+        let machine = self
+            .minter_dir
+            .as_ref()
+            .map(|dir| crate::store::local::minter::machine_states(dir, &self.subsystem))
+            .unwrap_or_default();
         let floor = Box::new(|| self.held_floor());
         Box::new(lease::ObjectMinter { objects: &self.objects, keys: &self.keys, machine, floor })
     }
