@@ -433,14 +433,7 @@ pub fn handover(global: GlobalArgs, args: &HandoverArgs) -> Result<Outcome> {
     Ok(Outcome::Success)
 }
 
-/// A forwarding URL is an absolute http(s) URL ending in a slash (names are appended).
+/// A forwarding URL is an absolute http(s) URL ending in a slash (the library's check).
 pub fn check_forward_url(url: &str) -> Result<()> {
-    let good = (url.starts_with("https://") || url.starts_with("http://"))
-        && url.ends_with('/')
-        && !url.contains(char::is_whitespace);
-    if good {
-        return Ok(());
-    }
-    let problem = format!("\"{url}\" is not an http(s) URL ending in \"/\" (names are appended to it)");
-    Err(ibi::Error::Invalid { what: "--forward-url".into(), problem }.into())
+    Ok(ibi::store::inventory::check_forward_url(url)?)
 }

@@ -38,12 +38,15 @@ pub fn clock_for(at: Option<ibi::Timestamp>) -> Box<dyn Clock> {
 pub fn mint(global: GlobalArgs, args: &MintArgs) -> Result<Outcome> {
     if let Some(root) = &args.collection {
         let collection = super::open(root)?;
+        refuse_future_replay(args.at, collection.subsystem())?;
         let clock = clock_for(args.at);
         let printer = Printer::new(global);
         let noticed = NoticedClock { clock: clock.as_ref(), reporter: &printer };
         ibi::store::refuse_unless_minting(collection.as_ref())?;
         let writer = collection.begin_write(ibi::store::LockWait::Forever)?;
         let minted = ibi::store::mint(writer.as_ref(), args.count, &noticed)?;
+        let names: Vec<RepositoryName> = minted.iter().map(|m| m.name.clone()).collect();
+        writer.note_minted(&names)?;
         let dates: Vec<ibi::Timestamp> = minted.iter().map(|m| m.name.date()).collect();
         print_minted(global, collection.subsystem(), &dates)?;
         return Ok(Outcome::Success);
@@ -58,6 +61,24 @@ pub fn mint(global: GlobalArgs, args: &MintArgs) -> Result<Outcome> {
     minter.max_wait = args.max_wait.0;
     print_minted(global, &subsystem, &minter.mint(args.count)?)?;
     Ok(Outcome::Success)
+}
+
+/// `--at` replays a time for testing: into a collection (`-C`), never one past
+/// the real clock (plus the granularity), which would hold every later deposit
+/// until the clock reached it.
+fn refuse_future_replay(at: Option<ibi::Timestamp>, subsystem: &Subsystem) -> Result<()> {
+    let Some(at) = at else { return Ok(()) };
+    let now = ibi::Timestamp::now();
+    if at.nanos() <= now.nanos() + subsystem.granularity.nanos() {
+        return Ok(());
+    }
+    let problem = format!(
+        "{} is past this machine's clock ({}): --at replays a time for testing, and with -C it would write that date \
+         into the collection's minter state, holding every deposit until then; nothing was minted",
+        at.to_rfc3339(),
+        now.to_rfc3339()
+    );
+    Err(ibi::Error::Invalid { what: "--at".into(), problem }.into())
 }
 
 pub fn print_minted(global: GlobalArgs, subsystem: &Subsystem, dates: &[ibi::Timestamp]) -> Result<()> {

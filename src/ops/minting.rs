@@ -200,7 +200,7 @@ pub fn handover(from: &dyn Store, to: &dyn Store, options: &HandoverOptions) -> 
     if let Stage::Start = stage {
         let since = Timestamp::now().to_rfc3339();
         let next =
-            Successor { id: to_id, location: peer_location(to), since, forward_url: options.forward_url.clone() };
+            Successor { id: to_id.clone(), location: peer_location(to), since, forward_url: options.forward_url.clone() };
         from_writer.set_minting(&Minting::Retired(Some(next)))?;
     }
     let floor = from_writer.minted_up_to()?;
@@ -208,14 +208,24 @@ pub fn handover(from: &dyn Store, to: &dyn Store, options: &HandoverOptions) -> 
         to_writer.raise_minter_to(floor)?;
     }
     to_writer.set_minting(&Minting::Mints)?;
+    if let Some(dir) = crate::store::local::minter::machine_dir() {
+        let from_id = id_or_location(from);
+        crate::store::registry::hand_over(&dir, to.subsystem(), &from_id, &to_id, &peer_location(to))?;
+    }
     Ok(HandedOver::Moved { floor })
 }
 
 /// Stops `store` minting for good, keeping the successor a handover recorded.
 pub fn retire(store: &dyn Store, wait: LockWait) -> Result<()> {
     let writer = store.begin_write(wait)?;
-    match store.minting()? {
-        Minting::Retired(_) => Ok(()),
-        _ => writer.set_minting(&Minting::Retired(None)),
+    if !matches!(store.minting()?, Minting::Retired(_)) {
+        writer.set_minting(&Minting::Retired(None))?;
     }
+    // This machine's registry forgets it (a far or S3 collection's entry is not
+    // read from its config): the subsystem is free here.
+    if let Some(dir) = crate::store::local::minter::machine_dir() {
+        let _registering = crate::store::registry::lock(&dir, store.subsystem())?;
+        crate::store::registry::forget(&dir, store.subsystem(), &id_or_location(store))?;
+    }
+    Ok(())
 }

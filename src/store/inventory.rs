@@ -65,6 +65,35 @@ pub struct Forward {
     pub url: Option<String>,
 }
 
+/// A forwarding URL is an absolute http(s) URL ending in a slash (names are
+/// appended), with no white space or control character: what a resolver puts
+/// in a `Location` header. Checked wherever one enters a collection (the
+/// command line, and a far server for whatever a client sends).
+pub fn check_forward_url(url: &str) -> crate::error::Result<()> {
+    let good = (url.starts_with("https://") || url.starts_with("http://"))
+        && url.ends_with('/')
+        && !url.contains(|c: char| c.is_whitespace() || c.is_control());
+    if good {
+        return Ok(());
+    }
+    let problem = format!("{url:?} is not an http(s) URL ending in \"/\" (names are appended to it)");
+    Err(crate::error::Error::Invalid { what: "forwarding URL".into(), problem })
+}
+
+impl Forward {
+    /// Refuses a forward whose URL or place a resolver could not put in a header as it is.
+    pub fn check(&self) -> crate::error::Result<()> {
+        if let Some(url) = &self.url {
+            check_forward_url(url)?;
+        }
+        if self.to.contains(char::is_control) || self.date.contains(char::is_control) {
+            let problem = format!("{:?} holds a control character", self.to);
+            return Err(crate::error::Error::Invalid { what: "forwarding place".into(), problem });
+        }
+        Ok(())
+    }
+}
+
 /// One check of an item's fixity: when (RFC 3339, UTC, to the second, so that
 /// dates sort as text: `fixity_date`) and whether every file matched its manifests.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -216,6 +216,11 @@ pub fn minting_event(before: &Minting, after: &Minting) -> Option<Event> {
     Some(Event::new(kind, None, "success", detail))
 }
 
+/// The event of a name handed out with no item (`ibi mint -C`).
+pub fn mint_event(name: &RepositoryName) -> Event {
+    Event::new(EventKind::Mint, Some(name.to_string()), "success", "handed out with no item".into())
+}
+
 /// The event of a witness just kept (`ops::witness`'s JSON): its root and size.
 pub fn witness_event(json: &str) -> Event {
     let value: serde_json::Value = serde_json::from_str(json).unwrap_or_default();

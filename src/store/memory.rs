@@ -351,6 +351,11 @@ impl Store for MemoryStore {
 }
 
 impl WriteBackend for MemoryStore {
+    fn log_events(&self, events: &[crate::events::Event]) -> Result<()> {
+        self.log(events);
+        Ok(())
+    }
+
     fn set_minting(&self, minting: &Minting) -> Result<()> {
         let before = lock(&self.shared.minting).replace(minting.clone()).unwrap_or(Minting::Mints);
         self.log(minting_event(&before, minting).as_slice());

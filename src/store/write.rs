@@ -84,6 +84,10 @@ pub trait Writer: Send + Sync {
     fn minted_up_to(&self) -> Result<Option<Timestamp>>;
     /// Records names by content key; durable with the next placed batch.
     fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()>;
+    /// Logs names handed out with no item (`ibi mint -C`), durably: the minter
+    /// never hands out a name at or before the newest one logged, whatever its
+    /// state says (a state restored from a backup).
+    fn note_minted(&self, names: &[RepositoryName]) -> Result<()>;
     fn stage(&self) -> Result<StageId>;
     /// A stage for an item that will be placed as `name` (not over another unless
     /// `replace`): a backend without rename may write the files at their place at
@@ -148,6 +152,18 @@ pub trait WriteBackend: Store {
         self.minter_state().last()
     }
     fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()>;
+    /// See `Writer::note_minted`; by default the names are logged as `mint`
+    /// events wherever the backend keeps its log (`log_events`).
+    fn note_minted(&self, names: &[RepositoryName]) -> Result<()> {
+        let events: Vec<crate::events::Event> = names.iter().map(crate::store::log::mint_event).collect();
+        self.log_events(&events)
+    }
+    /// Appends collection events to the backend's log; a backend that keeps
+    /// none refuses, so that a name is never handed out unlogged.
+    fn log_events(&self, _events: &[crate::events::Event]) -> Result<()> {
+        let why = "this kind of collection keeps no log of names handed out".into();
+        Err(Error::Refused { what: format!("minting names with no item in {}", self.location()), why })
+    }
     fn stage(&self) -> Result<StageId>;
     fn stage_for(&self, _name: &RepositoryName, _replace: bool) -> Result<StageId> {
         self.stage()
@@ -211,6 +227,9 @@ impl<B: WriteBackend> Writer for Leased<'_, B> {
     }
     fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()> {
         self.backend.write_deposit_records(records)
+    }
+    fn note_minted(&self, names: &[RepositoryName]) -> Result<()> {
+        self.backend.note_minted(names)
     }
     fn stage(&self) -> Result<StageId> {
         self.backend.stage()
@@ -279,6 +298,9 @@ impl Writer for AppendOnly<'_> {
     }
     fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()> {
         self.0.write_deposit_records(records)
+    }
+    fn note_minted(&self, names: &[RepositoryName]) -> Result<()> {
+        self.0.note_minted(names)
     }
     fn stage(&self) -> Result<StageId> {
         self.0.stage()

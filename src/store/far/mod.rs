@@ -737,6 +737,10 @@ impl WriteBackend for FarStore {
         self.done(&Request::WriteDepositRecords(records.to_vec()))
     }
 
+    fn note_minted(&self, names: &[RepositoryName]) -> Result<()> {
+        self.done(&Request::NoteMinted(names.to_vec()))
+    }
+
     fn stage(&self) -> Result<StageId> {
         let stage = self.next_stage.fetch_add(1, Ordering::Relaxed);
         lock(&self.sent).insert(stage, Sent::default());

@@ -753,11 +753,14 @@ impl Session {
             }
             Request::RaiseMinter(date) => return done(self.raise_minter(&date)),
             Request::Minting => Reply::Minting(c()?.minting()?),
-            Request::SetMinting(minting) => return done(self.writer("changing who mints")?.set_minting(&minting)),
+            Request::SetMinting(minting) => {
+                return done(check_minting(&minting).and_then(|()| self.writer("changing who mints")?.set_minting(&minting)))
+            }
             Request::DepositRecord(key) => Reply::Name(c()?.deposit_record(&key)?),
             Request::WriteDepositRecords(records) => {
                 return done(self.writer("deposit records")?.write_deposit_records(&records));
             }
+            Request::NoteMinted(names) => return done(self.writer("logging minted names")?.note_minted(&names)),
             Request::StageLink { stage, rel, name, from } => {
                 let writer = self.writer("staging")?;
                 check_rel(&rel).and_then(|_| check_rel(&from))?;
@@ -771,7 +774,9 @@ impl Session {
                 return done(writer.restore_alias(&ibip, &name));
             }
             Request::Remove(names) => return done(self.writer("removing items")?.remove(&names)),
-            Request::NoteMoved(names, to) => return done(self.writer("noting moves")?.note_moved(&names, &to)),
+            Request::NoteMoved(names, to) => {
+                return done(to.check().and_then(|()| self.writer("noting moves")?.note_moved(&names, &to)))
+            }
             Request::CheckItem(name) => Reply::Checked(self.check_item(&name)?),
             other => {
                 return Err(Error::Invalid {
@@ -833,17 +838,26 @@ impl Session {
 
     /// Raises the minter for a handover; never past a day beyond this server's
     /// clock, so a client cannot push the names it mints into the far future.
+    /// A client raises the minter past names it placed or a predecessor handed
+    /// out, never past this server's clock plus the granularity (a date further
+    /// ahead would stop every deposit here until the clock reached it), and an
+    /// `--append-only` key not at all.
     fn raise_minter(&self, date: &str) -> Result<()> {
         let date = Timestamp::parse_decimal(date)?;
+        if self.options.append_only {
+            let why = "this server only accepts new items (ibi serve --append-only)".into();
+            return Err(Error::Refused { what: "raising the minter".into(), why });
+        }
         let writer = self.writer("raising the minter")?;
         // A copy's raise after placing is already covered by the floor of the names
-        // it placed (dated by another clock, perhaps ahead): nothing to do, nothing refused.
+        // it placed: nothing to do, nothing refused.
         if writer.minted_up_to()?.is_some_and(|held| held >= date) {
             return Ok(());
         }
-        let limit = Timestamp::from_nanos(Timestamp::now().nanos() + 86_400 * 1_000_000_000);
+        let grain = writer.store().subsystem().granularity.nanos();
+        let limit = Timestamp::from_nanos(Timestamp::now().nanos() + grain);
         if date > limit {
-            let problem = format!("{} is more than a day past this server's clock", date.to_decimal());
+            let problem = format!("{} is past this server's clock ({})", date.to_rfc3339(), Timestamp::now().to_rfc3339());
             return Err(Error::Invalid { what: "minter date".into(), problem });
         }
         writer.raise_minter_to(date)
@@ -1232,4 +1246,20 @@ fn restore_alias_problem(c: &dyn Store, ibip: &Ibip, name: &RepositoryName) -> R
         return refuse(format!("the bag-info of {name} does not record it"));
     }
     Ok(())
+}
+
+/// Refuses a minting role whose successor's forwarding URL or place a
+/// resolver could not answer with as it is (`Forward::check`'s rule).
+fn check_minting(minting: &crate::store::Minting) -> Result<()> {
+    match minting {
+        crate::store::Minting::Retired(Some(next)) => {
+            let forward = crate::store::inventory::Forward {
+                to: next.location.clone(),
+                date: next.since.clone(),
+                url: next.forward_url.clone(),
+            };
+            forward.check()
+        }
+        _ => Ok(()),
+    }
 }

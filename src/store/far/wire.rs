@@ -293,6 +293,8 @@ pub enum Request {
     /// Version 6: the server checks its own log's chain, from where its last
     /// check ended (`Reply::Chain`); a client never reads a far log whole for it.
     CheckChain,
+    /// Logs names handed out with no item (`ibi mint -C`), under the lease.
+    NoteMinted(Vec<RepositoryName>),
 }
 
 /// A file's kind as sent.

@@ -43,6 +43,7 @@ CREATE INDEX IF NOT EXISTS events_carried ON events (item, seq) WHERE body ->> '
 CREATE INDEX IF NOT EXISTS events_checks_banded ON events (seq >> ",
     band_bits!(),
     ", item, seq) WHERE body ->> '$.type' IS 'fixity';
+CREATE INDEX IF NOT EXISTS events_mints ON events (seq) WHERE body ->> '$.type' IS 'mint';
 DROP INDEX IF EXISTS events_checks;
 DROP INDEX IF EXISTS events_item;"
 );

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 use crate::bag::history::Withdrawal;
-use crate::error::{Error, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::events::{Event, EventKind};
 use crate::fsx;
 use crate::id::{Ibip, RepositoryName};
@@ -306,17 +306,21 @@ impl Inventory {
         }
     }
 
-    /// Opens the inventory to read without writing any file: with SQLite's
-    /// write-ahead log present (a writer is at work, or was killed), read-only
-    /// through it; otherwise immutable, so that no log or shared-memory file is made.
+    /// Opens the inventory to read without writing any file of the collection:
+    /// immutable when SQLite's write-ahead log is absent; when it is there (a
+    /// writer is at work, or was killed), from a private copy of the inventory
+    /// and its log (`snapshot`), since reading through the log would write
+    /// SQLite's shared-memory index (`-shm`) beside them.
     pub fn open_read_only(path: &Path) -> Result<Option<Inventory>> {
         if std::fs::symlink_metadata(path).is_err() {
             return Ok(None);
         }
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
-        let mode = if Path::new(&wal).exists() { "mode=ro" } else { "immutable=1" };
-        let uri = format!("file:{}?{mode}", percent_encoding::utf8_percent_encode(&path.to_string_lossy(), URI_PATH));
+        if Path::new(&wal).exists() {
+            return Inventory::open_snapshot(path, Path::new(&wal)).map(Some);
+        }
+        let uri = format!("file:{}?immutable=1", percent_encoding::utf8_percent_encode(&path.to_string_lossy(), URI_PATH));
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
             | OpenFlags::SQLITE_OPEN_URI
             | nofollow(path)
@@ -330,6 +334,39 @@ impl Inventory {
         inventory.check_schema()?;
         inventory.read_older_columns()?;
         Ok(Some(inventory))
+    }
+
+    /// Reads the inventory at `path` from a private copy of it and its log
+    /// `wal`, taken whole (the two files unchanged from before the copy to
+    /// after it, tried a few times), then opened as SQLite opens any database
+    /// with a log: the copy takes in the log, the collection's files stay as
+    /// they are. The copy lives in the temporary folder until the handle ends.
+    fn open_snapshot(path: &Path, wal: &Path) -> Result<Inventory> {
+        let stamp = |p: &Path| crate::fsx::Stamp::at(p).ok();
+        for _ in 0..8 {
+            let before = (stamp(path), stamp(wal));
+            let dir = tempfile::Builder::new().prefix("ibi-inventory-").tempdir().with_path("create", std::env::temp_dir())?;
+            let copy = dir.path().join("inventory.sqlite");
+            std::fs::copy(path, &copy).with_path("copy", path)?;
+            match std::fs::copy(wal, dir.path().join("inventory.sqlite-wal")) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                other => drop(other.with_path("copy", wal)?),
+            }
+            if (stamp(path), stamp(wal)) != before {
+                continue;
+            }
+            let conn = Connection::open_with_flags(&copy, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+                .map_err(|e| sql_error(path, e))?;
+            let mut inventory = Inventory { path: path.to_path_buf(), conn, older_keys: None };
+            inventory.setup("PRAGMA busy_timeout = 60000; PRAGMA cache_size = -512; PRAGMA query_only = 1;")?;
+            inventory.check_schema()?;
+            inventory.read_older_columns()?;
+            // Unlinked while open: the copy lives as long as the connection.
+            drop(dir);
+            return Ok(inventory);
+        }
+        let problem = "it kept changing while a private copy was taken to read it; try again".into();
+        Err(Error::Data { what: path.display().to_string(), problem })
     }
 
     /// An inventory from before forwarding addresses and deposit keys is read
@@ -623,6 +660,30 @@ impl Inventory {
     /// The newest date among the names of `prefix` the inventory records (held or
     /// ever held). Suffixes of one prefix sort by date as text (fixed-width fields);
     /// the last few are parsed to be sure.
+    /// The date of the newest name of `prefix` handed out with no item
+    /// (`ibi mint -C`), as the log's `mint` events hold them: names are minted
+    /// in order, so the last such event is the newest (`events_mints`).
+    pub fn newest_minted(&self, prefix: &crate::id::Prefix) -> Result<Option<crate::id::Timestamp>> {
+        let has_log = self
+            .conn
+            .query_row("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events'", [], |_| Ok(()))
+            .optional()
+            .map_err(|e| sql_error(&self.path, e))?
+            .is_some();
+        if !has_log {
+            return Ok(None);
+        }
+        let sql = "SELECT item FROM events WHERE body ->> '$.type' IS 'mint' AND item >= ?1 AND item < ?2 \
+                   ORDER BY seq DESC LIMIT 1";
+        let (low, high) = (format!("{prefix}/"), format!("{prefix}0"));
+        let item: Option<Option<String>> = self
+            .conn
+            .query_row(sql, params![low, high], |row| row.get(0))
+            .optional()
+            .map_err(|e| sql_error(&self.path, e))?;
+        Ok(item.flatten().and_then(|name| RepositoryName::parse(&name).ok()).map(|name| name.date()))
+    }
+
     pub fn newest_of(&self, prefix: &crate::id::Prefix) -> Result<Option<crate::id::Timestamp>> {
         let sql = "SELECT suffix FROM items WHERE prefix = ?1 ORDER BY suffix DESC LIMIT 16";
         let mut select = self.conn.prepare_cached(sql).map_err(|e| sql_error(&self.path, e))?;

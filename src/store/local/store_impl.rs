@@ -341,6 +341,10 @@ impl Store for Collection {
 }
 
 impl WriteBackend for Collection {
+    fn log_events(&self, events: &[crate::events::Event]) -> Result<()> {
+        self.with_inventory(|inventory| inventory.log(events)).map(drop)
+    }
+
     fn lease(&self, wait: LockWait) -> Result<Lease> {
         Ok(Lease(Box::new((self.vouch.until_released(), self.lock_writes(wait)?))))
     }
@@ -356,7 +360,10 @@ impl WriteBackend for Collection {
             floor: Box::new(|| match self.held_floor.get() {
                 Some(floor) => Ok(*floor),
                 None => {
-                    let recorded = self.with_inventory(|inv| inv.newest_of(self.subsystem.prefix()))?.flatten();
+                    let prefix = self.subsystem.prefix();
+                    let recorded = self.with_inventory(|inv| inv.newest_of(prefix))?.flatten();
+                    let logged = self.with_inventory(|inv| inv.newest_minted(prefix))?.flatten();
+                    let recorded = recorded.max(logged);
                     let floor = newest_held(&self.layout, &self.subsystem)?.max(recorded);
                     let floor = *self.held_floor.get_or_init(|| floor);
                     self.vouch.start(floor);

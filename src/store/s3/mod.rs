@@ -222,6 +222,9 @@ impl S3Store {
         if !unconditional_ok {
             probe_conditional_writes(&objects, &keys)?;
         }
+        if config.minting().mints() {
+            claim_in_bucket(&objects, &keys, config)?;
+        }
         let created = objects.run(objects.put(&keys.config(), config.to_toml().into_bytes(), PutMode::Create))?;
         created
             .map_err(|Lost| Error::AlreadyExists { path: format!("{}/.ibi/collection.toml", objects.place).into() })?;
@@ -386,3 +389,47 @@ fn no_stage(stage: StageId) -> Error {
 }
 
 mod store_impl;
+
+/// The bucket's own registry of minting collections: one object per subsystem,
+/// `.ibi-minting/<host>_<port>` at the bucket's root, naming the collection
+/// (its key prefix and id) that mints it. Written create-only, or over an entry
+/// whose collection is gone or no longer mints (`If-Match`), so that of two
+/// machines making a minting collection of one subsystem in one bucket, one wins.
+fn claim_in_bucket(objects: &Objects, keys: &Keys, config: &CollectionConfig) -> Result<()> {
+    let (_, subsystem) = CollectionConfig::parse(&config.to_toml(), "the new collection's config")?;
+    let entry_key = Keys::new("").at(&format!(".ibi-minting/{}_{}", subsystem.host, subsystem.port));
+    let id = config.id.clone().unwrap_or_default();
+    let ours = format!("{}\n{id}\n", keys.at("").as_ref().trim_end_matches('/'));
+    loop {
+        let mode = match objects.run(objects.get(&entry_key))? {
+            None => PutMode::Create,
+            Some(found) => {
+                let text = String::from_utf8_lossy(&found.bytes).into_owned();
+                let mut lines = text.lines();
+                let (prefix, held_id) = (lines.next().unwrap_or_default(), lines.next().unwrap_or_default());
+                if still_mints_in_bucket(objects, prefix, held_id)? {
+                    let problem = format!(
+                        "s3://{}/{prefix} ({held_id}) already mints the names of {} in this bucket, and one \
+                         subsystem has one minting collection: make this one with `ibi init … --like` it, or move \
+                         minting later with `ibi handover`; nothing was created",
+                        objects.place.trim_start_matches("s3://").split('/').next().unwrap_or_default(),
+                        subsystem.prefix()
+                    );
+                    return Err(Error::Invalid { what: format!("collection {}", objects.place), problem });
+                }
+                PutMode::Update(found.version)
+            }
+        };
+        if objects.run(objects.put(&entry_key, ours.clone().into_bytes(), mode))?.is_ok() {
+            return Ok(());
+        }
+    }
+}
+
+/// Whether the collection under `prefix` of the bucket is there, is `id`, and mints.
+fn still_mints_in_bucket(objects: &Objects, prefix: &str, id: &str) -> Result<bool> {
+    let Some(found) = objects.run(objects.get(&Keys::new(prefix).config()))? else { return Ok(false) };
+    let text = String::from_utf8_lossy(&found.bytes);
+    let Ok((config, _)) = CollectionConfig::parse(&text, "a collection's config in the bucket") else { return Ok(false) };
+    Ok(config.id.as_deref() == Some(id) && !matches!(config.minting(), Minting::Retired(None) | Minting::Follows(_)))
+}

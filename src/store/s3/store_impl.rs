@@ -311,6 +311,14 @@ impl Store for S3Store {
 }
 
 impl WriteBackend for S3Store {
+    fn log_events(&self, events: &[crate::events::Event]) -> Result<()> {
+        let log = self.log();
+        self.objects.run(async {
+            log.append(events, None).await?;
+            log.save_end().await
+        })
+    }
+
     fn upgrade_stored_form(&self, done: &dyn Fn(&RepositoryName, Option<&str>)) -> Result<usize> {
         let rewritten = self.upgrade_keys(done)?;
         self.objects.run(self.log().index_earlier_events())?;
