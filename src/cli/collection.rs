@@ -45,6 +45,20 @@ pub fn init(global: GlobalArgs, args: &InitArgs) -> Result<Outcome> {
         Some(peer) => (format!("it follows {} ({}), which mints them", peer.location, peer.id), Some(peer)),
         None => ("it mints them".to_string(), None),
     };
+    let sharing = match (&options.follows, ibi::store::local::minter::machine_dir()) {
+        (None, Some(dir)) => {
+            ibi::store::registry::refuse_shared_ibip(&dir, collection.subsystem(), &collection.location())?
+        }
+        _ => Vec::new(),
+    };
+    let who = match sharing.is_empty() {
+        true => who,
+        false => format!(
+            "{who}; its IBIp prefix is shared with {}, through one distributor on this machine, so no two of their \
+             items get one IBIp",
+            sharing.join(", ")
+        ),
+    };
     printer.summary(
         &format!("created collection {} (names {prefix}/…); {who}", args.root.display()),
         json!({"root": args.root, "prefix": prefix, "mints": follows.is_none(),

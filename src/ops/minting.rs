@@ -207,11 +207,13 @@ pub fn handover(from: &dyn Store, to: &dyn Store, options: &HandoverOptions) -> 
     if let Some(floor) = floor {
         to_writer.raise_minter_to(floor)?;
     }
-    to_writer.set_minting(&Minting::Mints)?;
+    // This machine's registry names TO before TO starts, so that a far TO on
+    // this very machine (which checks the same registry) finds itself named.
     if let Some(dir) = crate::store::local::minter::machine_dir() {
         let from_id = id_or_location(from);
         crate::store::registry::hand_over(&dir, to.subsystem(), &from_id, &to_id, &peer_location(to))?;
     }
+    to_writer.set_minting(&Minting::Mints)?;
     Ok(HandedOver::Moved { floor })
 }
 

@@ -64,6 +64,8 @@ pub fn init(
     if let location::Location::Local(path) = parsed {
         return Ok(Box::new(local::Collection::init(&path, &config, local::minter::machine_dir())?));
     }
+    // Checked, then recorded once made; the registry's lock is not held across
+    // the creation, which a far server on this very machine locks for itself.
     let registering = match (local::minter::machine_dir(), config.minting().mints()) {
         (Some(dir), true) => Some(refuse_held_elsewhere(dir, &subsystem, &parsed.to_string(), config.id.as_deref())?),
         _ => None,
@@ -78,7 +80,8 @@ pub fn init(
         #[allow(unreachable_patterns)]
         other => return Err(not_built(&other, connect)),
     };
-    if let (Some((dir, _lock)), Some(id)) = (&registering, store.collection_id()) {
+    if let (Some(dir), Some(id)) = (&registering, store.collection_id()) {
+        let _lock = registry::lock(dir, &subsystem)?;
         registry::register(dir, &subsystem, &id, &store.location())?;
     }
     Ok(store)
@@ -86,15 +89,15 @@ pub fn init(
 
 /// Refuses, before a far or S3 minting collection is made at `location`, a
 /// subsystem (or IBIp prefix) this machine's registry in `dir` holds elsewhere;
-/// returns the folder and the registry's lock, held until the new one is recorded.
+/// returns the folder.
 fn refuse_held_elsewhere(
     dir: std::path::PathBuf,
     subsystem: &Subsystem,
     location: &str,
     id: Option<&str>,
-) -> Result<(std::path::PathBuf, crate::fsx::FileLock)> {
-    let lock = registry::lock(&dir, subsystem)?;
+) -> Result<std::path::PathBuf> {
+    let _lock = registry::lock(&dir, subsystem)?;
     registry::refuse_if_held(&dir, subsystem, location, id)?;
     registry::refuse_shared_ibip(&dir, subsystem, location)?;
-    Ok((dir, lock))
+    Ok(dir)
 }

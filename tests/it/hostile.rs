@@ -761,3 +761,76 @@ fn regress_far_remove_of_an_item_not_held_leaves_the_trash_behind() {
     }
     assert_eq!(lab.env.run(&["-q", "verify", &lab.lib]).code, 0);
 }
+
+/// Issue 55, class 5: an append-only key took the lease and raised the minter a
+/// day ahead, so every deposit waited for a day. Now an append-only key may not
+/// raise it at all, and no key past the server's clock plus the granularity.
+#[test]
+fn regress_restricted_key_stops_minting() {
+    let lab = Lab::new();
+    let ahead = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 86_000)
+        .to_string();
+    let mut far = lab.serve(&["--append-only"]);
+    assert!(far.open(&lab.lib).0.get("Opened").is_some());
+    assert_eq!(far.call(json!({"Lease": "No"})).0, json!("Done"));
+    assert!(refused(&far.call(json!({"RaiseMinter": ahead}))), "an append-only key raised the minter");
+    drop(far);
+    let mut far = lab.writer();
+    assert!(refused(&far.call(json!({"RaiseMinter": ahead}))), "a key raised the minter 86,000 s ahead");
+    drop(far);
+    let file = lab.env.write("after/f.txt", b"after the raise\n");
+    lab.env.ok(&["-q", "deposit", &lab.lib, &file.to_string_lossy()]);
+}
+
+/// Issue 55, class 6: a far key sent a `javascript:` forwarding URL, which the
+/// command line refuses, and the resolver answered `301 Location: javascript:…`.
+/// The server is the authority: it applies the command line's check.
+#[test]
+fn regress_far_key_forwards_to_a_hostile_url() {
+    let lab = Lab::new();
+    let name = lab.names(&lab.lib)[0].0.clone();
+    let mut far = lab.writer();
+    for url in ["javascript:alert(document.cookie)//", "https://ok.example/\r\nSet-Cookie: x=1/"] {
+        let forward = json!({"to": "elsewhere:/x", "date": "2026-01-01T00:00:00Z", "url": url});
+        assert!(refused(&far.call(json!({"NoteMoved": [[name], forward]}))), "NoteMoved with {url:?}");
+        let successor = json!({"id": "urn:uuid:x", "location": "elsewhere:/x", "since": "2026-01-01T00:00:00Z",
+            "forward_url": url});
+        assert!(refused(&far.call(json!({"SetMinting": {"Retired": successor}}))), "SetMinting with {url:?}");
+    }
+    drop(far);
+    lab.env.ok(&["resolve", &lab.lib, &name]);
+    let shown = lab.env.ok(&["--json", "show", &lab.lib, &name]).stdout;
+    assert!(!shown.contains("javascript"), "{shown}");
+}
+
+/// Issue 55, class 6: a `--read-only` session, refused every write, still
+/// changed the inventory's shared-memory file (`-shm`) while a writer's log was
+/// there. Now it reads a private copy: no file of the collection changes.
+#[test]
+fn regress_read_only_session_changes_the_shm() {
+    let lab = Lab::new();
+    let control = Path::new(&lab.lib).join(".ibi");
+    let names = lab.names(&lab.lib);
+    assert!(wal_left_beside(&control), "the test leaves a log beside the inventory, as a writer at work does");
+    let before = snapshot(&control);
+    let mut reader = lab.serve(&["--read-only"]);
+    assert!(reader.open(&lab.lib).0.get("Opened").is_some());
+    let records = reader.call(json!({"Records": [names[0].0]})).0;
+    assert!(records.to_string().contains(&names[0].0), "the read-only session read the records: {records}");
+    drop(reader);
+    assert_eq!(snapshot(&control), before, "a read-only session changed the collection's files");
+}
+
+/// Leaves the inventory in write-ahead-log mode with its log and index present,
+/// as a writer at work does; whether both are there.
+fn wal_left_beside(control: &Path) -> bool {
+    let db = control.join("inventory.sqlite");
+    let script = format!(
+        "import sqlite3; c=sqlite3.connect('{}'); c.execute('pragma journal_mode=wal'); \
+         c.execute('pragma wal_autocheckpoint=0'); c.execute('create table if not exists t(x)'); \
+         c.execute('insert into t values(1)'); c.commit(); import os; os._exit(0)",
+        db.display()
+    );
+    let ran = Command::new("python3").args(["-c", &script]).status().unwrap();
+    ran.success() && control.join("inventory.sqlite-wal").exists() && control.join("inventory.sqlite-shm").exists()
+}

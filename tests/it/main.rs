@@ -16,6 +16,7 @@ mod ident;
 mod invalid;
 mod log;
 mod minting;
+mod names;
 mod out_of_tree;
 mod regress;
 mod s3;

@@ -45,10 +45,19 @@ fn regress_two_machines_mint_one_name() {
     env.ok(&strs(&init_args(&here, "60")));
     let (a, b) = (env.write("a/a.txt", b"item a"), env.write("b/b.txt", b"item b"));
 
-    // Made as the old README made them: both minting, on two machines.
+    // Made as the old README made them: both minting, on two machines. From
+    // this machine, whose registry knows the first, the second is refused now;
+    // made from another machine (its own minter folder), it is not.
     let rogue_root = env.path("rogue");
     let rogue = format!("lab:{}", rogue_root.display());
-    env.far_ok(&rsh, &strs(&init_args(&rogue, "60")));
+    let refused = env.far_fails(&rsh, &strs(&init_args(&rogue, "60")), 2);
+    assert!(refused.stderr.contains(&here), "{}", refused.stderr);
+    let elsewhere = env
+        .far_command(&rsh, &strs(&init_args(&rogue, "60")))
+        .env(crate::env::MINTER_DIR_ENV, env.path("far-minters"))
+        .output()
+        .unwrap();
+    assert!(elsewhere.status.success(), "{}", String::from_utf8_lossy(&elsewhere.stderr));
     env.ok(&["-q", "deposit", &here, &a.to_string_lossy()]);
     env.far_ok(&rsh, &["-q", "deposit", &rogue, &b.to_string_lossy()]);
     let before = snapshot(&rogue_root);

@@ -844,15 +844,15 @@ impl Session {
     /// `--append-only` key not at all.
     fn raise_minter(&self, date: &str) -> Result<()> {
         let date = Timestamp::parse_decimal(date)?;
-        if self.options.append_only {
-            let why = "this server only accepts new items (ibi serve --append-only)".into();
-            return Err(Error::Refused { what: "raising the minter".into(), why });
-        }
         let writer = self.writer("raising the minter")?;
         // A copy's raise after placing is already covered by the floor of the names
         // it placed: nothing to do, nothing refused.
         if writer.minted_up_to()?.is_some_and(|held| held >= date) {
             return Ok(());
+        }
+        if self.options.append_only {
+            let why = "this server only accepts new items (ibi serve --append-only)".into();
+            return Err(Error::Refused { what: "raising the minter".into(), why });
         }
         let grain = writer.store().subsystem().granularity.nanos();
         let limit = Timestamp::from_nanos(Timestamp::now().nanos() + grain);

@@ -60,7 +60,8 @@ pub fn write_machine_states(states: &[StateFile], next: Timestamp) -> Result<()>
 /// The newest date any of `states` holds, locking nothing.
 pub fn last_of_machine_states(states: &[StateFile]) -> Result<Option<Timestamp>> {
     let mut newest = None;
-    for state in states {
+    // A machine whose minter folder is not made yet holds no state.
+    for state in states.iter().filter(|state| crate::fsx::parent_dir(&state.state).is_dir()) {
         newest = newest.max(state.last()?);
     }
     Ok(newest)
