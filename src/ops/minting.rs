@@ -199,8 +199,12 @@ pub fn handover(from: &dyn Store, to: &dyn Store, options: &HandoverOptions) -> 
     }
     if let Stage::Start = stage {
         let since = Timestamp::now().to_rfc3339();
-        let next =
-            Successor { id: to_id.clone(), location: peer_location(to), since, forward_url: options.forward_url.clone() };
+        let next = Successor {
+            id: to_id.clone(),
+            location: peer_location(to),
+            since,
+            forward_url: options.forward_url.clone(),
+        };
         from_writer.set_minting(&Minting::Retired(Some(next)))?;
     }
     let floor = from_writer.minted_up_to()?;

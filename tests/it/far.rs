@@ -118,7 +118,17 @@ fn every_collection_command_works_on_a_far_collection() {
     // Damage the far item behind ibi's back: verify there finds it, repair restores it from a mirror.
     // Another subsystem on another IP: the far one mints 192.0.2.30's IBIps through its own distributor.
     let backup = env.path("backup").to_string_lossy().into_owned();
-    env.ok(&["-q", "init", &backup, "--host", "backup.ibi.example.org", "--ip", "192.0.2.31", "--granularity", "0.001"]);
+    env.ok(&[
+        "-q",
+        "init",
+        &backup,
+        "--host",
+        "backup.ibi.example.org",
+        "--ip",
+        "192.0.2.31",
+        "--granularity",
+        "0.001",
+    ]);
     env.far_ok(&rsh, &["-q", "mirror", &lib, &backup]);
     std::fs::write(Path::new(&root).join(&name).join("data/report.txt"), b"changed\n").unwrap_or_default();
     let damaged = env.far_fails(&rsh, &["verify", &lib], 1);

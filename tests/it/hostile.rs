@@ -768,8 +768,8 @@ fn regress_far_remove_of_an_item_not_held_leaves_the_trash_behind() {
 #[test]
 fn regress_restricted_key_stops_minting() {
     let lab = Lab::new();
-    let ahead = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 86_000)
-        .to_string();
+    let ahead =
+        (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 86_000).to_string();
     let mut far = lab.serve(&["--append-only"]);
     assert!(far.open(&lab.lib).0.get("Opened").is_some());
     assert_eq!(far.call(json!({"Lease": "No"})).0, json!("Done"));

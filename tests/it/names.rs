@@ -156,11 +156,14 @@ fn regress_restored_minter_reissues_names() {
     let root = env.collection("c");
     let state = Path::new(&root).join(".ibi/minter.state");
     let machine = crate::env::minter_dir(env.root());
-    env.ok(&["mint", "-C", &root]);
+    // Replayed at a past time, so that the names do not follow the clock (as
+    // names minted ahead of it, at a coarse granularity, do not).
+    let at = "2026-01-01T00:00:00Z";
+    env.ok(&["mint", "-C", &root, "--at", at]);
     let backup = env.path("backup");
     std::fs::create_dir_all(&backup).unwrap();
     crate::env::sh(&format!("cp -a '{}' '{}' '{}'", state.display(), machine.display(), backup.display()));
-    let handed: Vec<String> = (0..3).map(|_| env.ok(&["mint", "-C", &root]).pairs()[0].0.clone()).collect();
+    let handed: Vec<String> = (0..3).map(|_| env.ok(&["mint", "-C", &root, "--at", at]).pairs()[0].0.clone()).collect();
     // Restore the collection's and the machine's states (not the log).
     crate::env::sh(&format!(
         "cp -a '{}/minter.state' '{}' && rm -rf '{}' && cp -a '{}/.ibi-minters' '{}'",
@@ -170,7 +173,7 @@ fn regress_restored_minter_reissues_names() {
         backup.display(),
         machine.parent().unwrap().display()
     ));
-    let again = env.ok(&["mint", "-C", &root]).pairs()[0].0.clone();
+    let again = env.ok(&["mint", "-C", &root, "--at", at]).pairs()[0].0.clone();
     assert!(handed.iter().all(|h| again > *h), "{again} sorts after every name handed out: {handed:?}");
 
     // With a site: the whole collection and machine restored, the site ahead.
@@ -212,9 +215,14 @@ fn regress_restored_successor_after_rerun_handover() {
     env.ok(&["-q", "mirror", &new, &mirror]);
     let held = names_of(&env, &mirror);
     let machine = crate::env::minter_dir(env.root());
-    crate::env::sh(&format!("rm -rf '{new}' '{}' && cp -a '{}' '{new}'", machine.display(), backup.display()));
+    crate::env::sh(&format!(
+        "rm -rf '{new}' '{0}' && mkdir '{0}' && cp -a '{1}' '{new}'",
+        machine.display(),
+        backup.display()
+    ));
     env.ok(&["handover", &old, &new]);
-    env.ok(&["-q", "mirror", &new, &mirror]);
+    let contact = env.ok(&["mirror", &new, &mirror]);
+    assert!(contact.stderr.contains("was behind"), "first contact says so: {}", contact.stderr);
     let minted = env.ok(&["deposit", &new, &env.write("later/f.txt", b"later\n").to_string_lossy()]).stdout;
     let name = minted.split_whitespace().next().unwrap();
     assert!(held.iter().all(|h| name > h.as_str()), "{name} sorts after every name the mirror holds: {held:?}");

@@ -754,7 +754,9 @@ impl Session {
             Request::RaiseMinter(date) => return done(self.raise_minter(&date)),
             Request::Minting => Reply::Minting(c()?.minting()?),
             Request::SetMinting(minting) => {
-                return done(check_minting(&minting).and_then(|()| self.writer("changing who mints")?.set_minting(&minting)))
+                return done(
+                    check_minting(&minting).and_then(|()| self.writer("changing who mints")?.set_minting(&minting)),
+                )
             }
             Request::DepositRecord(key) => Reply::Name(c()?.deposit_record(&key)?),
             Request::WriteDepositRecords(records) => {
@@ -857,7 +859,8 @@ impl Session {
         let grain = writer.store().subsystem().granularity.nanos();
         let limit = Timestamp::from_nanos(Timestamp::now().nanos() + grain);
         if date > limit {
-            let problem = format!("{} is past this server's clock ({})", date.to_rfc3339(), Timestamp::now().to_rfc3339());
+            let problem =
+                format!("{} is past this server's clock ({})", date.to_rfc3339(), Timestamp::now().to_rfc3339());
             return Err(Error::Invalid { what: "minter date".into(), problem });
         }
         writer.raise_minter_to(date)

@@ -20,9 +20,9 @@ use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, atomic_write, create_dir_all_durable, fsync_dir, FileLock};
 use crate::id::{Ibip, Minted, RepositoryName, Subsystem};
 pub use crate::store::config::{CollectionConfig, Minting, Peer};
-use crate::store::{guard, registry};
 use crate::store::log::StepLog;
 pub use crate::store::LockWait;
+use crate::store::{guard, registry};
 
 #[derive(Debug, Clone)]
 pub struct Collection {

@@ -320,7 +320,8 @@ impl Inventory {
         if Path::new(&wal).exists() {
             return Inventory::open_snapshot(path, Path::new(&wal)).map(Some);
         }
-        let uri = format!("file:{}?immutable=1", percent_encoding::utf8_percent_encode(&path.to_string_lossy(), URI_PATH));
+        let uri =
+            format!("file:{}?immutable=1", percent_encoding::utf8_percent_encode(&path.to_string_lossy(), URI_PATH));
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
             | OpenFlags::SQLITE_OPEN_URI
             | nofollow(path)
@@ -345,7 +346,10 @@ impl Inventory {
         let stamp = |p: &Path| crate::fsx::Stamp::at(p).ok();
         for _ in 0..8 {
             let before = (stamp(path), stamp(wal));
-            let dir = tempfile::Builder::new().prefix("ibi-inventory-").tempdir().with_path("create", std::env::temp_dir())?;
+            let dir = tempfile::Builder::new()
+                .prefix("ibi-inventory-")
+                .tempdir()
+                .with_path("create", std::env::temp_dir())?;
             let copy = dir.path().join("inventory.sqlite");
             std::fs::copy(path, &copy).with_path("copy", path)?;
             match std::fs::copy(wal, dir.path().join("inventory.sqlite-wal")) {
@@ -355,8 +359,9 @@ impl Inventory {
             if (stamp(path), stamp(wal)) != before {
                 continue;
             }
-            let conn = Connection::open_with_flags(&copy, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-                .map_err(|e| sql_error(path, e))?;
+            let conn =
+                Connection::open_with_flags(&copy, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+                    .map_err(|e| sql_error(path, e))?;
             let mut inventory = Inventory { path: path.to_path_buf(), conn, older_keys: None };
             inventory.setup("PRAGMA busy_timeout = 60000; PRAGMA cache_size = -512; PRAGMA query_only = 1;")?;
             inventory.check_schema()?;

@@ -430,6 +430,8 @@ fn claim_in_bucket(objects: &Objects, keys: &Keys, config: &CollectionConfig) ->
 fn still_mints_in_bucket(objects: &Objects, prefix: &str, id: &str) -> Result<bool> {
     let Some(found) = objects.run(objects.get(&Keys::new(prefix).config()))? else { return Ok(false) };
     let text = String::from_utf8_lossy(&found.bytes);
-    let Ok((config, _)) = CollectionConfig::parse(&text, "a collection's config in the bucket") else { return Ok(false) };
+    let Ok((config, _)) = CollectionConfig::parse(&text, "a collection's config in the bucket") else {
+        return Ok(false);
+    };
     Ok(config.id.as_deref() == Some(id) && !matches!(config.minting(), Minting::Retired(None) | Minting::Follows(_)))
 }
