@@ -70,21 +70,32 @@ pub fn init(
         (Some(dir), true) => Some(refuse_held_elsewhere(dir, &subsystem, &parsed.to_string(), config.id.as_deref())?),
         _ => None,
     };
-    let store: Box<dyn Store> = match parsed {
-        #[cfg(feature = "far")]
-        location::Location::Far(address) => Box::new(far::FarStore::init(&address, connect, &config)?),
-        #[cfg(feature = "s3")]
-        location::Location::Object(address) => {
-            Box::new(s3::S3Store::init(&address, &config, options.unsafe_no_conditional_writes)?)
-        }
-        #[allow(unreachable_patterns)]
-        other => return Err(not_built(&other, connect)),
-    };
+    let store = init_elsewhere(parsed, connect, &config, &options)?;
     if let (Some(dir), Some(id)) = (&registering, store.collection_id()) {
         let _lock = registry::lock(dir, &subsystem)?;
         registry::register(dir, &subsystem, &id, &store.location())?;
     }
     Ok(store)
+}
+
+/// Creates a far or S3 collection (a local one is the caller's).
+fn init_elsewhere(
+    location: location::Location,
+    connect: &Connect,
+    config: &CollectionConfig,
+    options: &InitOptions,
+) -> Result<Box<dyn Store>> {
+    let _ = (config, options);
+    match location {
+        #[cfg(feature = "far")]
+        location::Location::Far(address) => Ok(Box::new(far::FarStore::init(&address, connect, config)?)),
+        #[cfg(feature = "s3")]
+        location::Location::Object(address) => {
+            Ok(Box::new(s3::S3Store::init(&address, config, options.unsafe_no_conditional_writes)?))
+        }
+        #[allow(unreachable_patterns)]
+        other => Err(not_built(&other, connect)),
+    }
 }
 
 /// Refuses, before a far or S3 minting collection is made at `location`, a
