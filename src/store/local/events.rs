@@ -357,7 +357,7 @@ mod tests {
         assert!(indexes(&inventory).contains(&"events_checks".to_string()));
         let before = inventory.events_page(0, Some("a.b/c/2026/01.01.00.00"), 100).unwrap();
         inventory.log(&[check("a.b/c/2026/01.01.00.00")]).unwrap();
-        assert_eq!(indexes(&inventory), ["events_carried", "events_checks_banded", "events_id"]);
+        assert_eq!(indexes(&inventory), ["events_carried", "events_checks_banded", "events_id", "events_mints"]);
         let after = inventory.events_page(0, Some("a.b/c/2026/01.01.00.00"), 100).unwrap();
         assert_eq!(after.len(), 2);
         assert_eq!(after[0], before[0]);
