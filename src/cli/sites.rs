@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use anyhow::Result;
-use ibi::ops::audit::{repair_by_majority, AuditReport};
+use ibi::ops::audit::{repair_toward_authority, AuditReport};
 use ibi::ops::mirror::MirrorOptions;
 use ibi::ops::repair::RepairOptions;
 use ibi::ops::sites::{self, SiteChange};
@@ -125,10 +125,10 @@ pub fn audit(global: GlobalArgs, root: &Path, repair: bool, ndsa: bool, placemen
         false => ibi::ops::audit::audit(store.as_ref(), &config, &connect, placement)?,
         true => {
             let options = RepairOptions { dry_run: false, wait: LockWait::No };
-            let (done, after) = repair_by_majority(store.as_ref(), &config, &connect, options, placement, &printer)?;
+            let (done, after) =
+                repair_toward_authority(store.as_ref(), &config, &connect, options, placement, &printer)?;
             for name in &done.undecided {
-                printer
-                    .line(&format!("{name}\tnot repaired: no strict majority of its copies agree; a person decides"));
+                printer.line(&format!("{name}\tnot repaired: no copy the collection can vouch for; a person decides"));
             }
             for failed in &done.failed {
                 printer.line(&format!("repair failed at {failed}"));
@@ -172,7 +172,8 @@ fn print_audit(printer: &Printer, report: &AuditReport) {
         }
         printer.line(
             &json!({ "event": "summary", "audit": report.places, "items": report.items,
-            "policy": report.policy, "short": report.short, "short_named": report.shortfalls.len() })
+            "policy": report.policy, "short": report.short, "known_bad": report.known_bad,
+            "short_named": report.shortfalls.len() })
             .to_string(),
         );
         return;
@@ -180,10 +181,10 @@ fn print_audit(printer: &Printer, report: &AuditReport) {
     for shortfall in &report.shortfalls {
         printer.line(&format!("{}\t{}", shortfall.name, shortfall.reasons.join("; ")));
     }
-    let unnamed = report.short - report.shortfalls.len() as u64;
+    let unnamed = report.listed - report.shortfalls.len() as u64;
     if unnamed > 0 {
         printer.line(&format!(
-            "... and {unnamed} more item(s) short of the policy, not named (the first {} are)",
+            "... and {unnamed} more item(s) short of the policy or with a bad copy, not named (the first {} are)",
             report.shortfalls.len()
         ));
     }
@@ -223,7 +224,7 @@ fn print_audit(printer: &Printer, report: &AuditReport) {
     }
     let p = &report.policy;
     printer.note(&format!(
-        "audit: {} item(s), {} short of the policy ({} copies in {} zones)",
-        report.items, report.short, p.copies, p.zones
+        "audit: {} item(s), {} short of the policy ({} copies in {} zones), {} with a copy known bad",
+        report.items, report.short, p.copies, p.zones, report.known_bad
     ));
 }

@@ -3,11 +3,15 @@
 //! sites) tells which of the collection's held items it holds and their
 //! identity digests (a far server computes its own; S3 reads the tagmanifest
 //! objects), its own record of each, and its last fixity checks. Per item the
-//! copies are compared: the identity a strict majority of the places holding it
-//! agree on is the item's; a copy is complete when it holds that identity and
-//! its own record agrees, and verified when its last fixity check did not fail
-//! (and, with `max_fixity_age`, passed within it). An item meets the policy
-//! with enough complete, verified copies in enough zones.
+//! copies are judged against the item's authority (ARCHITECTURE.md,
+//! "Authority"): the collection's own copy when it holds what the collection's
+//! record says and its last check did not fail; only when it does not, the
+//! identity a strict majority of the sites' copies agree on, counting only
+//! copies whose identity some version of the collection's record held. A copy
+//! is complete when it holds that identity and its own record agrees, and
+//! verified when its last fixity check did not fail (and, with
+//! `max_fixity_age`, passed within it). An item meets the policy with enough
+//! complete, verified copies in enough zones.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::BuildHasher;
@@ -67,13 +71,15 @@ pub struct PlaceFacts {
     pub placement: Option<PlacementFacts>,
 }
 
-/// An item short of the policy, and why.
+/// An item short of the policy, or with a copy known to be bad, and why.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Shortfall {
     pub name: String,
     pub good_copies: u32,
     pub zones: Vec<String>,
     pub reasons: Vec<String>,
+    /// The policy is met by its other copies; a copy is still known bad.
+    pub meets_policy: bool,
 }
 
 /// An item a site holds that the collection has no record of.
@@ -96,6 +102,11 @@ pub struct AuditReport {
     pub places: Vec<PlaceFacts>,
     /// How many items are short of the policy.
     pub short: u64,
+    /// How many items have a copy known missing, damaged, divergent or forged
+    /// (or no copy to vouch for), the policy met or not.
+    pub known_bad: u64,
+    /// How many items are either.
+    pub listed: u64,
     /// The first of them (up to ten thousand), with the reasons.
     pub shortfalls: Vec<Shortfall>,
     /// The first strays found (each place's `strays` counts them all).
@@ -105,7 +116,7 @@ pub struct AuditReport {
 impl AuditReport {
     pub fn meets_policy(&self) -> bool {
         let sound = |p: &PlaceFacts| p.unreachable.is_none() && p.placement.as_ref().is_none_or(PlacementFacts::sound);
-        self.short == 0 && self.strays.is_empty() && self.places.iter().all(sound)
+        self.short == 0 && self.known_bad == 0 && self.strays.is_empty() && self.places.iter().all(sound)
     }
 }
 
@@ -121,6 +132,8 @@ struct Place {
 #[derive(Default)]
 struct Held {
     copies: Vec<Copy>,
+    /// The identities of every version its record of each name holds.
+    recorded: Vec<Vec<String>>,
     /// Where its cluster proves each item is (`--placement`), in the same order.
     placed: Option<Vec<ItemPlacement>>,
 }
@@ -147,6 +160,8 @@ struct Survey<'a> {
     known: Vec<u64>,
     hasher: std::hash::RandomState,
     short: u64,
+    known_bad: u64,
+    listed: u64,
     shortfalls: Vec<Shortfall>,
     strays: Vec<Stray>,
 }
@@ -172,9 +187,10 @@ impl Stores<'_> {
 impl<'a> Survey<'a> {
     fn report(self) -> AuditReport {
         let places = self.places.into_iter().map(|p| p.facts).collect();
-        let (items, policy, short, shortfalls, strays) =
-            (self.items, self.policy, self.short, self.shortfalls, self.strays);
-        AuditReport { items, policy, places, short, shortfalls, strays }
+        let (items, policy, short, known_bad, listed) =
+            (self.items, self.policy, self.short, self.known_bad, self.listed);
+        let (shortfalls, strays) = (self.shortfalls, self.strays);
+        AuditReport { items, policy, places, short, known_bad, listed, shortfalls, strays }
     }
 
     /// Hands each chunk of the collection's held names (sorted within the
@@ -215,7 +231,7 @@ impl<'a> Survey<'a> {
             };
             let place = &mut self.places[i];
             let mut held = match look_at(store, names, place.checks.as_ref(), self.cycle_start) {
-                Ok(copies) => Held { copies, placed: None },
+                Ok((copies, recorded)) => Held { copies, recorded, placed: None },
                 Err(e) => {
                     place.facts.unreachable = Some(e.to_string());
                     all.push(Held::default());
@@ -273,10 +289,23 @@ fn open_all<'a>(
             }
         }
     }
-    let (items, known, hasher, short) = (0, Vec::new(), std::hash::RandomState::new(), 0);
+    let (items, known, hasher, short, known_bad, listed) = (0, Vec::new(), std::hash::RandomState::new(), 0, 0, 0);
     let (shortfalls, strays) = (Vec::new(), Vec::new());
     let stores = Stores { root: store, sites };
-    Ok(Survey { stores, places, policy, cycle_start, items, known, hasher, short, shortfalls, strays })
+    Ok(Survey {
+        stores,
+        places,
+        policy,
+        cycle_start,
+        items,
+        known,
+        hasher,
+        short,
+        known_bad,
+        listed,
+        shortfalls,
+        strays,
+    })
 }
 
 /// A place's last checks read, and the oldest good one noted.
@@ -374,10 +403,10 @@ pub fn audit(store: &dyn Store, config: &CollectionConfig, connect: &Connect, pl
 
 /// What `audit --repair` did.
 #[derive(Debug, Default, Clone, serde::Serialize)]
-pub struct MajorityRepair {
+pub struct AuthorityRepair {
     /// Copies restored or replaced.
     pub repaired: u64,
-    /// Items whose copies disagree with no strict majority: left for a person.
+    /// Items no copy of which can be vouched for: left for a person.
     pub undecided: Vec<String>,
     /// Sites a repair could not reach or finish, and why.
     pub failed: Vec<String>,
@@ -390,21 +419,22 @@ fn is_source(copy: Option<&Copy>, agreed: &str) -> bool {
         if identity == agreed && *fixity != Fixity::Failed)
 }
 
-/// Restores every missing, damaged or divergent copy from a copy whose identity
-/// a strict majority of the places holding the item agree on (each copy is
-/// verified on arrival by the transfer driver); where no majority exists it
-/// changes nothing and names the item. Nothing is ever deleted. A chunk of
-/// items at a time; returns what it did and the audit after it.
-pub fn repair_by_majority(
+/// Restores every missing, damaged, divergent or forged copy from a copy that
+/// holds the item's authority (`Authority::of`: the collection's own copy
+/// first), each verified on arrival by the transfer driver; where no copy can
+/// be vouched for it changes nothing and names the item. Every copy replaced is
+/// kept by its place (`.ibi/kept/`), never deleted. A chunk of items at a time;
+/// returns what it did and the audit after it.
+pub fn repair_toward_authority(
     store: &dyn Store,
     config: &CollectionConfig,
     connect: &Connect,
     options: RepairOptions,
     placement: bool,
     reporter: &dyn Reporter,
-) -> Result<(MajorityRepair, AuditReport)> {
+) -> Result<(AuthorityRepair, AuditReport)> {
     let mut survey = open_all(store, config, connect, false)?;
-    let mut done = MajorityRepair::default();
+    let mut done = AuthorityRepair::default();
     survey.each_chunk(&mut |survey, names, held| {
         repair_chunk(survey, names, held, options, reporter, &mut done);
         Ok(())
@@ -420,26 +450,21 @@ fn repair_chunk(
     held: &[Held],
     options: RepairOptions,
     reporter: &dyn Reporter,
-    done: &mut MajorityRepair,
+    done: &mut AuthorityRepair,
 ) {
     let reachable: Vec<usize> =
         (0..survey.places.len()).filter(|&p| survey.places[p].facts.unreachable.is_none()).collect();
     let mut work: BTreeMap<(usize, usize), Vec<(RepositoryName, String)>> = BTreeMap::new();
     for (i, name) in names.iter().enumerate() {
-        let held_identities: Vec<&str> = reachable
-            .iter()
-            .filter_map(|&p| match held[p].copies.get(i) {
-                Some(Copy::Held { identity, .. }) => Some(identity.as_str()),
-                _ => None,
-            })
-            .collect();
-        let Some(agreed) = majority(held_identities.iter().copied()).map(str::to_string) else {
-            if !held_identities.is_empty() {
+        let authority = Authority::of(held, i, &|p| reachable.contains(&p));
+        let Some(agreed) = authority.agreed else {
+            if reachable.iter().any(|&p| matches!(held[p].copies.get(i), Some(Copy::Held { .. }))) {
                 done.undecided.push(name.to_string());
             }
             continue;
         };
         let source_of = |p: usize| is_source(held[p].copies.get(i), &agreed);
+        // The collection's own copy first: a site's is a source only where the collection has none.
         let Some(&source) = reachable.iter().find(|&&p| source_of(p)) else { continue };
         for &p in reachable.iter().filter(|&&p| !source_of(p)) {
             work.entry((p, source)).or_default().push((name.clone(), agreed.clone()));
@@ -460,13 +485,16 @@ fn look_at(
     names: &[RepositoryName],
     checks: Option<&LastChecks>,
     cycle_start: Option<i64>,
-) -> Result<Vec<Copy>> {
+) -> Result<(Vec<Copy>, Vec<Vec<String>>)> {
     let records = store.records(names)?;
     // Read from each bag's tagmanifest (no payload byte), not from the records,
     // so that a copy deleted or replaced behind ibi's back shows.
     let identities = store.bag_identities(names);
     let mut copies = Vec::with_capacity(names.len());
+    let mut recorded = Vec::with_capacity(names.len());
     for ((name, identity), record) in names.iter().zip(identities).zip(records) {
+        recorded
+            .push(record.as_ref().map(|r| r.versions.iter().map(|v| v.digest.clone()).collect()).unwrap_or_default());
         let Ok(identity) = identity else {
             copies.push(Copy::Missing);
             continue;
@@ -475,7 +503,7 @@ fn look_at(
         let fixity = fixity_of(checks.and_then(|c| c.get(name)), cycle_start);
         copies.push(Copy::Held { identity, record_agrees, fixity });
     }
-    Ok(copies)
+    Ok((copies, recorded))
 }
 
 fn fixity_of(check: Option<LastCheck>, cycle_start: Option<i64>) -> Fixity {
@@ -485,6 +513,49 @@ fn fixity_of(check: Option<LastCheck>, cycle_start: Option<i64>) -> Fixity {
         Some(check) if !check.ok => Fixity::Failed,
         Some(check) if cycle_start.is_some_and(|start| check.at < start) => Fixity::Stale,
         Some(_) => Fixity::Passed,
+    }
+}
+
+/// The identity an item's copies are judged against, and whose it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Authority {
+    /// None when no copy can be vouched for: a person must decide.
+    agreed: Option<String>,
+    /// Every identity the collection's record of the item has held.
+    recorded: Vec<String>,
+}
+
+impl Authority {
+    /// The authority over item `i` of a chunk (place 0 is the collection): the
+    /// collection's own copy when it holds what its record says and its last
+    /// check did not fail; else the identity a strict majority of the reachable
+    /// sites' copies agree on, among the identities the collection recorded.
+    fn of(held: &[Held], i: usize, reachable: &dyn Fn(usize) -> bool) -> Authority {
+        let recorded = held.first().and_then(|h| h.recorded.get(i)).cloned().unwrap_or_default();
+        let own = held.first().and_then(|h| h.copies.get(i));
+        if let Some(Copy::Held { identity, record_agrees: true, fixity }) = own {
+            if *fixity != Fixity::Failed {
+                return Authority { agreed: Some(identity.clone()), recorded };
+            }
+        }
+        let at_sites = (1..held.len()).filter(|&p| reachable(p)).filter_map(|p| match held[p].copies.get(i) {
+            Some(Copy::Held { identity, .. }) if recorded.contains(identity) => Some(identity.as_str()),
+            _ => None,
+        });
+        let agreed = majority(at_sites).map(str::to_string);
+        Authority { agreed, recorded }
+    }
+
+    /// Why a copy of `identity` is not the item's (when it is not).
+    fn fault(&self, identity: &str) -> Option<String> {
+        let agreed = self.agreed.as_deref()?;
+        if identity == agreed {
+            return None;
+        }
+        Some(match self.recorded.iter().any(|r| r == identity) {
+            true => "divergent: it holds another version than the collection's".into(),
+            false => format!("forged: its identity {identity} is none the collection ever recorded"),
+        })
     }
 }
 
@@ -503,16 +574,18 @@ fn majority<'a>(held: impl Iterator<Item = &'a str>) -> Option<&'a str> {
 /// counts (and names, up to the cap) the items short of the policy.
 fn compare(survey: &mut Survey, names: &[RepositoryName], held: &[Held]) {
     for (i, name) in names.iter().enumerate() {
-        let identities = held.iter().filter_map(|h| match h.copies.get(i) {
-            Some(Copy::Held { identity, .. }) => Some(identity.as_str()),
-            _ => None,
-        });
-        let agreed = majority(identities).map(str::to_string);
+        let places = &survey.places;
+        let authority = Authority::of(held, i, &|p| places[p].facts.unreachable.is_none());
         let mut good = 0;
         let mut zones = BTreeSet::new();
         let mut reasons = Vec::new();
-        if agreed.is_none() {
-            reasons.push("no strict majority of its copies agree on its identity: a person must decide".into());
+        let mut known_bad = false;
+        if authority.agreed.is_none() {
+            reasons.push(
+                "no copy to vouch for: the collection's own is missing or damaged, and no strict majority of the \
+                 sites' copies agree on an identity the collection recorded: a person must decide"
+                    .into(),
+            );
         }
         for (place, held) in survey.places.iter_mut().zip(held) {
             if place.facts.unreachable.is_some() {
@@ -522,26 +595,51 @@ fn compare(survey: &mut Survey, names: &[RepositoryName], held: &[Held]) {
             if placed.as_ref().is_some_and(|p| p.degraded) {
                 reasons.push(format!("{}: degraded: its store keeps fewer replicas than it asks for", place.facts.url));
             }
-            match verdict(&mut place.facts, held.copies.get(i), agreed.as_deref(), &survey.policy) {
+            match verdict(&mut place.facts, held.copies.get(i), &authority, &survey.policy) {
                 Ok(()) => {
                     good += 1;
                     zones.extend(placement::zones_of(&place.facts.zone, placed.as_ref()));
                 }
-                Err(why) => reasons.push(format!("{}: {why}", place.facts.url)),
+                Err(fault) => {
+                    known_bad |= fault.known_bad;
+                    reasons.push(format!("{}: {}", place.facts.url, fault.why));
+                }
             }
         }
         let policy = &survey.policy;
-        if good < policy.copies || (zones.len() as u32) < policy.zones {
-            survey.short += 1;
-            if survey.shortfalls.len() < SHORTFALLS_NAMED {
-                let (copies, wanted) = (policy.copies, policy.zones);
-                let count =
-                    format!("{good} good copies in {} zones; the policy asks for {copies} in {wanted}", zones.len());
-                reasons.insert(0, count);
-                let zones = zones.into_iter().collect();
-                survey.shortfalls.push(Shortfall { name: name.to_string(), good_copies: good, zones, reasons });
-            }
+        let short = good < policy.copies || (zones.len() as u32) < policy.zones;
+        survey.short += u64::from(short);
+        let known_bad = known_bad || authority.agreed.is_none();
+        survey.known_bad += u64::from(known_bad);
+        survey.listed += u64::from(short || known_bad);
+        if (short || known_bad) && survey.shortfalls.len() < SHORTFALLS_NAMED {
+            let (copies, wanted) = (policy.copies, policy.zones);
+            let count = format!(
+                "{good} good copies in {} zones; the policy asks for {copies} in {wanted}{}",
+                zones.len(),
+                if short { "" } else { " (met)" }
+            );
+            reasons.insert(0, count);
+            let zones = zones.into_iter().collect();
+            let name = name.to_string();
+            survey.shortfalls.push(Shortfall { name, good_copies: good, zones, reasons, meets_policy: !short });
         }
+    }
+}
+
+/// Why a copy does not count toward the policy; `known_bad` when it is
+/// missing, damaged, divergent or forged (not merely unchecked).
+struct Fault {
+    why: String,
+    known_bad: bool,
+}
+
+impl Fault {
+    fn bad(why: impl Into<String>) -> Fault {
+        Fault { why: why.into(), known_bad: true }
+    }
+    fn unchecked(why: impl Into<String>) -> Fault {
+        Fault { why: why.into(), known_bad: false }
     }
 }
 
@@ -549,34 +647,34 @@ fn compare(survey: &mut Survey, names: &[RepositoryName], held: &[Held]) {
 fn verdict(
     facts: &mut PlaceFacts,
     copy: Option<&Copy>,
-    agreed: Option<&str>,
+    authority: &Authority,
     policy: &Policy,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), Fault> {
     let Some(Copy::Held { identity, record_agrees, fixity }) = copy else {
         facts.missing += 1;
-        return Err("missing".into());
+        return Err(Fault::bad("missing"));
     };
     facts.held += 1;
-    if agreed.is_some_and(|a| a != identity) {
+    if let Some(fault) = authority.fault(identity) {
         facts.divergent += 1;
-        return Err("divergent: its identity differs from the majority's".into());
+        return Err(Fault::bad(fault));
     }
     if !record_agrees {
         facts.divergent += 1;
-        return Err("its bag no longer matches its own record (replaced behind ibi's back?)".into());
+        return Err(Fault::bad("its bag no longer matches its own record (replaced behind ibi's back?)"));
     }
     match fixity {
         Fixity::Failed => {
             facts.damaged += 1;
-            Err("damaged: its last fixity check failed".into())
+            Err(Fault::bad("damaged: its last fixity check failed"))
         }
         Fixity::Stale => {
             facts.stale += 1;
-            Err("stale fixity: last checked before the policy's cycle".into())
+            Err(Fault::unchecked("stale fixity: last checked before the policy's cycle"))
         }
         Fixity::Never if policy.max_fixity_age.is_some() => {
             facts.never_checked += 1;
-            Err("never checked, and the policy sets a maximum fixity age".into())
+            Err(Fault::unchecked("never checked, and the policy sets a maximum fixity age"))
         }
         Fixity::Never => {
             facts.never_checked += 1;

@@ -17,6 +17,7 @@ use crate::ops::minting::check_pair;
 use crate::ops::report::{Outcome, Reporter, Task};
 use crate::ops::verify::verify_item;
 use crate::problem::{Problem, ProblemKind};
+use crate::store::inventory::Status;
 use crate::store::{ibip_in, identity_digest, items, resolve, LockWait, Slot, Store, Writer};
 
 #[derive(Debug, Clone, Copy)]
@@ -33,14 +34,18 @@ enum Need {
     Toward(RepositoryName, String),
 }
 
-/// The items to look at: those named, or every item plus every one an alias
-/// proves lost. The walk streams, so memory does not grow with the collection;
-/// an item it meets after this run restored it is looked at and found whole.
+/// The items to look at: those named, or every item plus every one the
+/// inventory or an alias proves lost (an item can vanish with its alias). The
+/// walk streams, so memory does not grow with the collection (only with what is
+/// lost); an item it meets after this run restored it is looked at and found whole.
 fn candidates<'a>(root: &'a dyn Store, names: &[String]) -> Result<Needs<'a>> {
     if names.is_empty() {
-        let lost = root.dangling_aliases(&|_| false)?.into_iter().map(|(_, name)| Ok(Need::Missing(name)));
+        let mut lost = lost_by_record(root)?;
+        let known: std::collections::HashSet<RepositoryName> = lost.iter().cloned().collect();
+        let by_alias = root.dangling_aliases(&|_| false)?.into_iter().map(|(_, name)| name);
+        lost.extend(by_alias.filter(|name| !known.contains(name)));
         let held = items(root).map(|name| name.map(Need::Damaged));
-        return Ok(Box::new(lost.chain(held)));
+        return Ok(Box::new(lost.into_iter().map(|name| Ok(Need::Missing(name))).chain(held)));
     }
     let named = names
         .iter()
@@ -51,6 +56,18 @@ fn candidates<'a>(root: &'a dyn Store, names: &[String]) -> Result<Needs<'a>> {
         })
         .collect::<Result<Vec<Need>>>()?;
     Ok(Box::new(named.into_iter().map(Ok)))
+}
+
+/// The items the collection's records hold present whose place is empty.
+fn lost_by_record(root: &dyn Store) -> Result<Vec<RepositoryName>> {
+    let mut lost = Vec::new();
+    for summary in root.record_summaries() {
+        let summary = summary?;
+        if summary.status == Status::Present && matches!(root.slot(&summary.name)?, Slot::Empty) {
+            lost.push(summary.name);
+        }
+    }
+    Ok(lost)
 }
 
 /// What a repair looks at, one at a time.

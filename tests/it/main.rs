@@ -23,6 +23,7 @@ mod s3;
 mod serve;
 mod sites;
 mod transfer;
+mod truth;
 mod uniqueness;
 mod verify;
 mod versions;

@@ -40,6 +40,10 @@ impl Layout {
     pub fn trash(&self) -> PathBuf {
         self.control().join("trash")
     }
+    /// The copies that replacements displaced, kept until a person removes them.
+    pub fn kept(&self) -> PathBuf {
+        self.control().join("kept")
+    }
     pub fn journal(&self) -> PathBuf {
         self.control().join("journal")
     }

@@ -106,13 +106,7 @@ fn rename_into_place(
     };
     let dest = dst.layout.item(&staged.name);
     let result = if staged.replace && std::fs::symlink_metadata(&dest).is_ok() {
-        // The old item (or a planted symlink) ends up in staging and is removed with it.
-        match rename_exchange(&staged.dir.path, &dest) {
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)) => {
-                replace_through_trash(dst, staged, &dest)
-            }
-            other => other,
-        }
+        keep_and_replace(dst, staged, &dest)
     } else {
         rename_noreplace(&staged.dir.path, &dest).map(|()| staged.dir.placed = true)
     };
@@ -145,18 +139,38 @@ fn alias_conflict(dst: &Collection, staged: &Staged) -> Option<Error> {
     })
 }
 
-/// Replaces `dest` where the filesystem cannot exchange two names: the old item is
-/// renamed into the trash, then the copy into its place. The name is absent for a
-/// moment; a crash then loses only DST's old copy and the new one (the trash and
-/// staging are cleared by recovery), and the rerun copies the item from SRC again.
-fn replace_through_trash(dst: &Collection, staged: &mut Staged, dest: &Path) -> io::Result<()> {
-    let trash = dst.layout.trash();
-    let aside = tempfile::Builder::new().prefix("replaced-").tempdir_in(&trash)?.keep();
-    std::fs::rename(dest, aside.join("item"))?;
-    rename_noreplace(&staged.dir.path, dest)?;
+/// Where the copy a replacement displaces is kept: `.ibi/kept/<name, its '/'
+/// as '+'>@<UTC time>`, until a person removes it (`ibi kept --remove`).
+fn kept_path(dst: &Collection, name: &RepositoryName) -> io::Result<PathBuf> {
+    let kept = dst.layout.kept();
+    std::fs::create_dir_all(&kept)?;
+    let stamp = crate::id::Timestamp::now().to_rfc3339().replace(':', "");
+    Ok(kept.join(format!("{}@{stamp}", name.to_string().replace('/', "+"))))
+}
+
+/// Replaces `dest` and keeps what it held (ARCHITECTURE.md, "What a repair
+/// keeps"). The copy moves to its kept place first and is exchanged there with
+/// the old item, so the old item is kept the moment it leaves its name (a kill
+/// before the exchange leaves a spare good copy kept, never a loss). Where the
+/// filesystem cannot exchange two names, the old item is renamed to the kept
+/// place and the copy into its name: the name is absent for a moment, and a
+/// kill then leaves the copy in staging for recovery to clear and the rerun to
+/// copy again.
+fn keep_and_replace(dst: &Collection, staged: &mut Staged, dest: &Path) -> io::Result<()> {
+    let kept = kept_path(dst, &staged.name)?;
+    rename_noreplace(&staged.dir.path, &kept)?;
     staged.dir.placed = true;
-    let _ = fsx::remove_tree(&aside);
-    Ok(())
+    let result = match rename_exchange(&kept, dest) {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)) => {
+            rename_noreplace(&kept, &staged.dir.path)?;
+            staged.dir.placed = false;
+            std::fs::rename(dest, &kept)?;
+            rename_noreplace(&staged.dir.path, dest).map(|()| staged.dir.placed = true)
+        }
+        other => other,
+    };
+    result?;
+    std::fs::File::open(dst.layout.kept())?.sync_all()
 }
 
 /// Room the inventory needs to record a placed batch (records and events, in

@@ -31,6 +31,7 @@ pub const PLACING: &str = ".ibi/placing";
 pub const REMOVING: &str = ".ibi/removing";
 pub const DIRECT: &str = ".ibi/direct";
 pub const DIRECT_BATCHES: &str = ".ibi/direct-batches";
+pub const KEPT: &str = ".ibi/kept";
 
 /// S3 holds keys of up to 1,024 bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
@@ -110,6 +111,10 @@ impl Keys {
     }
     pub fn direct_batch(&self, token: &str) -> Key {
         self.at(&format!("{DIRECT_BATCHES}/{token}"))
+    }
+    /// Where a replacement keeps the objects it displaces (`ibi kept`).
+    pub fn kept(&self, name: &RepositoryName, token: &str) -> Key {
+        self.at(&format!("{KEPT}/{}@{token}", name.to_string().replace('/', "+")))
     }
     pub fn removing(&self, name: &RepositoryName) -> Key {
         self.at(&format!("{REMOVING}/{}", name.to_string().replace('/', "+")))

@@ -221,7 +221,9 @@ impl Placer<'_> {
         let old = match intent.replace {
             true => {
                 self.checks.forget(name).await?;
-                self.objects.list_all(&self.keys.item(name)).await?
+                let old = self.objects.list_all(&self.keys.item(name)).await?;
+                self.keep(name, stage, &old).await?;
+                old
             }
             false => Vec::new(),
         };
@@ -247,6 +249,33 @@ impl Placer<'_> {
         self.objects.overwrite(&self.keys.marker(name), json(&marker)).await?;
         self.objects.delete_all(&stage_key).await?;
         self.objects.delete(&self.keys.placing(stage)).await
+    }
+
+    /// Copies the objects a replacement is about to overwrite to
+    /// `.ibi/kept/<name>@<stage>/`, then writes `<that>.complete`; a replay
+    /// finds it and keeps nothing twice (by then the objects are partly the new
+    /// copy's). Nothing is overwritten before the keep is complete.
+    async fn keep(&self, name: &RepositoryName, stage: StageId, old: &[object_store::ObjectMeta]) -> Result<()> {
+        let base = self.keys.kept(name, &keys::stage_token(stage));
+        let complete = Key::from(format!("{base}.complete"));
+        if self.objects.get(&complete).await?.is_some() {
+            return Ok(());
+        }
+        let item = self.keys.item(name);
+        stream::iter(old.iter())
+            .map(|meta| {
+                let (item, base) = (&item, &base);
+                async move {
+                    let Some(parts) = meta.location.prefix_match(item) else { return Ok(()) };
+                    let mut to = base.clone();
+                    to.extend(parts);
+                    self.objects.copy(&meta.location, &to).await
+                }
+            })
+            .buffer_unordered(IN_FLIGHT)
+            .try_collect::<()>()
+            .await?;
+        self.objects.overwrite(&complete, name.to_string().into_bytes()).await
     }
 
     /// Writes the intents of a batch of direct placements (as few objects as

@@ -1,0 +1,185 @@
+//! Issue 56: repair never trades an honest copy for a forged one, and what
+//! audit, replicate and the cron lines report is true. Each `regress_` test
+//! holds one class of the issue's faults; every one hashes the honest bytes
+//! before and after, so a lost honest copy shows.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::env::TestEnv;
+
+/// Reseals `item` around a rewritten payload file: manifests, Payload-Oxum and
+/// tagmanifest agree with themselves, as a forger's would.
+pub fn reseal_forgery(item: &Path, content: &[u8]) {
+    std::fs::write(item.join("data/f0.txt"), content).unwrap();
+    let sha = |path: &Path| ibi::fsx::hash_file(path).unwrap().0;
+    std::fs::write(item.join("manifest-sha256.txt"), format!("{}  data/f0.txt\n", sha(&item.join("data/f0.txt"))))
+        .unwrap();
+    for extra in ["manifest-sha512.txt", "tagmanifest-sha512.txt"] {
+        let _ = std::fs::remove_file(item.join(extra));
+    }
+    let info = std::fs::read_to_string(item.join("bag-info.txt")).unwrap();
+    let info: String = info
+        .lines()
+        .map(|l| match l.starts_with("Payload-Oxum:") {
+            true => format!("Payload-Oxum: {}.1\n", content.len()),
+            false => format!("{l}\n"),
+        })
+        .collect();
+    std::fs::write(item.join("bag-info.txt"), info).unwrap();
+    let tags: String = ["bag-info.txt", "bagit.txt", "manifest-sha256.txt"]
+        .iter()
+        .map(|n| format!("{}  {n}\n", sha(&item.join(n))))
+        .collect();
+    std::fs::write(item.join("tagmanifest-sha256.txt"), tags).unwrap();
+}
+
+/// A site's operator makes its forgery its own record: the inventory is moved
+/// aside and rebuilt from the bags, and its own verify is clean.
+fn adopt_forgery(env: &TestEnv, site: &str) {
+    let inventory = Path::new(site).join(".ibi/inventory.sqlite");
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", inventory.display()));
+    }
+    env.ok(&["-q", "upgrade", site]);
+    env.ok(&["verify", site]);
+}
+
+/// The digest of every file of every copy of `name` under `roots` (kept copies
+/// included), as a set: the honest bytes are among them or they are lost.
+fn every_copy(roots: &[&str], name: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for root in roots {
+        let mut dirs = vec![Path::new(root).join(name)];
+        if let Ok(kept) = std::fs::read_dir(Path::new(root).join(".ibi/kept")) {
+            dirs.extend(kept.map(|e| e.unwrap().path()).filter(|p| p.is_dir()));
+        }
+        for dir in dirs {
+            if let Ok(bytes) = std::fs::read(dir.join("data/f0.txt")) {
+                found.push(sha(&bytes));
+            }
+        }
+    }
+    found
+}
+
+fn at(env: &TestEnv, rel: &str) -> String {
+    env.path(rel).to_string_lossy().into_owned()
+}
+
+fn sha(bytes: &[u8]) -> String {
+    ibi::digest::of_bytes(bytes, &[]).sha256().to_string()
+}
+
+fn names(env: &TestEnv, root: &str) -> Vec<String> {
+    env.identities(root).into_keys().collect()
+}
+
+/// The collection A and local sites B and C, policy 3 copies in 1 zone, replicated.
+fn three_places(env: &TestEnv, items: usize) -> (String, String, String) {
+    let a = env.filled("a", items, 1);
+    let (b, c) = (at(env, "b"), at(env, "c"));
+    for (site, zone) in [(&b, "zb"), (&c, "zc")] {
+        env.ok(&["-q", "init", site, "--like", &a]);
+        env.ok(&["site", "add", &a, site, "--zone", zone]);
+    }
+    env.ok(&["-q", "replicate", &a]);
+    (a, b, c)
+}
+
+#[test]
+fn regress_sites_outvote_the_collection() {
+    let env = TestEnv::new();
+    let (a, b, c) = three_places(&env, 3);
+    let item = names(&env, &a)[1].clone();
+    let honest = std::fs::read(Path::new(&a).join(&item).join("data/f0.txt")).unwrap();
+    let honest = sha(&honest);
+    for site in [&b, &c] {
+        reseal_forgery(&Path::new(site).join(&item), b"forged\n");
+        adopt_forgery(&env, site);
+    }
+    let audit = env.fails(&["audit", &a], 1);
+    let line = audit.stdout.lines().find(|l| l.starts_with(&format!("{item}\t"))).unwrap_or_default().to_string();
+    assert!(line.contains(&format!("{b}: forged")) && line.contains(&format!("{c}: forged")), "{}", audit.stdout);
+    assert!(!line.contains(&format!("{a}:")), "the collection's honest copy is not at fault: {line}");
+    let repaired = env.ok(&["audit", &a, "--repair"]);
+    assert!(repaired.stderr.contains("2 copies restored"), "{}", repaired.stderr);
+    for root in [&a, &b, &c] {
+        let now = std::fs::read(Path::new(root).join(&item).join("data/f0.txt")).unwrap();
+        assert_eq!(sha(&now), honest, "{root} holds the honest copy");
+    }
+    env.ok(&["verify", &a]);
+    let copies = every_copy(&[&b, &c], &item);
+    assert_eq!(copies.iter().filter(|d| **d != honest).count(), 2, "both forgeries are kept for a person: {copies:?}");
+}
+
+#[test]
+fn regress_damaged_collection_copy_repaired_from_the_recorded_majority() {
+    let env = TestEnv::new();
+    let (a, b, c) = three_places(&env, 2);
+    let item = names(&env, &a)[0].clone();
+    let honest = sha(&std::fs::read(Path::new(&b).join(&item).join("data/f0.txt")).unwrap());
+    std::fs::write(Path::new(&a).join(&item).join("data/f0.txt"), b"bit rot\n").unwrap();
+    env.fails(&["verify", &a], 1);
+    let audit = env.fails(&["audit", &a], 1);
+    assert!(audit.stdout.contains(&format!("{a}: damaged")), "{}", audit.stdout);
+    env.ok(&["audit", &a, "--repair"]);
+    env.ok(&["verify", &a]);
+    for root in [&a, &b, &c] {
+        let now = std::fs::read(Path::new(root).join(&item).join("data/f0.txt")).unwrap();
+        assert_eq!(sha(&now), honest, "{root}");
+    }
+    let kept: Vec<PathBuf> =
+        std::fs::read_dir(Path::new(&a).join(".ibi/kept")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(kept.len(), 1, "the damaged copy it replaced is kept: {kept:?}");
+    assert_eq!(std::fs::read(kept[0].join("data/f0.txt")).unwrap(), b"bit rot\n");
+}
+
+#[test]
+fn regress_audit_quiet_about_a_known_bad_copy() {
+    let env = TestEnv::new();
+    let (a, b, _c) = three_places(&env, 2);
+    env.ok(&["site", "policy", &a, "--copies", "2", "--zones", "1"]);
+    env.ok(&["audit", &a]);
+    let item = names(&env, &a)[0].clone();
+    std::fs::write(Path::new(&b).join(&item).join("data/f0.txt"), b"bit rot\n").unwrap();
+    env.fails(&["verify", &b], 1);
+    let quiet = env.fails(&["-q", "audit", &a], 1);
+    assert!(
+        quiet.stdout.contains(&format!("{item}\t")) && quiet.stdout.contains(&format!("{b}: damaged")),
+        "{}",
+        quiet.stdout
+    );
+    let ndsa = env.fails(&["audit", &a, "--ndsa"], 1);
+    assert!(ndsa.stdout.contains("damaged"), "{}", ndsa.stdout);
+}
+
+#[test]
+fn regress_repair_misses_an_item_lost_with_its_alias() {
+    let env = TestEnv::new();
+    let c = env.filled("c", 3, 1);
+    let d = at(&env, "d");
+    env.ok(&["-q", "init", &d, "--like", &c]);
+    env.ok(&["-q", "mirror", &c, &d]);
+    let listed: BTreeMap<String, String> = env
+        .ok(&["list", &c])
+        .lines()
+        .iter()
+        .map(|l| {
+            let mut parts = l.split('\t');
+            (parts.next().unwrap().to_string(), parts.next().unwrap().to_string())
+        })
+        .collect();
+    for lost in [1, 0] {
+        let (name, ibip) = listed.iter().nth(lost).unwrap();
+        std::fs::remove_dir_all(Path::new(&c).join(name)).unwrap();
+        std::fs::remove_file(Path::new(&c).join(".ibip").join(ibip)).unwrap();
+        env.fails(&["verify", &c], 1);
+        let run = env.ok(&["--json", "repair", &c, "--from", &d]);
+        let events: Vec<serde_json::Value> = run.stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let items = events.iter().filter(|e| e["event"] == "item").count();
+        assert_eq!(items, 3, "every item is looked at: {}", run.stdout);
+        env.ok(&["verify", &c]);
+        assert!(Path::new(&c).join(name).is_dir());
+    }
+}
