@@ -40,6 +40,15 @@ impl Action {
     pub fn of(kind: EventKind, note: String) -> Action {
         Action { kind: Some(kind), note, carried: Vec::new() }
     }
+
+    /// Whether a replacement of this kind keeps the copy it displaces: one that
+    /// brings another collection's copy over this one (a repair, mirror, copy or
+    /// migration). An update keeps its earlier versions in the item, and an
+    /// upgrade rewrites the same bytes.
+    pub fn keeps_what_it_replaces(&self) -> bool {
+        use EventKind::*;
+        matches!(self.kind, Some(Repair | MirrorIn | CopyIn | MigrateIn))
+    }
 }
 
 /// What one journalled step (a placed or removed batch, named by its journal

@@ -92,9 +92,10 @@ fn replicate_brings_new_sites_to_the_policy_and_audit_exits_0() {
 
 /// Each fault at one site is found, named with the site and the reason, and the
 /// audit changes nothing: a deleted item, a bag replaced behind ibi's back with
-/// self-consistent manifests, a damaged copy its own verify found, three sites
-/// that hold three versions (no majority: a person decides), and a site that
-/// cannot be reached.
+/// self-consistent manifests (forged: an identity the collection never
+/// recorded), a damaged copy its own verify found, two sites that hold two
+/// forgeries (the collection's own copy decides), and a site that cannot be
+/// reached.
 #[test]
 fn audit_names_each_fault_at_one_site_and_changes_nothing() {
     let env = TestEnv::new();
@@ -114,9 +115,10 @@ fn audit_names_each_fault_at_one_site_and_changes_nothing() {
     let line =
         |name: &str| audit.stdout.lines().find(|l| l.starts_with(&format!("{name}\t"))).unwrap_or_default().to_string();
     assert!(line(&items[0]).contains(&format!("{b}: missing")), "{}", audit.stdout);
-    assert!(line(&items[1]).contains("lab:") && line(&items[1]).contains("divergent"), "{}", audit.stdout);
+    assert!(line(&items[1]).contains("lab:") && line(&items[1]).contains("forged"), "{}", audit.stdout);
     assert!(line(&items[2]).contains(&format!("{a}: damaged")), "{}", audit.stdout);
-    assert!(line(&items[4]).contains("no strict majority"), "{}", audit.stdout);
+    assert!(line(&items[4]).contains(&format!("{b}: forged")) && line(&items[4]).contains("lab:"), "{}", audit.stdout);
+    assert!(!line(&items[4]).contains(&format!("{a}:")), "the collection's own copy decides: {}", audit.stdout);
     assert_eq!(line(&items[3]), "", "the sound item meets the policy: {}", audit.stdout);
     // A far side of protocol version 3 is asked per item, with the same findings.
     let older = env.shim("rsh3", "export IBI_PROTOCOL_VERSIONS=3", None);
@@ -168,8 +170,9 @@ fn site_add_refuses_what_cannot_be_a_site() {
 
 /// `audit --repair` restores each bad copy from the majority's (a deleted one,
 /// a swapped one, a damaged one at the collection itself), verified on arrival,
-/// and leaves an item whose sites hold three versions unchanged for a person;
-/// it deletes nothing, and the audit after it names only that item.
+/// and leaves an item no copy of which can be vouched for (the collection's own
+/// damaged, the sites' two forgeries) unchanged for a person; it deletes
+/// nothing, and the audit after it names only that item.
 #[test]
 fn audit_repair_restores_from_the_majority_and_never_decides_without_one() {
     let env = TestEnv::new();
@@ -180,13 +183,18 @@ fn audit_repair_restores_from_the_majority_and_never_decides_without_one() {
     std::fs::remove_dir_all(Path::new(&b).join(&items[0])).unwrap();
     swap_item(&Path::new(&c).join(&items[1]), b"another bag\n");
     std::fs::write(Path::new(&a).join(&items[2]).join("data/f0.txt"), b"a item 2 file 1\n").unwrap();
+    std::fs::write(Path::new(&a).join(&items[4]).join("data/f0.txt"), b"a item 4 file 1\n").unwrap();
     env.fails(&["verify", &a], 1);
     swap_item(&Path::new(&b).join(&items[4]), b"one version\n");
     swap_item(&Path::new(&c).join(&items[4]), b"another version\n");
-    let undecided = [&b, &c].map(|r| std::fs::read(Path::new(r).join(&items[4]).join("data/f0.txt")).unwrap());
+    let undecided = [&a, &b, &c].map(|r| std::fs::read(Path::new(r).join(&items[4]).join("data/f0.txt")).unwrap());
 
     let run = env.far_fails(&rsh, &["audit", &a, "--repair"], 1);
-    assert!(run.stdout.contains(&format!("{}\tnot repaired: no strict majority", items[4])), "{}", run.stdout);
+    assert!(
+        run.stdout.contains(&format!("{}\tnot repaired: no copy the collection can vouch for", items[4])),
+        "{}",
+        run.stdout
+    );
     assert!(run.stderr.contains("3 copies restored"), "{}", run.stderr);
     for root in [&a, &b, &c] {
         let held = env.identities(root);
@@ -194,14 +202,14 @@ fn audit_repair_restores_from_the_majority_and_never_decides_without_one() {
             assert_eq!(held.get(name), good.get(name), "{root}: {name} holds the majority's copy");
         }
     }
-    env.ok(&["verify", &a]);
+    let at_a = env.fails(&["verify", &a], 1);
+    assert_eq!(at_a.stdout.lines().filter(|l| !l.starts_with(&items[4])).count(), 0, "{}", at_a.stdout);
     let at_b = env.fails(&["verify", &b], 1);
     // Names are compared with the ':' after them: one name can be a prefix of another (`….34`, `….344`).
     let names_in = |name: &str| at_b.stdout.contains(&format!("{name}:"));
     assert!(names_in(&items[4]) && !names_in(&items[0]), "{}", at_b.stdout);
-    let after: Vec<Vec<u8>> =
-        [&b, &c].iter().map(|r| std::fs::read(Path::new(r).join(&items[4]).join("data/f0.txt")).unwrap()).collect();
-    assert_eq!(after, undecided, "no majority, no change");
+    let after = [&a, &b, &c].map(|r| std::fs::read(Path::new(r).join(&items[4]).join("data/f0.txt")).unwrap());
+    assert_eq!(after, undecided, "no copy to vouch for, no change");
     let shortfalls: Vec<&str> = run.stdout.lines().filter(|l| !l.contains("not repaired")).collect();
     assert_eq!(shortfalls.len(), 1, "only the undecided item is still short: {}", run.stdout);
     assert!(shortfalls[0].starts_with(&items[4]));

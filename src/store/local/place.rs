@@ -34,12 +34,14 @@ pub struct Staged {
     pub record: Option<ItemRecord>,
     /// What the log records of it.
     pub action: Action,
+    /// A replacement that keeps the copy it displaces (`Action::keeps_what_it_replaces`).
+    keep_replaced: bool,
 }
 
 impl Staged {
     /// A complete bag built in `dir`, to be placed as `name`.
     pub fn new(dir: StagingDir, name: RepositoryName, ibip: Option<Ibip>, bytes: u64) -> Self {
-        Staged { dir, name, ibip, bytes, replace: false, record: None, action: Action::default() }
+        Staged { dir, name, ibip, bytes, replace: false, record: None, action: Action::default(), keep_replaced: false }
     }
 }
 
@@ -105,8 +107,17 @@ fn rename_into_place(
         Err(e) => return Err(e),
     };
     let dest = dst.layout.item(&staged.name);
-    let result = if staged.replace && std::fs::symlink_metadata(&dest).is_ok() {
+    let exists = std::fs::symlink_metadata(&dest).is_ok();
+    let result = if staged.keep_replaced && exists {
         keep_and_replace(dst, staged, &dest)
+    } else if staged.replace && exists {
+        // The old version (or a planted symlink) ends up in staging and is removed with it.
+        match rename_exchange(&staged.dir.path, &dest) {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)) => {
+                replace_through_trash(dst, staged, &dest)
+            }
+            other => other,
+        }
     } else {
         rename_noreplace(&staged.dir.path, &dest).map(|()| staged.dir.placed = true)
     };
@@ -137,6 +148,20 @@ fn alias_conflict(dst: &Collection, staged: &Staged) -> Option<Error> {
             dst.location()
         ),
     })
+}
+
+/// Replaces `dest` where the filesystem cannot exchange two names: the old item is
+/// renamed into the trash, then the copy into its place. The name is absent for a
+/// moment; a crash then loses only DST's old version and the new one (the trash and
+/// staging are cleared by recovery), and the rerun makes it again.
+fn replace_through_trash(dst: &Collection, staged: &mut Staged, dest: &Path) -> io::Result<()> {
+    let trash = dst.layout.trash();
+    let aside = tempfile::Builder::new().prefix("replaced-").tempdir_in(&trash)?.keep();
+    std::fs::rename(dest, aside.join("item"))?;
+    rename_noreplace(&staged.dir.path, dest)?;
+    staged.dir.placed = true;
+    let _ = fsx::remove_tree(&aside);
+    Ok(())
 }
 
 /// Where the copy a replacement displaces is kept: `.ibi/kept/<name, its '/'
@@ -216,6 +241,9 @@ pub fn place_all(
         return Ok(left_out);
     }
     fsx::syncfs(&dst.layout.staging())?;
+    for copy in staged.iter_mut() {
+        copy.keep_replaced = copy.replace && copy.action.keeps_what_it_replaces();
+    }
     let actions: HashMap<RepositoryName, Action> =
         staged.iter_mut().map(|s| (s.name.clone(), std::mem::take(&mut s.action))).collect();
     let entries: Vec<(&RepositoryName, Option<&Ibip>)> = staged.iter().map(|s| (&s.name, s.ibip.as_ref())).collect();

@@ -222,7 +222,9 @@ impl Placer<'_> {
             true => {
                 self.checks.forget(name).await?;
                 let old = self.objects.list_all(&self.keys.item(name)).await?;
-                self.keep(name, stage, &old).await?;
+                if intent.action.keeps_what_it_replaces() {
+                    self.keep(name, stage, &old).await?;
+                }
                 old
             }
             false => Vec::new(),
