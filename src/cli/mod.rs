@@ -29,6 +29,43 @@ pub enum Outcome {
     Success,
     /// Finished, but found problems in data.
     Problems,
+    /// Finished what it could; parts failed, each told already. The exit code is
+    /// the gravest class among them: operational (3) over usage (2) over data (1).
+    Failed(ErrorClass),
+}
+
+impl Outcome {
+    /// The graver of two outcomes (`Failed` classes: operational, usage, busy, data).
+    pub fn worse(self, other: Outcome) -> Outcome {
+        let rank = |o: &Outcome| match o {
+            Outcome::Success => (0, 0),
+            Outcome::Problems => (1, 0),
+            Outcome::Failed(class) => (2, failure_rank(*class)),
+        };
+        if rank(&other) > rank(&self) {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+fn failure_rank(class: ErrorClass) -> u8 {
+    match class {
+        ErrorClass::Data => 0,
+        ErrorClass::Busy => 1,
+        ErrorClass::Input => 2,
+        ErrorClass::Operational => 3,
+    }
+}
+
+fn code_of(class: ErrorClass) -> u8 {
+    match class {
+        ErrorClass::Input => EXIT_USAGE,
+        ErrorClass::Data => EXIT_PROBLEMS,
+        ErrorClass::Busy => EXIT_BUSY,
+        ErrorClass::Operational => EXIT_OPERATIONAL,
+    }
 }
 
 pub const EXIT_PROBLEMS: u8 = 1;
@@ -100,10 +137,7 @@ pub fn stderr_line(text: &str) {
 
 fn exit_code_for(error: &anyhow::Error) -> u8 {
     match error.downcast_ref::<ibi::Error>().map(ibi::Error::class) {
-        Some(ErrorClass::Input) => EXIT_USAGE,
-        Some(ErrorClass::Data) => EXIT_PROBLEMS,
-        Some(ErrorClass::Busy) => EXIT_BUSY,
-        Some(ErrorClass::Operational) => EXIT_OPERATIONAL,
+        Some(class) => code_of(class),
         None if error.downcast_ref::<ibi::ParseError>().is_some() => EXIT_USAGE,
         None => EXIT_OPERATIONAL,
     }
@@ -270,6 +304,7 @@ pub fn run(install_interrupt_handler: impl FnOnce() -> std::result::Result<(), S
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::Problems) => ExitCode::from(EXIT_PROBLEMS),
+        Ok(Outcome::Failed(class)) => ExitCode::from(code_of(class)),
         Err(error) => {
             let code = exit_code_for(&error);
             // Under -q, a busy lock is not news for cron: the exit code says it all.

@@ -96,7 +96,7 @@ pub fn replicate(global: GlobalArgs, root: &Path, flags: &TransferFlags) -> Resu
                 let fields = json!({ "site": url, "copied": s.copied, "replaced": s.replaced, "skipped": s.skipped, "problems": s.problems });
                 printer.summary(&text, fields);
                 if s.problems > 0 {
-                    outcome = Outcome::Problems;
+                    outcome = outcome.worse(Outcome::Problems);
                 }
             }
             Err(e) => {
@@ -106,7 +106,7 @@ pub fn replicate(global: GlobalArgs, root: &Path, flags: &TransferFlags) -> Resu
                 }
                 printer
                     .summary(&format!("replicate {url}: failed: {e}"), json!({ "site": url, "error": e.to_string() }));
-                outcome = Outcome::Problems;
+                outcome = outcome.worse(Outcome::Failed(e.class()));
             }
         }
     }

@@ -163,15 +163,26 @@ pub const REMOTE_IBI_ENV: &str = "IBI_REMOTE_IBI";
 pub struct Connect {
     pub rsh: String,
     pub remote_ibi: String,
+    /// How long a far side may take to greet, and to send each next reply,
+    /// before it is given up (`IBI_FAR_TIMEOUT`, seconds).
+    pub timeout: std::time::Duration,
 }
 
+/// The far timeout in seconds, when not the default.
+pub const FAR_TIMEOUT_ENV: &str = "IBI_FAR_TIMEOUT";
+/// Five minutes: a far side hashing a large file sends nothing meanwhile.
+pub const DEFAULT_FAR_TIMEOUT_SECS: u64 = 300;
+
 impl Connect {
-    /// From `IBI_RSH` and `IBI_REMOTE_IBI`, defaulting to `ssh` and `ibi`.
+    /// From `IBI_RSH`, `IBI_REMOTE_IBI` and `IBI_FAR_TIMEOUT`, defaulting to
+    /// `ssh`, `ibi` and five minutes (an unreadable timeout is the default).
     pub fn from_env() -> Connect {
         let get = |name: &str, default: &str| {
             std::env::var(name).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_string())
         };
-        Connect { rsh: get(RSH_ENV, "ssh"), remote_ibi: get(REMOTE_IBI_ENV, "ibi") }
+        let secs = get(FAR_TIMEOUT_ENV, "").trim().parse::<u64>().ok().filter(|s| *s > 0);
+        let timeout = std::time::Duration::from_secs(secs.unwrap_or(DEFAULT_FAR_TIMEOUT_SECS));
+        Connect { rsh: get(RSH_ENV, "ssh"), remote_ibi: get(REMOTE_IBI_ENV, "ibi"), timeout }
     }
 }
 

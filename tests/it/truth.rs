@@ -183,3 +183,100 @@ fn regress_repair_misses_an_item_lost_with_its_alias() {
         assert!(Path::new(&c).join(name).is_dir());
     }
 }
+
+/// A shim for `IBI_RSH` whose host says how the far side behaves: `lab` runs
+/// the far command; `gate` runs it too unless the file `gate.mode` in the env
+/// says `mute` (accepts, never greets) or `stall` (greets, then stops mid-reply).
+fn gate_shim(env: &TestEnv) -> String {
+    let mode = env.path("gate.mode");
+    let script = format!(
+        "#!/bin/sh\nhost=$1; shift\nmode=$(cat '{}' 2>/dev/null)\n\
+         if [ \"$host\" = gate ] && [ \"$mode\" = mute ]; then exec sleep 30; fi\n\
+         if [ \"$host\" = gate ] && [ \"$mode\" = stall ]; then \"$@\" | {{ head -c 700; exec sleep 30; }}; exit; fi\n\
+         exec \"$@\"\n",
+        mode.display()
+    );
+    let path = env.path("gate-rsh");
+    std::fs::write(&path, script).unwrap();
+    crate::env::sh(&format!("chmod +x '{}'", path.display()));
+    path.to_string_lossy().into_owned()
+}
+
+/// Runs `ibi ARGS` through `rsh` with a two-second far timeout; fails the test
+/// when it takes over 40 s (the hang the issue reports).
+fn bounded(env: &TestEnv, rsh: &str, args: &[&str]) -> crate::env::Run {
+    let mut command = env.far_command(rsh, args);
+    command.env("IBI_FAR_TIMEOUT", "2").stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let started = std::time::Instant::now();
+    let child = command.spawn().unwrap();
+    let pid = child.id();
+    let watchdog = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(40));
+        crate::env::sh(&format!("kill -9 {pid} 2>/dev/null || true"));
+    });
+    let run: crate::env::Run = child.wait_with_output().unwrap().into();
+    assert!(started.elapsed().as_secs() < 40, "ibi {args:?} hung: {}", run.stderr);
+    drop(watchdog);
+    run
+}
+
+#[test]
+fn regress_silent_far_site_hangs_the_run() {
+    let env = TestEnv::new();
+    let rsh = gate_shim(&env);
+    let a = env.filled("a", 3, 1);
+    let b = at(&env, "b");
+    let g = at(&env, "g");
+    for site in [&b, &g] {
+        env.ok(&["-q", "init", site, "--like", &a]);
+    }
+    env.ok(&["site", "add", &a, &b, "--zone", "zb"]);
+    env.far_ok(&rsh, &["site", "add", &a, &format!("gate:{g}"), "--zone", "zg"]);
+    for mode in ["mute", "stall"] {
+        std::fs::write(env.path("gate.mode"), mode).unwrap();
+        let replicated = bounded(&env, &rsh, &["replicate", &a]);
+        assert_eq!(replicated.code, 3, "{mode}: {} {}", replicated.stdout, replicated.stderr);
+        assert!(replicated.stdout.contains(&format!("gate:{g}\tnot replicated")), "{mode}: {}", replicated.stdout);
+        assert!(replicated.stderr.contains("within 2 s"), "{mode}: the wait is stated: {}", replicated.stderr);
+        assert_eq!(env.identities(&b), env.identities(&a), "{mode}: the site before it was done");
+        let audit = bounded(&env, &rsh, &["-q", "audit", &a]);
+        assert_eq!(audit.code, 1, "{mode}: {} {}", audit.stdout, audit.stderr);
+        assert!(audit.stdout.contains(&format!("gate:{g}\tunreachable")), "{mode}: {}", audit.stdout);
+        let other = at(&env, &format!("h-{mode}"));
+        env.ok(&["-q", "init", &other, "--like", &a]);
+        let added = bounded(&env, &rsh, &["site", "add", &a, &format!("gate:{other}"), "--zone", "zh"]);
+        assert_eq!(added.code, 3, "{mode}: {}", added.stderr);
+    }
+}
+
+#[test]
+fn regress_replicate_exit_hides_a_full_or_missing_disk() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 4, 1);
+    for i in 0..4 {
+        env.write(&format!("big/{i}/blob"), &vec![i as u8; 300 * 1024]);
+    }
+    let bigs: Vec<String> = (0..4).map(|i| env.path(&format!("big/{i}")).to_string_lossy().into_owned()).collect();
+    let mut deposit = vec!["-q", "deposit", "--each", a.as_str()];
+    deposit.extend(bigs.iter().map(String::as_str));
+    env.ok(&deposit);
+    let small = env.tmpfs("small", "1m");
+    let full = small.path.join("site").to_string_lossy().into_owned();
+    env.ok(&["-q", "init", &full, "--like", &a]);
+    env.ok(&["site", "add", &a, &full, "--zone", "zf"]);
+    let mirrored = env.run(&["-q", "mirror", &a, &full]);
+    let replicated = env.run(&["-q", "replicate", &a]);
+    assert_eq!(replicated.code, 3, "a full disk: {} {}", replicated.stdout, replicated.stderr);
+    assert_eq!(replicated.code, mirrored.code, "replicate and mirror agree on a full disk");
+    env.ok(&["site", "remove", &a, &full]);
+    drop(small);
+
+    let gone = at(&env, "unmounted");
+    env.ok(&["-q", "init", &gone, "--like", &a]);
+    env.ok(&["site", "add", &a, &gone, "--zone", "zu"]);
+    std::fs::remove_dir_all(&gone).unwrap();
+    let mirrored = env.run(&["-q", "mirror", &a, &gone]);
+    let replicated = env.run(&["-q", "replicate", &a]);
+    assert_eq!(replicated.code, mirrored.code, "an unmounted disk: {} / {}", replicated.stderr, mirrored.stderr);
+    assert_eq!(replicated.code, 2, "{}", replicated.stderr);
+}

@@ -9,14 +9,14 @@ use std::collections::HashMap;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::wire::{self, Frame, Greeted, Reply, Request};
 use crate::error::{Error, Result};
 use crate::store::location::FarAddress;
-pub use crate::store::location::{Connect, REMOTE_IBI_ENV, RSH_ENV};
+pub use crate::store::location::{Connect, FAR_TIMEOUT_ENV, REMOTE_IBI_ENV, RSH_ENV};
 use crate::sync::lock;
 
 /// A reply and its raw bytes.
@@ -57,6 +57,8 @@ pub struct Connection {
     child: Mutex<Option<Child>>,
     /// The protocol version agreed on.
     version: u32,
+    /// How long to wait for each next reply before the session is given up.
+    timeout: Duration,
 }
 
 impl Connection {
@@ -77,9 +79,12 @@ impl Connection {
         let stdout = child.stdout.take().expect("piped");
         let stdin = child.stdin.take().expect("piped");
         let said = pass_on_stderr(child.stderr.take().expect("piped"));
-        let mut connection = Connection::over(place.clone(), stdout, stdin, &connect.remote_ibi);
+        let mut connection = Connection::greeted_within(place.clone(), stdout, stdin, connect);
         if let Err(Error::Connection { problem, .. }) = &connection {
-            if problem.starts_with(NO_GREETING) {
+            if problem.starts_with(SILENT) {
+                let _ = child.kill();
+                let _ = child.wait();
+            } else if problem.starts_with(NO_GREETING) {
                 let status = wait_briefly(&mut child);
                 let last = said.last_line(Duration::from_secs(1));
                 connection = Err(fail(match status.and_then(|s| s.code()) {
@@ -97,12 +102,41 @@ impl Connection {
     pub fn over(
         place: String,
         input: impl Read + Send + 'static,
-        mut output: impl Write + Send + 'static,
+        output: impl Write + Send + 'static,
         remote_ibi: &str,
     ) -> Result<Connection> {
+        let connect = Connect {
+            rsh: String::new(),
+            remote_ibi: remote_ibi.into(),
+            timeout: Duration::from_secs(crate::store::location::DEFAULT_FAR_TIMEOUT_SECS),
+        };
+        Connection::greeted_within(place, input, output, &connect)
+    }
+
+    /// A session whose far side must greet within `connect.timeout`: the
+    /// greeting is read on a thread of its own, since a far command killed for
+    /// its silence may have left children that hold the pipe open.
+    fn greeted_within(
+        place: String,
+        input: impl Read + Send + 'static,
+        mut output: impl Write + Send + 'static,
+        connect: &Connect,
+    ) -> Result<Connection> {
         let fail = |problem: String| Error::Connection { place: place.clone(), problem };
-        let mut reader = BufReader::with_capacity(1 << 20, input);
-        let greeted = wire::read_greeting(&mut reader).map_err(|e| fail(format!("reading the greeting: {e}")))?;
+        let (to, from) = channel();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::with_capacity(1 << 20, input);
+            let greeted = wire::read_greeting(&mut reader);
+            let _ = to.send(greeted.map(|g| (g, reader)));
+        });
+        let (greeted, reader) = match from.recv_timeout(connect.timeout) {
+            Ok(read) => read.map_err(|e| fail(format!("reading the greeting: {e}")))?,
+            Err(_) => {
+                let secs = connect.timeout.as_secs();
+                return Err(fail(format!("{SILENT} within {secs} s ({FAR_TIMEOUT_ENV} sets the wait): given up")));
+            }
+        };
+        let remote_ibi = connect.remote_ibi.as_str();
         let theirs = match greeted {
             Greeted::Versions(min, max) => (min, max),
             Greeted::Missing(said) => return Err(fail(no_greeting(&said, remote_ibi))),
@@ -127,6 +161,7 @@ impl Connection {
             next_id: AtomicU64::new(1),
             child: Mutex::new(None),
             version,
+            timeout: connect.timeout,
         })
     }
 
@@ -191,11 +226,32 @@ impl Connection {
     }
 
     /// The next reply on a receiver, with errors made `Error`s.
+    /// A far side that sends nothing for the timeout is given up: the session
+    /// ends (its process is killed) and every request waiting on it fails.
     pub fn next(&self, replies: &Receiver<Answer>) -> Result<Answer> {
-        match replies.recv() {
+        match replies.recv_timeout(self.timeout) {
             Ok((Reply::Error(e), _)) => Err(e.into_error(&self.place)),
             Ok(answer) => Ok(answer),
-            Err(_) => Err(self.ended()),
+            Err(RecvTimeoutError::Timeout) => {
+                self.give_up();
+                Err(self.ended())
+            }
+            Err(RecvTimeoutError::Disconnected) => Err(self.ended()),
+        }
+    }
+
+    /// Ends a session whose far side stopped answering.
+    fn give_up(&self) {
+        let why =
+            format!("it sent no reply within {} s ({FAR_TIMEOUT_ENV} sets the wait): given up", self.timeout.as_secs());
+        lock(&self.routes).ended.get_or_insert(why);
+        if let Some(child) = lock(&self.child).as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // Not waited for: a writer blocked on a far side that reads nothing holds it.
+        if let Ok(mut writer) = self.writer.try_lock() {
+            writer.take();
         }
     }
 
@@ -281,6 +337,7 @@ fn ssh_failed(said: &Option<String>) -> String {
 
 /// How a "no greeting" problem starts, so that the exit status can be added.
 const NO_GREETING: &str = "the far side never greeted";
+const SILENT: &str = "it did not greet";
 
 fn no_greeting(said: &str, remote_ibi: &str) -> String {
     let said = if said.is_empty() { "nothing".to_string() } else { format!("\"{said}\"") };
