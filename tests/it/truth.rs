@@ -280,3 +280,27 @@ fn regress_replicate_exit_hides_a_full_or_missing_disk() {
     assert_eq!(replicated.code, mirrored.code, "an unmounted disk: {} / {}", replicated.stderr, mirrored.stderr);
     assert_eq!(replicated.code, 2, "{}", replicated.stderr);
 }
+
+#[test]
+fn regress_repaired_far_copy_still_counts_damaged() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 2, 1);
+    let c = at(&env, "c");
+    env.ok(&["-q", "init", &c, "--like", &a]);
+    let rsh = env.shim("rsh", "", None);
+    env.far_ok(&rsh, &["site", "add", &a, &format!("lab:{c}"), "--zone", "zc"]);
+    env.far_ok(&rsh, &["-q", "replicate", &a]);
+    let item = names(&env, &a)[0].clone();
+    std::fs::write(Path::new(&c).join(&item).join("data/f0.txt"), b"bit rot\n").unwrap();
+    env.far_fails(&rsh, &["verify", &format!("lab:{c}")], 1);
+    let before = env.far_fails(&rsh, &["audit", &a], 1);
+    assert!(before.stdout.contains("damaged"), "{}", before.stdout);
+    let repaired = env.far_ok(&rsh, &["audit", &a, "--repair"]);
+    assert!(repaired.stderr.contains("1 copies restored"), "{}", repaired.stderr);
+    let after = env.far_ok(&rsh, &["audit", &a]);
+    assert!(after.stderr.contains("0 damaged"), "{}", after.stderr);
+    let log = env.log(&c);
+    let last_of_item: Vec<&serde_json::Value> = log.iter().filter(|e| e["item"] == item.as_str()).collect();
+    let last = last_of_item.last().unwrap();
+    assert!(last["type"] != "fixity" || last["outcome"] != "fail", "the last event is not a failure: {last_of_item:?}");
+}

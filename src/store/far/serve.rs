@@ -998,6 +998,9 @@ impl Session {
     /// records made here, and raises this collection's minter past the names placed.
     fn place(&self, batch: Vec<WirePlacement>) -> Result<(Reply, Vec<u8>)> {
         let writer = self.writer("placing items")?;
+        // Checks made before this placement are kept first: kept after it, a
+        // failed check of a replaced copy would count against its replacement.
+        self.keep_fixity(true);
         let c = self.collection()?;
         let held = c.records(&batch.iter().map(|p| p.name.clone()).collect::<Vec<_>>())?;
         let staged = self.take_batch(&batch)?;
