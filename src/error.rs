@@ -51,7 +51,7 @@ pub enum Error {
         source: io::Error,
     },
 
-    #[error("minter state {} is corrupt: {problem}; fix or remove it by hand (it is never reset silently)", path.display())]
+    #[error("{} is corrupt: {problem}; fix or remove it by hand (it is never reset silently)", path.display())]
     CorruptState { path: PathBuf, problem: String },
 
     #[error(

@@ -169,6 +169,7 @@ pub fn list(global: GlobalArgs, args: &ListArgs) -> Result<Outcome> {
     let printer = Printer::new(global);
     let range = DateRange { since: args.since, until: args.until };
     let mut degraded = 0u64;
+    let mut outcome = Outcome::Success;
     // Lines are written a block at a time: one write per line cost more than the listing.
     let mut block = String::with_capacity(LIST_BLOCK + 256);
     for entry in list_marked(collection, range, args.withdrawn)? {
@@ -178,7 +179,16 @@ pub fn list(global: GlobalArgs, args: &ListArgs) -> Result<Outcome> {
         if super::stdout_gone() {
             break;
         }
-        let ((name, ibip, status, identity), is_degraded) = match entry? {
+        let entry = match entry {
+            // One item's bad record is its problem: told, and the others still listed.
+            Err(e @ ibi::Error::Data { .. }) => {
+                super::stderr_line(&format!("ibi: problem: {e}"));
+                outcome = Outcome::Problems;
+                continue;
+            }
+            other => other?,
+        };
+        let ((name, ibip, status, identity), is_degraded) = match entry {
             ListEntry::Item(item, is_degraded) => (item, is_degraded),
             ListEntry::RedundancyUnknown(why) => {
                 printer.note(&format!("ibi: warning: {why}"));
@@ -210,7 +220,7 @@ pub fn list(global: GlobalArgs, args: &ListArgs) -> Result<Outcome> {
         let why = ibi::ops::placement::DEGRADED;
         printer.note(&format!("ibi: warning: {degraded} item(s) degraded: {why}"));
     }
-    Ok(Outcome::Success)
+    Ok(outcome)
 }
 
 pub fn log(global: GlobalArgs, args: &super::args::LogArgs) -> Result<Outcome> {

@@ -37,7 +37,10 @@ impl StateFile {
 
     /// Reads the last date; `None` when the file does not exist yet.
     pub fn read(&self) -> Result<Option<Timestamp>> {
-        let corrupt = |problem: String| Error::CorruptState { path: self.state.clone(), problem };
+        let corrupt = |problem: String| Error::CorruptState {
+            path: self.state.clone(),
+            problem: format!("minter state: {problem}"),
+        };
         let text = match read_capped(&self.state, MAX_STATE_BYTES) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),

@@ -109,7 +109,7 @@ fn corrupt_state_is_an_error_and_is_left_alone() {
     for bad in ["", "yesterday\n", "1300000000\n1300000001\n", "13e8\n"] {
         fs::write(env.path("s"), bad).unwrap();
         let run = env.fails(&["mint", "--host", "a.b.c", "--state", "s", "--at", "1300000000"], 3);
-        assert!(run.stderr.contains("minter state s is corrupt"), "{}", run.stderr);
+        assert!(run.stderr.contains("s is corrupt: minter state"), "{}", run.stderr);
         assert_eq!(fs::read_to_string(env.path("s")).unwrap(), bad);
     }
 }

@@ -1355,6 +1355,46 @@ fn regress_s3_list_prints_a_name_twice_when_a_record_names_another(start: Start)
     assert!(said.contains(&format!("filed under {first}")), "{said}");
 }
 
+/// Issue 56, class 9: one hostile record (item A's filed with item B's
+/// content) made `list` print nothing and `verify` exit 3 with "minter state …
+/// is corrupt". A bad record is its item's problem: named with its object, exit
+/// 1, and every other item is still listed and verified.
+fn regress_one_bad_s3_record_hides_the_collection(start: Start) {
+    let env = TestEnv::new();
+    let (moto, first) = one_item_collection(&env, start);
+    let (p, s3) = (moto.port, "s3://lib/main");
+    let mut others = Vec::new();
+    for word in ["beta", "gamma"] {
+        let src = env.write(&format!("src-{word}/{word}/{word}.txt"), format!("{word}\n").as_bytes());
+        others.push(env.s3_ok(p, &["deposit", s3, src.parent().unwrap().to_str().unwrap()]).pairs()[0].0.clone());
+    }
+    let record = format!(
+        r#"{{"name":"{}","ibip":null,"origin":null,"status":"present","versions":[{{"number":1,"date":"2026-01-01T00:00:00Z","digest":"sha256:00"}}],"withdrawn":null}}"#,
+        others[0]
+    );
+    put_object(p, "lib", &format!("main/.ibi/inventory/{first}"), record.as_bytes());
+    let listed = env.s3_run(p, &["list", s3]);
+    assert_eq!(listed.code, 1, "{} {}", listed.stdout, listed.stderr);
+    for other in &others {
+        assert_eq!(
+            listed.stdout.lines().filter(|l| l.starts_with(&format!("{other}\t"))).count(),
+            1,
+            "{}",
+            listed.stdout
+        );
+    }
+    assert!(
+        listed.stderr.contains(&format!(".ibi/inventory/{first}")) && listed.stderr.contains("filed under"),
+        "{}",
+        listed.stderr
+    );
+    assert!(!listed.stderr.contains("minter state"), "{}", listed.stderr);
+    let verified = env.s3_run(p, &["verify", s3]);
+    assert_eq!(verified.code, 1, "{} {}", verified.stdout, verified.stderr);
+    assert!(verified.stdout.contains(&first), "{}", verified.stdout);
+    assert!(others.iter().all(|o| !verified.stdout.contains(o.as_str())), "the others verify: {}", verified.stdout);
+}
+
 /// `ibi serve` of an S3 collection panicked on SIGTERM or SIGINT ("Cannot drop a
 /// runtime in a context where blocking is not allowed", exit 101). It stops as a
 /// local one does: exit 0.
@@ -1783,6 +1823,7 @@ on_every_server!(
     regress_record_with_no_versions_panics_s3_verify,
     s3_fixity_checks_are_listed_not_fetched,
     regress_s3_list_prints_a_name_twice_when_a_record_names_another,
+    regress_one_bad_s3_record_hides_the_collection,
     regress_serving_s3_panics_on_sigterm,
     regress_far_future_lease_blocks_for_ever,
     regress_restored_s3_minter_mints_a_held_name,

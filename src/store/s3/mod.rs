@@ -332,26 +332,43 @@ impl S3Store {
             .await
     }
 
-    fn record_batch(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {
+    /// Each name's record, read one request a name. A record that cannot be
+    /// read, or that names another item (written by another party), is that
+    /// item's problem (`Error::Data`, naming the object), never the batch's.
+    fn record_batch_each(&self, names: &[RepositoryName]) -> Result<Vec<Result<Option<ItemRecord>>>> {
         self.objects.run(
             stream::iter(names)
                 .map(|name| async move {
                     let key = self.keys.record(name);
-                    let corrupt =
-                        |problem: String| Error::CorruptState { path: self.objects.url(&key).into(), problem };
-                    let Some(found) = self.objects.get(&key).await? else { return Ok(None) };
+                    let bad = |problem: String| Error::Data { what: self.objects.url(&key), problem };
+                    let Some(found) = self.objects.get(&key).await? else { return Ok(Ok(None)) };
                     // One typed reading, which refuses a record with no versions (serde) and
-                    // one filed under another name (written by another party).
-                    let record: ItemRecord =
-                        serde_json::from_slice(&found.bytes).map_err(|e| corrupt(e.to_string()))?;
+                    // one filed under another name.
+                    let record: ItemRecord = match serde_json::from_slice(&found.bytes) {
+                        Ok(record) => record,
+                        Err(e) => return Ok(Err(bad(format!("the record of {name} does not read: {e}")))),
+                    };
                     if record.name != *name {
-                        return Err(corrupt(format!("it is filed under {name} but records {}", record.name)));
+                        let problem = format!("it is filed under {name} but records {}", record.name);
+                        return Ok(Err(bad(problem)));
                     }
-                    Ok(Some(record))
+                    Ok::<_, Error>(Ok(Some(record)))
                 })
                 .buffered(IN_FLIGHT)
                 .try_collect(),
         )
+    }
+
+    /// Each name's record; a bad one (`record_batch_each`) fails the batch.
+    fn record_batch(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {
+        self.record_batch_each(names)?.into_iter().collect()
+    }
+
+    /// Each name's record; a bad one reads as none: the item is then one the
+    /// collection holds no record of, which every reader reports as that item's
+    /// problem.
+    fn record_batch_lenient(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {
+        Ok(self.record_batch_each(names)?.into_iter().map(|record| record.ok().flatten()).collect())
     }
 }
 

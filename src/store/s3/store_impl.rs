@@ -149,7 +149,7 @@ impl Store for S3Store {
         let held = self.objects.run(self.listed_or_asked(&keys))?;
         let asked: Vec<RepositoryName> =
             names.iter().zip(&held).filter(|(_, held)| **held).map(|(name, _)| name.clone()).collect();
-        let mut read = self.record_batch(&asked)?.into_iter();
+        let mut read = self.record_batch_lenient(&asked)?.into_iter();
         Ok(held.into_iter().map(|held| if held { read.next().flatten() } else { None }).collect())
     }
 
@@ -168,8 +168,8 @@ impl Store for S3Store {
                         break;
                     }
                 }
-                Some(match self.record_batch(&names) {
-                    Ok(records) => records.into_iter().flatten().map(Ok).collect(),
+                Some(match self.record_batch_each(&names) {
+                    Ok(records) => records.into_iter().filter_map(Result::transpose).collect(),
                     Err(e) => vec![Err(e)],
                 })
             })
@@ -331,7 +331,7 @@ impl WriteBackend for S3Store {
 
     /// Each record is rewritten with where the item went (under the lease).
     fn note_moved(&self, names: &[RepositoryName], to: &Forward) -> Result<()> {
-        let records = self.record_batch(names)?;
+        let records = self.record_batch_lenient(names)?;
         let writes = records.into_iter().flatten().map(|mut record| {
             record.moved = Some(to.clone());
             let key = self.keys.record(&record.name);
