@@ -1395,6 +1395,43 @@ fn regress_one_bad_s3_record_hides_the_collection(start: Start) {
     assert!(others.iter().all(|o| !verified.stdout.contains(o.as_str())), "the others verify: {}", verified.stdout);
 }
 
+/// Issue 56, class 10: `upgrade` of an older S3 collection holding a hostile
+/// item (an extra key that decodes to `../../<other item>/data/v.txt`) exited 3
+/// at that item, never reached the items after it, and left a staged leftover on
+/// every rerun. It names the item (exit 1), keeps it readable, upgrades the
+/// others, and leaves no stage.
+fn regress_upgrade_stops_at_a_hostile_item(start: Start) {
+    let env = TestEnv::new();
+    let moto = start("lib");
+    let (p, s3) = (moto.port, "s3://lib/old");
+    env.s3_collection(p, s3);
+    let mut names = Vec::new();
+    for i in 0..3 {
+        let src = env.write(&format!("up{i}/item {i}/caf\u{e9}.txt"), format!("{i}\n").as_bytes());
+        names.push(env.s3_ok(p, &["deposit", s3, src.parent().unwrap().to_str().unwrap()]).pairs()[0].0.clone());
+    }
+    s3_peer(p, &["make-old", "lib", "old"]);
+    let hostile = format!("old/{}/%2E%2E/%2E%2E/{}/data/v.txt", names[0], names[1]);
+    put_object(p, "lib", &hostile, b"planted\n");
+    for round in 0..2 {
+        let run = env.s3_run(p, &["upgrade", "--json", s3]);
+        assert_eq!(run.code, 1, "round {round}: {} {}", run.stdout, run.stderr);
+        assert!(run.stdout.contains("\"kept\":1"), "round {round}: {}", run.stdout);
+        assert!(run.stdout.contains(&names[0]), "round {round}: the hostile item is named: {}", run.stdout);
+        let keys = keys_under(p, "old");
+        assert!(!keys.iter().any(|k| k.contains("/.ibi/staging/") || k.contains("/.ibi/placing/")), "{keys:#?}");
+    }
+    let keys = keys_under(p, "old");
+    for name in &names[1..] {
+        assert!(
+            keys.iter().any(|k| k.starts_with(&format!("old/{name}/")) && k.ends_with("caf\u{e9}.txt")),
+            "{name} upgraded: {keys:#?}"
+        );
+    }
+    let shown = env.s3_ok(p, &["show", s3, &names[0]]);
+    assert!(shown.stdout.contains(&names[0]), "the hostile item stays readable");
+}
+
 /// `ibi serve` of an S3 collection panicked on SIGTERM or SIGINT ("Cannot drop a
 /// runtime in a context where blocking is not allowed", exit 101). It stops as a
 /// local one does: exit 0.
@@ -1824,6 +1861,7 @@ on_every_server!(
     s3_fixity_checks_are_listed_not_fetched,
     regress_s3_list_prints_a_name_twice_when_a_record_names_another,
     regress_one_bad_s3_record_hides_the_collection,
+    regress_upgrade_stops_at_a_hostile_item,
     regress_serving_s3_panics_on_sigterm,
     regress_far_future_lease_blocks_for_ever,
     regress_restored_s3_minter_mints_a_held_name,

@@ -15,7 +15,7 @@ use super::place::Marker;
 use super::S3Store;
 use crate::error::Result;
 use crate::id::RepositoryName;
-use crate::store::{Listed, Placement, Store};
+use crate::store::{Listed, Placement, StageId, Store};
 
 impl S3Store {
     /// Rewrites every item whose keys are percent-encoded; see `Writer::upgrade_stored_form`.
@@ -27,12 +27,15 @@ impl S3Store {
             if marker.keys == KeyForm::Names {
                 continue;
             }
-            match self.upgrade_item(&name, marker)? {
-                None => {
+            match self.upgrade_item(&name, marker) {
+                Ok(None) => {
                     rewritten += 1;
                     done(&name, None);
                 }
-                Some(why) => done(&name, Some(&why)),
+                Ok(Some(why)) => done(&name, Some(&why)),
+                // One hostile item is its own problem: named, kept readable, and the run goes on.
+                Err(e) if e.class() == crate::error::ErrorClass::Data => done(&name, Some(&e.to_string())),
+                Err(e) => return Err(e),
             }
         }
         Ok(rewritten)
@@ -51,11 +54,27 @@ impl S3Store {
             self.objects.run(self.objects.overwrite(&self.keys.marker(name), body))?;
             return Ok(None);
         }
+        if let Some(rel) = rels.iter().find(|rel| !is_plain_path(rel)) {
+            return Ok(Some(format!(
+                "its file path {rel:?} is not a plain path inside the item (planted by another writer?)"
+            )));
+        }
         let stage = S3Store::new_stage();
         let stage_base = self.keys.stage(stage);
         if let Some(why) = rels.iter().find_map(|rel| keys::check_file_key(&stage_base, rel).err()) {
             return Ok(Some(why));
         }
+        let staged = self.stage_and_place(name, &marker, stage, &rels);
+        if staged.is_err() {
+            // Nothing of a stage that was not placed is left behind.
+            let _ = self.objects.run(self.objects.delete_all(&stage_base));
+        }
+        staged.map(|()| None)
+    }
+
+    /// Copies an item's files into `stage` under their names and swaps the
+    /// stage in as a replacement of the item.
+    fn stage_and_place(&self, name: &RepositoryName, marker: &Marker, stage: StageId, rels: &[String]) -> Result<()> {
         let copies = stream::iter(rels.iter())
             .map(|rel| {
                 let from = self.keys.item_file(name, rel, KeyForm::Encoded);
@@ -71,6 +90,12 @@ impl S3Store {
             Placement { stage, name: name.clone(), ibip, replace: true, record, action: Default::default() };
         let dirs = marker.dirs.iter().cloned().collect();
         self.objects.run(self.placer().place_one(&placement, dirs))??;
-        Ok(None)
+        Ok(())
     }
+}
+
+/// Whether `rel` names a file inside an item: relative, with no empty, `.` or
+/// `..` part.
+fn is_plain_path(rel: &str) -> bool {
+    !rel.starts_with('/') && rel.split('/').all(|part| !matches!(part, "" | "." | ".."))
 }
