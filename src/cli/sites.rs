@@ -139,7 +139,7 @@ pub fn audit(global: GlobalArgs, root: &Path, repair: bool, ndsa: bool, placemen
     };
     print_audit(&printer, &report);
     if ndsa {
-        let evidence = ibi::ops::ndsa::evidence(store.as_ref())?;
+        let evidence = ibi::ops::ndsa::evidence(store.as_ref(), &config, &connect)?;
         print_ndsa(&printer, &ibi::ops::ndsa::cells(&report, &evidence));
     }
     Ok(if report.meets_policy() { Outcome::Success } else { Outcome::Problems })

@@ -52,8 +52,15 @@ enum Fixity {
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct PlaceFacts {
     pub url: String,
+    /// Declared: the zone (disaster threat) its operator named.
     pub zone: String,
+    /// Declared: the media its operator named.
     pub media: String,
+    /// Measured: where it is (its filesystem and host, its far host, or its S3
+    /// endpoint and bucket); places of one locality share their fate.
+    pub locality: String,
+    /// Measured: the kind of storage it is ("filesystem" or "object store").
+    pub storage: &'static str,
     /// Why it could not be read, when it could not.
     pub unreachable: Option<String>,
     pub held: u64,
@@ -265,7 +272,10 @@ fn open_all<'a>(
 ) -> Result<Survey<'a>> {
     let policy = policy_of(config);
     let cycle_start = cycle_start(&policy)?;
+    let (locality, storage) = locality_of(&store.location());
     let here = PlaceFacts {
+        locality,
+        storage,
         url: store.location(),
         zone: config.zone.clone().unwrap_or_else(|| "here".into()),
         media: config.media.unwrap_or_default().as_str().into(),
@@ -275,7 +285,9 @@ fn open_all<'a>(
     let mut sites = Vec::new();
     for site in &config.sites {
         let media = site.media.as_str().into();
-        let facts = PlaceFacts { url: site.url.clone(), zone: site.zone.clone(), media, ..Default::default() };
+        let (locality, storage) = locality_of(&site.url);
+        let (url, zone) = (site.url.clone(), site.zone.clone());
+        let facts = PlaceFacts { url, zone, media, locality, storage, ..Default::default() };
         let cluster = site.seaweedfs.clone().filter(|_| placement);
         match crate::store::open(Path::new(&site.url), connect) {
             Ok(opened) => {
@@ -306,6 +318,28 @@ fn open_all<'a>(
         shortfalls,
         strays,
     })
+}
+
+/// Where a place measurably is, and its kind of storage: a local folder's
+/// filesystem (its device) on this host, a far collection's host, an S3
+/// collection's endpoint and bucket.
+fn locality_of(url: &str) -> (String, &'static str) {
+    use crate::store::location::Location;
+    use std::os::unix::fs::MetadataExt;
+    match Location::parse(Path::new(url)) {
+        Ok(Location::Local(path)) => {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            let device = std::fs::metadata(&path).map(|m| format!("{:x}", m.dev())).unwrap_or_else(|_| "?".into());
+            (format!("filesystem {device} on {}", host.trim()), "filesystem")
+        }
+        Ok(Location::Far(far)) => (format!("host {}", far.host), "filesystem"),
+        Ok(Location::Object(object)) => {
+            let endpoint = std::env::var("AWS_ENDPOINT_URL").or_else(|_| std::env::var("AWS_ENDPOINT"));
+            let endpoint = endpoint.unwrap_or_else(|_| "AWS".into());
+            (format!("S3 {endpoint} bucket {}", object.bucket), "object store")
+        }
+        Err(_) => (format!("unknown ({url})"), "filesystem"),
+    }
 }
 
 /// A place's last checks read, and the oldest good one noted.

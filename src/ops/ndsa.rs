@@ -13,7 +13,8 @@ use serde::Serialize;
 use crate::error::Result;
 use crate::events::EventKind;
 use crate::ops::audit::{AuditReport, PlaceFacts};
-use crate::store::Store;
+use crate::store::config::CollectionConfig;
+use crate::store::{Connect, Store};
 
 /// What the facts say of one cell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -57,10 +58,17 @@ pub struct Evidence {
     /// The witness key's file mode, when the collection keeps one on this machine.
     pub key_mode: Option<u32>,
     pub has_inventory: bool,
+    /// Whether the collection keeps a signed witness of its items' identities.
+    pub witness: bool,
+    /// Repairs logged at the sites (each site logs the repairs of its own copies).
+    pub site_repairs: u64,
+    /// Sites whose logs could not be read.
+    pub sites_unread: Vec<String>,
 }
 
-/// Reads the evidence of `store`: one pass over its log, and its key file.
-pub fn evidence(store: &dyn Store) -> Result<Evidence> {
+/// Reads the evidence of `store`: one pass over its log and over each site's,
+/// and its key file.
+pub fn evidence(store: &dyn Store, config: &CollectionConfig, connect: &Connect) -> Result<Evidence> {
     let check = crate::ops::log::check_chain(store, crate::ops::log::CHAIN_WINDOW_LEAST)?;
     let mut counts: BTreeMap<&'static str, u64> = EventKind::ALL.iter().map(|k| (k.as_str(), 0)).collect();
     let keeps = crate::ops::log::for_each(store, None, &mut |stored| {
@@ -72,12 +80,36 @@ pub fn evidence(store: &dyn Store) -> Result<Evidence> {
         use std::os::unix::fs::PermissionsExt;
         std::fs::metadata(root.join(".ibi/witness.key")).ok().map(|m| m.permissions().mode() & 0o777)
     });
+    let (site_repairs, sites_unread) = site_repairs(config, connect);
     Ok(Evidence {
         events: keeps.then_some(counts),
         broken_log: check.and_then(|c| c.broken),
         key_mode,
         has_inventory: store.has_inventory(),
+        witness: store.latest_witness().ok().flatten().is_some(),
+        site_repairs,
+        sites_unread,
     })
+}
+
+/// The repairs logged at every site, and the sites whose logs could not be read.
+fn site_repairs(config: &CollectionConfig, connect: &Connect) -> (u64, Vec<String>) {
+    let (mut repairs, mut unread) = (0, Vec::new());
+    for site in &config.sites {
+        let counted = crate::store::open(std::path::Path::new(&site.url), connect).and_then(|opened| {
+            let mut n = 0;
+            crate::ops::log::for_each(opened.as_ref(), None, &mut |stored| {
+                n += u64::from(crate::ops::log::read(stored)?.kind == EventKind::Repair);
+                Ok(())
+            })?;
+            Ok(n)
+        });
+        match counted {
+            Ok(n) => repairs += n,
+            Err(e) => unread.push(format!("{}: {e}", site.url)),
+        }
+    }
+    (repairs, unread)
 }
 
 /// The places that hold a complete, undamaged copy of every item.
@@ -111,31 +143,86 @@ fn reach(complete: usize, declared: usize, need: usize) -> Judgement {
     }
 }
 
-/// The Storage cells: copies, zones (declared disaster threats) and media.
+/// What the Storage cells count among the complete copies: measured (distinct
+/// localities, kinds of storage) and declared (zone and media labels). A
+/// declared difference alone makes a cell at most partial.
+struct Spread {
+    complete: usize,
+    places: usize,
+    localities: usize,
+    /// Distinct declared zones, counted once a locality (two labels on one disk are one).
+    zones_measured: usize,
+    zones_declared: usize,
+    storage_kinds: usize,
+    media_declared: usize,
+}
+
+impl Spread {
+    fn of(report: &AuditReport) -> Spread {
+        let complete = complete_places(report);
+        let all: Vec<&PlaceFacts> = report.places.iter().collect();
+        let localities = distinct(&complete, |p| p.locality.as_str()).len();
+        let mut zone_of_locality: BTreeMap<&str, &str> = BTreeMap::new();
+        for place in &complete {
+            zone_of_locality.entry(place.locality.as_str()).or_insert(place.zone.as_str());
+        }
+        let zones_measured = zone_of_locality.values().collect::<BTreeSet<_>>().len();
+        Spread {
+            complete: complete.len(),
+            places: all.len(),
+            localities,
+            zones_measured,
+            zones_declared: distinct(&all, |p| p.zone.as_str()).len(),
+            storage_kinds: distinct(&complete, |p| p.storage).len(),
+            media_declared: distinct(&all, |p| p.media.as_str()).len(),
+        }
+    }
+
+    /// Met when measured facts reach `need`; partial when only declared ones do.
+    fn judge(measured: usize, declared: usize, need: usize) -> Judgement {
+        reach(measured, declared.max(measured), need)
+    }
+}
+
+/// The Storage cells: copies, zones (declared disaster threats) and media,
+/// each judged on what was measured.
 fn storage(report: &AuditReport) -> Vec<Cell> {
-    let complete = complete_places(report);
-    let all: Vec<&PlaceFacts> = report.places.iter().collect();
-    let zones = (distinct(&complete, |p| p.zone.as_str()).len(), distinct(&all, |p| p.zone.as_str()).len());
-    let media = (distinct(&complete, |p| p.media.as_str()).len(), distinct(&all, |p| p.media.as_str()).len());
+    let spread = Spread::of(report);
     let evidence = format!(
-        "{} of {} places hold a complete copy of all {} items: {}",
-        complete.len(),
-        all.len(),
+        "measured: {} of {} places hold a complete copy of all {} items, at {} distinct localities ({}); \
+         declared: {}",
+        spread.complete,
+        spread.places,
         report.items,
-        all.iter().map(|p| format!("{} (zone {}, {})", p.url, p.zone, p.media)).collect::<Vec<_>>().join(", ")
+        spread.localities,
+        report
+            .places
+            .iter()
+            .map(|p| format!("{}: {}, {}", p.url, p.locality, p.storage))
+            .collect::<Vec<_>>()
+            .join("; "),
+        report
+            .places
+            .iter()
+            .map(|p| format!("{} zone {}, media {}", p.url, p.zone, p.media))
+            .collect::<Vec<_>>()
+            .join("; "),
     );
-    let copies_3 = reach(complete.len(), all.len(), 3);
-    let three_two_zones = match (copies_3, zones.0 >= 2) {
-        (Judgement::Met, true) => Judgement::Met,
-        (Judgement::Unmet, _) => Judgement::Unmet,
-        _ => Judgement::Partial,
+    let separate = Spread::judge(spread.localities.min(spread.complete), spread.complete, 2);
+    let three_apart = match (spread.complete >= 3, spread.localities >= 2) {
+        (true, true) => Judgement::Met,
+        (true, false) => Judgement::Partial,
+        (false, _) if spread.places >= 3 => Judgement::Partial,
+        _ => Judgement::Unmet,
     };
+    let threats = |need| Spread::judge(spread.zones_measured, spread.zones_declared, need);
+    let media = Spread::judge(spread.storage_kinds, spread.media_declared, 2);
     let text = |t: &'static str, j: Judgement, level: u8| cell("Storage", level, t, j, evidence.clone());
     vec![
-        text("Have two complete copies in separate locations", reach(complete.len(), all.len(), 2), 1),
+        text("Have two complete copies in separate locations", separate, 1),
         text("Document all storage media where content is stored", Judgement::Met, 1),
         person("Storage", 1, "Put content into stable storage"),
-        text("Have three complete copies with at least one copy in a separate geographic location", three_two_zones, 2),
+        text("Have three complete copies with at least one copy in a separate geographic location", three_apart, 2),
         person(
             "Storage",
             2,
@@ -143,14 +230,14 @@ fn storage(report: &AuditReport) -> Vec<Cell> {
         ),
         text(
             "Have at least one copy in a geographic location with a different disaster threat than the other copies",
-            reach(zones.0, zones.1, 2),
+            threats(2),
             3,
         ),
-        text("Have at least one copy on a different storage media type", reach(media.0, media.1, 2), 3),
+        text("Have at least one copy on a different storage media type", media, 3),
         person("Storage", 3, "Track the obsolescence of storage and media"),
         text(
             "Have at least three copies in geographic locations, each with a different disaster threat",
-            reach(zones.0, zones.1, 3),
+            threats(3),
             4,
         ),
         person("Storage", 4, "Maximize storage diversification to avoid single points of failure"),
@@ -168,7 +255,7 @@ fn count(evidence: &Evidence, kinds: &[&str]) -> u64 {
 
 /// The Integrity cells: manifests made and checked, checks at intervals, repair.
 fn integrity(report: &AuditReport, evidence: &Evidence) -> Vec<Cell> {
-    let damaged: u64 = report.places.iter().map(|p| p.damaged + p.divergent).sum();
+    let damaged: u64 = report.places.iter().map(|p| p.damaged + p.divergent + p.missing).sum();
     let stale: u64 = report.places.iter().map(|p| p.stale + p.never_checked).sum();
     let oldest: Vec<String> = report
         .places
@@ -185,12 +272,23 @@ fn integrity(report: &AuditReport, evidence: &Evidence) -> Vec<Cell> {
     let policy_age = report.policy.max_fixity_age.clone().unwrap_or_else(|| "none set".into());
     let interval_words =
         format!("max_fixity_age {policy_age}; {stale} copies stale or never checked; {}", oldest.join("; "));
+    let unread = match evidence.sites_unread.is_empty() {
+        true => String::new(),
+        false => format!("; logs not read: {}", evidence.sites_unread.join(", ")),
+    };
     let repair_words = format!(
-        "{damaged} damaged or divergent copies now (`ibi audit --repair` restores them by majority); {} repairs logged",
-        count(evidence, &["repair"])
+        "measured by the last checks: {damaged} copies missing, damaged, divergent or forged (a change made since \
+         a copy's last check is not known until it is checked again; {stale} copies stale or never checked); \
+         repairs logged: {} here, {} at the sites{unread}",
+        count(evidence, &["repair"]),
+        evidence.site_repairs
     );
-    let repaired = if damaged == 0 { Judgement::Met } else { Judgement::Unmet };
-    let backed_up = reach(complete_places(report).len(), report.places.len(), 2);
+    let repaired = match (damaged, stale) {
+        (0, 0) => Judgement::Met,
+        (0, _) => Judgement::Partial,
+        _ => Judgement::Unmet,
+    };
+    let (backed_up, backed_up_words) = integrity_apart(report, evidence);
     let i = |level: u8, text: &'static str, judgement: Judgement, words: String| {
         cell("Integrity", level, text, judgement, words)
     };
@@ -210,7 +308,7 @@ fn integrity(report: &AuditReport, evidence: &Evidence) -> Vec<Cell> {
             "copy, mirror, migrate and replicate verify each item on arrival".into(),
         ),
         person("Integrity", 2, "Use write-blockers when working with original media"),
-        i(2, TEXT_BACK_UP_INTEGRITY, backed_up, "the manifests travel inside each bag to every site".into()),
+        i(2, TEXT_BACK_UP_INTEGRITY, backed_up, backed_up_words),
         i(3, TEXT_INTERVALS, intervals, interval_words),
         i(
             3,
@@ -222,6 +320,29 @@ fn integrity(report: &AuditReport, evidence: &Evidence) -> Vec<Cell> {
         person("Integrity", 4, "Verify integrity information in response to specific events or activities"),
         i(4, "Replace or repair corrupted content as necessary", repaired, repair_words),
     ]
+}
+
+/// Integrity information held apart from the content: the records of each
+/// item's identity kept by complete sites at other localities than the
+/// collection, or its signed witness. The manifests inside a bag travel with it
+/// and are never apart from it.
+fn integrity_apart(report: &AuditReport, evidence: &Evidence) -> (Judgement, String) {
+    let here = report.places.first().map(|p| p.locality.as_str()).unwrap_or_default();
+    let apart: Vec<&str> =
+        complete_places(report).into_iter().filter(|p| p.locality != here).map(|p| p.url.as_str()).collect();
+    let witness = if evidence.witness { "a signed witness of every identity is kept" } else { "no witness" };
+    let words = format!(
+        "measured: {} complete sites at other localities keep their own records of each item's identity ({}); {witness} \
+         (the manifests inside each bag do not count: they travel with the content)",
+        apart.len(),
+        apart.join(", ")
+    );
+    let judgement = match (apart.is_empty(), evidence.witness) {
+        (false, _) => Judgement::Met,
+        (true, true) => Judgement::Partial,
+        (true, false) => Judgement::Unmet,
+    };
+    (judgement, words)
 }
 
 const TEXT_VERIFY_PROVIDED: &str = "Verify integrity information if it has been provided with the content";

@@ -304,3 +304,39 @@ fn regress_repaired_far_copy_still_counts_damaged() {
     let last = last_of_item.last().unwrap();
     assert!(last["type"] != "fixity" || last["outcome"] != "fail", "the last event is not a failure: {last_of_item:?}");
 }
+
+#[test]
+fn regress_ndsa_claims_without_evidence() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 2, 1);
+    let b = at(&env, "b");
+    env.ok(&["-q", "init", &b, "--like", &a]);
+    env.ok(&["site", "here", &a, "--zone", "mars", "--media", "disk"]);
+    env.ok(&["site", "add", &a, &b, "--zone", "venus", "--media", "tape"]);
+    env.ok(&["-q", "replicate", &a]);
+    for root in [&a, &b] {
+        env.ok(&["-q", "verify", root]);
+    }
+    let run = env.ok(&["audit", &a, "--ndsa"]).stdout;
+    let cell = |text: &str| run.lines().find(|l| l.contains(text)).unwrap_or_default().to_string();
+    for text in [
+        "Have two complete copies in separate locations",
+        "with a different disaster threat than the other copies",
+        "on a different storage media type",
+    ] {
+        let line = cell(text);
+        assert!(line.contains("\tpartial\t"), "two folders on one disk are declared apart, not measured: {line}");
+    }
+    let apart = cell("Back up integrity information");
+    assert!(!apart.contains("\tmet\t") && apart.contains("measured: 0"), "{apart}");
+    let repair = cell("Replace or repair corrupted content");
+    assert!(repair.contains("last check"), "it says what its count rests on: {repair}");
+
+    let item = names(&env, &a)[0].clone();
+    std::fs::write(Path::new(&b).join(&item).join("data/f0.txt"), b"flipped\n").unwrap();
+    env.fails(&["-q", "verify", &b], 1);
+    env.ok(&["-q", "audit", &a, "--repair"]);
+    let after = env.ok(&["audit", &a, "--ndsa"]).stdout;
+    let repair = after.lines().find(|l| l.contains("Replace or repair corrupted")).unwrap_or_default();
+    assert!(repair.contains("1 at the sites"), "the site's repair counts: {repair}");
+}
