@@ -586,6 +586,11 @@ pub struct VerifyArgs {
     /// The fixity cycle for --age, in days.
     #[arg(long, value_name = "DAYS", default_value_t = 90, requires = "age")]
     pub cycle: u32,
+    /// Also verify every site of the collection (`ibi site add`), each in turn
+    /// with the same budget; each site keeps the dates of its own checks. A site
+    /// that cannot be reached is reported and the others still go ahead.
+    #[arg(long, conflicts_with_all = ["names", "age"])]
+    pub sites: bool,
 }
 
 /// `500MiB`, `2GB`, `1024` (bytes) or `90s`, `30m`, `2h`, `1d`.

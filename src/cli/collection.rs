@@ -124,10 +124,20 @@ pub fn verify(global: GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
     if args.names.is_empty() {
         s.problems += witness_after_verify(collection, &confirmed, &printer);
     }
+    let label = if args.sites { format!("verified {}: ", collection.location()) } else { "verified ".into() };
+    let mut outcome = verified_summary(&printer, &label, &s);
+    if args.sites {
+        outcome = outcome.worse(verify_sites(collection, args.budget, &printer)?);
+    }
+    Ok(outcome)
+}
+
+/// The summary of one verify, and its outcome.
+fn verified_summary(printer: &Printer, label: &str, s: &ibi::ops::verify::VerifySummary) -> Outcome {
     let seconds = printer.seconds();
     printer.summary(
         &format!(
-            "verified {} item(s), {} file(s), {} in {seconds:.2} s: {} problem(s)",
+            "{label}{} item(s), {} file(s), {} in {seconds:.2} s: {} problem(s)",
             s.items,
             s.files,
             printer.size(s.bytes),
@@ -135,7 +145,44 @@ pub fn verify(global: GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
         ),
         json!({"items": s.items, "files": s.files, "bytes": s.bytes, "problems": s.problems, "seconds": seconds}),
     );
-    Ok(if s.problems == 0 { Outcome::Success } else { Outcome::Problems })
+    if s.problems == 0 {
+        Outcome::Success
+    } else {
+        Outcome::Problems
+    }
+}
+
+/// `verify --sites`: each site in turn, rolling with `budget` or whole; a site
+/// that cannot be opened or read is told (on stdout too, for cron) and the
+/// others still go ahead.
+fn verify_sites(
+    collection: &dyn ibi::store::Store,
+    budget: Option<ibi::ops::fixity::Budget>,
+    printer: &Printer,
+) -> Result<Outcome> {
+    let config = ibi::ops::sites::configured(collection)?;
+    let connect = ibi::store::Connect::from_env();
+    let mut outcome = Outcome::Success;
+    for site in &config.sites {
+        let run = ibi::store::open(Path::new(&site.url), &connect).and_then(|opened| match budget {
+            Some(budget) => ibi::ops::fixity::verify_rolling(opened.as_ref(), budget, printer).map(|(s, _)| s),
+            None => ibi::ops::verify::verify(opened.as_ref(), &[], printer),
+        });
+        match run {
+            Ok(s) => outcome = outcome.worse(verified_summary(printer, &format!("verified {}: ", site.url), &s)),
+            Err(e) => {
+                if !printer.json() {
+                    printer.line(&format!("{}\tnot verified: {e}", site.url));
+                }
+                printer.summary(
+                    &format!("verify {}: failed: {e}", site.url),
+                    json!({ "site": site.url, "error": e.to_string() }),
+                );
+                outcome = outcome.worse(Outcome::Failed(e.class()));
+            }
+        }
+    }
+    Ok(outcome)
 }
 
 /// `verify --age`: the oldest successful check, and every item not found whole within the cycle.

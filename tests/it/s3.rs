@@ -309,7 +309,7 @@ impl Told {
 }
 
 /// Overwrites one object behind ibi's back.
-fn put_object(port: u16, bucket: &str, key: &str, body: &[u8]) {
+pub fn put_object(port: u16, bucket: &str, key: &str, body: &[u8]) {
     let code = "s3.put_object(Bucket=sys.argv[1], Key=sys.argv[2], Body=sys.argv[3].encode())";
     boto3(port, code, &[bucket, key, &String::from_utf8_lossy(body)]);
 }
