@@ -439,3 +439,49 @@ fn regress_cron_lines_never_verify_the_sites() {
         assert_eq!(std::fs::read(Path::new(&a).join(&item).join("data/f0.txt")).unwrap(), honest, "{label}");
     }
 }
+
+#[test]
+fn regress_append_only_keys_plant_forgeries_before_replicate() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 2, 1);
+    let forced = format!("{} serve --stdio --append-only", crate::env::ibi_bin().display());
+    let rsh = env.path("rsh-vaults");
+    std::fs::write(
+        &rsh,
+        format!("#!/bin/sh\nhost=$1\nshift\ncase $host in vault*) exec {forced};; esac\nexec \"$@\"\n"),
+    )
+    .unwrap();
+    crate::env::sh(&format!("chmod +x '{}'", rsh.display()));
+    let rsh = rsh.to_string_lossy().into_owned();
+    let (d1, d2) = (at(&env, "d1"), at(&env, "d2"));
+    let vaults = [format!("vault1:{d1}"), format!("vault2:{d2}")];
+    for (dir, vault) in [&d1, &d2].iter().zip(&vaults) {
+        env.ok(&["-q", "init", dir, "--like", &a]);
+        env.far_ok(&rsh, &["-q", "site", "add", &a, vault, "--zone", "zv"]);
+    }
+    env.far_ok(&rsh, &["-q", "replicate", &a]);
+    let late = env.write("late/item/f0.txt", b"late and honest\n");
+    let item = env.ok(&["deposit", &a, late.parent().unwrap().to_str().unwrap()]).pairs()[0].0.clone();
+    let honest = std::fs::read(Path::new(&a).join(&item).join("data/f0.txt")).unwrap();
+
+    // The attacker copies the new item, reseals a forgery of it and pushes it
+    // through both append-only keys before replicate gets there.
+    let evil = at(&env, "evil");
+    env.ok(&["-q", "init", &evil, "--like", &a]);
+    env.ok(&["-q", "copy", &a, &evil, &item]);
+    reseal_forgery(&Path::new(&evil).join(&item), b"forged\n");
+    adopt_forgery(&env, &evil);
+    for vault in &vaults {
+        env.far_ok(&rsh, &["-q", "mirror", &evil, vault]);
+    }
+    let replicated = env.far_run(&rsh, &["-q", "replicate", &a]);
+    assert_eq!(replicated.code, 1, "a conflict at each vault: {} {}", replicated.stdout, replicated.stderr);
+    let audit = env.far_fails(&rsh, &["-q", "audit", &a], 1);
+    for vault in &vaults {
+        assert!(audit.stdout.contains(&format!("{vault}: forged")), "{}", audit.stdout);
+    }
+    let _ = env.far_run(&rsh, &["-q", "audit", &a, "--repair"]);
+    assert_eq!(std::fs::read(Path::new(&a).join(&item).join("data/f0.txt")).unwrap(), honest, "A keeps its copy");
+    env.ok(&["verify", &a]);
+    assert!(!Path::new(&a).join(".ibi/kept").exists(), "nothing of A's was replaced");
+}
