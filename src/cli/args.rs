@@ -264,6 +264,17 @@ Examples:
         #[arg(long, value_name = "SECS")]
         wait: Option<Seconds>,
     },
+    /// List the copies that repairs and mirrors replaced (kept, never deleted), or remove some.
+    #[command(after_help = "Examples:
+  ibi kept /srv/library                                 # ID<TAB>NAME<TAB>WHEN<TAB>BYTES, one a line
+  ibi kept /srv/library --remove 'sid.inpe.br+mtc-m18+2009+02.16.17.46@2026-11-28T124000.1Z'")]
+    Kept {
+        /// The collection: a folder or s3://BUCKET/PREFIX (a far one: run it on its machine).
+        root: PathBuf,
+        /// Remove these kept copies for good (their ids, as listed); each is named as it goes.
+        #[arg(long, value_name = "ID", num_args = 1..)]
+        remove: Vec<String>,
+    },
     /// Move minting to another collection of the subsystem: FROM stops, TO starts.
     #[command(after_help = "Examples:
   ibi init new:/srv/library --like /srv/library        # a copy that does not mint

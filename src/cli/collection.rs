@@ -460,6 +460,38 @@ fn witness_after_verify(
     0
 }
 
+/// `ibi kept`: the copies replacements displaced, or `--remove` some of them.
+pub fn kept(global: GlobalArgs, root: &Path, remove: &[String]) -> Result<Outcome> {
+    let collection = super::open(root)?;
+    let printer = Printer::new(global);
+    let Some(kept) = collection.kept_copies() else {
+        return Err(ibi::Error::Refused {
+            what: format!("ibi kept {}", collection.location()),
+            why: "its kept copies are listed and removed on its own machine (`ibi kept PATH` there)".into(),
+        }
+        .into());
+    };
+    let describe = |k: &ibi::store::kept::KeptCopy| format!("{}\t{}\t{}\t{}", k.id, k.name, k.displaced, k.bytes);
+    if remove.is_empty() {
+        for copy in kept.list_kept()? {
+            match printer.json() {
+                true => printer.line(&json!({ "event": "kept", "copy": copy }).to_string()),
+                false => printer.line(&describe(&copy)),
+            }
+        }
+        return Ok(Outcome::Success);
+    }
+    let _lock = collection.begin_write(ibi::store::LockWait::No)?;
+    for id in remove {
+        let copy = kept.remove_kept(id)?;
+        match printer.json() {
+            true => printer.event("removed", json!({ "copy": copy })),
+            false => printer.line(&format!("removed\t{}", describe(&copy))),
+        }
+    }
+    Ok(Outcome::Success)
+}
+
 pub fn upgrade(global: GlobalArgs, root: &Path, wait: Option<super::args::Seconds>) -> Result<Outcome> {
     let collection = super::open(root)?;
     let wait = wait.map_or(ibi::store::LockWait::No, |secs| ibi::store::LockWait::For(secs.0));

@@ -163,6 +163,7 @@ fn dispatch(cli: &Cli) -> Result<Outcome> {
         Command::Repair(args) => transfer::repair(g, args),
         Command::Retire { root } => collection::retire(g, root),
         Command::Upgrade { root, wait } => collection::upgrade(g, root, *wait),
+        Command::Kept { root, remove } => collection::kept(g, root, remove),
         Command::Witness { root, prove, check, key } => match check {
             Some(proof) => collection::check_proof(g, proof, key.as_deref()),
             None => collection::witness(g, root.as_deref(), prove.as_deref()),

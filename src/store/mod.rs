@@ -24,6 +24,7 @@ pub mod config;
 pub mod far;
 pub mod guard;
 pub mod inventory;
+pub mod kept;
 pub mod local;
 pub mod location;
 pub mod log;
@@ -228,6 +229,11 @@ pub trait Store: Send + Sync {
     /// keeps no key (or may not write).
     fn make_own_witness(&self) -> Result<Option<String>> {
         Ok(None)
+    }
+    /// The copies its replacements displaced (`store::kept`), when this
+    /// backend can list and remove them here.
+    fn kept_copies(&self) -> Option<&dyn kept::KeptCopies> {
+        None
     }
     /// The latest witness (`ops::witness`, JSON), if one was kept.
     fn latest_witness(&self) -> Result<Option<String>> {

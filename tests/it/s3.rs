@@ -527,6 +527,14 @@ fn an_s3_site_is_replicated_audited_and_repaired(start: Start) {
     );
     env.s3_ok(p, &["-q", "audit", &a, "--repair"]);
     assert_eq!(env.s3_identities(p, s3), env.identities(&a), "the bucket's copy is whole again");
+    // The replaced copy is kept in the bucket until a person removes it.
+    let kept = env.s3_ok(p, &["kept", s3]).stdout;
+    let id = kept.split('\t').next().unwrap().to_string();
+    assert!(kept.lines().count() == 1 && kept.contains(&format!("\t{name}\t")), "{kept}");
+    assert!(keys_under(p, &format!("site/.ibi/kept/{id}")).iter().any(|k| k.ends_with("/data/f0.txt")), "{id}");
+    let removed = env.s3_ok(p, &["kept", s3, "--remove", &id]).stdout;
+    assert!(removed.starts_with(&format!("removed\t{id}")), "{removed}");
+    assert!(env.s3_ok(p, &["kept", s3]).stdout.is_empty());
 }
 
 /// A TCP proxy to `target`; `kill` closes every connection and stops accepting.

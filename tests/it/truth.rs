@@ -133,6 +133,14 @@ fn regress_damaged_collection_copy_repaired_from_the_recorded_majority() {
         std::fs::read_dir(Path::new(&a).join(".ibi/kept")).unwrap().map(|e| e.unwrap().path()).collect();
     assert_eq!(kept.len(), 1, "the damaged copy it replaced is kept: {kept:?}");
     assert_eq!(std::fs::read(kept[0].join("data/f0.txt")).unwrap(), b"bit rot\n");
+    // Listed, and removed only when a person names it; the removal says what it removed.
+    let listed = env.ok(&["kept", &a]).stdout;
+    let id = kept[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(listed.starts_with(&format!("{id}\t{item}\t")), "{listed}");
+    env.fails(&["kept", &a, "--remove", "../../etc@x"], 2);
+    let removed = env.ok(&["kept", &a, "--remove", &id]).stdout;
+    assert!(removed.starts_with(&format!("removed\t{id}\t{item}")), "{removed}");
+    assert!(!kept[0].exists() && env.ok(&["kept", &a]).stdout.is_empty());
 }
 
 #[test]

@@ -11,6 +11,7 @@ pub mod fixity;
 mod held_floor;
 mod identities;
 pub mod inventory;
+mod kept;
 pub mod layout;
 pub mod minter;
 pub mod place;

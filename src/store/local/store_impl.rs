@@ -86,6 +86,10 @@ fn unknown_stage(stage: StageId) -> Error {
 }
 
 impl Store for Collection {
+    fn kept_copies(&self) -> Option<&dyn crate::store::kept::KeptCopies> {
+        Some(self)
+    }
+
     fn location(&self) -> String {
         self.root().display().to_string()
     }

@@ -8,6 +8,7 @@
 
 pub mod bag;
 pub mod checks;
+mod kept;
 pub mod keys;
 pub mod lease;
 pub mod log;

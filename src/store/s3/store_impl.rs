@@ -8,6 +8,10 @@ use crate::store::inventory::Forward;
 const STAGING_THREADS: usize = 4;
 
 impl Store for S3Store {
+    fn kept_copies(&self) -> Option<&dyn crate::store::kept::KeptCopies> {
+        Some(self)
+    }
+
     fn location(&self) -> String {
         self.objects.place.clone()
     }
