@@ -444,6 +444,34 @@ pub fn a_copy_carries_no_fixity_checks(store: &dyn Store, other: &dyn Store) {
     assert_eq!(kinds(&carried[0]), ["deposit", "update"]);
 }
 
+/// A repair (a replacement that brings another collection's copy) keeps the
+/// copy it displaces, and an update does not; a kept copy leaves only when it
+/// is removed by its id. A backend that keeps them elsewhere (far: on its
+/// server's machine) offers no `kept_copies` here.
+pub fn a_repair_keeps_what_it_replaces(store: &dyn Store) {
+    let Some(kept) = store.kept_copies() else { return };
+    let w = writer(store);
+    let a = minted(14);
+    place(w.as_ref(), &a, stage_bag(w.as_ref(), &a, b"first"), false).unwrap();
+    let update = Action::of(EventKind::Update, String::new());
+    let stage = stage_bag(w.as_ref(), &a, b"second");
+    let batch = [Placement { stage, name: a.name.clone(), ibip: a.ibip, replace: true, record: None, action: update }];
+    assert!(w.place(&batch).unwrap()[0].1.is_ok());
+    assert!(kept.list_kept().unwrap().is_empty(), "an update keeps its versions in the item");
+    let repair = Action::of(EventKind::Repair, "from there".into());
+    let stage = stage_bag(w.as_ref(), &a, b"third");
+    let batch = [Placement { stage, name: a.name.clone(), ibip: a.ibip, replace: true, record: None, action: repair }];
+    assert!(w.place(&batch).unwrap()[0].1.is_ok());
+    drop(w);
+    let listed = kept.list_kept().unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].name, a.name.to_string());
+    assert!(listed[0].bytes > 0);
+    assert!(kept.remove_kept("nothing@here").is_err());
+    assert_eq!(kept.remove_kept(&listed[0].id).unwrap(), listed[0]);
+    assert!(kept.list_kept().unwrap().is_empty());
+}
+
 /// Reads while a writer replaces an item, again and again: each read sees the old
 /// item or the new one, never a half, and never an error.
 pub fn reads_during_a_write_see_old_or_new(store: &dyn Store, other: &dyn Store) {
@@ -534,7 +562,7 @@ pub fn every_other_call_answers(store: &dyn Store, other: &dyn Store) {
 type Check<'a, S, F> = (&'static str, &'a dyn Fn(&S, &F));
 
 pub fn run_all<S: Store + 'static, F: Fn() -> S>(fresh: impl Fn() -> (S, F)) {
-    let checks: [Check<S, F>; 16] = [
+    let checks: [Check<S, F>; 17] = [
         ("minting_role_is_kept_and_obeyed", &|s, r| minting_role_is_kept_and_obeyed(s, &r())),
         ("a_batch_is_answered_as_each_name", &|s, _| a_batch_is_answered_as_each_name(s)),
         ("placement_never_overwrites", &|s, _| placement_never_overwrites(s)),
@@ -546,6 +574,7 @@ pub fn run_all<S: Store + 'static, F: Fn() -> S>(fresh: impl Fn() -> (S, F)) {
         ("inventory", &|s, r| inventory_records_placement_replacement_and_removal(s, &r())),
         ("log", &|s, r| log_records_each_change_once_in_a_chain(s, &r())),
         ("a_copy_carries_no_fixity_checks", &|s, r| a_copy_carries_no_fixity_checks(s, &r())),
+        ("a_repair_keeps_what_it_replaces", &|s, _| a_repair_keeps_what_it_replaces(s)),
         ("staging_for_a_name", &|s, r| staging_for_a_name_is_unseen_until_placed(s, &r(), Box::new(r()))),
         ("minter_state_never_repeats", &|s, r| minter_state_never_repeats(s, &r())),
         ("reads_during_a_write_see_old_or_new", &|s, r| reads_during_a_write_see_old_or_new(s, &r())),
@@ -699,6 +728,12 @@ mod each_backend {
                 fn append_only_refuses_what_would_change() {
                     let (store, _reopen, _dir) = $fresh;
                     super::append_only_refuses_what_would_change(&store);
+                }
+
+                #[test]
+                fn a_repair_keeps_what_it_replaces() {
+                    let (store, _reopen, _dir) = $fresh;
+                    super::a_repair_keeps_what_it_replaces(&store);
                 }
 
                 #[test]

@@ -53,6 +53,8 @@ struct Shared {
     chain_cursor: Mutex<Option<crate::events::ChainCursor>>,
     /// How many events `events` has handed out, for tests of what a check reads.
     events_served: std::sync::atomic::AtomicU64,
+    /// The copies replacements displaced (`store::kept`), by id.
+    kept: Mutex<BTreeMap<String, Bag>>,
 }
 
 /// A collection in memory.
@@ -209,7 +211,10 @@ impl MemoryStore {
             self.log(&placement_events(&record, &p.action, &p.stage.0.to_string()));
             lock(&self.shared.inventory).insert(p.name.clone(), record);
         }
-        items.insert(p.name.clone(), bag);
+        if let Some(old) = items.insert(p.name.clone(), bag).filter(|_| p.action.keeps_what_it_replaces()) {
+            let id = format!("{}@{}", p.name.to_string().replace('/', "+"), p.stage.0);
+            lock(&self.shared.kept).insert(id, old);
+        }
         if let Some(ibip) = &p.ibip {
             lock(&self.shared.aliases).insert(ibip.to_string(), p.name.clone());
         }
@@ -217,9 +222,29 @@ impl MemoryStore {
     }
 }
 
+impl crate::store::kept::KeptCopies for MemoryStore {
+    fn list_kept(&self) -> Result<Vec<crate::store::kept::KeptCopy>> {
+        let kept = lock(&self.shared.kept);
+        let size = |bag: &Bag| bag.files.values().map(|(bytes, _)| bytes.len() as u64).sum();
+        Ok(kept.iter().map(|(id, bag)| crate::store::kept::KeptCopy::from_id(id, size(bag))).collect())
+    }
+
+    fn remove_kept(&self, id: &str) -> Result<crate::store::kept::KeptCopy> {
+        let listed = self.list_kept()?.into_iter().find(|k| k.id == id);
+        let copy =
+            listed.ok_or_else(|| Error::NotFound { what: "kept copy", name: id.into(), place: "memory".into() })?;
+        lock(&self.shared.kept).remove(id);
+        Ok(copy)
+    }
+}
+
 impl Store for MemoryStore {
     fn location(&self) -> String {
         "memory".into()
+    }
+
+    fn kept_copies(&self) -> Option<&dyn crate::store::kept::KeptCopies> {
+        Some(self)
     }
 
     fn local_root(&self) -> Option<&Path> {
