@@ -264,7 +264,7 @@ Examples:
         #[arg(long, value_name = "SECS")]
         wait: Option<Seconds>,
     },
-    /// List the copies that repairs and mirrors replaced (kept, never deleted), or remove some.
+    /// List the copies that repairs replaced (never deleted), or remove one
     #[command(after_help = "Examples:
   ibi kept /srv/library                                 # ID<TAB>NAME<TAB>WHEN<TAB>BYTES, one a line
   ibi kept /srv/library --remove 'sid.inpe.br+mtc-m18+2009+02.16.17.46@2026-11-28T124000.1Z'")]

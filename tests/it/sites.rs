@@ -134,10 +134,11 @@ fn audit_names_each_fault_at_one_site_and_changes_nothing() {
     assert!(down.stderr.contains(&format!("{gone} (zone zone-d, disk): unreachable")), "{}", down.stderr);
     let quiet = env.far_fails(&rsh, &["-q", "audit", &a], 1);
     assert!(quiet.stdout.contains(&format!("{gone}\tunreachable")), "told under -q too: {}", quiet.stdout);
-    // One site down does not stop the others: b gets its item back.
-    let replicated = env.far_fails(&rsh, &["replicate", &a], 1);
+    // One site down does not stop the others: b gets its item back. A site that
+    // is not there is a configuration problem (exit 2), as mirror says of it.
+    let replicated = env.far_fails(&rsh, &["replicate", &a], 2);
     assert!(replicated.stderr.contains(&format!("replicate {gone}: failed")), "{}", replicated.stderr);
-    let quiet = env.far_fails(&rsh, &["-q", "replicate", &a], 1);
+    let quiet = env.far_fails(&rsh, &["-q", "replicate", &a], 2);
     assert!(quiet.stdout.contains(&format!("{gone}\tnot replicated")), "told under -q too: {}", quiet.stdout);
     assert!(Path::new(&b).join(&items[0]).is_dir(), "the reachable site was brought up to date");
 }
