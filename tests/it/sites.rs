@@ -9,18 +9,7 @@ use crate::env::{ibi_bin, sh, TestEnv, MINTER_DIR_ENV};
 /// Replaces an item's bag with another whose manifests agree with themselves:
 /// a swap no manifest check can see, only a comparison of copies.
 fn swap_item(item: &Path, content: &[u8]) {
-    std::fs::write(item.join("data/f0.txt"), content).unwrap();
-    let sha = |path: &Path| ibi::fsx::hash_file(path).unwrap().0;
-    std::fs::write(item.join("manifest-sha256.txt"), format!("{}  data/f0.txt\n", sha(&item.join("data/f0.txt"))))
-        .unwrap();
-    for extra in ["manifest-sha512.txt", "tagmanifest-sha512.txt"] {
-        let _ = std::fs::remove_file(item.join(extra));
-    }
-    let tags: String = ["bag-info.txt", "bagit.txt", "manifest-sha256.txt"]
-        .iter()
-        .map(|n| format!("{}  {n}\n", sha(&item.join(n))))
-        .collect();
-    std::fs::write(item.join("tagmanifest-sha256.txt"), tags).unwrap();
+    crate::truth::reseal_forgery(item, content);
 }
 
 /// Every file under `root` but its `.ibi` state, with its bytes.
