@@ -568,6 +568,15 @@ fn parse_until(text: &str) -> Result<Timestamp, String> {
     }
 }
 
+/// A reason: text with no control character but tab (it reaches PREMIS, HTML,
+/// Handle values and terminals).
+fn parse_reason(text: &str) -> Result<String, String> {
+    match text.chars().find(|c| c.is_control() && *c != '\t').or_else(|| ibi::markup::first_unwritable(text)) {
+        Some(c) => Err(format!("it holds the control character U+{:04X}: write the reason as plain text", c as u32)),
+        None => Ok(text.to_string()),
+    }
+}
+
 fn parse_meta(text: &str) -> Result<(String, String), String> {
     let (k, v) = text.split_once('=').ok_or_else(|| format!("\"{text}\" is not K=V"))?;
     let label_ok = !k.is_empty() && k.chars().all(|c| c.is_ascii_graphic() && c != ':');
@@ -576,6 +585,9 @@ fn parse_meta(text: &str) -> Result<(String, String), String> {
     }
     if v.contains(['\n', '\r']) {
         return Err(format!("the value of {k} holds a line break"));
+    }
+    if let Some(c) = v.chars().find(|c| c.is_control() && *c != '\t').or_else(|| ibi::markup::first_unwritable(v)) {
+        return Err(format!("the value of {k} holds the control character U+{:04X}", c as u32));
     }
     Ok((k.to_string(), v.to_string()))
 }
@@ -661,7 +673,7 @@ pub struct WithdrawArgs {
     #[arg(required = true)]
     pub names: Vec<String>,
     /// Why, recorded in the tombstone and shown to whoever resolves the name.
-    #[arg(long, value_name = "TEXT")]
+    #[arg(long, value_name = "TEXT", value_parser = parse_reason)]
     pub reason: String,
     /// Also destroy the bytes of every version (the tombstone and history remain).
     #[arg(long)]

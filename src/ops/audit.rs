@@ -543,7 +543,7 @@ fn look_at(
 fn fixity_of(check: Option<LastCheck>, cycle_start: Option<i64>) -> Fixity {
     match check {
         None => Fixity::Never,
-        Some(check) if check.undated() => Fixity::Never,
+        Some(check) if check.undated() || check.future() => Fixity::Never,
         Some(check) if !check.ok => Fixity::Failed,
         Some(check) if cycle_start.is_some_and(|start| check.at < start) => Fixity::Stale,
         Some(_) => Fixity::Passed,

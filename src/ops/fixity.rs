@@ -29,6 +29,12 @@ pub enum Budget {
 
 /// When an item's last check was, in seconds, when its date does not read.
 const NEVER: i64 = i64::MIN;
+/// When an item's last check was, when its date is in the future of this
+/// machine's clock (a clock that once ran ahead): as if never checked.
+const FUTURE: i64 = i64::MIN + 1;
+/// How far past this machine's clock a check's date may be and still count:
+/// two clocks a little apart.
+const FUTURE_SLACK_SECS: i64 = 300;
 
 /// One item's last check: when (seconds since 1970) and whether it passed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,12 +46,17 @@ pub struct LastCheck {
 impl LastCheck {
     /// It passed, and its date reads.
     pub fn passed(&self) -> bool {
-        self.ok && self.at != NEVER
+        self.ok && self.at != NEVER && self.at != FUTURE
     }
 
     /// Its date does not read (written by another party): as if never checked.
     pub fn undated(&self) -> bool {
         self.at == NEVER
+    }
+
+    /// Its date is in the future of this machine's clock: as if never checked.
+    pub fn future(&self) -> bool {
+        self.at == FUTURE
     }
 
     /// Its date as `fixity_date` writes it.
@@ -67,8 +78,10 @@ impl LastChecks {
     /// The store's last checks; `None` when it keeps none.
     pub fn read(store: &dyn Store) -> Result<Option<LastChecks>> {
         let mut checks = Vec::new();
+        let latest = Timestamp::now().whole_seconds() as i64 + FUTURE_SLACK_SECS;
         let kept = store.each_fixity_check(&mut |check| {
             let at = chrono::DateTime::parse_from_rfc3339(&check.date).map_or(NEVER, |date| date.timestamp());
+            let at = if at != NEVER && at > latest { FUTURE } else { at };
             checks.push((name_key(&check.name), pack(LastCheck { at, ok: check.ok })));
         })?;
         // The last one read of a name (or of two whose hashes collide) answers.
@@ -100,14 +113,14 @@ impl LastChecks {
 /// the lowest bit; `NEVER` (an unreadable date) as itself.
 fn pack(check: LastCheck) -> i64 {
     match check.at {
-        NEVER => NEVER,
+        NEVER | FUTURE => check.at,
         at => (at << 1) | i64::from(check.ok),
     }
 }
 
 fn unpack(packed: i64) -> LastCheck {
     match packed {
-        NEVER => LastCheck { at: NEVER, ok: false },
+        NEVER | FUTURE => LastCheck { at: packed, ok: false },
         packed => LastCheck { at: packed >> 1, ok: packed & 1 == 1 },
     }
 }
@@ -237,6 +250,9 @@ pub fn fixity_age(store: &dyn Store, cycle: Duration, now: Timestamp, reporter: 
         let detail = match checks.get(&name) {
             None => "never checked".to_string(),
             Some(check) if check.undated() => "its last check's date does not read".to_string(),
+            Some(check) if check.future() => "its last check is dated in the future of this machine's clock (a \
+                                              clock that ran ahead?): taken as never checked"
+                .to_string(),
             Some(check) if !check.ok => format!("its last check ({}) found it damaged", check.date()),
             Some(check) if check.at < since_at => {
                 format!("last found whole {}, before the cycle began ({since})", check.date())

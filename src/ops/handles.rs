@@ -233,7 +233,7 @@ pub fn locations(name: &RepositoryName, url_base: &str, mirrors: &[String]) -> S
 }
 
 pub(crate) fn xml(text: &str) -> String {
-    text.replace('&', "&amp;").replace('"', "&quot;").replace('<', "&lt;").replace('>', "&gt;")
+    crate::markup::escape(text)
 }
 
 fn item_block(record: &ItemRecord, handle: &str, options: &HandleExport) -> String {

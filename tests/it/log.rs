@@ -266,3 +266,86 @@ fn regress_journalled_event_ids_in_random_order() {
     let (carried, deposited) = (ids(&b), ids(&a));
     assert_eq!(carried, deposited, "carried events keep their ids");
 }
+
+/// Issue 57, class 4: a reason with ESC and BEL was accepted and `log --premis`
+/// wrote them raw (and U+0001, U+FFFE, a control character in a source path
+/// carried by mirror): no XML parser read the file. Reasons and bag-info values
+/// with control characters are refused at the door, and what still reaches
+/// PREMIS (a path from another collection) is written visibly; lxml and metsrw
+/// read every file.
+#[test]
+fn regress_premis_no_parser_reads() {
+    let env = TestEnv::new();
+    let hostile_root = env.collection("lib\u{1}\u{1b}]0;PWNED\u{7}\u{fffe}");
+    let src = env.write("doc/a.txt", b"a\n");
+    env.ok(&["-q", "deposit", &hostile_root, src.parent().unwrap().to_str().unwrap()]);
+    let name = first_name(&env, &hostile_root);
+    let b = env.path("b").to_string_lossy().into_owned();
+    env.ok(&["-q", "init", &b, "--like", &hostile_root]);
+    env.ok(&["-q", "mirror", &hostile_root, &b]);
+    for reason in ["dup \u{1b}]0;PWNED\u{7}", "one\u{1}", "two\u{fffe}"] {
+        let refused = env.fails(&["withdraw", &b, &name, "--reason", reason], 2);
+        assert!(refused.stderr.contains("control character"), "{}", refused.stderr);
+    }
+    let meta = env.fails(&["update", &b, &name, "--meta", "Title=a\u{1b}[31mred"], 2);
+    assert!(meta.stderr.contains("control character"), "{}", meta.stderr);
+    env.ok(&["withdraw", &b, &name, "--reason", "duplicate"]);
+    let premis = env.ok(&["log", &b, &name, "--premis"]).stdout;
+    assert!(premis.chars().all(|c| !c.is_control() || c == '\n' || c == '\t'), "{premis:?}");
+    std::fs::write(env.path("premis.xml"), &premis).unwrap();
+    std::fs::write(env.path("log.jsonl"), env.ok(&["--json", "log", &b, &name]).stdout).unwrap();
+    let python = repo().join("target/bagit-venv/bin/python");
+    let read = std::process::Command::new(python)
+        .arg(repo().join("tests/premis_check.py"))
+        .args([env.path("premis.xml"), env.path("log.jsonl")])
+        .output()
+        .unwrap();
+    let (out, err) = (String::from_utf8_lossy(&read.stdout), String::from_utf8_lossy(&read.stderr));
+    assert!(read.status.success(), "lxml and metsrw read it: {out}{err}");
+}
+
+/// Issue 57, class 2: fixity dates were taken on trust. Rows written into the
+/// inventory's `fixity` table by hand (dated now, `ok`, no check and no event)
+/// made `verify --age` exit 0 while an item was damaged; a check dated 2099 (a
+/// clock that once ran ahead) was never redone and `--age` exited 0. A date
+/// counts only when the hash-chained log holds its check, and a date in the
+/// future is a problem, taken as never checked and checked first.
+#[test]
+fn regress_fixity_dates_taken_on_trust() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 3, 1);
+    let names: Vec<String> =
+        env.ok(&["list", &a]).lines().iter().map(|l| l.split('\t').next().unwrap().into()).collect();
+    std::fs::write(Path::new(&a).join(&names[0]).join("data/f0.txt"), b"rotten\n").unwrap();
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let rows: String = names
+        .iter()
+        .map(|n| format!("INSERT OR REPLACE INTO fixity (name, checked, ok) VALUES ('{n}', '{now}', 1);"))
+        .collect();
+    tamper(&a, &format!("CREATE TABLE IF NOT EXISTS fixity (name TEXT PRIMARY KEY NOT NULL, checked TEXT NOT NULL, ok INTEGER NOT NULL, seq INTEGER) WITHOUT ROWID; {rows}"));
+    let age = env.fails(&["verify", &a, "--age", "--cycle", "90"], 1);
+    assert!(age.stderr.contains("3 not found whole"), "rows no check logged count for nothing: {}", age.stderr);
+    let ndsa = env.run(&["audit", &a, "--ndsa"]).stdout;
+    let cell = ndsa.lines().find(|l| l.contains("Document integrity information verification")).unwrap_or_default();
+    assert!(cell.contains("\tunmet\t"), "{cell}");
+
+    // Genuine checks made by a clock 30,000 days ahead.
+    std::fs::write(Path::new(&a).join(&names[0]).join("data/f0.txt"), b"a item 0 file 0\n").unwrap();
+    let ibi = crate::env::ibi_bin();
+    let ahead = sh(&format!(
+        "IBI_MINTER_DIR='{}' faketime -f +30000d '{}' -q verify '{a}' && echo verified",
+        crate::env::minter_dir(env.root()).display(),
+        ibi.display()
+    ));
+    assert!(ahead.contains("verified"), "{ahead}");
+    let age = env.fails(&["verify", &a, "--age", "--cycle", "90"], 1);
+    assert!(age.stdout.contains("dated in the future"), "{}", age.stdout);
+    assert!(age.stderr.contains("3 not found whole"), "{}", age.stderr);
+    env.ok(&["-q", "verify", &a, "--budget", "1B"]);
+    let age = env.fails(&["verify", &a, "--age", "--cycle", "90"], 1);
+    assert!(
+        age.stderr.contains("2 not found whole"),
+        "the nightly run redid a future-dated check first: {}",
+        age.stderr
+    );
+}

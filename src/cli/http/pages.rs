@@ -19,18 +19,7 @@ h1{font-size:1.5rem;overflow-wrap:break-word}td.size{text-align:right;white-spac
 
 /// Escapes text for HTML content and attribute values.
 pub fn esc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+    ibi::markup::escape(text)
 }
 
 fn page(title: &str, body: &str) -> String {

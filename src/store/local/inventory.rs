@@ -938,7 +938,11 @@ impl super::Collection {
         if !self.layout.inventory().exists() {
             self.rebuild_inventory()?;
         }
-        self.with_inventory(|inventory| inventory.add_columns()).map(drop)
+        self.with_inventory(|inventory| {
+            inventory.add_columns()?;
+            inventory.upgrade_fixity()
+        })
+        .map(drop)
     }
 
     /// Rebuilds the inventory from the bags. Items that vanished are forgotten: the
