@@ -1,16 +1,25 @@
-"""Recomputes an ibi witness root and checks an inclusion proof, with hashlib only.
+"""An independent checker of ibi's witnesses and proofs, written from
+docs/formats.md alone ("The witness"): hashlib for the tree, pyca/cryptography
+for Ed25519. It shares no code with ibi.
 
-usage: witness_check.py root WITNESS.json LIST.jsonl   (LIST: `ibi list --json`)
-       witness_check.py proof PROOF.json               (from `ibi witness --prove`)
-The tree is RFC 6962's (ARCHITECTURE.md, "The witness"); the signature is not
-checked here (hashlib has no Ed25519): `ibi witness --check` does that.
+usage: witness_check.py root WITNESS.json LIST.jsonl [KEY]   (LIST: `ibi --json list`)
+       witness_check.py proof PROOF.json [KEY]               (from `ibi witness --prove`)
+KEY is the collection's published witness key (hex, from collection.toml or
+/.well-known/ibi/witness-key); without it the witness's own key is used, which
+proves only that the document is self-consistent. Exits 0 when every check
+passes, 1 naming the first that fails, 2 on a bad command line.
 """
 import hashlib, json, sys
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 H = lambda b: hashlib.sha256(b).digest()
 leaf = lambda name, identity: H(b"\0" + f"{name}\n{identity}".encode())
 
+
 def root(leaves):
+    """RFC 6962's Merkle tree hash; the empty tree is SHA-256 of nothing."""
     if not leaves:
         return H(b"")
     if len(leaves) == 1:
@@ -18,7 +27,37 @@ def root(leaves):
     k = 1 << (len(leaves) - 1).bit_length() - 1
     return H(b"\1" + root(leaves[:k]) + root(leaves[k:]))
 
-def check(proof):
+
+def message(w):
+    """The signed bytes, by version (docs/formats.md)."""
+    head = [w["collection"], w["date"], str(w["items"]), w["root"]]
+    if "left_out" in w:
+        lines = ["ibi-witness-v3", *head, str(w.get("log_events", 0)), w.get("log_head", "-"), str(w["left_out"])]
+    elif "log_events" in w and "log_head" in w:
+        lines = ["ibi-witness-v2", *head, str(w["log_events"]), w["log_head"]]
+    else:
+        lines = ["ibi-witness-v1", *head]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def fail(why):
+    print(why, file=sys.stderr)
+    sys.exit(1)
+
+
+def check_signature(w, key):
+    if key is not None and key.lower() != w["public_key"].lower():
+        fail(f"signed by {w['public_key']}, not by the collection's key {key}")
+    try:
+        Ed25519PublicKey.from_public_bytes(bytes.fromhex(w["public_key"])).verify(
+            bytes.fromhex(w["signature"]), message(w))
+    except (InvalidSignature, ValueError) as e:
+        fail(f"the signature does not verify: {e!r}")
+    if len(w.get("left_out_names", [])) > w.get("left_out", 0):
+        fail("it names more left-out items than it says it left out")
+
+
+def check_path(proof):
     fn, sn, r = proof["index"], proof["witness"]["items"] - 1, leaf(proof["name"], proof["identity"])
     for p in map(bytes.fromhex, proof["path"]):
         if sn == 0:
@@ -32,11 +71,23 @@ def check(proof):
         fn, sn = fn >> 1, sn >> 1
     return sn == 0 and r.hex() == proof["witness"]["root"]
 
-if sys.argv[1] == "root":
-    witness = json.load(open(sys.argv[2]))
-    items = [json.loads(line) for line in open(sys.argv[3]) if line.strip()]
-    pairs = sorted((i["name"].encode(), i["identity"]) for i in items if i["status"] == "present")
+
+args = sys.argv[1:]
+if args[:1] == ["root"] and len(args) in (3, 4):
+    witness = json.load(open(args[1]))
+    check_signature(witness, args[3] if len(args) == 4 else None)
+    items = [json.loads(line) for line in open(args[2]) if line.strip()]
+    left_out = set(witness.get("left_out_names", []))
+    if witness.get("left_out", 0) > len(left_out):
+        fail("more items were left out than are named: the root cannot be recomputed from a listing")
+    pairs = sorted((i["name"].encode(), i["identity"]) for i in items
+                   if i["status"] == "present" and i["name"] not in left_out)
     mine = root([leaf(n.decode(), i) for n, i in pairs]).hex()
     print(mine)
     sys.exit(0 if mine == witness["root"] and len(pairs) == witness["items"] else 1)
-sys.exit(0 if check(json.load(open(sys.argv[2]))) else 1)
+elif args[:1] == ["proof"] and len(args) in (2, 3):
+    proof = json.load(open(args[1]))
+    check_signature(proof["witness"], args[2] if len(args) == 3 else None)
+    sys.exit(0 if check_path(proof) else 1)
+print(__doc__, file=sys.stderr)
+sys.exit(2)

@@ -419,6 +419,9 @@ pub(crate) fn verify_one(
         _ => None,
     };
     problems.extend(against_inventory(store, name, recorded, check.identity.clone()));
+    // Only a whole bag confirms its identity: a tagmanifest that still reads as
+    // recorded over damaged payload vouches for nothing.
+    let confirmed = confirmed.filter(|_| problems.iter().all(|p| p.kind == ProblemKind::BrokenAlias));
     if !problems.is_empty() && vanished(store, name) {
         reporter.item(&name, Outcome::Vanished);
         return;

@@ -1,10 +1,14 @@
-//! The witness: a signed Merkle root (`merkle`) over every present item's
-//! identity digest, made at the end of a whole or rolling verify, so that a third
-//! party holding an earlier witness and an inclusion proof can tell that an item
-//! was not swapped, even for a bag whose manifests agree with themselves. Leaves
-//! are `NAME\nIDENTITY` in byte order of the names; ARCHITECTURE.md ("The
-//! witness") says enough to recompute the root and check a proof elsewhere
-//! (`tests/witness_check.py` does, in Python).
+//! The witness: a signed Merkle root (`merkle`) over the identity digests the
+//! collection's records hold, made at the end of a whole or rolling verify, so
+//! that a third party holding an earlier witness and an inclusion proof can
+//! tell that an item was not swapped, even for a bag whose manifests agree with
+//! themselves. A present item is a leaf only when its bytes were confirmed to
+//! match its record: by a check in that run, or by an unexpired check the log
+//! holds while its bag still reads as recorded. Any other item (damaged,
+//! replaced, unchecked) is left out, counted and named in the witness, and
+//! `--prove` says so. Leaves are `NAME\nIDENTITY` in byte order of the names;
+//! docs/formats.md says enough to recompute the root and check a proof
+//! elsewhere (`tests/witness_check.py` does, in Python).
 
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
 use serde::{Deserialize, Serialize};
@@ -12,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::id::{RepositoryName, Timestamp};
 use crate::merkle::{self, Hash};
+use crate::ops::fixity::LastChecks;
 use crate::ops::verify::Confirmed;
 use crate::store::{items, Store};
 
@@ -35,7 +40,18 @@ pub struct Witness {
     /// The hash of that last event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_head: Option<String>,
+    /// How many present items were left out: their bytes were not confirmed to
+    /// match their record (`ibi-witness-v3` signs it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left_out: Option<u64>,
+    /// The first `LEFT_OUT_NAMED` of them, in byte order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out_names: Vec<String>,
 }
+
+/// How many left-out items a witness names: a proof can be made from the
+/// collection while no more were left out.
+pub const LEFT_OUT_NAMED: usize = 1000;
 
 /// That one item is a leaf of a witness's tree.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,8 +80,12 @@ impl Witness {
     /// line; `ibi-witness-v2` adds the log's event count and head hash.
     pub fn message(&self) -> String {
         let (collection, date, items, root) = (&self.collection, &self.date, self.items, &self.root);
-        match (self.log_events, &self.log_head) {
-            (Some(events), Some(head)) => {
+        match (self.log_events, &self.log_head, self.left_out) {
+            (events, head, Some(left_out)) => {
+                let (events, head) = (events.unwrap_or(0), head.as_deref().unwrap_or("-"));
+                format!("ibi-witness-v3\n{collection}\n{date}\n{items}\n{root}\n{events}\n{head}\n{left_out}\n")
+            }
+            (Some(events), Some(head), None) => {
                 format!("ibi-witness-v2\n{collection}\n{date}\n{items}\n{root}\n{events}\n{head}\n")
             }
             _ => format!("ibi-witness-v1\n{collection}\n{date}\n{items}\n{root}\n"),
@@ -79,6 +99,12 @@ impl Witness {
 
     /// Whether the signature is the public key's over the message.
     pub fn signed(&self) -> Result<()> {
+        if self.left_out.is_some_and(|n| (self.left_out_names.len() as u64) > n) {
+            return Err(Error::Data {
+                what: "witness".into(),
+                problem: "it names more left-out items than it says it left out".into(),
+            });
+        }
         let key = VerifyingKey::from_bytes(&unhex::<32>(&self.public_key, "public key")?)
             .map_err(|e| Error::Invalid { what: "public key".into(), problem: e.to_string() })?;
         let signature = Signature::from_bytes(&unhex::<64>(&self.signature, "signature")?);
@@ -106,25 +132,69 @@ fn covered(store: &dyn Store) -> Box<dyn Iterator<Item = Result<RepositoryName>>
     store.present_names()
 }
 
-/// Calls `each` with every covered item's name and identity, in byte order of the
-/// names, a page at a time; `each(None)` says that every leaf handed on so far is
-/// void and all of them follow again (see `in_leaf_order`). The identities are
-/// computed from the bags (the sha256 of each tagmanifest), not taken from the
-/// inventory, so that an item swapped behind ibi's back changes the root; but
-/// for the identities a verify just `confirmed`: read from the bag by that
-/// verify, and still the inventory's record.
-fn each_leaf(store: &dyn Store, confirmed: Option<&Confirmed>, each: &mut dyn FnMut(Leaf)) -> Result<()> {
+/// How the leaves are chosen: when a witness is made, by what vouches for each
+/// item's bytes; when a proof is made, as the witness chose them (the recorded
+/// identities, but for the items it names as left out).
+enum Choice<'a> {
+    Making(&'a Vouchers<'a>),
+    Replaying(&'a std::collections::BTreeSet<String>),
+}
+
+/// What vouches for an item's bytes when a witness is made: this run's checks,
+/// and the passed checks the log holds from `since` on (seconds since 1970)
+/// while the bag's tagmanifest still reads as recorded.
+pub struct Vouchers<'a> {
+    confirmed: Option<&'a Confirmed>,
+    checks: Option<LastChecks>,
+    since: i64,
+}
+
+/// How long a check vouches for an item without a policy's `max_fixity_age`.
+const DEFAULT_VOUCHING_DAYS: i64 = 90;
+
+impl<'a> Vouchers<'a> {
+    /// The vouchers of `store` at `now`: the checks within its policy's
+    /// `max_fixity_age` (90 days without one), and what this run `confirmed`.
+    pub fn of(store: &dyn Store, now: Timestamp, confirmed: Option<&'a Confirmed>) -> Result<Vouchers<'a>> {
+        let days = store
+            .current_config()?
+            .and_then(|c| c.policy)
+            .and_then(|p| p.max_fixity_age)
+            .and_then(|age| crate::store::config::parse_days(&age).ok())
+            .map_or(DEFAULT_VOUCHING_DAYS, i64::from);
+        let since = now.whole_seconds() as i64 - days * 86_400;
+        Ok(Vouchers { confirmed, checks: LastChecks::read(store)?, since })
+    }
+
+    /// Whether `name`'s bytes are vouched to match `recorded`, its bag reading as `read`.
+    fn vouch(&self, name: &RepositoryName, recorded: &str, read: Option<&str>) -> bool {
+        if self.confirmed.is_some_and(|c| c.holds(name, recorded)) {
+            return true;
+        }
+        let checked = self.checks.as_ref().and_then(|c| c.get(name)).is_some_and(|c| c.passed() && c.at >= self.since);
+        checked && read == Some(recorded)
+    }
+}
+
+/// One step of the leaves, in byte order of the names.
+enum Step<'a> {
+    Leaf(&'a str, &'a str),
+    LeftOut(&'a str),
+    /// Every step handed on so far is void: they follow again from the first.
+    Restart,
+}
+
+/// Calls `each` with every covered item, in byte order of the names, a page at
+/// a time, as `choice` says: a leaf of its recorded identity, or left out.
+fn each_leaf(store: &dyn Store, choice: &Choice, each: &mut dyn FnMut(Step)) -> Result<()> {
     in_leaf_order(&|| covered(store), &mut |leaves| match leaves {
-        Leaves::Page(page) => leaves_of(store, page, confirmed, &mut |name, identity| each(Some((name, identity)))),
+        Leaves::Page(page) => leaves_of(store, page, choice, each),
         Leaves::Restart => {
-            each(None);
+            each(Step::Restart);
             Ok(())
         }
     })
 }
-
-/// An item's name and identity, or `None`: every leaf handed on so far is void.
-type Leaf<'a> = Option<(&'a str, &'a str)>;
 
 /// What `in_leaf_order` hands on.
 enum Leaves<'a> {
@@ -189,32 +259,46 @@ fn named(name: Result<RepositoryName>) -> Result<Named> {
     name.map(|name| (name.to_string(), name))
 }
 
-/// The identities of one page of names, read from the bags at once (in parallel,
-/// or in one round trip to a far server), handed on in order.
-fn leaves_of(
-    store: &dyn Store,
-    page: &[Named],
-    confirmed: Option<&Confirmed>,
-    each: &mut dyn FnMut(&str, &str),
-) -> Result<()> {
+/// The leaves of one page of names. With an inventory, each leaf is the
+/// identity the record holds (a bag swapped behind ibi's back never becomes a
+/// leaf); the bags' identities are read (at once: in parallel, or in one round
+/// trip to a far server) only for items this run did not confirm. Without an
+/// inventory the bags' identities are the leaves.
+fn leaves_of(store: &dyn Store, page: &[Named], choice: &Choice, each: &mut dyn FnMut(Step)) -> Result<()> {
     let names: Vec<RepositoryName> = page.iter().map(|(_, name)| name.clone()).collect();
-    let mut identities: Vec<Option<String>> = match confirmed {
-        Some(confirmed) => (store.recorded_states(&names)?.into_iter().zip(&names))
-            .map(|(state, name)| state.map(|(_, identity)| identity).filter(|id| confirmed.holds(name, id)))
-            .collect(),
-        None => vec![None; names.len()],
+    let recorded: Vec<Option<String>> = match store.has_inventory() {
+        true => store.recorded_states(&names)?.into_iter().map(|state| state.map(|(_, identity)| identity)).collect(),
+        false => vec![None; names.len()],
     };
-    let unread: Vec<RepositoryName> =
-        names.iter().zip(&identities).filter(|(_, known)| known.is_none()).map(|(name, _)| name.clone()).collect();
+    let unread: Vec<RepositoryName> = names
+        .iter()
+        .zip(&recorded)
+        .filter(|(name, recorded)| match (choice, recorded) {
+            (Choice::Making(v), Some(id)) => !v.confirmed.is_some_and(|c| c.holds(name, id)),
+            (Choice::Replaying(_), Some(_)) => false,
+            (_, None) => true,
+        })
+        .map(|(name, _)| name.clone())
+        .collect();
     let read = store.bag_identities(&unread);
     if read.len() != unread.len() {
         let problem = format!("{} identities came back for {} names asked", read.len(), unread.len());
         return Err(Error::Data { what: format!("{}'s identities", store.location()), problem });
     }
-    for (identity, read) in identities.iter_mut().filter(|known| known.is_none()).zip(read) {
-        *identity = Some(read?);
+    let mut read: std::collections::HashMap<&RepositoryName, Option<String>> =
+        unread.iter().zip(read).map(|(name, identity)| (name, identity.ok())).collect();
+    for ((text, name), recorded) in page.iter().zip(&recorded) {
+        let bag = read.remove(name).flatten();
+        let step = match (choice, recorded, &bag) {
+            (Choice::Replaying(left_out), _, _) if left_out.contains(text) => Step::LeftOut(text),
+            (Choice::Replaying(_), Some(id), _) => Step::Leaf(text, id),
+            (Choice::Making(v), Some(id), _) if v.vouch(name, id, bag.as_deref()) => Step::Leaf(text, id),
+            (Choice::Making(_), Some(_), _) => Step::LeftOut(text),
+            (_, None, Some(id)) => Step::Leaf(text, id),
+            (_, None, None) => Step::LeftOut(text),
+        };
+        each(step);
     }
-    page.iter().zip(identities.iter().flatten()).for_each(|((text, _), identity)| each(text, identity));
     Ok(())
 }
 
@@ -237,10 +321,21 @@ pub fn make_after(store: &dyn Store, now: Timestamp, confirmed: Option<&Confirme
     let Some(seed) = store.witness_seed()? else { return Ok(None) };
     let key = SigningKey::from_bytes(&seed);
     let log = store.log_head()?;
+    let vouchers = Vouchers::of(store, now, confirmed)?;
     let mut tree = merkle::Builder::default();
-    each_leaf(store, confirmed, &mut |item| match item {
-        Some((name, identity)) => tree.push(leaf(name, identity)),
-        None => tree = merkle::Builder::default(),
+    let (mut left_out, mut left_out_names) = (0u64, Vec::new());
+    each_leaf(store, &Choice::Making(&vouchers), &mut |step| match step {
+        Step::Leaf(name, identity) => tree.push(leaf(name, identity)),
+        Step::LeftOut(name) => {
+            left_out += 1;
+            if left_out_names.len() < LEFT_OUT_NAMED {
+                left_out_names.push(name.to_string());
+            }
+        }
+        Step::Restart => {
+            tree = merkle::Builder::default();
+            (left_out, left_out_names) = (0, Vec::new());
+        }
     })?;
     let mut witness = Witness {
         collection: store.collection_id().unwrap_or_else(|| store.location()),
@@ -251,6 +346,8 @@ pub fn make_after(store: &dyn Store, now: Timestamp, confirmed: Option<&Confirme
         signature: String::new(),
         log_events: log.as_ref().map(|(seq, _)| *seq),
         log_head: log.map(|(_, hash)| hash),
+        left_out: Some(left_out),
+        left_out_names,
     };
     witness.signature = hex(&key.sign(witness.message().as_bytes()).to_bytes());
     let json = serde_json::to_string_pretty(&witness).expect("a witness serialises");
@@ -282,16 +379,39 @@ pub fn make_json(store: &dyn Store) -> Result<Option<String>> {
 /// The proof that `name` is in `witness`'s tree, from the collection as it is now;
 /// refused when the collection no longer matches the witness.
 pub fn prove(store: &dyn Store, witness: &Witness, name: &str) -> Result<Proof> {
+    if witness.left_out_names.iter().any(|n| n == name) {
+        return Err(Error::Data {
+            what: name.to_string(),
+            problem: format!(
+                "it is not in the witness of {}: its bytes were not confirmed to match its record then (damaged, \
+                 replaced or not checked within the cycle); `ibi verify` checks it",
+                witness.date
+            ),
+        });
+    }
+    let named = witness.left_out_names.len() as u64;
+    if witness.left_out.is_some_and(|n| n > named) {
+        return Err(Error::Data {
+            what: "witness".into(),
+            problem: format!(
+                "it left out {} items and names only {named}: no proof can be made from the collection until a \
+                 verify confirms them",
+                witness.left_out.unwrap_or_default()
+            ),
+        });
+    }
+    let excluded: std::collections::BTreeSet<String> = witness.left_out_names.iter().cloned().collect();
     let mut hashes: Vec<Hash> = Vec::new();
     let mut found: Option<(usize, String)> = None;
-    each_leaf(store, None, &mut |item| match item {
-        Some((n, identity)) => {
+    each_leaf(store, &Choice::Replaying(&excluded), &mut |step| match step {
+        Step::Leaf(n, identity) => {
             if n == name {
                 found = Some((hashes.len(), identity.to_string()));
             }
             hashes.push(leaf(n, identity));
         }
-        None => {
+        Step::LeftOut(_) => {}
+        Step::Restart => {
             hashes.clear();
             found = None;
         }

@@ -265,12 +265,19 @@ fn the_witness_is_recomputed_and_proved_by_a_third_party() {
     let witness = env.write("witness.json", env.ok(&["witness", &root]).stdout.as_bytes());
     let listed = env.write("list.jsonl", env.ok(&["--json", "list", &root]).stdout.as_bytes());
     let script = repo().join("tests/witness_check.py");
-    let python = |args: &[&std::path::Path]| {
-        let mut command = std::process::Command::new("python3");
+    let python_code = |args: &[&std::path::Path]| {
+        let mut command = std::process::Command::new(repo().join("target/bagit-venv/bin/python"));
         command.arg(&script).args(args);
-        command.output().unwrap().status.success()
+        command.output().unwrap().status.code()
     };
+    let python = |args: &[&std::path::Path]| python_code(args) == Some(0);
     assert!(python(&[std::path::Path::new("root"), &witness, &listed]), "python recomputes the root");
+    let key: serde_json::Value = serde_json::from_slice(&std::fs::read(&witness).unwrap()).unwrap();
+    let key = key["public_key"].as_str().unwrap().to_string();
+    let wrong_key = "ab".repeat(32);
+    assert!(python(&[std::path::Path::new("root"), &witness, &listed, std::path::Path::new(&key)]));
+    assert!(!python(&[std::path::Path::new("root"), &witness, &listed, std::path::Path::new(&wrong_key)]));
+    assert_eq!(python_code(&[std::path::Path::new("prooff"), &witness]), Some(2), "an unknown word is refused");
     let names: Vec<String> = env.identities(&root).into_keys().collect();
     for name in &names {
         let proof = env.write(
@@ -293,31 +300,38 @@ fn the_witness_is_recomputed_and_proved_by_a_third_party() {
     drop(server);
     let victim = &names[2];
     let old_proof = env.path(&format!("proof-{}.json", victim.replace('/', "_")));
+    let honest = env.identities(&root)[victim].clone();
     swap_item(&std::path::Path::new(&root).join(victim));
-    let refused = env.fails(&["witness", &root, "--prove", victim], 1);
-    assert!(refused.stderr.contains("no longer matches"), "{}", refused.stderr);
+    // The witness vouched for the recorded identity; a proof from it still
+    // names that one, never the forgery's.
+    let still = env.ok(&["witness", &root, "--prove", victim]).stdout;
+    let still: serde_json::Value = serde_json::from_str(&still).unwrap();
+    assert_eq!(still["identity"], honest.as_str(), "a proof names the recorded identity");
     env.fails(&["-q", "verify", &root], 1);
     let after = env.ok(&["witness", &root]).stdout;
     let before: serde_json::Value = serde_json::from_slice(&std::fs::read(&witness).unwrap()).unwrap();
     let after: serde_json::Value = serde_json::from_str(&after).unwrap();
-    assert_ne!(before["root"], after["root"], "the swap changes the root");
+    assert_ne!(before["root"], after["root"], "the swapped item leaves the tree");
+    assert_eq!(after["left_out"], 1, "{after}");
+    assert_eq!(after["left_out_names"][0], victim.as_str(), "{after}");
+    let refused = env.fails(&["witness", &root, "--prove", victim], 1);
+    assert!(refused.stderr.contains("not in the witness"), "{}", refused.stderr);
     let mut proof: serde_json::Value = serde_json::from_slice(&std::fs::read(&old_proof).unwrap()).unwrap();
-    let new_identity = env.ok(&["witness", &root, "--prove", victim]).stdout;
-    let new_identity: serde_json::Value = serde_json::from_str(&new_identity).unwrap();
-    proof["identity"] = new_identity["identity"].clone();
+    proof["identity"] = serde_json::Value::String("0".repeat(64));
     let forged = env.write("forged.json", proof.to_string().as_bytes());
     env.fails(&["witness", "--check", forged.to_str().unwrap()], 1);
+    assert!(!python(&[std::path::Path::new("proof"), &forged]), "python refuses the forged identity");
     proof["witness"]["root"] = after["root"].clone();
     let resigned = env.write("resigned.json", proof.to_string().as_bytes());
     let bad = env.fails(&["witness", "--check", resigned.to_str().unwrap()], 1);
     assert!(bad.stderr.contains("signature"), "{}", bad.stderr);
+    assert!(!python(&[std::path::Path::new("proof"), &resigned]), "python checks the signature too");
 }
 
 /// A collection holding one deposited item, verified (which makes a witness),
-/// then proved once its tagmanifest has settled (only a stat unchanged for two
+/// then audited once its tagmanifest has settled (only a stat unchanged for two
 /// seconds is cached), so that the identity cache holds it; its root and the
-/// item's name. The witness a verify makes takes the identities the verify
-/// confirmed from the inventory; a proof reads every bag, through the cache.
+/// item's name. An audit reads every bag's identity, through the cache.
 fn one_item_cached(env: &TestEnv) -> (String, String) {
     let root = env.collection("lib");
     env.write("src/a/f.txt", b"an item\n");
@@ -325,14 +339,14 @@ fn one_item_cached(env: &TestEnv) -> (String, String) {
     env.ok(&["-q", "verify", &root]);
     let name = env.identities(&root).into_keys().next().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(2200));
-    env.ok(&["witness", &root, "--prove", &name]);
+    env.ok(&["audit", &root]);
     (root, name)
 }
 
 /// The identity cache (a witness or an audit answers an item whose tagmanifest's
 /// stat is the cached one without reading it): a tagmanifest rewritten in place,
 /// same size and same inode, its modification time set back, must still be read
-/// again, so that the proof of the item no longer matches the witness. A cache
+/// again, so that the audit sees the bag no longer matches its record. A cache
 /// keyed on size and modification time would hide the edit; the change time,
 /// which no program sets back, shows it.
 #[test]
@@ -344,8 +358,8 @@ fn regress_an_in_place_edit_hidden_by_the_identity_cache() {
         .unwrap()
         .query_row("SELECT count(*) FROM identities WHERE name = ?1", [&name], |row| row.get(0))
         .unwrap();
-    assert_eq!(cached, 1, "a proof cached the identity of {name}");
-    env.ok(&["witness", &root, "--prove", &name]);
+    assert_eq!(cached, 1, "an audit cached the identity of {name}");
+    env.ok(&["audit", &root]);
 
     let tags = std::path::Path::new(&root).join(&name).join("tagmanifest-sha256.txt");
     let modified = std::fs::metadata(&tags).unwrap().modified().unwrap();
@@ -356,26 +370,25 @@ fn regress_an_in_place_edit_hidden_by_the_identity_cache() {
     file.set_modified(modified).unwrap();
     drop(file);
     assert_eq!(std::fs::metadata(&tags).unwrap().modified().unwrap(), modified);
-    let refused = env.fails(&["witness", &root, "--prove", &name], 1);
-    assert!(refused.stderr.contains("no longer matches"), "{}", refused.stderr);
+    let refused = env.fails(&["audit", &root], 1);
+    assert!(refused.stdout.contains("no longer matches its own record"), "{}", refused.stdout);
 }
 
 /// The identity cache and a symlink (hostile): an item folder moved out of the
 /// collection and replaced by a symlink to it keeps its tagmanifest's inode and
 /// change time, so a stat through the link matched the cached one and the
 /// witness answered for an item that is no longer in the collection. The item
-/// folder itself is now checked, never followed: the proof is refused.
+/// folder itself is now checked, never followed: the audit finds no copy.
 #[test]
 fn regress_a_symlinked_item_answered_from_the_identity_cache() {
     let env = TestEnv::new();
     let (root, name) = one_item_cached(&env);
-    env.ok(&["witness", &root, "--prove", &name]);
     let item = std::path::Path::new(&root).join(&name);
     let outside = env.path("outside-item");
     std::fs::rename(&item, &outside).unwrap();
     std::os::unix::fs::symlink(&outside, &item).unwrap();
-    let refused = env.fails(&["witness", &root, "--prove", &name], 1);
-    assert!(refused.stderr.contains("symlink"), "{}", refused.stderr);
+    let refused = env.fails(&["audit", &root], 1);
+    assert!(refused.stdout.contains(&format!("{name}\t")) && refused.stdout.contains("missing"), "{}", refused.stdout);
 }
 
 /// The witness key (issue 24, "the public key is in `collection.toml`"): a proof
@@ -438,4 +451,40 @@ fn far_fixity_checks_come_in_pages_and_read_as_one_reply_did() {
     assert_eq!(paged.stdout, whole.stdout);
     let local = env.ok(&["--json", "verify", &root, "--age"]);
     assert_eq!(paged.stdout, local.stdout, "the far ages are the collection's own");
+}
+
+/// Issue 57, class 1: the witness signed a replaced item. Item X's bag swapped
+/// for a resealed forgery: a rolling `verify --budget 1B` checked another item
+/// and signed a root in which `--prove X` gave the forged identity; a whole
+/// verify reported X changed and still signed the forged identity. No witness
+/// now vouches for either identity of X: it is left out, named, and `--prove`
+/// says why.
+#[test]
+fn regress_witness_signs_a_replaced_item() {
+    let env = TestEnv::new();
+    let root = env.collection("lib");
+    for i in 0..3 {
+        env.write(&format!("src/{i}/f.bin"), format!("item {i}\n").as_bytes());
+        env.ok(&["-q", "deposit", &root, env.path(&format!("src/{i}")).to_str().unwrap()]);
+    }
+    env.ok(&["-q", "verify", &root]);
+    let names: Vec<String> = env.identities(&root).into_keys().collect();
+    let victim = &names[1];
+    let forged_identity = {
+        swap_item(&std::path::Path::new(&root).join(victim));
+        env.identities(&root)[victim].clone()
+    };
+    for run in [&["-q", "verify", &root, "--budget", "1B"][..], &["-q", "verify", &root][..]] {
+        let _ = env.run(run);
+        let witness: serde_json::Value = serde_json::from_str(&env.ok(&["witness", &root]).stdout).unwrap();
+        assert_eq!(witness["left_out"], 1, "{run:?}: {witness}");
+        assert_eq!(witness["left_out_names"][0], victim.as_str(), "{run:?}: {witness}");
+        assert_eq!(witness["items"], 2, "{run:?}");
+        let refused = env.fails(&["witness", &root, "--prove", victim], 1);
+        assert!(refused.stderr.contains("not in the witness"), "{run:?}: {}", refused.stderr);
+        assert!(!refused.stdout.contains(&forged_identity));
+        for other in names.iter().filter(|n| *n != victim) {
+            env.ok(&["witness", &root, "--prove", other]);
+        }
+    }
 }

@@ -724,7 +724,11 @@ impl Session {
             ),
             Request::Config => Reply::Config(c()?.current_config()?.map(|config| config.to_toml()).unwrap_or_default()),
             Request::MakeWitness => Reply::Text(match (self.options.read_only, self.options.witness) {
-                (false, Some(make)) => make(c()?)?,
+                (false, Some(make)) => {
+                    // The checks this session made vouch for the leaves: kept first.
+                    self.keep_fixity(true);
+                    make(c()?)?
+                }
                 _ => None,
             }),
             Request::LatestWitness => Reply::Text(c()?.latest_witness()?),
