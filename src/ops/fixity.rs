@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::id::{RepositoryName, Timestamp};
+use crate::ops::last_checks::NEVER;
+pub use crate::ops::last_checks::{LastCheck, LastChecks};
 use crate::ops::report::Reporter;
 use crate::ops::verify::{checking, known_items, verify_one, Confirmed, Counters, Recorded, VerifySummary};
 
@@ -25,112 +27,6 @@ pub enum Budget {
     Bytes(u64),
     /// Stop once this much time was spent.
     Time(Duration),
-}
-
-/// When an item's last check was, in seconds, when its date does not read.
-const NEVER: i64 = i64::MIN;
-/// When an item's last check was, when its date is in the future of this
-/// machine's clock (a clock that once ran ahead): as if never checked.
-const FUTURE: i64 = i64::MIN + 1;
-/// How far past this machine's clock a check's date may be and still count:
-/// two clocks a little apart.
-const FUTURE_SLACK_SECS: i64 = 300;
-
-/// One item's last check: when (seconds since 1970) and whether it passed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LastCheck {
-    pub at: i64,
-    pub ok: bool,
-}
-
-impl LastCheck {
-    /// It passed, and its date reads.
-    pub fn passed(&self) -> bool {
-        self.ok && self.at != NEVER && self.at != FUTURE
-    }
-
-    /// Its date does not read (written by another party): as if never checked.
-    pub fn undated(&self) -> bool {
-        self.at == NEVER
-    }
-
-    /// Its date is in the future of this machine's clock: as if never checked.
-    pub fn future(&self) -> bool {
-        self.at == FUTURE
-    }
-
-    /// Its date as `fixity_date` writes it.
-    pub fn date(&self) -> String {
-        chrono::DateTime::from_timestamp(self.at, 0)
-            .map(|d| d.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-            .unwrap_or_default()
-    }
-}
-
-/// Every item's last check, sixteen bytes an item (a 64-bit hash of the name,
-/// the check's second and result), read from the store one check at a time:
-/// what a plan or a report over a large collection holds. Two names whose hashes
-/// collide share an answer, which can only misplace one item in a rolling turn
-/// or in a report of ages, never lose one.
-pub struct LastChecks(Vec<(u64, i64)>);
-
-impl LastChecks {
-    /// The store's last checks; `None` when it keeps none.
-    pub fn read(store: &dyn Store) -> Result<Option<LastChecks>> {
-        let mut checks = Vec::new();
-        let latest = Timestamp::now().whole_seconds() as i64 + FUTURE_SLACK_SECS;
-        let kept = store.each_fixity_check(&mut |check| {
-            let at = chrono::DateTime::parse_from_rfc3339(&check.date).map_or(NEVER, |date| date.timestamp());
-            let at = if at != NEVER && at > latest { FUTURE } else { at };
-            checks.push((name_key(&check.name), pack(LastCheck { at, ok: check.ok })));
-        })?;
-        // The last one read of a name (or of two whose hashes collide) answers.
-        checks.reverse();
-        checks.sort_by_key(|&(key, _)| key);
-        checks.dedup_by_key(|&mut (key, _)| key);
-        checks.shrink_to_fit();
-        Ok(kept.then_some(LastChecks(checks)))
-    }
-
-    pub fn get(&self, name: &RepositoryName) -> Option<LastCheck> {
-        let key = name_key(name);
-        let at = self.0.binary_search_by_key(&key, |&(k, _)| k).ok()?;
-        Some(unpack(self.0[at].1))
-    }
-
-    /// The oldest of the checks that passed.
-    pub fn oldest_good(&self) -> Option<LastCheck> {
-        self.0.iter().map(|&(_, packed)| unpack(packed)).filter(LastCheck::passed).min_by_key(|check| check.at)
-    }
-
-    /// When `name` was last found whole, if it was.
-    fn good(&self, name: &RepositoryName) -> Option<i64> {
-        self.get(name).filter(LastCheck::passed).map(|check| check.at)
-    }
-}
-
-/// A check in eight bytes: its second shifted left by one, and its result in
-/// the lowest bit; `NEVER` (an unreadable date) as itself.
-fn pack(check: LastCheck) -> i64 {
-    match check.at {
-        NEVER | FUTURE => check.at,
-        at => (at << 1) | i64::from(check.ok),
-    }
-}
-
-fn unpack(packed: i64) -> LastCheck {
-    match packed {
-        NEVER | FUTURE => LastCheck { at: packed, ok: false },
-        packed => LastCheck { at: packed >> 1, ok: packed & 1 == 1 },
-    }
-}
-
-/// A name's 64-bit hash.
-fn name_key(name: &RepositoryName) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    name.hash(&mut hasher);
-    hasher.finish()
 }
 
 /// The store's last checks; refuses a store that keeps none.
@@ -267,23 +163,6 @@ pub fn fixity_age(store: &dyn Store, cycle: Duration, now: Timestamp, reporter: 
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A check packed into eight bytes reads back as it was: either result, dates
-    /// before and after 1970, and an unreadable date.
-    #[test]
-    fn a_packed_check_reads_back() {
-        for at in [0, 1, -1, -5, 1_764_000_000, 253_402_300_799, -62_135_596_800] {
-            for ok in [true, false] {
-                assert_eq!(unpack(pack(LastCheck { at, ok })), LastCheck { at, ok }, "{at} {ok}");
-            }
-        }
-        assert!(unpack(pack(LastCheck { at: NEVER, ok: true })).undated());
-    }
-}
-
-#[cfg(test)]
 mod turns {
     use super::*;
     use crate::id::minter::SystemClock;
@@ -315,10 +194,8 @@ mod turns {
             .iter()
             .enumerate()
             .filter(|(i, _)| i % 2 == 0)
-            .map(|(i, name)| (name_key(name), pack(LastCheck { at: 1_000_000 - i as i64, ok: i % 4 == 0 })));
-        let mut checks: Vec<(u64, i64)> = checks.collect();
-        checks.sort_by_key(|&(key, _)| key);
-        let checks = LastChecks(checks);
+            .map(|(i, name)| (name, LastCheck { at: 1_000_000 - i as i64, ok: i % 4 == 0 }));
+        let checks = LastChecks::of(checks);
         let mut expected: Vec<InTurn> =
             names.iter().map(|name| (checks.good(name).unwrap_or(NEVER), name.clone())).collect();
         expected.sort();

@@ -3,6 +3,7 @@
 //! Each takes a `Reporter` for progress and returns a summary or a typed error.
 
 pub mod audit;
+pub mod confirmed;
 pub mod copy;
 pub mod deposit;
 pub mod driver;
@@ -10,6 +11,7 @@ pub mod fixity;
 pub mod foreign_bag;
 pub mod handles;
 pub mod item;
+pub mod last_checks;
 pub mod list;
 pub mod log;
 pub mod minting;

@@ -21,8 +21,7 @@ use crate::problem::{Problem, ProblemKind};
 use crate::store::log::Action;
 use crate::store::{ibip_in, identity_digest, FileSource, ItemRecord, Placed, Placement, Staging, Store, Writer};
 
-/// How many items are staged, then made durable and placed, together.
-pub const BATCH: usize = 64;
+pub use crate::store::BATCH;
 
 /// A copy that failed because the source item is damaged: what was wrong.
 pub type Corrupt = Vec<Problem>;

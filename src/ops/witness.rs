@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::id::{RepositoryName, Timestamp};
 use crate::merkle::{self, Hash};
-use crate::ops::fixity::LastChecks;
-use crate::ops::verify::Confirmed;
+use crate::ops::confirmed::Confirmed;
+use crate::ops::last_checks::LastChecks;
 use crate::store::{items, Store};
 
 /// A signed statement of a collection's state.

@@ -19,6 +19,10 @@
 //! server) or has no rename (object storage): staging is addressed by a token,
 //! placement takes a batch, and digests are computed where the bytes are.
 
+/// How many items a transfer stages, then makes durable and places, together
+/// (a backend may ask for more: `Store::items_per_batch`).
+pub const BATCH: usize = 64;
+
 pub mod config;
 #[cfg(feature = "far")]
 pub mod far;
@@ -120,10 +124,10 @@ pub trait Store: Send + Sync {
     }
 
     /// How many items a mirror into this store stages before it places them
-    /// (`ops::transfer::BATCH` by default). Each batch's placement waits for the
+    /// (`BATCH` by default). Each batch's placement waits for the
     /// one before it, so a backend whose batches cost round trips takes more.
     fn items_per_batch(&self) -> usize {
-        crate::ops::transfer::BATCH
+        BATCH
     }
 
     /// The slot of each of `names`, in order: what a copy or mirror asks of a

@@ -375,7 +375,7 @@ impl Store for FarStore {
     /// place, and the pipeline drains at every batch's end (a first mirror of
     /// 20,000 three-file items over ssh on loopback: 7.05 s against 6.55 s).
     fn items_per_batch(&self) -> usize {
-        4 * crate::ops::transfer::BATCH
+        4 * crate::store::BATCH
     }
 
     fn slot(&self, name: &RepositoryName) -> Result<Slot> {

@@ -12,8 +12,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::alias;
+use super::journal_identity::staged_version_at;
 pub use super::layout::Layout;
-use super::place::staged_version_at;
 pub use super::walk::{Entry, ItemWalker};
 use crate::bag::{self, BagInfo};
 use crate::error::{Error, IoContext, Result};
@@ -30,7 +30,7 @@ pub struct Collection {
     pub config: CollectionConfig,
     pub subsystem: Subsystem,
     /// Items staged through the `Store` seam, by token.
-    pub(crate) stages: std::sync::Arc<Mutex<super::store_impl::StageTable>>,
+    pub(crate) stages: std::sync::Arc<Mutex<StageTable>>,
     /// The newest name of its own subsystem the collection held when this handle
     /// first minted: the minter never goes at or before it.
     pub(crate) held_floor: std::sync::OnceLock<Option<crate::id::Timestamp>>,
@@ -137,6 +137,13 @@ impl Drop for StagingDir {
         }
         live.remove(&self.path);
     }
+}
+
+/// The staging folders a collection handle holds, by token.
+#[derive(Debug, Default)]
+pub struct StageTable {
+    pub(super) next: u64,
+    pub(super) dirs: std::collections::HashMap<u64, StagingDir>,
 }
 
 /// What occupies an item's place in the tree.

@@ -8,7 +8,7 @@
 
 use rusqlite::{params, OptionalExtension, Transaction};
 
-use super::inventory::{sql_error, Inventory};
+use super::sqlite::{sql_error, Inventory};
 use crate::error::Result;
 use crate::events::{ChainCursor, Event, StoredEvent, GENESIS};
 

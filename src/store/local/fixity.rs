@@ -12,7 +12,7 @@
 
 use rusqlite::{params, OptionalExtension};
 
-use super::inventory::{sql_error, Inventory};
+use super::sqlite::{sql_error, Inventory};
 use crate::error::Result;
 use crate::id::RepositoryName;
 use crate::store::inventory::FixityCheck;

@@ -171,7 +171,7 @@ impl Vouch {
         let Some(newest) = floor.max(newest_placed) else { return };
         *vouching = Vouching::Newest(Some(newest));
         let base = layout.root.join(prefix.to_string());
-        let Some(year) = super::minter::newest_year(&base) else { return };
+        let Some(year) = newest_year(&base) else { return };
         if newest.calendar().is_some_and(|parts| i64::from(parts.year) == i64::from(year)) {
             FloorCache::new(layout, subsystem).keep_now(year, &base.join(year.to_string()), newest);
         }
@@ -185,6 +185,21 @@ impl Drop for ForfeitOnDrop {
     fn drop(&mut self) {
         self.0.forfeit();
     }
+}
+
+/// The year folders under a prefix's folder `base` (none when it is absent).
+pub(super) fn years_in(base: &Path) -> crate::error::Result<Vec<u32>> {
+    use crate::error::IoContext;
+    let listing = match std::fs::read_dir(base) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        other => other.with_path("list", base)?,
+    };
+    Ok(listing.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+}
+
+/// The newest year folder under `base`, if any.
+pub fn newest_year(base: &Path) -> Option<u32> {
+    years_in(base).ok()?.into_iter().max()
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime};
 use rusqlite::params;
 
 use super::collection::Collection;
-use super::inventory::{sql_error, Inventory};
+use super::sqlite::{sql_error, Inventory};
 use crate::bag::TAGMANIFEST;
 use crate::error::Result;
 use crate::id::RepositoryName;

@@ -7,7 +7,7 @@
 //! inventory is rebuilt from the bags into a temporary file that is renamed into
 //! place only when complete. Links are never followed (`SQLITE_OPEN_NOFOLLOW`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
@@ -18,6 +18,9 @@ use crate::fsx;
 use crate::id::{Ibip, RepositoryName};
 use crate::store::inventory::{Forward, ItemRecord, RecordSummary, Status, VersionRecord};
 use crate::store::log::{removal_event, Action, StepLog};
+
+pub use super::sqlite::Inventory;
+pub(super) use super::sqlite::{damaged, sql_error, DepositKeys};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS items (
@@ -53,57 +56,6 @@ const PRESENT_AFTER: &str = "SELECT prefix, suffix FROM items \
 
 /// How many records a page of `all` reads at once.
 const PAGE: usize = 4096;
-
-pub(super) fn sql_error(path: &Path, e: rusqlite::Error) -> Error {
-    use rusqlite::ErrorCode::{
-        CannotOpen, DatabaseBusy, DatabaseCorrupt, DatabaseLocked, DiskFull, NotADatabase, PermissionDenied, ReadOnly,
-        SystemIoFailure,
-    };
-    match e.sqlite_error_code() {
-        Some(NotADatabase | DatabaseCorrupt) => damaged(path, &e.to_string()),
-        // Another process (not an ibi writer: those hold the collection's write
-        // lock first) holds SQLite's write lock: busy, exit 75.
-        Some(DatabaseBusy | DatabaseLocked) => Error::Locked {
-            path: path.to_path_buf(),
-            holder: Some(format!("another program's SQLite write transaction ({e})")),
-        },
-        // A read-only file or mount: operational, exit 3.
-        Some(ReadOnly | PermissionDenied | CannotOpen) => {
-            Error::io("write", path, std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()))
-        }
-        // The disk failed or filled: operational (exit 3), like any other write.
-        Some(SystemIoFailure | DiskFull) => {
-            let synced = matches!(&e, rusqlite::Error::SqliteFailure(f, _)
-                if [rusqlite::ffi::SQLITE_IOERR_FSYNC, rusqlite::ffi::SQLITE_IOERR_DIR_FSYNC].contains(&f.extended_code));
-            let action = if synced { "fsync" } else { "write" };
-            Error::io(action, path, std::io::Error::other(e.to_string()))
-        }
-        _ => Error::Data { what: format!("inventory {}", path.display()), problem: e.to_string() },
-    }
-}
-
-/// A damaged inventory: corrupt state (exit 3), with what to do about it.
-fn damaged(path: &Path, why: &str) -> Error {
-    let problem = format!(
-        "the inventory is damaged ({why}); move it aside (mv {0} {0}.damaged) and the next writing command \
-         rebuilds it from the bags (items that vanished before then are no longer known)",
-        path.display()
-    );
-    Error::CorruptState { path: path.to_path_buf(), problem }
-}
-
-/// An open inventory.
-pub struct Inventory {
-    pub(super) path: PathBuf,
-    pub(super) conn: Connection,
-    /// Set while an inventory from before deposit keys is read through the view:
-    /// the keys of `.ibi/deposited/` by name, read once when first needed, so that
-    /// copies of its items carry them before its first write folds them in.
-    older_keys: Option<std::sync::OnceLock<DepositKeys>>,
-}
-
-/// Content keys by the name they were deposited as.
-type DepositKeys = std::collections::BTreeMap<RepositoryName, Vec<String>>;
 
 const COLUMNS: &str = "prefix, suffix, ibip, origin, status, digest, versions, withdrawn, moved, keys";
 

@@ -72,7 +72,7 @@ pub fn last_of_machine_states(states: &[StateFile]) -> Result<Option<Timestamp>>
 /// newest year folder's answer is kept with its stamp (`held_floor`).
 pub fn newest_held(layout: &Layout, subsystem: &Subsystem) -> Result<Option<Timestamp>> {
     let base = layout.root.join(subsystem.prefix().to_string());
-    let mut years = years_in(&base)?;
+    let mut years = super::held_floor::years_in(&base)?;
     years.sort_unstable_by(|a, b| b.cmp(a));
     let cache = FloorCache::new(layout, subsystem);
     if let Some(newest) = years.first().and_then(|&year| cache.answer(year, &base.join(year.to_string()))) {
@@ -90,20 +90,6 @@ pub fn newest_held(layout: &Layout, subsystem: &Subsystem) -> Result<Option<Time
         }
     }
     Ok(None)
-}
-
-/// The year folders under a prefix's folder `base` (none when it is absent).
-fn years_in(base: &Path) -> Result<Vec<u32>> {
-    let listing = match fs::read_dir(base) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        other => other.with_path("list", base)?,
-    };
-    Ok(listing.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
-}
-
-/// The newest year folder under `base`, if any.
-pub fn newest_year(base: &Path) -> Option<u32> {
-    years_in(base).ok()?.into_iter().max()
 }
 
 /// How many of a year folder's names, the greatest as text, are parsed first

@@ -18,6 +18,7 @@ use crate::events::EventKind;
 use crate::fsx::{self, fsync_dir, rename_exchange, rename_noreplace};
 use crate::id::{Ibip, RepositoryName};
 use crate::store::local::collection::step_of;
+use crate::store::local::journal_identity::{identity_at, IDENTITY_LINE};
 use crate::store::local::{alias, Collection, Intent, Item, StagingDir};
 use crate::store::log::{Action, StepLog};
 use crate::store::{ItemRecord, Store};
@@ -45,26 +46,6 @@ impl Staged {
     }
 }
 
-/// The journal line that keeps the identity digest of a version staged to
-/// replace the item of its name. The old version holds the name until the
-/// swap, so recovery counts such an item placed (and logs it) only when the
-/// version at its place is this one.
-const IDENTITY_LINE: &str = "#identity\t";
-
-/// The largest tagmanifest read for an identity (it lists tag files only).
-const TAGMANIFEST_CAP: u64 = 16 << 20;
-
-/// The identity digest (the SHA-256 of its tagmanifest) of the bag in `dir`;
-/// none when it has no tagmanifest.
-fn identity_at(dir: &Path) -> Result<Option<String>> {
-    let path = dir.join(crate::bag::TAGMANIFEST);
-    match fsx::read_capped(&path, TAGMANIFEST_CAP) {
-        Ok(bytes) => Ok(Some(fsx::hash_bytes(&bytes))),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io("read", &path, e)),
-    }
-}
-
 /// The identity lines of the copies that replace an item.
 fn identity_lines(staged: &[Staged]) -> Result<String> {
     let mut lines = String::new();
@@ -74,21 +55,6 @@ fn identity_lines(staged: &[Staged]) -> Result<String> {
         }
     }
     Ok(lines)
-}
-
-/// Whether the item at `place`, named `name` in a place journal holding
-/// `journal`, is the version that journal staged: always for a new item, and
-/// for a replacement only once it was swapped in.
-pub(crate) fn staged_version_at(place: &Path, name: &RepositoryName, journal: &str) -> Result<bool> {
-    let wanted = name.to_string();
-    let staged = journal
-        .lines()
-        .filter_map(|line| line.strip_prefix(IDENTITY_LINE)?.split_once('\t'))
-        .find_map(|(journalled, identity)| (journalled == wanted).then_some(identity));
-    match staged {
-        None => Ok(true),
-        Some(identity) => Ok(identity_at(place)?.as_deref() == Some(identity)),
-    }
 }
 
 /// Renames one staged copy to its place; `Err` says why the place was refused.

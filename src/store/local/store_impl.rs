@@ -2,7 +2,6 @@
 //! layout. Staged items are `.ibi/staging/` folders held by token until they
 //! are placed (`place_all`) or discarded; reads never follow a link.
 
-use std::collections::HashMap;
 use std::fs;
 use std::io::Read;
 use std::path::Path;
@@ -28,13 +27,6 @@ use crate::store::{
     FileSource, ItemRecord, Lease, Leased, Listed, LockWait, Placed, Placement, RecordSummary, Slot, StageId, Store,
     WriteBackend, Writer,
 };
-
-/// The staging folders a collection handle holds, by token.
-#[derive(Debug, Default)]
-pub struct StageTable {
-    next: u64,
-    dirs: HashMap<u64, StagingDir>,
-}
 
 impl Collection {
     fn staged_path(&self, stage: StageId, rel: &str) -> Result<std::path::PathBuf> {
