@@ -4,6 +4,8 @@ for Ed25519. It shares no code with ibi.
 
 usage: witness_check.py root WITNESS.json LIST.jsonl [KEY]   (LIST: `ibi --json list`)
        witness_check.py proof PROOF.json [KEY]               (from `ibi witness --prove`)
+       witness_check.py chain LOG.jsonl [WITNESS.json]        (LOG: `ibi --json log`)
+       witness_check.py example EXAMPLE.json                 (docs/formats.md's worked example)
 KEY is the collection's published witness key (hex, from collection.toml or
 /.well-known/ibi/witness-key); without it the witness's own key is used, which
 proves only that the document is self-consistent. Exits 0 when every check
@@ -72,6 +74,24 @@ def check_path(proof):
     return sn == 0 and r.hex() == proof["witness"]["root"]
 
 
+def check_chain(events, witness=None):
+    """The log is whole: each body hashes to its hash, seq counts from 1, prev links."""
+    prev, seq = "0" * 64, 0
+    for event in events:
+        event = dict(event)
+        claimed = event.pop("hash")
+        body = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+        if hashlib.sha256(body.encode()).hexdigest() != claimed:
+            fail(f"event {event.get('seq')}: its body does not hash to its hash")
+        if event["seq"] != seq + 1 or event["prev"] != prev:
+            fail(f"event {event.get('seq')}: it does not follow event {seq}")
+        prev, seq = claimed, event["seq"]
+        if witness is not None and seq == witness.get("log_events") and prev != witness.get("log_head"):
+            fail(f"the witness signed head {witness.get('log_head')} at event {seq}, the log holds {prev}")
+    if witness is not None and witness.get("log_events", 0) > seq:
+        fail(f"the witness signed {witness['log_events']} events; the log holds {seq}")
+
+
 args = sys.argv[1:]
 if args[:1] == ["root"] and len(args) in (3, 4):
     witness = json.load(open(args[1]))
@@ -89,5 +109,17 @@ elif args[:1] == ["proof"] and len(args) in (2, 3):
     proof = json.load(open(args[1]))
     check_signature(proof["witness"], args[2] if len(args) == 3 else None)
     sys.exit(0 if check_path(proof) else 1)
+elif args[:1] == ["chain"] and len(args) in (2, 3):
+    events = [json.loads(line) for line in open(args[1]) if line.strip()]
+    witness = json.load(open(args[2])) if len(args) == 3 else None
+    if witness is not None:
+        check_signature(witness, None)
+    check_chain(events, witness)
+    sys.exit(0)
+elif args[:1] == ["example"] and len(args) == 2:
+    example = json.load(open(args[1]))
+    check_signature(example["witness"], example["witness"]["public_key"])
+    check_chain(example["log"], example["witness"])
+    sys.exit(0 if check_path(example["proof"]) else 1)
 print(__doc__, file=sys.stderr)
 sys.exit(2)

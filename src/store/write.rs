@@ -1,4 +1,7 @@
-//! The write side of the seam. `Writer` is the only way to change a collection:
+//! The write side of the seam. `Writer` is the way to change a collection's
+//! items, aliases, records and minter (the collection's own records of fixity,
+//! witness, chain cursor and configuration still write through `Store`, each
+//! skipped on a read-only handle; ARCHITECTURE.md says so):
 //! `Store::begin_write` takes the collection's lease, completes what an
 //! interrupted writer left (`recover`), and hands out a `Writer` that holds the
 //! lease for as long as it lives and releases it when dropped, however the

@@ -488,3 +488,48 @@ fn regress_witness_signs_a_replaced_item() {
         }
     }
 }
+
+/// Issue 57, class 5: a third party could not check the witness from the
+/// documents alone. docs/formats.md specifies the log, the witness and the
+/// proof with a worked example; `tests/witness_check.py`, written from it,
+/// checks the example (signature, log chain, proof), refuses it tampered, and
+/// checks a live collection's log and witness.
+#[test]
+fn regress_witness_not_checkable_from_the_documents() {
+    let env = TestEnv::new();
+    let python = |args: &[&str]| {
+        std::process::Command::new(repo().join("target/bagit-venv/bin/python"))
+            .arg(repo().join("tests/witness_check.py"))
+            .args(args)
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    let example_path = repo().join("tests/formats_example.json");
+    let example: serde_json::Value = serde_json::from_slice(&std::fs::read(&example_path).unwrap()).unwrap();
+    let doc = std::fs::read_to_string(repo().join("docs/formats.md")).unwrap();
+    for field in ["root", "signature", "public_key", "log_head"] {
+        let value = example["witness"][field].as_str().unwrap();
+        assert!(doc.contains(value), "docs/formats.md shows the example's {field}");
+    }
+    assert_eq!(python(&["example", example_path.to_str().unwrap()]), Some(0));
+    for (what, path, value) in [
+        ("a signature", "/witness/root", serde_json::json!("00".repeat(32))),
+        ("a chain", "/log/0/detail", serde_json::json!("edited")),
+        ("a proof", "/proof/identity", serde_json::json!("11".repeat(32))),
+    ] {
+        let mut tampered = example.clone();
+        *tampered.pointer_mut(path).unwrap() = value;
+        let file = env.write(&format!("tampered-{}.json", what.replace(' ', "-")), tampered.to_string().as_bytes());
+        assert_eq!(python(&["example", file.to_str().unwrap()]), Some(1), "{what} tampered is refused");
+    }
+
+    let root = env.collection("lib");
+    env.write("src/a/f.txt", b"a\n");
+    env.ok(&["-q", "deposit", &root, env.path("src/a").to_str().unwrap()]);
+    env.ok(&["-q", "verify", &root]);
+    let log = env.write("log.jsonl", env.ok(&["--json", "log", &root]).stdout.as_bytes());
+    let witness = env.write("witness.json", env.ok(&["witness", &root]).stdout.as_bytes());
+    assert_eq!(python(&["chain", log.to_str().unwrap(), witness.to_str().unwrap()]), Some(0));
+}
