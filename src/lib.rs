@@ -8,6 +8,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod bag;
+pub mod checkpoint;
 pub mod digest;
 pub mod error;
 pub mod events;
