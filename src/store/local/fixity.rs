@@ -64,14 +64,32 @@ impl Inventory {
         tx.commit().map_err(|e| sql_error(&path, e))
     }
 
+    /// Gives a table from before rows named their event its `seq` column;
+    /// makes no table (the first check does). Reads only, unless there is one to upgrade.
+    pub(super) fn upgrade_older_fixity(&mut self) -> Result<()> {
+        let path = self.path.clone();
+        let count =
+            |sql: &str| self.conn.query_row(sql, [], |row| row.get::<_, i64>(0)).map_err(|e| sql_error(&path, e));
+        let older = count("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'fixity'")? > 0
+            && count("SELECT count(*) FROM pragma_table_info('fixity') WHERE name = 'seq'")? == 0;
+        if older {
+            self.upgrade_fixity()?;
+        }
+        Ok(())
+    }
+
     /// Makes the table, or gives an older one its `seq` column, filled from the log.
     pub(super) fn upgrade_fixity(&mut self) -> Result<()> {
         let path = self.path.clone();
         let err = |e| sql_error(&path, e);
-        self.conn.execute_batch(FIXITY_SCHEMA).map_err(err)?;
+        // Reads first: a writer opening the collection must not wait on another
+        // program's lock of the inventory for a table that needs no change.
         let count = |sql: &str| self.conn.query_row(sql, [], |row| row.get::<_, i64>(0)).map_err(err);
         if count("SELECT count(*) FROM pragma_table_info('fixity') WHERE name = 'seq'")? > 0 {
             return Ok(());
+        }
+        if count("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'fixity'")? == 0 {
+            return self.conn.execute_batch(FIXITY_SCHEMA).map_err(err);
         }
         let has_events = count("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'events'")? > 0;
         let tx = self.conn.transaction().map_err(err)?;

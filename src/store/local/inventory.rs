@@ -892,7 +892,7 @@ impl super::Collection {
         }
         self.with_inventory(|inventory| {
             inventory.add_columns()?;
-            inventory.upgrade_fixity()
+            inventory.upgrade_older_fixity()
         })
         .map(drop)
     }
