@@ -98,6 +98,7 @@ pub fn replicate(global: GlobalArgs, root: &Path, flags: &TransferFlags) -> Resu
                 if s.problems > 0 {
                     outcome = outcome.worse(Outcome::Problems);
                 }
+                outcome = outcome.worse(carried(&printer, url, run.checkpoint.as_ref()));
             }
             Err(e) => {
                 // On stdout too: under -q (cron) a failed site must still be told.
@@ -114,6 +115,34 @@ pub fn replicate(global: GlobalArgs, root: &Path, flags: &TransferFlags) -> Resu
         printer.summary("replicate: the collection has no sites (`ibi site add` adds one)", json!({ "sites": 0 }));
     }
     Ok(outcome)
+}
+
+/// Tells what carrying the checkpoint to a site did; a refusal is a problem
+/// (on stdout, under -q too): the site found the log cut short or rewritten.
+fn carried(
+    printer: &Printer,
+    url: &str,
+    checkpoint: Option<&std::result::Result<ibi::ops::checkpoints::Carried, ibi::Error>>,
+) -> Outcome {
+    use ibi::ops::checkpoints::Carried;
+    match checkpoint {
+        None => Outcome::Success,
+        Some(Ok(Carried::Cosigned(size))) => {
+            printer.note(&format!("replicate {url}: it cosigned the log's checkpoint at {size} events"));
+            Outcome::Success
+        }
+        Some(Ok(Carried::Skipped(why))) => {
+            printer.note(&format!("replicate {url}: no checkpoint carried: {why}"));
+            Outcome::Success
+        }
+        Some(Err(e)) => {
+            if !printer.json() {
+                printer.line(&format!("{url}\tcheckpoint not cosigned: {e}"));
+            }
+            printer.event("checkpoint", json!({ "site": url, "error": e.to_string() }));
+            Outcome::Failed(e.class())
+        }
+    }
 }
 
 pub fn audit(global: GlobalArgs, root: &Path, repair: bool, ndsa: bool, placement: bool) -> Result<Outcome> {
@@ -170,6 +199,9 @@ fn print_audit(printer: &Printer, report: &AuditReport) {
         for stray in &report.strays {
             printer.line(&json!({ "event": "stray", "item": stray }).to_string());
         }
+        for problem in &report.log_problems {
+            printer.line(&json!({ "event": "log", "problem": problem }).to_string());
+        }
         printer.line(
             &json!({ "event": "summary", "audit": report.places, "items": report.items,
             "policy": report.policy, "short": report.short, "known_bad": report.known_bad,
@@ -194,6 +226,9 @@ fn print_audit(printer: &Printer, report: &AuditReport) {
              here): a person decides",
             stray.name, stray.place
         ));
+    }
+    for problem in &report.log_problems {
+        printer.line(&format!("log\t{problem}"));
     }
     // An unreachable site is a problem: told on stdout, as the items are, even under -q.
     for place in report.places.iter().filter(|p| p.unreachable.is_some()) {

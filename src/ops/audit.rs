@@ -118,12 +118,19 @@ pub struct AuditReport {
     pub shortfalls: Vec<Shortfall>,
     /// The first strays found (each place's `strays` counts them all).
     pub strays: Vec<Stray>,
+    /// Sites whose cosigned checkpoint this collection's log no longer holds
+    /// (`ops::checkpoints::check`), each with why.
+    pub log_problems: Vec<String>,
 }
 
 impl AuditReport {
     pub fn meets_policy(&self) -> bool {
         let sound = |p: &PlaceFacts| p.unreachable.is_none() && p.placement.as_ref().is_none_or(PlacementFacts::sound);
-        self.short == 0 && self.known_bad == 0 && self.strays.is_empty() && self.places.iter().all(sound)
+        self.short == 0
+            && self.known_bad == 0
+            && self.strays.is_empty()
+            && self.log_problems.is_empty()
+            && self.places.iter().all(sound)
     }
 }
 
@@ -197,7 +204,7 @@ impl<'a> Survey<'a> {
         let (items, policy, short, known_bad, listed) =
             (self.items, self.policy, self.short, self.known_bad, self.listed);
         let (shortfalls, strays) = (self.shortfalls, self.strays);
-        AuditReport { items, policy, places, short, known_bad, listed, shortfalls, strays }
+        AuditReport { items, policy, places, short, known_bad, listed, shortfalls, strays, log_problems: Vec::new() }
     }
 
     /// Hands each chunk of the collection's held names (sorted within the
@@ -432,7 +439,28 @@ pub fn audit(store: &dyn Store, config: &CollectionConfig, connect: &Connect, pl
     for i in 1..survey.places.len() {
         find_strays(&mut survey, i);
     }
-    Ok(survey.report())
+    let log_problems = check_checkpoints(&survey, config);
+    let mut report = survey.report();
+    report.log_problems = log_problems;
+    Ok(report)
+}
+
+/// Holds the collection's log to the checkpoint each reachable site cosigned.
+fn check_checkpoints(survey: &Survey, config: &CollectionConfig) -> Vec<String> {
+    let Some(key) = config.witness_key.as_deref() else { return Vec::new() };
+    let mut problems = Vec::new();
+    for i in 1..survey.places.len() {
+        let Some(site) = survey.stores.get(i).filter(|_| survey.places[i].facts.unreachable.is_none()) else {
+            continue;
+        };
+        let url = &survey.places[i].facts.url;
+        match crate::ops::checkpoints::check(survey.stores.root, site, key) {
+            Ok(None) => {}
+            Ok(Some(why)) => problems.push(format!("{url}: {why}")),
+            Err(e) => problems.push(format!("{url}: its checkpoint of this collection does not check: {e}")),
+        }
+    }
+    problems
 }
 
 /// What `audit --repair` did.

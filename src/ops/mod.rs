@@ -3,6 +3,7 @@
 //! Each takes a `Reporter` for progress and returns a summary or a typed error.
 
 pub mod audit;
+pub mod checkpoints;
 pub mod confirmed;
 pub mod copy;
 pub mod deposit;

@@ -159,6 +159,8 @@ fn check_site(collection: &dyn Store, site: &Site, connect: &Connect) -> Result<
 pub struct SiteRun {
     pub site: Site,
     pub result: std::result::Result<TransferSummary, Error>,
+    /// What carrying the collection's checkpoint to the site did, after its mirror.
+    pub checkpoint: Option<std::result::Result<crate::ops::checkpoints::Carried, Error>>,
 }
 
 /// Mirrors `store` into each of its sites in turn; a site that cannot be opened
@@ -170,11 +172,17 @@ pub fn replicate(
     connect: &Connect,
     reporter: &dyn Reporter,
 ) -> Vec<SiteRun> {
-    let one = |site: &Site| -> std::result::Result<TransferSummary, Error> {
-        let dst = crate::store::open(Path::new(&site.url), connect)?;
-        mirror(store, dst.as_ref(), options, reporter).map_err(|stopped| stopped.error)
+    let one = |site: &Site| -> SiteRun {
+        let dst = match crate::store::open(Path::new(&site.url), connect) {
+            Ok(dst) => dst,
+            Err(e) => return SiteRun { site: site.clone(), result: Err(e), checkpoint: None },
+        };
+        let result = mirror(store, dst.as_ref(), options, reporter).map_err(|stopped| stopped.error);
+        let checkpoint =
+            (result.is_ok() && !options.dry_run).then(|| crate::ops::checkpoints::carry(store, dst.as_ref()));
+        SiteRun { site: site.clone(), result, checkpoint }
     };
-    config.sites.iter().map(|site| SiteRun { site: site.clone(), result: one(site) }).collect()
+    config.sites.iter().map(one).collect()
 }
 
 /// The sites of the collection `store` is that have a public URL, each with that

@@ -24,6 +24,7 @@
 pub const BATCH: usize = 64;
 
 pub mod config;
+pub mod cosign;
 #[cfg(feature = "far")]
 pub mod far;
 pub mod guard;
@@ -233,6 +234,11 @@ pub trait Store: Send + Sync {
     /// keeps no key (or may not write).
     fn make_own_witness(&self) -> Result<Option<String>> {
         Ok(None)
+    }
+    /// The place as a cosigning site of other collections' checkpoints
+    /// (`store::cosign`), when this backend keeps them here.
+    fn cosigner(&self) -> Option<&dyn cosign::Cosigner> {
+        None
     }
     /// The copies its replacements displaced (`store::kept`), when this
     /// backend can list and remove them here.

@@ -349,3 +349,68 @@ fn regress_fixity_dates_taken_on_trust() {
         age.stderr
     );
 }
+
+/// Issue 57, class 3: log tampering the chain check did not see: the tail after
+/// the newest anchor deleted; an old witness replayed with every later event
+/// deleted and the cursor dropped; another collection's log spliced in. Each
+/// passed `verify`. The sites now keep the collection's checkpoint, cosigned
+/// (C2SP checkpoint and cosignature), and `replicate` carries a new one only
+/// when it extends theirs: each tampering is refused by a local and a far site
+/// at the next replicate, and named by the next audit.
+/// A change made to a collection's files (the collection, another collection).
+type Tampering = dyn Fn(&TestEnv, &str, &str);
+
+#[test]
+fn regress_log_tampering_the_chain_check_misses() {
+    let tamperings: [(&str, &Tampering); 3] = [
+        ("tail", &|_, a, _| tamper(a, "DELETE FROM events WHERE seq > (SELECT max(seq) - 2 FROM events);")),
+        ("replayed witness", &|_, a, _| {
+            let witness = Path::new(a).join(".ibi/witness.json");
+            let old: Value = serde_json::from_slice(&std::fs::read(&witness).unwrap()).unwrap();
+            let head = old["log_events"].as_u64().unwrap();
+            tamper(a, &format!("DELETE FROM events WHERE seq > {head}; DELETE FROM chain_cursor;"));
+        }),
+        ("spliced", &|env, a, other| {
+            let theirs = Path::new(other).join(".ibi/inventory.sqlite");
+            env.ok(&["-q", "verify", other]);
+            tamper(
+                a,
+                &format!(
+                    "ATTACH '{}' AS o; DELETE FROM events; INSERT INTO events SELECT * FROM o.events; \
+                     DELETE FROM chain_cursor;",
+                    theirs.display()
+                ),
+            );
+            let _ = std::fs::remove_file(Path::new(a).join(".ibi/witness.json"));
+        }),
+    ];
+    for (what, change) in tamperings {
+        let env = TestEnv::new();
+        let a = env.filled("a", 2, 1);
+        let other = env.filled("other", 3, 1);
+        let (b, c) = (env.path("b").to_string_lossy().into_owned(), env.path("c").to_string_lossy().into_owned());
+        let rsh = env.shim("rsh", "", None);
+        for site in [&b, &c] {
+            env.ok(&["-q", "init", site, "--like", &a]);
+        }
+        env.ok(&["-q", "site", "add", &a, &b, "--zone", "zb"]);
+        env.far_ok(&rsh, &["-q", "site", "add", &a, &format!("lab:{c}"), "--zone", "zc"]);
+        env.ok(&["-q", "verify", &a]);
+        let replicated = env.far_ok(&rsh, &["replicate", &a]);
+        assert!(replicated.stderr.matches("cosigned the log's checkpoint").count() == 2, "{}", replicated.stderr);
+        env.deposit_new_items(&a, "later", 1);
+        let listed = env.ok(&["list", &a]).stdout;
+        let first = listed.split('\t').next().unwrap();
+        env.ok(&["withdraw", &a, first, "--reason", "gone"]);
+        env.far_ok(&rsh, &["-q", "replicate", &a]);
+        env.far_ok(&rsh, &["-q", "audit", &a]);
+
+        change(&env, &a, &other);
+        let audit = env.far_fails(&rsh, &["-q", "audit", &a], 1);
+        for site in [b.clone(), format!("lab:{c}")] {
+            assert!(audit.stdout.contains(&format!("log\t{site}: it cosigned")), "{what}: {}", audit.stdout);
+        }
+        let refused = env.far_fails(&rsh, &["-q", "replicate", &a], 1);
+        assert!(refused.stdout.contains("checkpoint not cosigned"), "{what}: {}", refused.stdout);
+    }
+}

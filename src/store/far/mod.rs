@@ -84,6 +84,24 @@ fn wait_to_wire(wait: LockWait) -> Wait {
     }
 }
 
+/// A far site keeps and cosigns checkpoints on its own machine, with its own key.
+impl crate::store::cosign::Cosigner for FarStore {
+    fn cosigner_key(&self) -> Result<Option<(String, String)>> {
+        let text = self.text_reply(&Request::CosignerKey)?;
+        Ok(text.and_then(|t| t.split_once('\t').map(|(name, key)| (name.to_string(), key.to_string()))))
+    }
+
+    fn seen_checkpoint(&self, origin: &str) -> Result<Option<String>> {
+        self.text_reply(&Request::SeenCheckpoint(origin.to_string()))
+    }
+
+    fn cosign(&self, note: &str, collection_key: &str, events: &[crate::events::StoredEvent]) -> Result<String> {
+        let request =
+            Request::Cosign { note: note.into(), collection_key: collection_key.into(), events: events.to_vec() };
+        self.text_reply(&request)?.ok_or_else(|| self.conn.unexpected(&Reply::Text(None)))
+    }
+}
+
 impl FarStore {
     /// The far side's `Text` answer to `request`.
     fn text_reply(&self, request: &Request) -> Result<Option<String>> {
@@ -507,6 +525,10 @@ impl Store for FarStore {
 
     fn makes_own_witness(&self) -> bool {
         self.conn.version() >= 4
+    }
+
+    fn cosigner(&self) -> Option<&dyn crate::store::cosign::Cosigner> {
+        (self.conn.version() >= 8).then_some(self as &dyn crate::store::cosign::Cosigner)
     }
 
     fn make_own_witness(&self) -> Result<Option<String>> {

@@ -767,6 +767,27 @@ impl Session {
                 return done(self.writer("deposit records")?.write_deposit_records(&records));
             }
             Request::NoteMinted(names) => return done(self.writer("logging minted names")?.note_minted(&names)),
+            Request::CosignerKey => {
+                let key = c()?.cosigner().map(|c| c.cosigner_key()).transpose()?.flatten();
+                Reply::Text(key.map(|(name, key)| format!("{name}\t{key}")))
+            }
+            Request::SeenCheckpoint(origin) => {
+                Reply::Text(c()?.cosigner().map(|c| c.seen_checkpoint(&origin)).transpose()?.flatten())
+            }
+            Request::Cosign { note, collection_key, events } => {
+                if self.options.read_only {
+                    return Err(Error::Refused {
+                        what: "cosigning a checkpoint".into(),
+                        why: "this session's key is read-only".into(),
+                    });
+                }
+                let collection = c()?;
+                let cosigner = collection.cosigner().ok_or_else(|| Error::Refused {
+                    what: "cosigning a checkpoint".into(),
+                    why: "this collection keeps no checkpoints".into(),
+                })?;
+                Reply::Text(Some(cosigner.cosign(&note, &collection_key, &events)?))
+            }
             Request::StageLink { stage, rel, name, from } => {
                 let writer = self.writer("staging")?;
                 check_rel(&rel).and_then(|_| check_rel(&from))?;

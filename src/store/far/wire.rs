@@ -31,7 +31,9 @@ pub const ANSWER: &str = "IBI-CLIENT";
 /// Version 4: `BagIdentities`, each read from the bag (a version-3 peer is asked per item).
 /// Version 5: `FixityCheckPages`. Version 6: `CheckChain`, the server checks its own log.
 /// Version 7: `Slots`, the slots of many names in one request.
-pub const VERSIONS: (u32, u32) = (3, 7);
+/// Version 8: `CosignerKey`, `SeenCheckpoint` and `Cosign`: the server keeps and
+/// cosigns the checkpoints of the collections it is a site of.
+pub const VERSIONS: (u32, u32) = (3, 8);
 /// Replaces `VERSIONS` (`MIN-MAX` or `N`), to test version skew.
 pub const VERSIONS_ENV: &str = "IBI_PROTOCOL_VERSIONS";
 /// How much a far shell may print before the greeting.
@@ -295,6 +297,16 @@ pub enum Request {
     CheckChain,
     /// Logs names handed out with no item (`ibi mint -C`), under the lease.
     NoteMinted(Vec<RepositoryName>),
+    /// Version 8: the name and public key the server cosigns with (`Reply::Text`: `NAME\tKEY`).
+    CosignerKey,
+    /// Version 8: the newest checkpoint of an origin the server cosigned (`Reply::Text`).
+    SeenCheckpoint(String),
+    /// Version 8: cosign a checkpoint, given the events since the one kept (`Reply::Text`).
+    Cosign {
+        note: String,
+        collection_key: String,
+        events: Vec<crate::events::StoredEvent>,
+    },
 }
 
 /// A file's kind as sent.

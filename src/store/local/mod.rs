@@ -6,6 +6,7 @@
 
 pub mod alias;
 pub mod collection;
+mod cosign;
 mod events;
 pub mod fixity;
 mod held_floor;

@@ -82,6 +82,10 @@ impl Store for Collection {
         Some(self)
     }
 
+    fn cosigner(&self) -> Option<&dyn crate::store::cosign::Cosigner> {
+        Some(self)
+    }
+
     fn location(&self) -> String {
         self.root().display().to_string()
     }
