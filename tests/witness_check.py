@@ -6,6 +6,7 @@ usage: witness_check.py root WITNESS.json LIST.jsonl [KEY]   (LIST: `ibi --json 
        witness_check.py proof PROOF.json [KEY]               (from `ibi witness --prove`)
        witness_check.py chain LOG.jsonl [WITNESS.json]        (LOG: `ibi --json log`)
        witness_check.py example EXAMPLE.json                 (docs/formats.md's worked example)
+       witness_check.py checkpoint NOTE KEY [SITE SITE_KEY]  (a site's `.ibi/checkpoints/*.note`)
 KEY is the collection's published witness key (hex, from collection.toml or
 /.well-known/ibi/witness-key); without it the witness's own key is used, which
 proves only that the document is self-consistent. Exits 0 when every check
@@ -92,6 +93,49 @@ def check_chain(events, witness=None):
         fail(f"the witness signed {witness['log_events']} events; the log holds {seq}")
 
 
+def check_note(note, collection_key, site=None, site_key=None):
+    """A C2SP signed note: the checkpoint text, a blank line, then signature
+    lines `— NAME BASE64`. The collection's line: key id (SHA-256 of NAME, a
+    newline, 0x01 and the key; first 4 bytes) then the Ed25519 signature of the
+    text. A site's (tlog-cosignature v1): key id with 0x04, an 8-byte big-endian
+    time, then the signature of `cosignature/v1\ntime T\n` and the text."""
+    import base64
+    text, _, sigs = note.partition("\n\n")
+    text += "\n"
+    origin, size, root = text.splitlines()[:3]
+    lines = [l for l in sigs.splitlines() if l]
+    def key_id(name, kind, key):
+        return H(name.encode() + b"\n" + bytes([kind]) + key)[:4]
+    found = {}
+    for line in lines:
+        dash, name, blob = line.split(" ")
+        if dash != "\u2014":
+            fail(f"not a signature line: {line!r}")
+        found.setdefault(name, []).append(base64.b64decode(blob))
+    key = bytes.fromhex(collection_key)
+    ok = any(b[:4] == key_id(origin, 1, key) and verify(key, b[4:], text.encode()) for b in found.get(origin, []))
+    if not ok:
+        fail(f"no good signature of {origin} by the collection's key")
+    if site is not None:
+        skey = bytes.fromhex(site_key)
+        def cosigned(b):
+            if len(b) != 76 or b[:4] != key_id(site, 4, skey):
+                return False
+            t = int.from_bytes(b[4:12], "big")
+            return verify(skey, b[12:], f"cosignature/v1\ntime {t}\n".encode() + text.encode())
+        if not any(cosigned(b) for b in found.get(site, [])):
+            fail(f"no good cosignature by {site}")
+    return origin, int(size), base64.b64decode(root).hex()
+
+
+def verify(key, sig, msg):
+    try:
+        Ed25519PublicKey.from_public_bytes(key).verify(sig, msg)
+        return True
+    except (InvalidSignature, ValueError):
+        return False
+
+
 args = sys.argv[1:]
 if args[:1] == ["root"] and len(args) in (3, 4):
     witness = json.load(open(args[1]))
@@ -115,6 +159,9 @@ elif args[:1] == ["chain"] and len(args) in (2, 3):
     if witness is not None:
         check_signature(witness, None)
     check_chain(events, witness)
+    sys.exit(0)
+elif args[:1] == ["checkpoint"] and len(args) in (3, 5):
+    print(*check_note(open(args[1]).read(), *args[2:]), sep="\t")
     sys.exit(0)
 elif args[:1] == ["example"] and len(args) == 2:
     example = json.load(open(args[1]))

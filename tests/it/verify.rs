@@ -532,4 +532,32 @@ fn regress_witness_not_checkable_from_the_documents() {
     let log = env.write("log.jsonl", env.ok(&["--json", "log", &root]).stdout.as_bytes());
     let witness = env.write("witness.json", env.ok(&["witness", &root]).stdout.as_bytes());
     assert_eq!(python(&["chain", log.to_str().unwrap(), witness.to_str().unwrap()]), Some(0));
+
+    // A site's cosigned checkpoint, checked with both keys from collection.toml.
+    let site = env.path("site").to_string_lossy().into_owned();
+    env.ok(&["-q", "init", &site, "--like", &root]);
+    env.ok(&["-q", "site", "add", &root, &site, "--zone", "z"]);
+    env.ok(&["-q", "replicate", &root]);
+    let key_of = |root: &str| {
+        let config = std::fs::read_to_string(std::path::Path::new(root).join(".ibi/collection.toml")).unwrap();
+        let line = config.lines().find(|l| l.starts_with("witness_key")).unwrap().to_string();
+        line.split('"').nth(1).unwrap().to_string()
+    };
+    let (key, site_key) = (key_of(&root), key_of(&site));
+    let notes: Vec<_> = std::fs::read_dir(std::path::Path::new(&site).join(".ibi/checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "note"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    let note = std::fs::read_to_string(&notes[0]).unwrap();
+    let site_name = note.lines().last().unwrap().split(' ').nth(1).unwrap().to_string();
+    let note_path = notes[0].to_str().unwrap();
+    assert_eq!(python(&["checkpoint", note_path, &key, &site_name, &site_key]), Some(0), "{note}");
+    assert_eq!(python(&["checkpoint", note_path, &site_key]), Some(1), "another key's signature is refused");
+    assert_eq!(
+        python(&["checkpoint", note_path, &key, &site_name, &key]),
+        Some(1),
+        "a cosignature needs the site's key"
+    );
 }
