@@ -24,8 +24,8 @@ pub enum Carried {
 /// The collection's origin, head and signing seed, when it can sign a checkpoint.
 fn signable(store: &dyn Store) -> Result<std::result::Result<(Head, [u8; 32]), &'static str>> {
     let Some(id) = store.collection_id() else { return Ok(Err("the collection has no id")) };
-    let Some((size, head)) = store.log_head()? else { return Ok(Err("the collection keeps no log here")) };
-    let Some(seed) = store.witness_seed()? else { return Ok(Err("no witness key on this machine")) };
+    let Some((size, head)) = store.ledger().log_head()? else { return Ok(Err("the collection keeps no log here")) };
+    let Some(seed) = store.ledger().witness_seed()? else { return Ok(Err("no witness key on this machine")) };
     Ok(Ok((Head { origin: checkpoint::origin(&id), size, head }, seed)))
 }
 
@@ -34,7 +34,7 @@ fn events_between(store: &dyn Store, after: u64, until: u64) -> Result<Vec<Store
     let mut events = Vec::new();
     let mut at = after;
     while at < until {
-        let Some(page) = store.events(None, at)? else { break };
+        let Some(page) = store.ledger().events(None, at)? else { break };
         let Some(last) = page.last().map(|e| e.seq) else { break };
         events.extend(page.into_iter().filter(|e| e.seq <= until));
         at = last;
@@ -66,7 +66,7 @@ pub fn check(store: &dyn Store, site: &dyn Store, collection_key: &str) -> Resul
     let (Some(cosigner), Some(id)) = (site.cosigner(), store.collection_id()) else { return Ok(None) };
     let Some(note) = cosigner.seen_checkpoint(&checkpoint::origin(&id))? else { return Ok(None) };
     let seen = checkpoint::open(&note, collection_key)?;
-    let held = store.log_head()?.map_or(0, |(size, _)| size);
+    let held = store.ledger().log_head()?.map_or(0, |(size, _)| size);
     if held < seen.size {
         return Ok(Some(format!(
             "it cosigned this collection's log at {} events; the log here holds {held}: events were removed",

@@ -67,7 +67,7 @@ impl LastChecks {
     pub fn read(store: &dyn Store) -> Result<Option<LastChecks>> {
         let mut checks = Vec::new();
         let latest = Timestamp::now().whole_seconds() as i64 + FUTURE_SLACK_SECS;
-        let kept = store.each_fixity_check(&mut |check| {
+        let kept = store.ledger().each_fixity_check(&mut |check| {
             let at = chrono::DateTime::parse_from_rfc3339(&check.date).map_or(NEVER, |date| date.timestamp());
             let at = if at != NEVER && at > latest { FUTURE } else { at };
             checks.push((name_key(&check.name), pack(LastCheck { at, ok: check.ok })));

@@ -21,7 +21,7 @@ pub fn for_each(
 ) -> Result<bool> {
     let mut after = 0;
     let mut keeps = false;
-    while let Some(page) = store.events(item, after)? {
+    while let Some(page) = store.ledger().events(item, after)? {
         keeps = true;
         let Some(last) = page.last() else { break };
         after = last.seq;
@@ -53,11 +53,11 @@ pub const CHAIN_WINDOW_LEAST: u64 = 100_000;
 /// what was logged since the last one. Where a check ended is kept only when it
 /// found no break, so a break stays reported until it is mended.
 pub fn check_chain(store: &dyn Store, least_window: u64) -> Result<Option<ChainOutcome>> {
-    if store.checks_own_chain() {
-        return store.check_own_chain();
+    if store.ledger().checks_own_chain() {
+        return store.ledger().check_own_chain();
     }
     let anchor = crate::ops::witness::latest(store)?.and_then(|w| w.log_anchor());
-    let Some(cursor) = store.chain_cursor()?.filter(|c| c.through > 0) else {
+    let Some(cursor) = store.ledger().chain_cursor()?.filter(|c| c.through > 0) else {
         return check_whole(store, anchor);
     };
     // The new events, from the earlier of the last check's end and the witness's head.
@@ -113,7 +113,7 @@ pub fn check_whole(store: &dyn Store, anchor: Option<crate::events::Anchor>) -> 
 /// Checks the events `check` starts after, through `last` (or to the log's end).
 fn check_range(store: &dyn Store, check: &mut ChainCheck, last: Option<u64>) -> Result<()> {
     let mut after = check.last_seq().saturating_sub(1);
-    while let Some(page) = store.events(None, after)? {
+    while let Some(page) = store.ledger().events(None, after)? {
         let Some(tail) = page.last() else { break };
         after = tail.seq;
         for stored in page.iter().take_while(|stored| last.is_none_or(|last| stored.seq <= last)) {
@@ -133,7 +133,7 @@ fn check_range(store: &dyn Store, check: &mut ChainCheck, last: Option<u64>) -> 
 fn keep_cursor(store: &dyn Store, check: &ChainCheck, window_next: u64) -> Option<String> {
     let hash = check.head()?;
     let cursor = ChainCursor { through: check.last_seq(), hash: hash.to_string(), window_next };
-    store.keep_chain_cursor(&cursor).err().map(|e| e.to_string())
+    store.ledger().keep_chain_cursor(&cursor).err().map(|e| e.to_string())
 }
 
 /// One item's events as a PREMIS 3 document: the object, each event linked to
@@ -223,6 +223,7 @@ mod tests {
     use super::*;
     use crate::events::{EventKind, GENESIS};
     use crate::store::conformance::subsystem;
+    use crate::store::ledger::Ledger;
     use crate::store::log::EVENT_PAGE;
     use crate::store::memory::MemoryStore;
 

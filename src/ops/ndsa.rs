@@ -86,7 +86,7 @@ pub fn evidence(store: &dyn Store, config: &CollectionConfig, connect: &Connect)
         broken_log: check.and_then(|c| c.broken),
         key_mode,
         has_inventory: store.has_inventory(),
-        witness: store.latest_witness().ok().flatten().is_some(),
+        witness: store.ledger().latest_witness().ok().flatten().is_some(),
         site_repairs,
         sites_unread,
     })

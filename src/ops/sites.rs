@@ -219,7 +219,7 @@ pub fn holds_verified_copy(site: &dyn Store, name: &RepositoryName, expected: Op
         return false;
     }
     let mut failed = false;
-    match site.each_fixity_check(&mut |check| failed |= &check.name == name && !check.ok) {
+    match site.ledger().each_fixity_check(&mut |check| failed |= &check.name == name && !check.ok) {
         Ok(_) => !failed,
         Err(_) => false,
     }

@@ -135,7 +135,7 @@ impl Counters {
     }
 
     fn keep(store: &dyn Store, batch: &[FixityCheck], reporter: &dyn Reporter) {
-        if let Err(e) = store.record_fixity(batch) {
+        if let Err(e) = store.ledger().record_fixity(batch) {
             reporter.warning(&format!("the dates of {} fixity check(s) were not kept: {e}", batch.len()));
         }
     }

@@ -312,15 +312,15 @@ pub fn make(store: &dyn Store, now: Timestamp) -> Result<Option<Witness>> {
 /// `make`, right after a verify that `confirmed` the identities it read: those
 /// are taken from the inventory, every other identity from its bag.
 pub fn make_after(store: &dyn Store, now: Timestamp, confirmed: Option<&Confirmed>) -> Result<Option<Witness>> {
-    if store.makes_own_witness() {
-        let Some(json) = store.make_own_witness()? else { return Ok(None) };
+    if store.ledger().makes_own_witness() {
+        let Some(json) = store.ledger().make_own_witness()? else { return Ok(None) };
         let witness = parse(store, &json)?;
         witness.signed()?;
         return Ok(Some(witness));
     }
-    let Some(seed) = store.witness_seed()? else { return Ok(None) };
+    let Some(seed) = store.ledger().witness_seed()? else { return Ok(None) };
     let key = SigningKey::from_bytes(&seed);
-    let log = store.log_head()?;
+    let log = store.ledger().log_head()?;
     let vouchers = Vouchers::of(store, now, confirmed)?;
     let mut tree = merkle::Builder::default();
     let (mut left_out, mut left_out_names) = (0u64, Vec::new());
@@ -351,13 +351,13 @@ pub fn make_after(store: &dyn Store, now: Timestamp, confirmed: Option<&Confirme
     };
     witness.signature = hex(&key.sign(witness.message().as_bytes()).to_bytes());
     let json = serde_json::to_string_pretty(&witness).expect("a witness serialises");
-    store.keep_witness(&json)?;
+    store.ledger().keep_witness(&json)?;
     Ok(Some(witness))
 }
 
 /// The latest witness kept.
 pub fn latest(store: &dyn Store) -> Result<Option<Witness>> {
-    let Some(json) = store.latest_witness()? else { return Ok(None) };
+    let Some(json) = store.ledger().latest_witness()? else { return Ok(None) };
     parse(store, &json).map(Some)
 }
 

@@ -375,7 +375,7 @@ pub fn log_records_each_change_once_in_a_chain(store: &dyn Store, other: &dyn St
     assert!(w.place(&batch).unwrap()[0].1.is_ok());
     w.remove(std::slice::from_ref(&b.name)).unwrap();
     drop(w);
-    let all = other.events(None, 0).unwrap().expect("every backend keeps a log");
+    let all = other.ledger().events(None, 0).unwrap().expect("every backend keeps a log");
     let mut chain = ChainCheck::default();
     all.iter().for_each(|stored| chain.next(stored));
     assert_eq!((chain.broken(), chain.count()), (None, 5), "{all:?}");
@@ -388,9 +388,9 @@ pub fn log_records_each_change_once_in_a_chain(store: &dyn Store, other: &dyn St
     assert_eq!(events[2].id, history.id, "a carried event keeps its id");
     assert!(events[2].carried_from.is_some() && events[3].carried_from.is_none());
     assert!(events[3].detail.contains("from there"), "{}", events[3].detail);
-    let of_b = other.events(Some(&RepositoryName::parse(&b).unwrap()), 0).unwrap().unwrap();
+    let of_b = other.ledger().events(Some(&RepositoryName::parse(&b).unwrap()), 0).unwrap().unwrap();
     assert_eq!(of_b.iter().map(|stored| stored.seq).collect::<Vec<_>>(), [3, 4, 5]);
-    let after = other.events(None, 3).unwrap().unwrap();
+    let after = other.ledger().events(None, 3).unwrap().unwrap();
     assert_eq!(after.iter().map(|stored| stored.seq).collect::<Vec<_>>(), [4, 5]);
     // The item comes back carrying the same history: it is logged once.
     let back = minted(12);
@@ -401,7 +401,7 @@ pub fn log_records_each_change_once_in_a_chain(store: &dyn Store, other: &dyn St
         [Placement { stage, name: back.name.clone(), ibip: back.ibip, replace: false, record: None, action: again }];
     assert!(w.place(&batch).unwrap()[0].1.is_ok());
     let ids: Vec<String> =
-        other.events(None, 0).unwrap().unwrap().iter().map(|stored| stored.event().unwrap().id).collect();
+        other.ledger().events(None, 0).unwrap().unwrap().iter().map(|stored| stored.event().unwrap().id).collect();
     assert_eq!(ids.iter().filter(|id| **id == history.id).count(), 1, "a carried event is logged once: {ids:?}");
 }
 
@@ -421,7 +421,7 @@ pub fn a_copy_carries_no_fixity_checks(store: &dyn Store, other: &dyn Store) {
             files: 1,
             bytes: 5,
         };
-        store.record_fixity(&[check]).unwrap();
+        store.ledger().record_fixity(&[check]).unwrap();
     }
     let w = writer(store);
     let stage = stage_bag(w.as_ref(), &a, b"second");
@@ -429,7 +429,7 @@ pub fn a_copy_carries_no_fixity_checks(store: &dyn Store, other: &dyn Store) {
     let batch = [Placement { stage, name: a.name.clone(), ibip: a.ibip, replace: true, record: None, action: update }];
     assert!(w.place(&batch).unwrap()[0].1.is_ok());
     drop(w);
-    let whole = other.events(Some(&a.name), 0).unwrap().expect("every backend keeps a log");
+    let whole = other.ledger().events(Some(&a.name), 0).unwrap().expect("every backend keeps a log");
     let kinds = |events: &[crate::events::StoredEvent]| -> Vec<String> {
         events.iter().map(|stored| stored.event().unwrap().kind.as_str().to_string()).collect()
     };
@@ -439,7 +439,7 @@ pub fn a_copy_carries_no_fixity_checks(store: &dyn Store, other: &dyn Store) {
     let checks = logged.iter().filter(|kind| *kind == "fixity").count();
     assert!(checks == 0 || checks == 3, "{logged:?}");
     assert_eq!(logged.iter().filter(|kind| *kind != "fixity").collect::<Vec<_>>(), ["deposit", "update"]);
-    let carried = other.items_events(std::slice::from_ref(&a.name)).unwrap();
+    let carried = other.ledger().items_events(std::slice::from_ref(&a.name)).unwrap();
     assert_eq!(carried.len(), 1);
     assert_eq!(kinds(&carried[0]), ["deposit", "update"]);
 }
@@ -659,17 +659,21 @@ pub(crate) use fixtures::{far, local, object_store_in_memory};
 /// own chain (far) keeps its cursor on its own side, where no client reads it.
 pub fn a_chain_cursor_reads_back_from_another_handle(store: &dyn Store, other: &dyn Store) {
     use crate::events::ChainCursor;
-    if store.checks_own_chain() {
-        assert_eq!(other.chain_cursor().unwrap(), None);
+    if store.ledger().checks_own_chain() {
+        assert_eq!(other.ledger().chain_cursor().unwrap(), None);
         return;
     }
-    assert_eq!(other.chain_cursor().unwrap(), None, "a new collection has none: its first check reads the log whole");
+    assert_eq!(
+        other.ledger().chain_cursor().unwrap(),
+        None,
+        "a new collection has none: its first check reads the log whole"
+    );
     let first = ChainCursor { through: 7, hash: "ab".repeat(32), window_next: 3 };
-    store.keep_chain_cursor(&first).unwrap();
-    assert_eq!(other.chain_cursor().unwrap(), Some(first));
+    store.ledger().keep_chain_cursor(&first).unwrap();
+    assert_eq!(other.ledger().chain_cursor().unwrap(), Some(first));
     let later = ChainCursor { through: 9, hash: "cd".repeat(32), window_next: 1 };
-    store.keep_chain_cursor(&later).unwrap();
-    assert_eq!(other.chain_cursor().unwrap(), Some(later), "the last kept replaces the one before");
+    store.ledger().keep_chain_cursor(&later).unwrap();
+    assert_eq!(other.ledger().chain_cursor().unwrap(), Some(later), "the last kept replaces the one before");
 }
 
 #[cfg(test)]

@@ -95,7 +95,10 @@ impl StepLog {
 /// The events of `name` in `store`'s log that a copy carries (at most
 /// `MAX_CARRIED`, fixity checks left out and not counted), a page of
 /// `Store::events` at a time: `Store::items_events` by default.
-pub fn item_events_paged<S: Store + ?Sized>(store: &S, name: &RepositoryName) -> Result<Vec<StoredEvent>> {
+pub fn item_events_paged<L: crate::store::ledger::Ledger + ?Sized>(
+    store: &L,
+    name: &RepositoryName,
+) -> Result<Vec<StoredEvent>> {
     let mut events = Vec::new();
     let mut after = 0;
     while let Some(page) = store.events(Some(name), after)? {
@@ -118,7 +121,7 @@ pub fn item_events_paged<S: Store + ?Sized>(store: &S, name: &RepositoryName) ->
 /// evidence about the copy they checked, and the copy that arrives gets its own.
 pub fn carried_events(store: &dyn Store, names: &[RepositoryName]) -> Result<Vec<Vec<Event>>> {
     let from = store.collection_id().unwrap_or_else(|| store.location());
-    let stored = store.items_events(names)?;
+    let stored = store.ledger().items_events(names)?;
     if stored.len() != names.len() {
         let problem = format!("asked for the events of {} items, it answered for {}", names.len(), stored.len());
         return Err(Error::Data { what: format!("the log of {}", store.location()), problem });

@@ -239,6 +239,10 @@ impl crate::store::kept::KeptCopies for MemoryStore {
 }
 
 impl Store for MemoryStore {
+    fn ledger(&self) -> &dyn crate::store::ledger::Ledger {
+        self
+    }
+
     fn location(&self) -> String {
         "memory".into()
     }
@@ -343,6 +347,16 @@ impl Store for MemoryStore {
         vec![Problem::new("staging", None, ProblemKind::Leftover, detail)]
     }
 
+    fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
+        Ok(lock(&self.shared.records).get(key).cloned())
+    }
+
+    fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
+        Leased::begin(self, wait)
+    }
+}
+
+impl crate::store::ledger::Ledger for MemoryStore {
     fn events(&self, item: Option<&RepositoryName>, after: u64) -> Result<Option<Vec<StoredEvent>>> {
         let item = item.map(|n| n.to_string());
         let log = lock(&self.shared.log);
@@ -364,14 +378,6 @@ impl Store for MemoryStore {
     fn keep_chain_cursor(&self, cursor: &crate::events::ChainCursor) -> Result<()> {
         *lock(&self.shared.chain_cursor) = Some(cursor.clone());
         Ok(())
-    }
-
-    fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
-        Ok(lock(&self.shared.records).get(key).cloned())
-    }
-
-    fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
-        Leased::begin(self, wait)
     }
 }
 

@@ -30,6 +30,7 @@ pub mod far;
 pub mod guard;
 pub mod inventory;
 pub mod kept;
+pub mod ledger;
 pub mod local;
 pub mod location;
 pub mod log;
@@ -202,94 +203,21 @@ pub trait Store: Send + Sync {
     fn bag_identities(&self, names: &[RepositoryName]) -> Vec<Result<String>> {
         identities_from_bags(self.as_dyn(), names)
     }
-    /// Keeps the results of fixity checks (verify), each replacing the item's last;
-    /// a backend that keeps none (or a read-only handle) ignores them.
-    fn record_fixity(&self, _checks: &[inventory::FixityCheck]) -> Result<()> {
-        Ok(())
-    }
-    /// Every item's last fixity check; `None` when the backend keeps none.
-    fn fixity_checks(&self) -> Result<Option<Vec<inventory::FixityCheck>>> {
-        Ok(None)
-    }
-    /// Hands on every item's last fixity check, one at a time (a backend that can
-    /// stream them does); `false` when the backend keeps none.
-    fn each_fixity_check(&self, each: &mut dyn FnMut(inventory::FixityCheck)) -> Result<bool> {
-        let Some(checks) = self.fixity_checks()? else { return Ok(false) };
-        checks.into_iter().for_each(each);
-        Ok(true)
-    }
-    /// The seed of the collection's witness signing key (Ed25519), made on first
-    /// use and kept private (mode 0600); `None` when the backend keeps none or the
-    /// handle may not write.
-    fn witness_seed(&self) -> Result<Option<[u8; 32]>> {
-        Ok(None)
-    }
-    /// Whether the backend makes its witness itself (a far server: from its own
-    /// bags, with a key that never leaves its machine) rather than being handed
-    /// one to keep.
-    fn makes_own_witness(&self) -> bool {
-        false
-    }
-    /// Has the backend make, sign and keep a witness; its JSON, or `None` when it
-    /// keeps no key (or may not write).
-    fn make_own_witness(&self) -> Result<Option<String>> {
-        Ok(None)
-    }
     /// The place as a cosigning site of other collections' checkpoints
     /// (`store::cosign`), when this backend keeps them here.
     fn cosigner(&self) -> Option<&dyn cosign::Cosigner> {
         None
     }
+    /// The collection's own records of what was done and checked: its event
+    /// log, fixity dates and witness (`store::ledger`). A backend that keeps
+    /// none leaves the default, which keeps nothing.
+    fn ledger(&self) -> &dyn ledger::Ledger {
+        &ledger::NoLedger
+    }
     /// The copies its replacements displaced (`store::kept`), when this
     /// backend can list and remove them here.
     fn kept_copies(&self) -> Option<&dyn kept::KeptCopies> {
         None
-    }
-    /// The latest witness (`ops::witness`, JSON), if one was kept.
-    fn latest_witness(&self) -> Result<Option<String>> {
-        Ok(None)
-    }
-    /// Keeps `json` as the latest witness, durably.
-    fn keep_witness(&self, _json: &str) -> Result<()> {
-        Ok(())
-    }
-    /// Up to a page of the collection's event log after event `after`, of `item`
-    /// only when given, in order; `None` when the backend keeps no log.
-    fn events(&self, _item: Option<&RepositoryName>, _after: u64) -> Result<Option<Vec<crate::events::StoredEvent>>> {
-        Ok(None)
-    }
-    /// The events of each of `names` that a copy carries: all but fixity checks
-    /// (which stay where they were made, and are not counted), at most
-    /// `log::MAX_CARRIED` each, in order. By default a page of `events`
-    /// per name; a backend that can reads them all in one go (local: one read
-    /// transaction for the batch, not one per item).
-    fn items_events(&self, names: &[RepositoryName]) -> Result<Vec<Vec<crate::events::StoredEvent>>> {
-        names.iter().map(|name| crate::store::log::item_events_paged(self, name)).collect()
-    }
-    /// The log's last event: its place and hash (what a witness signs, so that a
-    /// log cut short after it is seen); `None` when the backend keeps no log or
-    /// it is empty.
-    fn log_head(&self) -> Result<Option<(u64, String)>> {
-        Ok(None)
-    }
-    /// Where the last chain check of the log ended (`crate::events::ChainCursor`);
-    /// `None` when none was kept, and the next check reads the whole log.
-    fn chain_cursor(&self) -> Result<Option<crate::events::ChainCursor>> {
-        Ok(None)
-    }
-    /// Keeps where a chain check ended, durably; a backend that keeps none (or a
-    /// read-only handle) ignores it.
-    fn keep_chain_cursor(&self, _cursor: &crate::events::ChainCursor) -> Result<()> {
-        Ok(())
-    }
-    /// Whether the backend checks its log's chain itself (a far server: on its
-    /// own machine, with a cursor no client sets) rather than being read.
-    fn checks_own_chain(&self) -> bool {
-        false
-    }
-    /// Has the backend check its own log's chain; `None` when it keeps no log.
-    fn check_own_chain(&self) -> Result<Option<crate::events::ChainOutcome>> {
-        Ok(None)
     }
     /// Whether a writer of this collection would take `from`'s items by rename
     /// (`Writer::adopt_from`) rather than by copy: asked by a dry run, which holds

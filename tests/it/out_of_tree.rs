@@ -22,6 +22,10 @@ use ibi::{Ibip, Problem, RepositoryName, Result, Subsystem};
 struct Shell(MemoryStore);
 
 impl Store for Shell {
+    fn ledger(&self) -> &dyn ibi::store::ledger::Ledger {
+        self
+    }
+
     fn location(&self) -> String {
         format!("shell:{}", self.0.location())
     }
@@ -77,9 +81,6 @@ impl Store for Shell {
     fn has_inventory(&self) -> bool {
         self.0.has_inventory()
     }
-    fn events(&self, item: Option<&RepositoryName>, after: u64) -> Result<Option<Vec<ibi::events::StoredEvent>>> {
-        self.0.events(item, after)
-    }
     fn records(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {
         self.0.records(names)
     }
@@ -91,6 +92,12 @@ impl Store for Shell {
     }
     fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
         Leased::begin(self, wait)
+    }
+}
+
+impl ibi::store::ledger::Ledger for Shell {
+    fn events(&self, item: Option<&RepositoryName>, after: u64) -> Result<Option<Vec<ibi::events::StoredEvent>>> {
+        self.0.events(item, after)
     }
 }
 

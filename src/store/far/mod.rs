@@ -366,6 +366,10 @@ fn streamed<'a, T: Send + 'a>(
 }
 
 impl Store for FarStore {
+    fn ledger(&self) -> &dyn crate::store::ledger::Ledger {
+        self
+    }
+
     fn location(&self) -> String {
         self.location.clone()
     }
@@ -512,34 +516,8 @@ impl Store for FarStore {
         self.identities_asked(&Request::Identities(names.to_vec()), names)
     }
 
-    fn checks_own_chain(&self) -> bool {
-        self.conn.version() >= 6
-    }
-
-    fn check_own_chain(&self) -> Result<Option<crate::events::ChainOutcome>> {
-        match self.call(&Request::CheckChain)? {
-            Reply::Chain(outcome) => Ok(outcome),
-            other => Err(self.conn.unexpected(&other)),
-        }
-    }
-
-    fn makes_own_witness(&self) -> bool {
-        self.conn.version() >= 4
-    }
-
     fn cosigner(&self) -> Option<&dyn crate::store::cosign::Cosigner> {
         (self.conn.version() >= 8).then_some(self as &dyn crate::store::cosign::Cosigner)
-    }
-
-    fn make_own_witness(&self) -> Result<Option<String>> {
-        self.text_reply(&Request::MakeWitness)
-    }
-
-    fn latest_witness(&self) -> Result<Option<String>> {
-        match self.conn.version() >= 4 {
-            true => self.text_reply(&Request::LatestWitness),
-            false => Ok(None),
-        }
     }
 
     /// Read by the far server (protocol 4); an older one cannot say.
@@ -591,6 +569,74 @@ impl Store for FarStore {
 
     fn has_inventory(&self) -> bool {
         matches!(self.call(&Request::Inventory), Ok(Reply::Inventory { present: true, .. }))
+    }
+
+    fn records(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {
+        match self.call(&Request::Records(names.to_vec()))? {
+            Reply::Records(records) => Ok(records),
+            other => Err(self.conn.unexpected(&other)),
+        }
+    }
+
+    fn all_records(&self) -> Box<dyn Iterator<Item = Result<ItemRecord>> + Send + '_> {
+        streamed(self, Request::AllRecords, |reply| match reply {
+            Reply::Records(page) => Ok(page.into_iter().flatten().collect()),
+            other => Err(Box::new(other)),
+        })
+    }
+
+    fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
+        match self.call(&Request::DepositRecord(key.to_string()))? {
+            Reply::Name(name) => Ok(name),
+            other => Err(self.conn.unexpected(&other)),
+        }
+    }
+
+    fn check_item(&self, name: &RepositoryName, on_bytes: &(dyn Fn(u64) + Sync)) -> (BagCheck, Vec<Problem>) {
+        match self.call(&Request::CheckItem(name.clone())) {
+            Ok(Reply::Checked(c)) => {
+                on_bytes(c.bytes);
+                let check =
+                    BagCheck { problems: c.problems, info: c.info, files: c.files, bytes: c.bytes, identity: None };
+                let mut problems = check.problems.clone();
+                problems.extend(c.identifiers);
+                (check, problems)
+            }
+            Ok(other) => failed_check(name, self.conn.unexpected(&other)),
+            Err(e) => failed_check(name, e),
+        }
+    }
+
+    fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
+        Leased::begin(self, wait)
+    }
+}
+
+impl crate::store::ledger::Ledger for FarStore {
+    fn checks_own_chain(&self) -> bool {
+        self.conn.version() >= 6
+    }
+
+    fn check_own_chain(&self) -> Result<Option<crate::events::ChainOutcome>> {
+        match self.call(&Request::CheckChain)? {
+            Reply::Chain(outcome) => Ok(outcome),
+            other => Err(self.conn.unexpected(&other)),
+        }
+    }
+
+    fn makes_own_witness(&self) -> bool {
+        self.conn.version() >= 4
+    }
+
+    fn make_own_witness(&self) -> Result<Option<String>> {
+        self.text_reply(&Request::MakeWitness)
+    }
+
+    fn latest_witness(&self) -> Result<Option<String>> {
+        match self.conn.version() >= 4 {
+            true => self.text_reply(&Request::LatestWitness),
+            false => Ok(None),
+        }
     }
 
     /// The far server keeps the dates of its own checks (`CheckItem`); the
@@ -660,46 +706,6 @@ impl Store for FarStore {
             }
         }
         Ok(found)
-    }
-
-    fn records(&self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {
-        match self.call(&Request::Records(names.to_vec()))? {
-            Reply::Records(records) => Ok(records),
-            other => Err(self.conn.unexpected(&other)),
-        }
-    }
-
-    fn all_records(&self) -> Box<dyn Iterator<Item = Result<ItemRecord>> + Send + '_> {
-        streamed(self, Request::AllRecords, |reply| match reply {
-            Reply::Records(page) => Ok(page.into_iter().flatten().collect()),
-            other => Err(Box::new(other)),
-        })
-    }
-
-    fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
-        match self.call(&Request::DepositRecord(key.to_string()))? {
-            Reply::Name(name) => Ok(name),
-            other => Err(self.conn.unexpected(&other)),
-        }
-    }
-
-    fn check_item(&self, name: &RepositoryName, on_bytes: &(dyn Fn(u64) + Sync)) -> (BagCheck, Vec<Problem>) {
-        match self.call(&Request::CheckItem(name.clone())) {
-            Ok(Reply::Checked(c)) => {
-                on_bytes(c.bytes);
-                let check =
-                    BagCheck { problems: c.problems, info: c.info, files: c.files, bytes: c.bytes, identity: None };
-                let mut problems = check.problems.clone();
-                problems.extend(c.identifiers);
-                (check, problems)
-            }
-            Ok(other) => failed_check(name, self.conn.unexpected(&other)),
-            Err(e) => failed_check(name, e),
-        }
-    }
-
-    fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
-        Leased::begin(self, wait)
     }
 }
 

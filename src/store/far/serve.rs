@@ -731,7 +731,7 @@ impl Session {
                 }
                 _ => None,
             }),
-            Request::LatestWitness => Reply::Text(c()?.latest_witness()?),
+            Request::LatestWitness => Reply::Text(c()?.ledger().latest_witness()?),
             Request::CheckChain => Reply::Chain(match self.options.chain_check {
                 Some(check) => check(c()?)?,
                 None => None,
@@ -739,10 +739,10 @@ impl Session {
             Request::Leftovers => Reply::Problems(c()?.leftovers()),
             Request::Inventory => Reply::Inventory { id: c()?.collection_id(), present: c()?.has_inventory() },
             Request::Records(names) => Reply::Records(c()?.records(&names)?),
-            Request::Events { item, after } => Reply::Events(c()?.events(item.as_ref(), after)?),
+            Request::Events { item, after } => Reply::Events(c()?.ledger().events(item.as_ref(), after)?),
             Request::FixityChecks => {
                 self.keep_fixity(true);
-                Reply::FixityChecks(c()?.fixity_checks()?)
+                Reply::FixityChecks(c()?.ledger().fixity_checks()?)
             }
             Request::Lease(wait) => return done(self.take_lease(wait)),
             Request::Unlease => {
@@ -1015,7 +1015,7 @@ impl Session {
             std::mem::take(&mut *waiting)
         };
         if let (false, Ok(c)) = (self.options.read_only, self.collection()) {
-            let _ = c.record_fixity(&batch);
+            let _ = c.ledger().record_fixity(&batch);
         }
     }
 
@@ -1104,7 +1104,7 @@ impl Session {
             Err(e) => return self.reply_result(id, Err(e)),
         };
         let mut page = Vec::with_capacity(PAGE);
-        let kept = c.each_fixity_check(&mut |check| {
+        let kept = c.ledger().each_fixity_check(&mut |check| {
             page.push(check);
             if page.len() == PAGE {
                 self.reply(id, &Reply::FixityChecks(Some(std::mem::take(&mut page))), &[]);

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::events::StoredEvent;
 use crate::fsx;
 use crate::store::cosign::Cosigner;
+use crate::store::ledger::Ledger;
 use crate::store::Store;
 
 impl Collection {

@@ -78,6 +78,10 @@ fn unknown_stage(stage: StageId) -> Error {
 }
 
 impl Store for Collection {
+    fn ledger(&self) -> &dyn crate::store::ledger::Ledger {
+        self
+    }
+
     fn kept_copies(&self) -> Option<&dyn crate::store::kept::KeptCopies> {
         Some(self)
     }
@@ -92,77 +96,6 @@ impl Store for Collection {
 
     fn local_root(&self) -> Option<&Path> {
         Some(self.root())
-    }
-
-    fn record_fixity(&self, checks: &[crate::store::inventory::FixityCheck]) -> Result<()> {
-        if self.read_only || !self.has_inventory() {
-            return Ok(());
-        }
-        self.with_fixity_writer(|inventory| inventory.record_fixity(checks)).map(drop)
-    }
-
-    fn fixity_checks(&self) -> Result<Option<Vec<crate::store::inventory::FixityCheck>>> {
-        Ok(Some(self.with_inventory(|inventory| inventory.fixity_checks())?.unwrap_or_default()))
-    }
-
-    /// Row by row from the inventory, never all at once.
-    fn each_fixity_check(&self, each: &mut dyn FnMut(crate::store::inventory::FixityCheck)) -> Result<bool> {
-        self.with_inventory(|inventory| inventory.each_fixity_check(each))?;
-        Ok(true)
-    }
-
-    fn witness_seed(&self) -> Result<Option<[u8; 32]>> {
-        let Some(seed) = crate::store::witness_key::witness_seed(&self.layout.witness_key(), !self.read_only)? else {
-            return Ok(None);
-        };
-        self.publish_witness_key(&seed)?;
-        Ok(Some(seed))
-    }
-
-    fn latest_witness(&self) -> Result<Option<String>> {
-        let path = self.layout.witness();
-        match fsx::read_capped(&path, 64 * 1024) {
-            Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io("read", &path, e)),
-        }
-    }
-
-    fn keep_witness(&self, json: &str) -> Result<()> {
-        if self.read_only {
-            return Ok(());
-        }
-        fsx::atomic_write(&self.layout.witness(), json.as_bytes())?;
-        let event = crate::store::log::witness_event(json);
-        self.with_inventory(|inventory| inventory.log(&[event])).map(drop)
-    }
-
-    fn events(&self, item: Option<&RepositoryName>, after: u64) -> Result<Option<Vec<StoredEvent>>> {
-        let item = item.map(ToString::to_string);
-        let page = self
-            .with_inventory(|inventory| inventory.events_page(after, item.as_deref(), crate::store::log::EVENT_PAGE))?;
-        Ok(Some(page.unwrap_or_default()))
-    }
-
-    fn items_events(&self, names: &[RepositoryName]) -> Result<Vec<Vec<StoredEvent>>> {
-        let texts: Vec<String> = names.iter().map(ToString::to_string).collect();
-        let found = self.with_inventory(|inventory| inventory.items_events(&texts, crate::store::log::MAX_CARRIED))?;
-        Ok(found.unwrap_or_else(|| vec![Vec::new(); names.len()]))
-    }
-
-    fn log_head(&self) -> Result<Option<(u64, String)>> {
-        Ok(self.with_inventory(|inventory| inventory.log_head())?.flatten())
-    }
-
-    fn chain_cursor(&self) -> Result<Option<crate::events::ChainCursor>> {
-        Ok(self.with_inventory(|inventory| inventory.chain_cursor())?.flatten())
-    }
-
-    fn keep_chain_cursor(&self, cursor: &crate::events::ChainCursor) -> Result<()> {
-        if self.read_only || !self.has_inventory() {
-            return Ok(());
-        }
-        self.with_inventory(|inventory| inventory.keep_chain_cursor(cursor)).map(drop)
     }
 
     fn adopts_by_rename(&self, from: &dyn Store) -> bool {
@@ -337,6 +270,79 @@ impl Store for Collection {
 
     fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
         Leased::begin(self, wait)
+    }
+}
+
+impl crate::store::ledger::Ledger for Collection {
+    fn record_fixity(&self, checks: &[crate::store::inventory::FixityCheck]) -> Result<()> {
+        if self.read_only || !self.has_inventory() {
+            return Ok(());
+        }
+        self.with_fixity_writer(|inventory| inventory.record_fixity(checks)).map(drop)
+    }
+
+    fn fixity_checks(&self) -> Result<Option<Vec<crate::store::inventory::FixityCheck>>> {
+        Ok(Some(self.with_inventory(|inventory| inventory.fixity_checks())?.unwrap_or_default()))
+    }
+
+    /// Row by row from the inventory, never all at once.
+    fn each_fixity_check(&self, each: &mut dyn FnMut(crate::store::inventory::FixityCheck)) -> Result<bool> {
+        self.with_inventory(|inventory| inventory.each_fixity_check(each))?;
+        Ok(true)
+    }
+
+    fn witness_seed(&self) -> Result<Option<[u8; 32]>> {
+        let Some(seed) = crate::store::witness_key::witness_seed(&self.layout.witness_key(), !self.read_only)? else {
+            return Ok(None);
+        };
+        self.publish_witness_key(&seed)?;
+        Ok(Some(seed))
+    }
+
+    fn latest_witness(&self) -> Result<Option<String>> {
+        let path = self.layout.witness();
+        match fsx::read_capped(&path, 64 * 1024) {
+            Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io("read", &path, e)),
+        }
+    }
+
+    fn keep_witness(&self, json: &str) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        fsx::atomic_write(&self.layout.witness(), json.as_bytes())?;
+        let event = crate::store::log::witness_event(json);
+        self.with_inventory(|inventory| inventory.log(&[event])).map(drop)
+    }
+
+    fn events(&self, item: Option<&RepositoryName>, after: u64) -> Result<Option<Vec<StoredEvent>>> {
+        let item = item.map(ToString::to_string);
+        let page = self
+            .with_inventory(|inventory| inventory.events_page(after, item.as_deref(), crate::store::log::EVENT_PAGE))?;
+        Ok(Some(page.unwrap_or_default()))
+    }
+
+    fn items_events(&self, names: &[RepositoryName]) -> Result<Vec<Vec<StoredEvent>>> {
+        let texts: Vec<String> = names.iter().map(ToString::to_string).collect();
+        let found = self.with_inventory(|inventory| inventory.items_events(&texts, crate::store::log::MAX_CARRIED))?;
+        Ok(found.unwrap_or_else(|| vec![Vec::new(); names.len()]))
+    }
+
+    fn log_head(&self) -> Result<Option<(u64, String)>> {
+        Ok(self.with_inventory(|inventory| inventory.log_head())?.flatten())
+    }
+
+    fn chain_cursor(&self) -> Result<Option<crate::events::ChainCursor>> {
+        Ok(self.with_inventory(|inventory| inventory.chain_cursor())?.flatten())
+    }
+
+    fn keep_chain_cursor(&self, cursor: &crate::events::ChainCursor) -> Result<()> {
+        if self.read_only || !self.has_inventory() {
+            return Ok(());
+        }
+        self.with_inventory(|inventory| inventory.keep_chain_cursor(cursor)).map(drop)
     }
 }
 
