@@ -213,7 +213,7 @@ impl<'a> Survey<'a> {
         let mut names = Vec::with_capacity(NAMES_AT_ONCE);
         let mut known = Vec::new();
         let root = self.stores.root;
-        let mut summaries = root.record_summaries();
+        let mut summaries = root.inventory().record_summaries();
         loop {
             let next = summaries.next().transpose()?;
             if next.is_none() || names.len() == NAMES_AT_ONCE {
@@ -369,7 +369,7 @@ fn place_of(store: &dyn Store, mut facts: PlaceFacts, cluster: Option<SeaweedFs>
 fn find_strays(survey: &mut Survey, i: usize) {
     let Some(store) = survey.stores.get(i).filter(|_| survey.places[i].facts.unreachable.is_none()) else { return };
     let mut unknown = Vec::new();
-    let mut names = store.record_names();
+    let mut names = store.inventory().record_names();
     loop {
         let next = names.next();
         if next.is_none() || unknown.len() == NAMES_AT_ONCE {
@@ -397,7 +397,7 @@ fn count_strays(
     if unknown.is_empty() {
         return Ok(());
     }
-    for record in store.records(unknown)?.into_iter().flatten() {
+    for record in store.inventory().records(unknown)?.into_iter().flatten() {
         if record.status == Status::Present {
             place.facts.strays += 1;
             if strays.len() < STRAYS_NAMED {
@@ -548,7 +548,7 @@ fn look_at(
     checks: Option<&LastChecks>,
     cycle_start: Option<i64>,
 ) -> Result<(Vec<Copy>, Vec<Vec<String>>)> {
-    let records = store.records(names)?;
+    let records = store.inventory().records(names)?;
     // Read from each bag's tagmanifest (no payload byte), not from the records,
     // so that a copy deleted or replaced behind ibi's back shows.
     let identities = store.bag_identities(names);

@@ -400,11 +400,11 @@ fn known_content(
 /// removed, its bytes must verify. Otherwise the content is deposited anew, so a
 /// stale or forged record can never cause a source to be removed.
 fn deposited_as(collection: &dyn Store, key: &str, payload: &Payload, checked: bool) -> Result<Option<Minted>> {
-    let Some(name) = collection.deposit_record(key)? else { return Ok(None) };
+    let Some(name) = collection.inventory().deposit_record(key)? else { return Ok(None) };
     if collection.slot(&name)? != Slot::Item {
         return Ok(None);
     }
-    let record = match collection.records(std::slice::from_ref(&name))?.pop().flatten() {
+    let record = match collection.inventory().records(std::slice::from_ref(&name))?.pop().flatten() {
         Some(record) => record,
         None => ItemRecord::from_bag(collection.item_files(&name).as_ref(), &name)?,
     };

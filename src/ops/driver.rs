@@ -332,7 +332,7 @@ impl<'a> Driver<'a> {
         let keys: HashMap<RepositoryName, Vec<String>> = copying
             .iter()
             .cloned()
-            .zip(self.src.records(copying)?)
+            .zip(self.src.inventory().records(copying)?)
             .filter_map(|(name, record)| Some((name, record?.deposit_keys)).filter(|(_, k)| !k.is_empty()))
             .collect();
         for item in staged.iter_mut() {

@@ -89,7 +89,7 @@ fn selected_records<'a>(
     store: &'a dyn Store,
     options: &'a HandleExport,
 ) -> impl Iterator<Item = Result<ItemRecord>> + 'a {
-    store.all_records().filter(|record| match record {
+    store.inventory().all_records().filter(|record| match record {
         Err(_) => true,
         Ok(record) if record.status == Status::Removed => false,
         Ok(record) => {

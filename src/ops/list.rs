@@ -25,9 +25,9 @@ pub type ListedItem = (RepositoryName, Option<Ibip>, Status, Option<String>);
 
 /// Streams the items in range; stray entries are skipped (verify reports them).
 pub fn list(store: &dyn Store, range: DateRange, withdrawn: bool) -> Box<dyn Iterator<Item = Result<ListedItem>> + '_> {
-    if store.has_inventory() {
+    if store.inventory().has_inventory() {
         let wanted = move |status: Status| status == Status::Present || (withdrawn && status == Status::Withdrawn);
-        return Box::new(store.record_summaries().filter_map(move |summary| match summary {
+        return Box::new(store.inventory().record_summaries().filter_map(move |summary| match summary {
             Err(e) => Some(Err(e)),
             Ok(s) if !wanted(s.status) || !range.contains(s.name.date()) => None,
             Ok(s) => Some(Ok((s.name, s.ibip, s.status, Some(s.identity)))),

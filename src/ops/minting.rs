@@ -97,8 +97,8 @@ pub fn learn_from(minting: &dyn Store, other: &dyn Store) -> Result<Option<Raise
         return Ok(None);
     }
     let prefix = minting.subsystem().prefix();
-    let Some(newest) = other.newest_name_of(prefix)? else { return Ok(None) };
-    if minting.newest_name_of(prefix)?.is_some_and(|own| own >= newest) {
+    let Some(newest) = other.inventory().newest_name_of(prefix)? else { return Ok(None) };
+    if minting.inventory().newest_name_of(prefix)?.is_some_and(|own| own >= newest) {
         return Ok(None);
     }
     let writer = minting.begin_write(LockWait::For(std::time::Duration::from_secs(30)))?;

@@ -289,9 +289,9 @@ impl Planner<'_> {
         let dst_only = pick(|p| if let Pair::Dst { name, .. } = p { Some(name) } else { None });
         let mut src_ids = self.src.identities(&both).into_iter();
         let mut dst_ids = self.dst.identities(&both).into_iter();
-        let mut dst_records = self.dst.records(&src_only)?.into_iter();
+        let mut dst_records = self.dst.inventory().records(&src_only)?.into_iter();
         let mut dst_slots = self.dst.slots(&src_only)?.into_iter();
-        let mut src_records = self.src.records(&dst_only)?.into_iter();
+        let mut src_records = self.src.inventory().records(&dst_only)?.into_iter();
         let paired: Vec<(Pair, Known)> = chunk
             .into_iter()
             .map(|pair| {

@@ -85,7 +85,7 @@ pub fn evidence(store: &dyn Store, config: &CollectionConfig, connect: &Connect)
         events: keeps.then_some(counts),
         broken_log: check.and_then(|c| c.broken),
         key_mode,
-        has_inventory: store.has_inventory(),
+        has_inventory: store.inventory().has_inventory(),
         witness: store.ledger().latest_witness().ok().flatten().is_some(),
         site_repairs,
         sites_unread,

@@ -61,7 +61,7 @@ fn candidates<'a>(root: &'a dyn Store, names: &[String]) -> Result<Needs<'a>> {
 /// The items the collection's records hold present whose place is empty.
 fn lost_by_record(root: &dyn Store) -> Result<Vec<RepositoryName>> {
     let mut lost = Vec::new();
-    for summary in root.record_summaries() {
+    for summary in root.inventory().record_summaries() {
         let summary = summary?;
         if summary.status == Status::Present && matches!(root.slot(&summary.name)?, Slot::Empty) {
             lost.push(summary.name);

@@ -276,7 +276,7 @@ impl Resolver {
         let mut seen = (self.stores.len() > 1).then(std::collections::HashSet::<u64>::new);
         let (mut best, mut total) = (std::collections::BTreeMap::<BrowseKey, Candidate>::new(), 0);
         for (index, store) in self.stores.iter().enumerate() {
-            for record in store.all_records() {
+            for record in store.inventory().all_records() {
                 let record = record?;
                 let first = record.versions.first().map(|v| v.date.clone()).unwrap_or_default();
                 if record.status != Status::Present || !matches_name(query, &record.name, &first) {
@@ -343,7 +343,7 @@ fn matches_name(query: &BrowseQuery, name: &RepositoryName, date: &str) -> bool 
 /// it (never did, or it was taken away). An item at its place is served even if
 /// the inventory records it as removed (`verify` reports that disagreement).
 pub fn load_view(store: &dyn Store, name: &RepositoryName) -> Result<Option<ItemView>> {
-    let record = store.records(std::slice::from_ref(name))?.pop().flatten();
+    let record = store.inventory().records(std::slice::from_ref(name))?.pop().flatten();
     match store.slot(name)? {
         Slot::Item => {}
         Slot::Empty => return Ok(None),

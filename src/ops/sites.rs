@@ -211,7 +211,7 @@ pub fn holds_verified_copy(site: &dyn Store, name: &RepositoryName, expected: Op
     if expected.is_some_and(|e| e != identity) {
         return false;
     }
-    let recorded = match site.records(std::slice::from_ref(name)) {
+    let recorded = match site.inventory().records(std::slice::from_ref(name)) {
         Ok(mut records) => records.pop().flatten(),
         Err(_) => return false,
     };

@@ -212,10 +212,10 @@ fn against_inventory(
 /// The inventory's records by name, for the named items; `None` for a
 /// collection without an inventory yet.
 pub(crate) fn known_items(store: &dyn Store, names: &[RepositoryName]) -> Result<Option<Known>> {
-    if !store.has_inventory() {
+    if !store.inventory().has_inventory() {
         return Ok(None);
     }
-    let records = store.records(names)?.into_iter().flatten();
+    let records = store.inventory().records(names)?.into_iter().flatten();
     let map = records.map(|r| (r.name.clone(), (r.status, r.current().digest.clone()))).collect();
     Ok(Some(Mutex::new(map)))
 }
@@ -257,7 +257,7 @@ impl Paired<'_> {
         let names: Vec<RepositoryName> =
             page.iter().filter_map(|l| if let Ok(Listed::Item(n)) = l { Some(n.clone()) } else { None }).collect();
         names.iter().for_each(|name| self.walked.note(name));
-        let mut states = match self.inventory.then(|| self.store.recorded_states(&names)) {
+        let mut states = match self.inventory.then(|| self.store.inventory().recorded_states(&names)) {
             None => vec![],
             Some(Ok(found)) => found,
             Some(Err(e)) => return self.ready.push_back(Err(e)),
@@ -290,14 +290,17 @@ fn report_vanished(
     reporter: &dyn Reporter,
 ) -> Result<()> {
     let mut reported = BTreeSet::new();
-    if store.has_inventory() {
-        let mut unwalked = store.record_names().filter(|name| !matches!(name, Ok(name) if walked.contains(name)));
+    if store.inventory().has_inventory() {
+        let mut unwalked =
+            store.inventory().record_names().filter(|name| !matches!(name, Ok(name) if walked.contains(name)));
         loop {
             let page: Vec<RepositoryName> = unwalked.by_ref().take(UNWALKED_AT_ONCE).collect::<Result<_>>()?;
             if page.is_empty() {
                 break;
             }
-            for record in store.records(&page)?.into_iter().flatten().filter(|r| r.status.expected_on_disk()) {
+            for record in
+                store.inventory().records(&page)?.into_iter().flatten().filter(|r| r.status.expected_on_disk())
+            {
                 let detail = format!(
                     "the inventory records it as {}, but the collection lacks it: it vanished",
                     record.status.as_str()
@@ -334,7 +337,7 @@ fn report_degraded(store: &dyn Store, counters: &Counters, reporter: &dyn Report
     if !redundancy.told() {
         return Ok(());
     }
-    let mut names = store.record_names();
+    let mut names = store.inventory().record_names();
     loop {
         let page: Vec<RepositoryName> = names.by_ref().take(PLACEMENT_PAGE).collect::<Result<_>>()?;
         if page.is_empty() {
@@ -402,7 +405,7 @@ fn verify_walked(store: &dyn Store, counters: &Counters, reporter: &dyn Reporter
     let paired = Paired {
         store,
         walk: store.walk(),
-        inventory: store.has_inventory(),
+        inventory: store.inventory().has_inventory(),
         walked: &mut walked,
         ready: Default::default(),
     };

@@ -126,10 +126,10 @@ const LEAVES_AT_ONCE: usize = 1024;
 /// The items a witness covers: the inventory's present records, or every item
 /// walked in a collection without an inventory.
 fn covered(store: &dyn Store) -> Box<dyn Iterator<Item = Result<RepositoryName>> + Send + '_> {
-    if !store.has_inventory() {
+    if !store.inventory().has_inventory() {
         return Box::new(items(store));
     }
-    store.present_names()
+    store.inventory().present_names()
 }
 
 /// How the leaves are chosen: when a witness is made, by what vouches for each
@@ -266,8 +266,13 @@ fn named(name: Result<RepositoryName>) -> Result<Named> {
 /// inventory the bags' identities are the leaves.
 fn leaves_of(store: &dyn Store, page: &[Named], choice: &Choice, each: &mut dyn FnMut(Step)) -> Result<()> {
     let names: Vec<RepositoryName> = page.iter().map(|(_, name)| name.clone()).collect();
-    let recorded: Vec<Option<String>> = match store.has_inventory() {
-        true => store.recorded_states(&names)?.into_iter().map(|state| state.map(|(_, identity)| identity)).collect(),
+    let recorded: Vec<Option<String>> = match store.inventory().has_inventory() {
+        true => store
+            .inventory()
+            .recorded_states(&names)?
+            .into_iter()
+            .map(|state| state.map(|(_, identity)| identity))
+            .collect(),
         false => vec![None; names.len()],
     };
     let unread: Vec<RepositoryName> = names

@@ -156,11 +156,13 @@ pub fn a_batch_is_answered_as_each_name(store: &dyn Store) {
     let held_names: Vec<bool> = one_by_one.iter().map(|slot| *slot == Slot::Item).collect();
     assert_eq!(held_names, [false, true, false, true, false, true, false]);
     let records: Vec<Option<RepositoryName>> =
-        store.records(&asked).unwrap().into_iter().map(|r| r.map(|r| r.name)).collect();
-    let each: Vec<Option<RepositoryName>> =
-        asked.iter().map(|n| store.records(std::slice::from_ref(n)).unwrap().remove(0).map(|r| r.name)).collect();
+        store.inventory().records(&asked).unwrap().into_iter().map(|r| r.map(|r| r.name)).collect();
+    let each: Vec<Option<RepositoryName>> = asked
+        .iter()
+        .map(|n| store.inventory().records(std::slice::from_ref(n)).unwrap().remove(0).map(|r| r.name))
+        .collect();
     assert_eq!(records, each);
-    if store.has_inventory() {
+    if store.inventory().has_inventory() {
         assert_eq!(records.iter().map(Option::is_some).collect::<Vec<_>>(), held_names, "a record for each held");
     }
 }
@@ -332,25 +334,25 @@ pub fn minting_role_is_kept_and_obeyed(store: &dyn Store, other: &dyn Store) {
 }
 
 pub fn inventory_records_placement_replacement_and_removal(store: &dyn Store, other: &dyn Store) {
-    assert!(store.has_inventory() && store.collection_id().is_some_and(|id| id.starts_with("urn:uuid:")));
+    assert!(store.inventory().has_inventory() && store.collection_id().is_some_and(|id| id.starts_with("urn:uuid:")));
     let w = writer(store);
     let (a, b) = (minted(1), minted(2));
     place(w.as_ref(), &a, stage_bag(w.as_ref(), &a, b"first"), false).unwrap();
     place(w.as_ref(), &b, stage_bag(w.as_ref(), &b, b"other"), false).unwrap();
-    let records = other.records(&[a.name.clone(), b.name.clone(), minted(3).name]).unwrap();
+    let records = other.inventory().records(&[a.name.clone(), b.name.clone(), minted(3).name]).unwrap();
     let first = records[0].as_ref().expect("a placed item is recorded, and another handle sees it");
     assert_eq!((first.status, first.ibip, first.versions.len()), (Status::Present, a.ibip, 1));
     assert_eq!(first.current().digest, identity_digest(store, &a.name).unwrap());
     assert!(records[1].is_some() && records[2].is_none());
     place(w.as_ref(), &a, stage_bag(w.as_ref(), &a, b"replaced"), true).unwrap();
-    let replaced = store.records(std::slice::from_ref(&a.name)).unwrap().remove(0).unwrap();
+    let replaced = store.inventory().records(std::slice::from_ref(&a.name)).unwrap().remove(0).unwrap();
     assert_eq!(replaced.current().digest, identity_digest(store, &a.name).unwrap());
     assert_ne!(replaced.current().digest, first.current().digest);
     w.remove(std::slice::from_ref(&b.name)).unwrap();
-    let all: Vec<ItemRecord> = other.all_records().map(Result::unwrap).collect();
+    let all: Vec<ItemRecord> = other.inventory().all_records().map(Result::unwrap).collect();
     let seen: Vec<(RepositoryName, Status)> = all.iter().map(|r| (r.name.clone(), r.status)).collect();
     assert_eq!(seen, [(a.name, Status::Present), (b.name, Status::Removed)], "a removed item stays known");
-    let summaries: Vec<RecordSummary> = other.record_summaries().map(Result::unwrap).collect();
+    let summaries: Vec<RecordSummary> = other.inventory().record_summaries().map(Result::unwrap).collect();
     let whole: Vec<RecordSummary> = all.into_iter().map(RecordSummary::from).collect();
     assert_eq!(summaries, whole, "the summaries say what the whole records say");
 }
@@ -548,8 +550,8 @@ pub fn every_other_call_answers(store: &dyn Store, other: &dyn Store) {
         assert_ne!(store.item_stamp(&m.name), stamp, "a replacement changes the item's stamp");
     }
     w.write_deposit_records(&[("c0ffee".into(), m.name.clone())]).unwrap();
-    assert_eq!(other.deposit_record("c0ffee").unwrap(), Some(m.name.clone()));
-    assert_eq!(other.deposit_record("beef").unwrap(), None);
+    assert_eq!(other.inventory().deposit_record("c0ffee").unwrap(), Some(m.name.clone()));
+    assert_eq!(other.inventory().deposit_record("beef").unwrap(), None);
     w.raise_minter_to(m.name.date()).unwrap();
     let clock = ReplayClock::new(m.name.date().checked_add_nanos(100_000_000_000));
     assert!(w.mint_dates(1, &clock).unwrap()[0] > m.name.date(), "no name at or before one raised past");

@@ -63,7 +63,7 @@ pub trait Ledger: Send + Sync {
     /// per name; a backend that can reads them all in one go (local: one read
     /// transaction for the batch, not one per item).
     fn items_events(&self, names: &[RepositoryName]) -> Result<Vec<Vec<crate::events::StoredEvent>>> {
-        names.iter().map(|name| crate::store::log::item_events_paged(self, name)).collect()
+        names.iter().map(|name| item_events_paged(self, name)).collect()
     }
     /// The log's last event: its place and hash (what a witness signs, so that a
     /// log cut short after it is seen); `None` when the backend keeps no log or
@@ -96,3 +96,29 @@ pub trait Ledger: Send + Sync {
 pub struct NoLedger;
 
 impl Ledger for NoLedger {}
+
+/// The events of `name` in `store`'s log that a copy carries (at most
+/// `crate::store::log::MAX_CARRIED`, fixity checks left out and not counted), a page of
+/// `Ledger::events` at a time: `Ledger::items_events` by default.
+pub fn item_events_paged<L: Ledger + ?Sized>(
+    store: &L,
+    name: &RepositoryName,
+) -> Result<Vec<crate::events::StoredEvent>> {
+    let mut events = Vec::new();
+    let mut after = 0;
+    while let Some(page) = store.events(Some(name), after)? {
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        let full = page.len() == crate::store::log::EVENT_PAGE;
+        // An event that does not read stays, for `carried_events` to name.
+        events.extend(
+            page.into_iter()
+                .filter(|stored| stored.event().map_or(true, |e| e.kind != crate::events::EventKind::Fixity)),
+        );
+        if events.len() >= crate::store::log::MAX_CARRIED || !full {
+            break;
+        }
+    }
+    events.truncate(crate::store::log::MAX_CARRIED);
+    Ok(events)
+}

@@ -92,29 +92,6 @@ impl StepLog {
     }
 }
 
-/// The events of `name` in `store`'s log that a copy carries (at most
-/// `MAX_CARRIED`, fixity checks left out and not counted), a page of
-/// `Store::events` at a time: `Store::items_events` by default.
-pub fn item_events_paged<L: crate::store::ledger::Ledger + ?Sized>(
-    store: &L,
-    name: &RepositoryName,
-) -> Result<Vec<StoredEvent>> {
-    let mut events = Vec::new();
-    let mut after = 0;
-    while let Some(page) = store.events(Some(name), after)? {
-        let Some(last) = page.last() else { break };
-        after = last.seq;
-        let full = page.len() == EVENT_PAGE;
-        // An event that does not read stays, for `carried_events` to name.
-        events.extend(page.into_iter().filter(|stored| stored.event().map_or(true, |e| e.kind != EventKind::Fixity)));
-        if events.len() >= MAX_CARRIED || !full {
-            break;
-        }
-    }
-    events.truncate(MAX_CARRIED);
-    Ok(events)
-}
-
 /// The events of each of `names` in `store`'s log (one `Store::items_events`
 /// for them all), marked as carried from it, to go with the items to another
 /// collection: what was done to each. Their fixity checks stay: they are

@@ -239,6 +239,10 @@ impl crate::store::kept::KeptCopies for MemoryStore {
 }
 
 impl Store for MemoryStore {
+    fn inventory(&self) -> &dyn crate::store::records::Records {
+        self
+    }
+
     fn ledger(&self) -> &dyn crate::store::ledger::Ledger {
         self
     }
@@ -321,6 +325,24 @@ impl Store for MemoryStore {
         Ok(lock(&self.shared.minting).clone().unwrap_or(Minting::Mints))
     }
 
+    fn leftovers(&self) -> Vec<Problem> {
+        // Under a free lease no writer is at work, so any staged item is left over.
+        let Ok(_lease) = self.take_lease(LockWait::No) else { return Vec::new() };
+        let staged = lock(&self.shared.stages).1.len();
+        if staged == 0 {
+            return Vec::new();
+        }
+        let detail =
+            format!("{staged} staged item(s) left by an interrupted writer; the next writing command clears them");
+        vec![Problem::new("staging", None, ProblemKind::Leftover, detail)]
+    }
+
+    fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
+        Leased::begin(self, wait)
+    }
+}
+
+impl crate::store::records::Records for MemoryStore {
     fn has_inventory(&self) -> bool {
         true
     }
@@ -335,24 +357,8 @@ impl Store for MemoryStore {
         Box::new(records.into_iter().map(Ok))
     }
 
-    fn leftovers(&self) -> Vec<Problem> {
-        // Under a free lease no writer is at work, so any staged item is left over.
-        let Ok(_lease) = self.take_lease(LockWait::No) else { return Vec::new() };
-        let staged = lock(&self.shared.stages).1.len();
-        if staged == 0 {
-            return Vec::new();
-        }
-        let detail =
-            format!("{staged} staged item(s) left by an interrupted writer; the next writing command clears them");
-        vec![Problem::new("staging", None, ProblemKind::Leftover, detail)]
-    }
-
     fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
         Ok(lock(&self.shared.records).get(key).cloned())
-    }
-
-    fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
-        Leased::begin(self, wait)
     }
 }
 

@@ -22,6 +22,10 @@ use ibi::{Ibip, Problem, RepositoryName, Result, Subsystem};
 struct Shell(MemoryStore);
 
 impl Store for Shell {
+    fn inventory(&self) -> &dyn ibi::store::records::Records {
+        self
+    }
+
     fn ledger(&self) -> &dyn ibi::store::ledger::Ledger {
         self
     }
@@ -78,6 +82,12 @@ impl Store for Shell {
     fn minting(&self) -> ibi::Result<ibi::store::Minting> {
         self.0.minting()
     }
+    fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
+        Leased::begin(self, wait)
+    }
+}
+
+impl ibi::store::records::Records for Shell {
     fn has_inventory(&self) -> bool {
         self.0.has_inventory()
     }
@@ -89,9 +99,6 @@ impl Store for Shell {
     }
     fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
         self.0.deposit_record(key)
-    }
-    fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
-        Leased::begin(self, wait)
     }
 }
 

@@ -199,7 +199,7 @@ async fn recorded_present(app: &Arc<App>, asked: &Asked) -> Option<Lost> {
     let finder = app.clone();
     blocking(move || {
         finder.resolver.stores().iter().enumerate().find_map(|(index, store)| {
-            let record = store.records(std::slice::from_ref(&name)).ok()?.pop().flatten()?;
+            let record = store.inventory().records(std::slice::from_ref(&name)).ok()?.pop().flatten()?;
             (record.status == ibi::store::inventory::Status::Present).then(|| Lost {
                 identity: Some(record.current().digest.clone()),
                 name: Some(name.clone()),

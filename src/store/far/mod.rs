@@ -366,6 +366,10 @@ fn streamed<'a, T: Send + 'a>(
 }
 
 impl Store for FarStore {
+    fn inventory(&self) -> &dyn crate::store::records::Records {
+        self
+    }
+
     fn ledger(&self) -> &dyn crate::store::ledger::Ledger {
         self
     }
@@ -567,6 +571,27 @@ impl Store for FarStore {
         }
     }
 
+    fn check_item(&self, name: &RepositoryName, on_bytes: &(dyn Fn(u64) + Sync)) -> (BagCheck, Vec<Problem>) {
+        match self.call(&Request::CheckItem(name.clone())) {
+            Ok(Reply::Checked(c)) => {
+                on_bytes(c.bytes);
+                let check =
+                    BagCheck { problems: c.problems, info: c.info, files: c.files, bytes: c.bytes, identity: None };
+                let mut problems = check.problems.clone();
+                problems.extend(c.identifiers);
+                (check, problems)
+            }
+            Ok(other) => failed_check(name, self.conn.unexpected(&other)),
+            Err(e) => failed_check(name, e),
+        }
+    }
+
+    fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
+        Leased::begin(self, wait)
+    }
+}
+
+impl crate::store::records::Records for FarStore {
     fn has_inventory(&self) -> bool {
         matches!(self.call(&Request::Inventory), Ok(Reply::Inventory { present: true, .. }))
     }
@@ -590,25 +615,6 @@ impl Store for FarStore {
             Reply::Name(name) => Ok(name),
             other => Err(self.conn.unexpected(&other)),
         }
-    }
-
-    fn check_item(&self, name: &RepositoryName, on_bytes: &(dyn Fn(u64) + Sync)) -> (BagCheck, Vec<Problem>) {
-        match self.call(&Request::CheckItem(name.clone())) {
-            Ok(Reply::Checked(c)) => {
-                on_bytes(c.bytes);
-                let check =
-                    BagCheck { problems: c.problems, info: c.info, files: c.files, bytes: c.bytes, identity: None };
-                let mut problems = check.problems.clone();
-                problems.extend(c.identifiers);
-                (check, problems)
-            }
-            Ok(other) => failed_check(name, self.conn.unexpected(&other)),
-            Err(e) => failed_check(name, e),
-        }
-    }
-
-    fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
-        Leased::begin(self, wait)
     }
 }
 
@@ -701,7 +707,7 @@ impl crate::store::ledger::Ledger for FarStore {
                 };
                 found.push(match page.len() < crate::store::log::EVENT_PAGE {
                     true => page,
-                    false => crate::store::log::item_events_paged(self, name)?,
+                    false => crate::store::ledger::item_events_paged(self, name)?,
                 });
             }
         }

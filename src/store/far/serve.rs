@@ -737,8 +737,10 @@ impl Session {
                 None => None,
             }),
             Request::Leftovers => Reply::Problems(c()?.leftovers()),
-            Request::Inventory => Reply::Inventory { id: c()?.collection_id(), present: c()?.has_inventory() },
-            Request::Records(names) => Reply::Records(c()?.records(&names)?),
+            Request::Inventory => {
+                Reply::Inventory { id: c()?.collection_id(), present: c()?.inventory().has_inventory() }
+            }
+            Request::Records(names) => Reply::Records(c()?.inventory().records(&names)?),
             Request::Events { item, after } => Reply::Events(c()?.ledger().events(item.as_ref(), after)?),
             Request::FixityChecks => {
                 self.keep_fixity(true);
@@ -762,7 +764,7 @@ impl Session {
                     check_minting(&minting).and_then(|()| self.writer("changing who mints")?.set_minting(&minting)),
                 )
             }
-            Request::DepositRecord(key) => Reply::Name(c()?.deposit_record(&key)?),
+            Request::DepositRecord(key) => Reply::Name(c()?.inventory().deposit_record(&key)?),
             Request::WriteDepositRecords(records) => {
                 return done(self.writer("deposit records")?.write_deposit_records(&records));
             }
@@ -1027,7 +1029,7 @@ impl Session {
         // failed check of a replaced copy would count against its replacement.
         self.keep_fixity(true);
         let c = self.collection()?;
-        let held = c.records(&batch.iter().map(|p| p.name.clone()).collect::<Vec<_>>())?;
+        let held = c.inventory().records(&batch.iter().map(|p| p.name.clone()).collect::<Vec<_>>())?;
         let staged = self.take_batch(&batch)?;
         // Each item is checked on the session's pool: nothing is placed before
         // all are checked, so the order changes nothing.
@@ -1090,7 +1092,7 @@ impl Session {
 
     fn all_records(&self, id: u64) {
         match self.collection() {
-            Ok(c) => self.stream_pages(id, c.all_records().map(|r| r.map(Some)), Reply::Records),
+            Ok(c) => self.stream_pages(id, c.inventory().all_records().map(|r| r.map(Some)), Reply::Records),
             Err(e) => self.reply_result(id, Err(e)),
         }
     }

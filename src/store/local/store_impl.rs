@@ -22,6 +22,7 @@ use crate::problem::{Problem, ProblemKind};
 use crate::store::config::CollectionConfig;
 use crate::store::config::Minting;
 use crate::store::inventory::Forward;
+use crate::store::records::Records;
 use crate::store::StateFile;
 use crate::store::{
     FileSource, ItemRecord, Lease, Leased, Listed, LockWait, Placed, Placement, RecordSummary, Slot, StageId, Store,
@@ -78,6 +79,10 @@ fn unknown_stage(stage: StageId) -> Error {
 }
 
 impl Store for Collection {
+    fn inventory(&self) -> &dyn crate::store::records::Records {
+        self
+    }
+
     fn ledger(&self) -> &dyn crate::store::ledger::Ledger {
         self
     }
@@ -226,6 +231,16 @@ impl Store for Collection {
         Collection::minting(self)
     }
 
+    fn leftovers(&self) -> Vec<Problem> {
+        self.leftover_problems()
+    }
+
+    fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
+        Leased::begin(self, wait)
+    }
+}
+
+impl crate::store::records::Records for Collection {
     fn has_inventory(&self) -> bool {
         self.layout.inventory().is_file()
     }
@@ -260,16 +275,8 @@ impl Store for Collection {
         Box::new(Collection::record_summaries(self).map(|summary| summary.map(|s| s.name)))
     }
 
-    fn leftovers(&self) -> Vec<Problem> {
-        self.leftover_problems()
-    }
-
     fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
         Collection::deposit_record(self, key)
-    }
-
-    fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
-        Leased::begin(self, wait)
     }
 }
 

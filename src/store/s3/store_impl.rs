@@ -8,6 +8,10 @@ use crate::store::inventory::Forward;
 const STAGING_THREADS: usize = 4;
 
 impl Store for S3Store {
+    fn inventory(&self) -> &dyn crate::store::records::Records {
+        self
+    }
+
     fn ledger(&self) -> &dyn crate::store::ledger::Ledger {
         self
     }
@@ -148,6 +152,60 @@ impl Store for S3Store {
         self.minting_now()
     }
 
+    fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
+        Leased::begin(self, wait)
+    }
+
+    /// From the bags, as the provided method does, but `IN_FLIGHT` at once.
+    fn identities(&self, names: &[RepositoryName]) -> Vec<Result<String>> {
+        self.bag_identities(names)
+    }
+
+    /// Each identity read by its own requests, `IN_FLIGHT` at once.
+    fn bag_identities(&self, names: &[RepositoryName]) -> Vec<Result<String>> {
+        self.objects.run(stream::iter(names).map(|name| self.identity(name)).buffered(IN_FLIGHT).collect())
+    }
+
+    fn current_config(&self) -> Result<Option<CollectionConfig>> {
+        Ok(Some(self.stored_config()?.0))
+    }
+
+    /// Rewritten with `If-Match`, as the minting part is (`set_minting`).
+    fn change_config(
+        &self,
+        change: &mut dyn FnMut(&mut CollectionConfig) -> Result<()>,
+    ) -> Result<Option<CollectionConfig>> {
+        let place = format!("{}/.ibi/collection.toml", self.objects.place);
+        let key = self.keys.config();
+        for _ in 0..CONFIG_TRIES {
+            let (mut config, version) = self.stored_config()?;
+            change(&mut config)?;
+            let text = config.to_toml();
+            CollectionConfig::parse(&text, &place)?;
+            // A lost conditional write means another writer changed it since it
+            // was read: read it again and make this change to what it is now.
+            if self.objects.run(self.objects.put(&key, text.into_bytes(), PutMode::Update(version)))?.is_ok() {
+                return Ok(Some(config));
+            }
+        }
+        Err(Error::Invalid {
+            what: format!("the config of {}", self.objects.place),
+            problem: format!("other writers changed it {CONFIG_TRIES} times while this change was made; run it again"),
+        })
+    }
+
+    fn placement(
+        &self,
+        names: &[RepositoryName],
+        cluster: &crate::store::config::SeaweedFs,
+    ) -> Result<Option<Vec<crate::store::placement::ItemPlacement>>> {
+        let folders: Vec<String> = names.iter().map(|name| self.keys.item(name).to_string()).collect();
+        let bucket = self.objects.bucket();
+        self.objects.run(super::seaweedfs::placements(cluster, bucket, &folders)).map(Some)
+    }
+}
+
+impl crate::store::records::Records for S3Store {
     fn has_inventory(&self) -> bool {
         true
     }
@@ -201,58 +259,6 @@ impl Store for S3Store {
             return Ok(None);
         };
         Ok(RepositoryName::parse(String::from_utf8_lossy(&found.bytes).trim()).ok())
-    }
-
-    fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
-        Leased::begin(self, wait)
-    }
-
-    /// From the bags, as the provided method does, but `IN_FLIGHT` at once.
-    fn identities(&self, names: &[RepositoryName]) -> Vec<Result<String>> {
-        self.bag_identities(names)
-    }
-
-    /// Each identity read by its own requests, `IN_FLIGHT` at once.
-    fn bag_identities(&self, names: &[RepositoryName]) -> Vec<Result<String>> {
-        self.objects.run(stream::iter(names).map(|name| self.identity(name)).buffered(IN_FLIGHT).collect())
-    }
-
-    fn current_config(&self) -> Result<Option<CollectionConfig>> {
-        Ok(Some(self.stored_config()?.0))
-    }
-
-    /// Rewritten with `If-Match`, as the minting part is (`set_minting`).
-    fn change_config(
-        &self,
-        change: &mut dyn FnMut(&mut CollectionConfig) -> Result<()>,
-    ) -> Result<Option<CollectionConfig>> {
-        let place = format!("{}/.ibi/collection.toml", self.objects.place);
-        let key = self.keys.config();
-        for _ in 0..CONFIG_TRIES {
-            let (mut config, version) = self.stored_config()?;
-            change(&mut config)?;
-            let text = config.to_toml();
-            CollectionConfig::parse(&text, &place)?;
-            // A lost conditional write means another writer changed it since it
-            // was read: read it again and make this change to what it is now.
-            if self.objects.run(self.objects.put(&key, text.into_bytes(), PutMode::Update(version)))?.is_ok() {
-                return Ok(Some(config));
-            }
-        }
-        Err(Error::Invalid {
-            what: format!("the config of {}", self.objects.place),
-            problem: format!("other writers changed it {CONFIG_TRIES} times while this change was made; run it again"),
-        })
-    }
-
-    fn placement(
-        &self,
-        names: &[RepositoryName],
-        cluster: &crate::store::config::SeaweedFs,
-    ) -> Result<Option<Vec<crate::store::placement::ItemPlacement>>> {
-        let folders: Vec<String> = names.iter().map(|name| self.keys.item(name).to_string()).collect();
-        let bucket = self.objects.bucket();
-        self.objects.run(super::seaweedfs::placements(cluster, bucket, &folders)).map(Some)
     }
 }
 
