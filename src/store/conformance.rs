@@ -558,39 +558,96 @@ pub fn every_other_call_answers(store: &dyn Store, other: &dyn Store) {
     assert!(w.adopt_from(w.as_ref(), &[]).is_ok());
 }
 
+/// A place that cosigns (`Store::cosigner`) keeps the newest checkpoint of a
+/// collection it cosigned, cosigns one that extends it through the events
+/// between, and refuses one that goes back or names another head, or that
+/// another key signed. A place that keeps none is not asked.
+pub fn cosigning_keeps_only_what_extends(store: &dyn Store, other: &dyn Store) {
+    use crate::checkpoint::{self, Head};
+    use crate::events::{Event, EventKind, GENESIS};
+    let (Some(cosigner), Some(again)) = (store.cosigner(), other.cosigner()) else { return };
+    let (seed, stranger) = ([3u8; 32], [4u8; 32]);
+    let key = hex::encode(ed25519_dalek::SigningKey::from_bytes(&seed).verifying_key().as_bytes());
+    let mut prev = GENESIS.to_string();
+    let events: Vec<_> = (1..=6)
+        .map(|seq| {
+            let stored = Event::new(EventKind::Deposit, None, "success", String::new()).seal(seq, &prev);
+            prev = stored.hash.clone();
+            stored
+        })
+        .collect();
+    let origin = checkpoint::origin("urn:uuid:conformance");
+    let head = |n: usize| Head { origin: origin.clone(), size: n as u64, head: events[n - 1].hash.clone() };
+    assert_eq!(cosigner.seen_checkpoint(&origin).unwrap(), None);
+    let first = checkpoint::sign(&head(3), &seed).unwrap();
+    let cosigned = cosigner.cosign(&first, &key, &[]).unwrap();
+    let (name, site_key) = cosigner.cosigner_key().unwrap().expect("a cosigner has a key");
+    assert!(checkpoint::cosigned_by(&cosigned, &name, &site_key).unwrap());
+    assert_eq!(again.seen_checkpoint(&origin).unwrap().as_deref(), Some(cosigned.as_str()), "kept for every handle");
+    let later = checkpoint::sign(&head(6), &seed).unwrap();
+    assert!(cosigner.cosign(&later, &key, &events[4..]).is_err(), "a gap in the events is refused");
+    cosigner.cosign(&later, &key, &events[3..]).unwrap();
+    assert!(cosigner.cosign(&first, &key, &[]).is_err(), "a checkpoint that goes back is refused");
+    let stranger_key = hex::encode(ed25519_dalek::SigningKey::from_bytes(&stranger).verifying_key().as_bytes());
+    let by_stranger = checkpoint::sign(&head(6), &stranger).unwrap();
+    assert!(cosigner.cosign(&by_stranger, &stranger_key, &[]).is_err(), "another key is refused");
+    let kept = cosigner.seen_checkpoint(&origin).unwrap().unwrap();
+    assert_eq!(checkpoint::open(&kept, &key).unwrap(), head(6));
+}
+
+/// One check of the list: its name, and how it runs on a handle and a reopener.
+pub type Check<S, F> = (&'static str, Box<dyn Fn(&S, &F)>);
+
+/// The one list of conformance checks, which every backend in this crate and
+/// one outside it (`run_all`) run: each needs a fresh, empty collection, a
+/// handle on it and a function that opens another handle.
+pub fn checks<S: Store + 'static, F: Fn() -> S>() -> Vec<Check<S, F>> {
+    fn check<S, F>(name: &'static str, run: impl Fn(&S, &F) + 'static) -> Check<S, F> {
+        (name, Box::new(run))
+    }
+    vec![
+        check::<S, F>("minting_role_is_kept_and_obeyed", |s, r| minting_role_is_kept_and_obeyed(s, &r())),
+        check::<S, F>("a_batch_is_answered_as_each_name", |s, _| a_batch_is_answered_as_each_name(s)),
+        check::<S, F>("placement_never_overwrites", |s, _| placement_never_overwrites(s)),
+        check::<S, F>("walk_is_in_name_order", |s, _| walk_is_in_name_order(s)),
+        check::<S, F>("aliases_follow_placement_and_removal", |s, _| aliases_follow_placement_and_removal(s)),
+        check::<S, F>("lease_is_exclusive", |s, r| lease_is_exclusive(s, &r())),
+        check::<S, F>("one_of_two_concurrent_placements_wins", |s, _| one_of_two_concurrent_placements_wins(s)),
+        check::<S, F>("recovery_clears_an_interrupted_batch", |s, r| {
+            recovery_clears_an_interrupted_batch(Box::new(r()), s)
+        }),
+        check::<S, F>("inventory", |s, r| inventory_records_placement_replacement_and_removal(s, &r())),
+        check::<S, F>("log", |s, r| log_records_each_change_once_in_a_chain(s, &r())),
+        check::<S, F>("a_copy_carries_no_fixity_checks", |s, r| a_copy_carries_no_fixity_checks(s, &r())),
+        check::<S, F>("a_repair_keeps_what_it_replaces", |s, _| a_repair_keeps_what_it_replaces(s)),
+        check::<S, F>("staging_for_a_name", |s, r| staging_for_a_name_is_unseen_until_placed(s, &r(), Box::new(r()))),
+        check::<S, F>("minter_state_never_repeats", |s, r| minter_state_never_repeats(s, &r())),
+        check::<S, F>("reads_during_a_write_see_old_or_new", |s, r| reads_during_a_write_see_old_or_new(s, &r())),
+        check::<S, F>("append_only_refuses_what_would_change", |s, _| append_only_refuses_what_would_change(s)),
+        check::<S, F>("a_chain_cursor_reads_back_from_another_handle", |s, r| {
+            a_chain_cursor_reads_back_from_another_handle(s, &r())
+        }),
+        check::<S, F>("cosigning_keeps_only_what_extends", |s, r| cosigning_keeps_only_what_extends(s, &r())),
+        check::<S, F>("every_other_call_answers", |s, r| every_other_call_answers(s, &r())),
+    ]
+}
+
+/// Runs one check on a handle and a reopener; a failure names the check.
+pub fn run_one<S, F>(name: &str, check: &dyn Fn(&S, &F), store: &S, reopen: &F) {
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(store, reopen)));
+    if let Err(panic) = ran {
+        let why =
+            panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()));
+        panic!("conformance check {name} failed: {}", why.unwrap_or_default());
+    }
+}
+
 /// Every check, for a backend outside this crate: `fresh` makes a new, empty
 /// collection and returns a handle and a function that opens another handle on it.
-/// One check of `run_all`: its name, and how it runs on a handle and a reopener.
-type Check<'a, S, F> = (&'static str, &'a dyn Fn(&S, &F));
-
 pub fn run_all<S: Store + 'static, F: Fn() -> S>(fresh: impl Fn() -> (S, F)) {
-    let checks: [Check<S, F>; 17] = [
-        ("minting_role_is_kept_and_obeyed", &|s, r| minting_role_is_kept_and_obeyed(s, &r())),
-        ("a_batch_is_answered_as_each_name", &|s, _| a_batch_is_answered_as_each_name(s)),
-        ("placement_never_overwrites", &|s, _| placement_never_overwrites(s)),
-        ("walk_is_in_name_order", &|s, _| walk_is_in_name_order(s)),
-        ("aliases_follow_placement_and_removal", &|s, _| aliases_follow_placement_and_removal(s)),
-        ("lease_is_exclusive", &|s, r| lease_is_exclusive(s, &r())),
-        ("one_of_two_concurrent_placements_wins", &|s, _| one_of_two_concurrent_placements_wins(s)),
-        ("recovery_clears_an_interrupted_batch", &|s, r| recovery_clears_an_interrupted_batch(Box::new(r()), s)),
-        ("inventory", &|s, r| inventory_records_placement_replacement_and_removal(s, &r())),
-        ("log", &|s, r| log_records_each_change_once_in_a_chain(s, &r())),
-        ("a_copy_carries_no_fixity_checks", &|s, r| a_copy_carries_no_fixity_checks(s, &r())),
-        ("a_repair_keeps_what_it_replaces", &|s, _| a_repair_keeps_what_it_replaces(s)),
-        ("staging_for_a_name", &|s, r| staging_for_a_name_is_unseen_until_placed(s, &r(), Box::new(r()))),
-        ("minter_state_never_repeats", &|s, r| minter_state_never_repeats(s, &r())),
-        ("reads_during_a_write_see_old_or_new", &|s, r| reads_during_a_write_see_old_or_new(s, &r())),
-        ("append_only_refuses_what_would_change", &|s, _| append_only_refuses_what_would_change(s)),
-        ("every_other_call_answers", &|s, r| every_other_call_answers(s, &r())),
-    ];
-    for (name, check) in checks {
+    for (name, check) in checks::<S, F>() {
         let (store, reopen) = fresh();
-        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&store, &reopen)));
-        if let Err(panic) = ran {
-            let why =
-                panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()));
-            panic!("conformance check {name} failed: {}", why.unwrap_or_default());
-        }
+        run_one(name, &*check, &store, &reopen);
     }
 }
 
@@ -680,131 +737,35 @@ pub fn a_chain_cursor_reads_back_from_another_handle(store: &dyn Store, other: &
 
 #[cfg(test)]
 mod each_backend {
-    #[cfg(feature = "far")]
-    use super::fixtures::far;
-    #[cfg(feature = "s3")]
-    use super::fixtures::object_store_in_memory;
-    use super::fixtures::{local, memory};
-    use super::*;
+    use super::fixtures;
 
-    /// Runs every check against a backend: `$fresh` makes a new, empty collection and
-    /// returns (a handle, a function that opens another handle on it).
+    /// Runs the one list (`checks`) against a backend: `$fresh` makes a new,
+    /// empty collection and returns a handle, a function that opens another
+    /// handle on it, and what keeps it alive.
     macro_rules! backends {
         ($($backend:ident => $fresh:expr;)*) => {$(
-            mod $backend {
-                use super::*;
-
-                #[test]
-                fn placement_never_overwrites() {
-                    let (store, _reopen, _dir) = $fresh;
-                    super::placement_never_overwrites(&store);
-                }
-
-                #[test]
-                fn walk_is_in_name_order() {
-                    let (store, _reopen, _dir) = $fresh;
-                    super::walk_is_in_name_order(&store);
-                }
-
-                #[test]
-                fn aliases_follow_placement_and_removal() {
-                    let (store, _reopen, _dir) = $fresh;
-                    super::aliases_follow_placement_and_removal(&store);
-                }
-
-                #[test]
-                fn lease_is_exclusive() {
+            #[test]
+            fn $backend() {
+                for (name, check) in super::checks() {
                     let (store, reopen, _dir) = $fresh;
-                    super::lease_is_exclusive(&store, &reopen());
-                }
-
-                #[test]
-                fn one_of_two_concurrent_placements_wins() {
-                    let (store, _reopen, _dir) = $fresh;
-                    super::one_of_two_concurrent_placements_wins(&store);
-                }
-
-                #[test]
-                fn reads_during_a_write_see_old_or_new() {
-                    let (store, reopen, _dir) = $fresh;
-                    super::reads_during_a_write_see_old_or_new(&store, &reopen());
-                }
-
-                #[test]
-                fn append_only_refuses_what_would_change() {
-                    let (store, _reopen, _dir) = $fresh;
-                    super::append_only_refuses_what_would_change(&store);
-                }
-
-                #[test]
-                fn a_repair_keeps_what_it_replaces() {
-                    let (store, _reopen, _dir) = $fresh;
-                    super::a_repair_keeps_what_it_replaces(&store);
-                }
-
-                #[test]
-                fn recovery_clears_an_interrupted_batch() {
-                    let (store, reopen, _dir) = $fresh;
-                    super::recovery_clears_an_interrupted_batch(Box::new(reopen()), &store);
-                }
-
-                #[test]
-                fn inventory_records_placement_replacement_and_removal() {
-                    let (store, reopen, _dir) = $fresh;
-                    super::inventory_records_placement_replacement_and_removal(&store, &reopen());
-                }
-
-                #[test]
-                fn log_records_each_change_once_in_a_chain() {
-                    let (store, reopen, _dir) = $fresh;
-                    super::log_records_each_change_once_in_a_chain(&store, &reopen());
-                }
-
-                #[test]
-                fn staging_for_a_name_is_unseen_until_placed() {
-                    let (store, reopen, _dir) = $fresh;
-                    super::staging_for_a_name_is_unseen_until_placed(&store, &reopen(), Box::new(reopen()));
-                }
-
-                #[test]
-                fn minter_state_never_repeats() {
-                    let (store, reopen, _dir) = $fresh;
-                    super::minter_state_never_repeats(&store, &reopen());
-                }
-
-                #[test]
-                fn a_copy_carries_no_fixity_checks() {
-                    let (store, reopen, _dir) = $fresh;
-                    super::a_copy_carries_no_fixity_checks(&store, &reopen());
-                }
-
-                #[test]
-                fn a_chain_cursor_reads_back_from_another_handle() {
-                    let (store, reopen, _dir) = $fresh;
-                    super::a_chain_cursor_reads_back_from_another_handle(&store, &reopen());
-                }
-
-                #[test]
-                fn minting_role_is_kept_and_obeyed() {
-                    let (store, reopen, _dir) = $fresh;
-                    super::minting_role_is_kept_and_obeyed(&store, &reopen());
+                    super::run_one(name, &*check, &store, &reopen);
                 }
             }
         )*};
     }
 
     backends! {
-        local_folder => local();
-        in_memory => memory();
+        local_folder => fixtures::local();
+        in_memory => fixtures::memory();
     }
 
     #[cfg(feature = "s3")]
     backends! {
-        object_store_in_memory => object_store_in_memory();
+        object_store_in_memory => fixtures::object_store_in_memory();
     }
 
     #[cfg(feature = "far")]
     backends! {
-        far_over_pipes => far();
+        far_over_pipes => fixtures::far();
     }
 }
