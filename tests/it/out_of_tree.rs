@@ -26,8 +26,9 @@ impl Store for Shell {
         self
     }
 
+    /// The memory store's ledger, whole: the shell keeps no records of its own.
     fn ledger(&self) -> &dyn ibi::store::ledger::Ledger {
-        self
+        self.0.ledger()
     }
 
     fn location(&self) -> String {
@@ -99,12 +100,6 @@ impl ibi::store::records::Records for Shell {
     }
     fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
         self.0.deposit_record(key)
-    }
-}
-
-impl ibi::store::ledger::Ledger for Shell {
-    fn events(&self, item: Option<&RepositoryName>, after: u64) -> Result<Option<Vec<ibi::events::StoredEvent>>> {
-        self.0.events(item, after)
     }
 }
 
