@@ -87,12 +87,30 @@ fn print_list(printer: &Printer, collection: &dyn Store) -> Result<()> {
     Ok(())
 }
 
+/// An earlier demo's collection still minting the demo's subsystem on this
+/// machine is retired (`ibi retire`: it keeps its items and mints no more), so
+/// that this demo's collection may mint; the machine's minter state goes on
+/// from where it was, so no name is handed out twice. A collection of the
+/// subsystem that is not a demo's is left alone, and init refuses as ever.
+fn retire_earlier_demo(printer: &Printer, subsystem: &Subsystem) -> Result<()> {
+    let Some(dir) = ibi::store::local::minter::machine_dir() else { return Ok(()) };
+    let Some(entry) = ibi::store::registry::holder(&dir, subsystem)? else { return Ok(()) };
+    let Ok(earlier) = super::open(Path::new(&entry.location)) else { return Ok(()) };
+    if earlier.organisation() != Some("ibi demo") {
+        return Ok(());
+    }
+    ibi::ops::minting::retire(earlier.as_ref(), LockWait::No)?;
+    printer.line(&format!("(retired the earlier demo's {}: it keeps its items and mints no more)", entry.location));
+    Ok(())
+}
+
 /// init, deposit --each, list and resolve by IBIp; returns the collection and the resolved item.
 fn deposit_steps(printer: &Printer, dir: &Path, sources: &Path) -> Result<(Box<dyn Store>, RepositoryName)> {
     let root = dir.join("collection-a");
     say(printer, &format!("ibi init {} --host demo-a.ibi.example.org --ip 192.0.2.10", root.display()));
     let subsystem =
         Subsystem::new("demo-a.ibi.example.org", 80, Some("192.0.2.10".parse()?), 800, Granularity::SECOND)?;
+    retire_earlier_demo(printer, &subsystem)?;
     let collection = init_local(&root, subsystem, Some("ibi demo".into()))?;
     printer.line(&format!("names will start with {}/", collection.subsystem().prefix()));
 

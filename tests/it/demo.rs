@@ -46,3 +46,36 @@ fn completions_and_man_page_name_every_command() {
     }
     env.fails(&["completions", "tcsh"], 2);
 }
+
+/// Issue 59: a second `ibi demo` while the first demo's folder still existed
+/// failed (exit 2): the first demo's collection held the demo subsystem in the
+/// machine's registry. A later demo retires the earlier demo's collection (it
+/// keeps its items, mints no more) and runs whole; no name is handed out twice.
+#[test]
+fn regress_demo_runs_once() {
+    let env = TestEnv::new();
+    let (first, second, third) = (env.path("first"), env.path("second"), env.path("third"));
+    env.ok(&["demo", first.to_str().unwrap()]);
+    let again = env.ok(&["demo", second.to_str().unwrap()]);
+    assert!(again.stdout.contains("retired the earlier demo"), "{}", again.stdout);
+    env.ok(&["demo", third.to_str().unwrap()]);
+    let names = |dir: &std::path::Path| -> Vec<String> {
+        let mut all = Vec::new();
+        // Collection A holds every name its demo minted (C holds copies of them).
+        all.extend(env.ok(&["list", dir.join("collection-a").to_str().unwrap()]).lines().iter().map(|l| l.to_string()));
+        all
+    };
+    let mut all: Vec<String> = [&first, &second, &third].iter().flat_map(|d| names(d)).collect();
+    let count = all.len();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), count, "no name or IBIp twice across the demos: {all:?}");
+    env.ok(&["verify", second.join("collection-a").to_str().unwrap()]);
+    // A collection of the demo's subsystem that is not a demo's is never retired.
+    env.ok(&["retire", third.join("collection-a").to_str().unwrap()]);
+    let mine = env.path("mine").to_string_lossy().into_owned();
+    env.ok(&["-q", "init", &mine, "--host", "demo-a.ibi.example.org", "--ip", "192.0.2.10"]);
+    let refused = env.fails(&["demo", env.path("fourth").to_str().unwrap()], 2);
+    assert!(!refused.stdout.contains("retired the earlier demo"), "{}", refused.stdout);
+    env.ok(&["-q", "mint", "-C", &mine]);
+}
