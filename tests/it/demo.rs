@@ -79,3 +79,30 @@ fn regress_demo_runs_once() {
     assert!(!refused.stdout.contains("retired the earlier demo"), "{}", refused.stdout);
     env.ok(&["-q", "mint", "-C", &mine]);
 }
+
+/// Issue 59: `cargo install --path .` printed "profile package spec `proptest`
+/// in profile `test` did not match any packages" (and three more): the manifest
+/// named dev-dependencies in its profiles, which an install never resolves.
+/// Every package a profile in Cargo.toml names is in the normal dependency graph.
+#[test]
+fn regress_install_warns_of_profiles_for_test_only_packages() {
+    let manifest = std::fs::read_to_string(crate::env::repo().join("Cargo.toml")).unwrap();
+    let named: Vec<&str> = manifest
+        .lines()
+        .filter_map(|l| l.strip_prefix("[profile.")?.split(".package.").nth(1)?.strip_suffix(']'))
+        .map(|p| p.trim_matches('"'))
+        .filter(|p| *p != "*")
+        .collect();
+    assert!(named.contains(&"object_store"), "the profiles are read: {named:?}");
+    let tree = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["tree", "--locked", "--offline", "-e", "normal", "--prefix", "none", "--format", "{p}"])
+        .current_dir(crate::env::repo())
+        .output()
+        .unwrap();
+    assert!(tree.status.success(), "{}", String::from_utf8_lossy(&tree.stderr));
+    let tree = String::from_utf8_lossy(&tree.stdout);
+    let in_graph: std::collections::BTreeSet<&str> = tree.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    for package in named {
+        assert!(in_graph.contains(package), "Cargo.toml's profiles name {package}, which an install never builds");
+    }
+}
