@@ -87,18 +87,7 @@ fn premis_output_is_read_back_by_metsrw_event_by_event() {
     let b = env.collection("b");
     env.ok(&["mirror", &a, &b]);
     env.ok(&["withdraw", &b, &name, "--reason", "duplicate <of> & \"another\""]);
-    let premis = env.ok(&["log", &b, &name, "--premis"]).stdout;
-    std::fs::write(env.path("premis.xml"), &premis).unwrap();
-    std::fs::write(env.path("log.jsonl"), env.ok(&["--json", "log", &b, &name]).stdout).unwrap();
-    let python = repo().join("target/bagit-venv/bin/python");
-    assert!(python.exists(), "run scripts/setup (scripts/test does)");
-    let read = std::process::Command::new(python)
-        .arg(repo().join("tests/premis_check.py"))
-        .args([env.path("premis.xml"), env.path("log.jsonl")])
-        .output()
-        .unwrap();
-    let (out, err) = (String::from_utf8_lossy(&read.stdout), String::from_utf8_lossy(&read.stderr));
-    assert!(read.status.success(), "metsrw: {out}{err}");
+    let (premis, out) = premis_read_back(&env, &b, &name);
     let types: Vec<&str> = out.lines().map(|l| l.split('\t').next().unwrap()).collect();
     // A's fixity check stayed with A's copy: what arrives carries what was done to the item.
     assert_eq!(types, ["deposit", "update", "mirror-in", "withdraw"], "{out}");
@@ -290,11 +279,19 @@ fn regress_premis_no_parser_reads() {
     let meta = env.fails(&["update", &b, &name, "--meta", "Title=a\u{1b}[31mred"], 2);
     assert!(meta.stderr.contains("control character"), "{}", meta.stderr);
     env.ok(&["withdraw", &b, &name, "--reason", "duplicate"]);
-    let premis = env.ok(&["log", &b, &name, "--premis"]).stdout;
+    let (premis, _) = premis_read_back(&env, &b, &name);
     assert!(premis.chars().all(|c| !c.is_control() || c == '\n' || c == '\t'), "{premis:?}");
+}
+
+/// `ibi log ROOT NAME --premis`, read back by lxml and metsrw
+/// (`tests/premis_check.py`) and compared with the JSON log; the document and
+/// what the checker printed.
+fn premis_read_back(env: &TestEnv, root: &str, name: &str) -> (String, String) {
+    let premis = env.ok(&["log", root, name, "--premis"]).stdout;
     std::fs::write(env.path("premis.xml"), &premis).unwrap();
-    std::fs::write(env.path("log.jsonl"), env.ok(&["--json", "log", &b, &name]).stdout).unwrap();
+    std::fs::write(env.path("log.jsonl"), env.ok(&["--json", "log", root, name]).stdout).unwrap();
     let python = repo().join("target/bagit-venv/bin/python");
+    assert!(python.exists(), "run scripts/setup (scripts/test does)");
     let read = std::process::Command::new(python)
         .arg(repo().join("tests/premis_check.py"))
         .args([env.path("premis.xml"), env.path("log.jsonl")])
@@ -302,6 +299,7 @@ fn regress_premis_no_parser_reads() {
         .unwrap();
     let (out, err) = (String::from_utf8_lossy(&read.stdout), String::from_utf8_lossy(&read.stderr));
     assert!(read.status.success(), "lxml and metsrw read it: {out}{err}");
+    (premis, out.into_owned())
 }
 
 /// Issue 57, class 2: fixity dates were taken on trust. Rows written into the
