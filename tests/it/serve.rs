@@ -89,7 +89,22 @@ impl Answer {
 }
 
 /// GET `url` with `headers`.
+/// GETs `url` with `headers`, following no redirect but one: an item's page is
+/// its folder (`/NAME/`, issue 59), and `/NAME` answers 301 there, which this
+/// follows so that tests of the page read the page
+/// (`regress_mirror_of_the_resolver_loses_every_payload_file` holds the 301).
 pub fn get(url: &str, headers: &[(&str, &str)]) -> Answer {
+    let answer = get_once(url, headers);
+    let folder =
+        format!("{}/", url.split_once("://").and_then(|(_, rest)| rest.find('/').map(|i| &rest[i..])).unwrap_or(""));
+    let to_folder = answer.status == 301 && !url.contains('?') && answer.header("location") == folder;
+    match to_folder {
+        true => get_once(&format!("{url}/"), headers),
+        false => answer,
+    }
+}
+
+fn get_once(url: &str, headers: &[(&str, &str)]) -> Answer {
     let mut request = client().get(url);
     for (name, value) in headers {
         request = request.header(*name, *value);
@@ -634,7 +649,7 @@ fn an_updated_item_is_served_fresh_and_browse_finds_items() {
     assert_eq!(search(&format!("date={}", &value["items"][0]["date"].as_str().unwrap()[..4])).len(), 3);
     let html = get(&server.url("/?q=third"), &[]).text();
     // Links, not bare names: one name can be the start of another (…20 and …20.06).
-    let link = |name: &str| format!("href=\"/{name}\"");
+    let link = |name: &str| format!("href=\"/{name}/\"");
     assert!(html.contains(&link(&names[2])) && !html.contains(&link(&names[0])), "{html}");
 }
 
@@ -967,4 +982,36 @@ fn regress_an_item_gone_from_disk_is_served_from_the_cache() {
     assert_eq!(get(&server.url(&format!("/{}", names[1])), &[]).status, 200);
     std::fs::remove_dir_all(env.path(&format!("lib/{}", names[1]))).unwrap();
     assert_eq!(get(&server.url(&format!("/{}", names[1])), &[]).status, 404);
+}
+
+/// Issue 59: `wget --mirror http://HOST/` saved `/NAME` as a file, so
+/// `/NAME/data/` could not be a folder (exit 3) and every payload file was lost;
+/// `/NAME/` answered 400. An item's page is now its folder: `/NAME` answers 301
+/// to `/NAME/`, every link to an item ends in `/`, and a plain mirror gives, for
+/// every item, a folder bagit-python validates.
+#[test]
+fn regress_mirror_of_the_resolver_loses_every_payload_file() {
+    let env = TestEnv::new();
+    let root = env.filled("lib", 3, 2);
+    let server = env.serve(&[&root], &[]);
+    let name = env.identities(&root).into_keys().next().unwrap();
+    let bare = get_once(&server.url(&format!("/{name}")), &[]);
+    assert_eq!((bare.status, bare.header("location")), (301, format!("/{name}/").as_str()));
+    assert_eq!(get_once(&server.url(&format!("/{name}/")), &[]).status, 200);
+    let json = get_once(&server.url(&format!("/{name}")), &[("Accept", "application/json")]);
+    assert_eq!(json.status, 200, "a program asking for JSON gets it at the name");
+    let into = env.path("mirror");
+    std::fs::create_dir_all(&into).unwrap();
+    let wget = std::process::Command::new("wget")
+        .args(["-q", "--mirror", "--no-parent", "--no-host-directories", &server.url("/")])
+        .current_dir(&into)
+        .output()
+        .unwrap();
+    assert_eq!(wget.status.code(), Some(0), "wget: {}", String::from_utf8_lossy(&wget.stderr));
+    for name in env.identities(&root).into_keys() {
+        let bag = into.join(&name);
+        let validated =
+            std::process::Command::new(crate::env::bagit_py()).arg("--validate").arg(&bag).output().unwrap();
+        assert!(validated.status.success(), "{name}: {}", String::from_utf8_lossy(&validated.stderr));
+    }
 }

@@ -222,7 +222,10 @@ pub fn landing_response(view: &ItemView, url_base: &str, mirrors: &[String], jso
         return json_response(StatusCode::OK, value);
     }
     let title = view.title.clone().unwrap_or_else(|| name.clone());
-    let links: String = places.iter().map(|p| format!("<li><a href=\"{0}\">{0}</a></li>", esc(p))).collect();
+    // Linked as folders (`…/NAME/`), as the item's page is, so that a mirroring
+    // tool never saves NAME as a file where its folder belongs.
+    let links: String =
+        places.iter().map(|p| format!("<li><a href=\"{0}/\">{0}</a></li>", esc(p.trim_end_matches('/')))).collect();
     let body = format!(
         "<h1>{}</h1>{}<p><a href=\"/{name}??\">Metadata</a> · <a href=\"/{name}.zip\">Download as a bag (zip)</a> · \
 <a href=\"/api/handles/{name}\">Handle values</a></p>{}<h2>Where it is served</h2><ul>{links}</ul>{}{}",
@@ -281,7 +284,7 @@ pub fn browse_response(found: &BrowsePage, query: &BrowseQuery, json: bool) -> R
             let ibip = item.ibip.as_ref().map(|i| i.to_string()).unwrap_or_default();
             let title = item.title.as_deref().unwrap_or("");
             format!(
-                "<tr><td><a href=\"/{0}\" class=\"mono\">{0}</a></td><td class=\"mono\">{1}</td><td>{2}</td><td>{3}</td></tr>",
+                "<tr><td><a href=\"/{0}/\" class=\"mono\">{0}</a></td><td class=\"mono\">{1}</td><td>{2}</td><td>{3}</td></tr>",
                 esc(&name),
                 esc(&ibip),
                 esc(&human_date(&item.date)),

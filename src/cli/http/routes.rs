@@ -98,6 +98,8 @@ struct Asked {
     identifier: String,
     rest: Vec<String>,
     zip: bool,
+    /// The path ended in a slash (`/NAME/`): the item as a folder.
+    folder: bool,
 }
 
 fn split_identifier(mut parts: Vec<String>) -> Option<Asked> {
@@ -114,7 +116,7 @@ fn split_identifier(mut parts: Vec<String>) -> Option<Asked> {
         }
     }
     let rest = parts.split_off(take);
-    Some(Asked { identifier: parts.join("/"), rest, zip })
+    Some(Asked { identifier: parts.join("/"), rest, zip, folder: false })
 }
 
 async fn item_route(State(app): State<Arc<App>>, request: Request) -> Response {
@@ -124,11 +126,16 @@ async fn item_route(State(app): State<Arc<App>>, request: Request) -> Response {
         return response;
     }
     let uri = request.uri().clone();
-    let parts = match segments(uri.path()) {
+    // `/NAME/` is the item as a folder (what a mirroring tool makes of it).
+    let (path, folder) = match uri.path().strip_suffix('/') {
+        Some(path) if !path.is_empty() => (path, true),
+        _ => (uri.path(), false),
+    };
+    let parts = match segments(path) {
         Ok(parts) => parts,
         Err(why) => return refuse(StatusCode::BAD_REQUEST, "path", &why),
     };
-    let Some(asked) = split_identifier(parts) else {
+    let Some(asked) = split_identifier(parts).map(|asked| Asked { folder, ..asked }) else {
         let why = "a path here is a repository name (sid.inpe.br/mtc-m18/2009/02.16.17.46) or an IBIp (8JMKD3MGP8W/34PGRBS), optionally followed by a file of the item";
         return pages::not_found_response(uri.path(), why);
     };
@@ -277,6 +284,11 @@ async fn serve_item(
     if asked.rest.is_empty() {
         let base = url_base(app, headers);
         let json = wants_json(headers);
+        // A page for people is the item's folder, `/NAME/`, so that a mirror
+        // (`wget --mirror`) makes NAME a folder and its files fit under it.
+        if !json && !asked.folder && query.is_none() {
+            return folder_redirect(&view.name);
+        }
         let (metadata, files) = item_query(query);
         let page = match metadata {
             true => pages::metadata_response(&view, json, files),
@@ -292,6 +304,16 @@ async fn serve_item(
             "the item's manifests list no such file (only listed payload and tag files are served)",
         ),
     }
+}
+
+/// 301 from `/NAME` to `/NAME/`, the item's page as a folder.
+fn folder_redirect(name: &ibi::id::RepositoryName) -> Response {
+    let mut response = StatusCode::MOVED_PERMANENTLY.into_response();
+    match HeaderValue::from_str(&format!("/{name}/")) {
+        Ok(value) => response.headers_mut().insert(header::LOCATION, value),
+        Err(_) => return refuse(StatusCode::BAD_REQUEST, "path", "it cannot be redirected"),
+    };
+    response
 }
 
 /// What the query of an item's page asks: the metadata (`??`, a query that starts
