@@ -59,6 +59,10 @@ struct Span {
     folder: Key,
     offset: Key,
     last: String,
+    /// The greatest of the keys as folders (`KEY/`): a name's objects under
+    /// its key sort as `KEY/…`, and `…/01.02/` sorts after `…/01.02.5/` ('/'
+    /// after '.'), so the last key is not always the last folder.
+    last_folder: String,
     depth: usize,
 }
 
@@ -78,17 +82,16 @@ impl Span {
         if offset.len() < folder.len() {
             offset = folder.to_string();
         }
-        Some(Span { folder: Key::parse(folder).ok()?, offset: Key::parse(offset).ok()?, last: last.to_string(), depth })
+        let last_folder = keys.iter().map(|k| format!("{}/", k.as_ref())).max()?;
+        let (folder, offset) = (Key::parse(folder).ok()?, Key::parse(offset).ok()?);
+        Some(Span { folder, offset, last: last.to_string(), last_folder, depth })
     }
 
     /// Whether `location` sorts after every object the batch's names can have.
     fn past(&self, location: &str, within: Within) -> bool {
         match within {
             Within::At => location > self.last.as_str(),
-            Within::Under => {
-                location > self.last.as_str()
-                    && !location.strip_prefix(self.last.as_str()).is_some_and(|rest| rest.starts_with('/'))
-            }
+            Within::Under => location > self.last_folder.as_str() && !location.starts_with(self.last_folder.as_str()),
         }
     }
 }
@@ -119,7 +122,10 @@ fn reached_before(
             let key = key.as_ref();
             let before = match within {
                 Within::At => key < stopped_at,
-                Within::Under => key < stopped_at && !stopped_at.strip_prefix(key).is_some_and(|r| r.starts_with('/')),
+                Within::Under => {
+                    let folder = format!("{key}/");
+                    folder.as_str() < stopped_at && !stopped_at.starts_with(&folder)
+                }
             };
             before.then_some(objects)
         })
@@ -145,7 +151,9 @@ mod tests {
         assert!(!span.past("c/.ibi/items/a.b/w/2021/3", Within::At));
         assert!(span.past("c/.ibi/items/a.b/w/2021/3/x", Within::At));
         assert!(!span.past("c/.ibi/items/a.b/w/2021/3/x", Within::Under));
-        assert!(span.past("c/.ibi/items/a.b/w/2021/3.5", Within::Under));
+        // `3.5` sorts before `3/`: the objects under 3 are still to come.
+        assert!(!span.past("c/.ibi/items/a.b/w/2021/3.5", Within::Under));
+        assert!(span.past("c/.ibi/items/a.b/w/2021/30", Within::Under));
         // A one-character last part starts the listing at the folder.
         let one = [Key::parse("c/.ibi/items/a.b/w/2021/3").unwrap(), Key::parse("c/.ibi/items/a.b/w/2021/4").unwrap()];
         assert_eq!(Span::of(&one).unwrap().offset.as_ref(), "c/.ibi/items/a.b/w/2021");
@@ -159,6 +167,22 @@ mod tests {
         assert_eq!(owns("r/.ibi/log-items/h/w/2020/1.5/0001!a!b"), Some("r/.ibi/log-items/h/w/2020/1.5"));
         assert_eq!(owns("r/.ibi/log-items/h/w/2020/1"), None, "a folder object is no entry");
         assert_eq!(owner("r/x", 2, Within::At), Some("r/x"));
+    }
+
+    /// Names where one is the start of another (`…36` and `…36.001`): the
+    /// objects under `…36/` sort after those under `…36.001/` ('/' after '.').
+    /// The listing stopped at the last key's folder and never reached `…36/`:
+    /// its S3 log index was read as empty, and an item that came back had its
+    /// carried history logged twice.
+    #[test]
+    fn regress_a_name_that_starts_another_is_read_as_having_no_objects() {
+        let keys: Vec<Key> = ["r/i/36", "r/i/36.001", "r/i/36.002"].iter().map(|k| Key::parse(*k).unwrap()).collect();
+        let span = Span::of(&keys).unwrap();
+        assert!(!span.past("r/i/36.002/e", Within::Under));
+        assert!(!span.past("r/i/36/e", Within::Under), "36/… comes after 36.002/…, and is still 36's");
+        assert!(span.past("r/i/37/e", Within::Under));
+        let reached = reached_before(&keys, vec![Vec::new(); 3], "r/i/36.002/e", Within::Under);
+        assert_eq!(reached.iter().map(Option::is_some).collect::<Vec<_>>(), vec![false, true, false]);
     }
 
     #[test]
