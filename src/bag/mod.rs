@@ -126,3 +126,22 @@ pub fn write_tag_files_with(
 pub fn identity_digest(dir: &Path) -> io::Result<String> {
     hash_file(&dir.join(TAGMANIFEST)).map(|(digest, _)| digest)
 }
+
+/// What is wrong with the layout of a bagit.txt, if anything: RFC 8493 §2.1.1
+/// gives each of its lines as `LABEL: VALUE`, so whitespace before a label or
+/// its colon is refused (the Library of Congress conformance suite's
+/// `bagit-with-invalid-whitespace`), where bag-info.txt's looser reading would
+/// take it.
+pub fn bagit_txt_layout_problem(text: &str) -> Option<String> {
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.strip_suffix('\r').unwrap_or(raw);
+        if line.is_empty() {
+            continue;
+        }
+        let Some((label, _)) = line.split_once(':') else { continue };
+        if label.starts_with(char::is_whitespace) || label.ends_with(char::is_whitespace) {
+            return Some(format!("line {}: whitespace around the label {:?}", i + 1, label.trim()));
+        }
+    }
+    None
+}

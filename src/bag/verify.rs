@@ -93,6 +93,10 @@ fn read_tag(files: &dyn BagFiles, listing: &Listing, name: &str, item: &str, che
 
 fn check_bagit_txt(files: &dyn BagFiles, listing: &Listing, item: &str, check: &mut BagCheck) {
     let Some(text) = read_tag(files, listing, BAGIT_TXT, item, check) else { return };
+    if let Some(why) = super::bagit_txt_layout_problem(&text) {
+        check.push(item, Some(BAGIT_TXT), ProblemKind::BadTagFile, format!("malformed: {why}"));
+        return;
+    }
     let Ok(info) = BagInfo::parse(&text) else {
         check.push(item, Some(BAGIT_TXT), ProblemKind::BadTagFile, "malformed");
         return;

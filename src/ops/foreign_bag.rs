@@ -67,6 +67,9 @@ fn check_declaration(bag: &Path, declaration: &str) -> Result<()> {
     if declaration.starts_with('\u{feff}') {
         return Err(refuse(bag, format!("has a {BAGIT_TXT} that starts with a byte-order mark, which BagIt forbids")));
     }
+    if let Some(why) = crate::bag::bagit_txt_layout_problem(declaration) {
+        return Err(refuse(bag, format!("has a malformed {BAGIT_TXT} ({why})")));
+    }
     let declared = BagInfo::parse(declaration)
         .map_err(|line| refuse(bag, format!("has a malformed {BAGIT_TXT} (line {line})")))?;
     let Some(version) = declared.first("BagIt-Version") else {

@@ -475,3 +475,26 @@ fn regress_empty_source_folder_deposits_silently() {
     let full = env.ok(&["deposit", &root, "full"]);
     assert!(!full.stderr.contains("holds no files"), "{}", full.stderr);
 }
+
+/// Issue 59 (a BagIt edge): `BagIt-Version : 1.0`, a space before the colon,
+/// was accepted; RFC 8493 gives bagit.txt's lines as `LABEL: VALUE`, and the
+/// Library of Congress conformance suite holds such a bag invalid
+/// (`bagit-with-invalid-whitespace`). `deposit --bag` refuses it (exit 2) and
+/// verify reports it in a held item (exit 1).
+#[test]
+fn regress_bagit_txt_whitespace_before_the_colon_is_accepted() {
+    let env = TestEnv::new();
+    let root = env.collection("lib");
+    let bag = env.write("bag/a.txt", b"alpha\n").parent().unwrap().to_path_buf();
+    let made = std::process::Command::new(crate::env::bagit_py()).arg(&bag).output().unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    env.ok(&["-q", "deposit", "--bag", &root, bag.to_str().unwrap()]);
+    let name = env.identities(&root).into_keys().next().unwrap();
+    std::fs::write(bag.join("bagit.txt"), "BagIt-Version : 1.0\nTag-File-Character-Encoding: UTF-8\n").unwrap();
+    let refused = env.fails(&["deposit", "--bag", &root, bag.to_str().unwrap()], 2);
+    assert!(refused.stderr.contains("whitespace around the label"), "{}", refused.stderr);
+    let held = std::path::Path::new(&root).join(&name).join("bagit.txt");
+    std::fs::write(&held, "BagIt-Version : 1.0\nTag-File-Character-Encoding: UTF-8\n").unwrap();
+    let verified = env.fails(&["verify", &root], 1);
+    assert!(verified.stdout.contains("whitespace around the label"), "{}", verified.stdout);
+}
