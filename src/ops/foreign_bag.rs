@@ -165,6 +165,11 @@ fn expect_payload(bag: &Path, top: &Top, payload: &mut BTreeMap<String, PlannedF
     for &algorithm in &top.manifests {
         let name = crate::bag::manifest_name(algorithm);
         for entry in parse_read(bag, top, &name, algorithm)? {
+            // RFC 8493 §2.1.3: a payload manifest lists payload files only.
+            if !entry.path.starts_with("data/") {
+                let why = format!("has a {name} that lists {}, outside data/, which BagIt forbids", entry.path);
+                return Err(refuse(bag, why));
+            }
             let file = find_listed(payload, &entry.path).map_err(|e| invalid(format!("{name}: {e}")))?;
             file.expected.insert(algorithm, entry.digest);
         }

@@ -498,3 +498,21 @@ fn regress_bagit_txt_whitespace_before_the_colon_is_accepted() {
     let verified = env.fails(&["verify", &root], 1);
     assert!(verified.stdout.contains("whitespace around the label"), "{}", verified.stdout);
 }
+
+/// Issue 59 (a BagIt edge): a payload manifest listing a path outside `data/`
+/// gave exit 1 ("missing"), as if a file were lost; RFC 8493 §2.1.3 forbids the
+/// line, so the bag is invalid: refused, exit 2, naming the path.
+#[test]
+fn regress_manifest_path_outside_data_reads_as_missing() {
+    let env = TestEnv::new();
+    let root = env.collection("lib");
+    let bag = env.write("bag/a.txt", b"alpha\n").parent().unwrap().to_path_buf();
+    let made = std::process::Command::new(crate::env::bagit_py()).arg(&bag).output().unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let manifest = bag.join("manifest-sha256.txt");
+    let mut text = std::fs::read_to_string(&manifest).unwrap();
+    text.push_str(&format!("{}  bag-info.txt\n", "0".repeat(64)));
+    std::fs::write(&manifest, text).unwrap();
+    let refused = env.fails(&["deposit", "--bag", &root, bag.to_str().unwrap()], 2);
+    assert!(refused.stderr.contains("outside data/"), "{}", refused.stderr);
+}
