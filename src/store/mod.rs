@@ -67,8 +67,8 @@ pub use location::Connect;
 pub use open::{init, open, InitOptions};
 pub use state_file::StateFile;
 pub use write::{
-    mint, mint_ahead, raise_minter, refuse_unless_minting, AppendOnly, FileSource, Leased, MintedAhead, Placed,
-    Placement, Refusal, StageId, Staging, WriteBackend, Writer,
+    mint, mint_ahead, raise_minter, refuse_unless_minting, FileSource, Leased, MintedAhead, Placed, Placement, Refusal,
+    StageId, Staging, WriteBackend, Writer,
 };
 
 /// What a walk finds: an item's name, or an entry that is not an item.

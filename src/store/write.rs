@@ -11,9 +11,9 @@
 //!
 //! A backend implements `WriteBackend` (the raw operations, which assume the
 //! lease) and answers `begin_write` with `Leased::begin`; nothing else reaches
-//! the raw operations. `AppendOnly` wraps a `Writer` for a far server's
-//! `--append-only` keys: it refuses every replacement, removal, retirement and
-//! alias re-pointing.
+//! the raw operations. `Leased` is the one `Writer`; restricted to appending
+//! (`Writer::restrict_to_appending`, for a far server's `--append-only` keys)
+//! it refuses every replacement, removal, retirement and alias re-pointing.
 
 use std::io::Read;
 use std::path::Path;
@@ -130,6 +130,10 @@ pub trait Writer: Send + Sync {
     fn adopt_from(&self, _from: &dyn Writer, _names: &[RepositoryName]) -> Result<Option<Placed>> {
         Ok(None)
     }
+    /// From now on this writer only adds: every replacement, removal, alias
+    /// re-pointing, rewrite and change of who mints is refused
+    /// (`Error::Refused`), for a far server's `--append-only` keys.
+    fn restrict_to_appending(&self);
 }
 
 /// The raw write operations of a backend, which assume the caller holds the lease
@@ -207,6 +211,8 @@ pub struct Leased<'a, B: WriteBackend + ?Sized> {
     backend: &'a B,
     /// Never touched, only dropped (a mutex makes it shareable between threads).
     _lease: std::sync::Mutex<Lease>,
+    /// Set by `restrict_to_appending`: only new items from then on.
+    appending: std::sync::atomic::AtomicBool,
 }
 
 impl<'a, B: WriteBackend> Leased<'a, B> {
@@ -214,11 +220,25 @@ impl<'a, B: WriteBackend> Leased<'a, B> {
     pub fn begin(backend: &'a B, wait: LockWait) -> Result<Box<dyn Writer + 'a>> {
         let lease = backend.lease(wait)?;
         backend.recover()?;
-        Ok(Box::new(Leased { backend, _lease: std::sync::Mutex::new(lease) }))
+        let appending = std::sync::atomic::AtomicBool::new(false);
+        Ok(Box::new(Leased { backend, _lease: std::sync::Mutex::new(lease), appending }))
+    }
+}
+
+impl<B: WriteBackend> Leased<'_, B> {
+    /// Whether this writer only adds; refuses `what` when it does.
+    fn refuse_when_appending(&self, what: &str) -> Result<()> {
+        match self.appending.load(std::sync::atomic::Ordering::SeqCst) {
+            true => Err(append_only_refusal(what.to_string())),
+            false => Ok(()),
+        }
     }
 }
 
 impl<B: WriteBackend> Writer for Leased<'_, B> {
+    fn restrict_to_appending(&self) {
+        self.appending.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
     fn store(&self) -> &dyn Store {
         self.backend
     }
@@ -238,6 +258,9 @@ impl<B: WriteBackend> Writer for Leased<'_, B> {
         self.backend.stage()
     }
     fn stage_for(&self, name: &RepositoryName, replace: bool) -> Result<StageId> {
+        if replace {
+            self.refuse_when_appending(&format!("replacing {name}"))?;
+        }
         self.backend.stage_for(name, replace)
     }
     fn stage_dir(&self, stage: StageId, rel: &str) -> Result<()> {
@@ -255,112 +278,56 @@ impl<B: WriteBackend> Writer for Leased<'_, B> {
     fn discard(&self, stage: StageId) {
         self.backend.discard(stage)
     }
+    /// Appending, replacements are refused one by one; the rest of the batch is placed.
     fn place(&self, batch: &[Placement]) -> Result<Placed> {
-        self.backend.place(batch)
+        if self.refuse_when_appending("").is_ok() {
+            return self.backend.place(batch);
+        }
+        let (replacing, adding): (Vec<Placement>, Vec<Placement>) = batch.iter().cloned().partition(|p| p.replace);
+        let mut placed = self.backend.place(&adding)?;
+        for p in replacing {
+            self.backend.discard(p.stage);
+            placed.push((p.name.clone(), Err(append_only_refusal(format!("replacing {}", p.name)))));
+        }
+        Ok(placed)
     }
     fn restore_alias(&self, ibip: &Ibip, name: &RepositoryName) -> Result<()> {
+        if self.backend.alias(ibip)?.is_some_and(|held| held != *name) {
+            self.refuse_when_appending(&format!("re-pointing alias {ibip}"))?;
+        }
         self.backend.restore_alias(ibip, name)
     }
     fn remove(&self, names: &[RepositoryName]) -> Result<()> {
+        self.refuse_when_appending("removing items")?;
         self.backend.remove(names)
     }
     fn note_moved(&self, names: &[RepositoryName], to: &Forward) -> Result<()> {
+        self.refuse_when_appending("noting items moved away")?;
         self.backend.note_moved(names, to)
     }
     fn upgrade_stored_form(&self, done: &dyn Fn(&RepositoryName, Option<&str>)) -> Result<usize> {
+        self.refuse_when_appending("rewriting stored items")?;
         self.backend.upgrade_stored_form(done)
     }
     fn minted_up_to(&self) -> Result<Option<Timestamp>> {
         self.backend.minted_up_to()
     }
     fn set_minting(&self, minting: &Minting) -> Result<()> {
+        self.refuse_when_appending("changing who mints")?;
         self.backend.set_minting(minting)
     }
+    /// Appending, nothing is adopted (adoption moves items out of another
+    /// collection): the caller copies instead.
     fn adopt_from(&self, from: &dyn Writer, names: &[RepositoryName]) -> Result<Option<Placed>> {
+        if self.refuse_when_appending("").is_err() {
+            return Ok(None);
+        }
         self.backend.adopt_from(from, names)
     }
 }
 
-/// A `Writer` that only adds: every replacement, removal and alias re-pointing is
-/// refused (`Error::Refused`), for a far server's `--append-only` keys.
-pub struct AppendOnly<'a>(pub Box<dyn Writer + 'a>);
-
 fn append_only_refusal(what: String) -> Error {
     Error::Refused { what, why: "this server only accepts new items (ibi serve --append-only)".into() }
-}
-
-impl Writer for AppendOnly<'_> {
-    fn store(&self) -> &dyn Store {
-        self.0.store()
-    }
-    fn mint_dates_ahead(&self, count: usize, clock: &dyn Clock) -> Result<Ahead> {
-        self.0.mint_dates_ahead(count, clock)
-    }
-    fn raise_minter_to(&self, newest: Timestamp) -> Result<()> {
-        self.0.raise_minter_to(newest)
-    }
-    fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()> {
-        self.0.write_deposit_records(records)
-    }
-    fn note_minted(&self, names: &[RepositoryName]) -> Result<()> {
-        self.0.note_minted(names)
-    }
-    fn stage(&self) -> Result<StageId> {
-        self.0.stage()
-    }
-    fn stage_for(&self, name: &RepositoryName, replace: bool) -> Result<StageId> {
-        if replace {
-            return Err(append_only_refusal(format!("replacing {name}")));
-        }
-        self.0.stage_for(name, replace)
-    }
-    fn stage_dir(&self, stage: StageId, rel: &str) -> Result<()> {
-        self.0.stage_dir(stage, rel)
-    }
-    fn stage_file(&self, stage: StageId, rel: &str, from: FileSource) -> std::result::Result<Digests, CopyError> {
-        self.0.stage_file(stage, rel, from)
-    }
-    fn stage_link(&self, stage: StageId, rel: &str, name: &RepositoryName, from: &str) -> Result<()> {
-        self.0.stage_link(stage, rel, name, from)
-    }
-    fn staged_files<'a>(&'a self, stage: StageId) -> Box<dyn BagFiles + 'a> {
-        self.0.staged_files(stage)
-    }
-    fn discard(&self, stage: StageId) {
-        self.0.discard(stage)
-    }
-    /// Replacements are refused one by one; the rest of the batch is placed.
-    fn place(&self, batch: &[Placement]) -> Result<Placed> {
-        let (replacing, adding): (Vec<Placement>, Vec<Placement>) = batch.iter().cloned().partition(|p| p.replace);
-        let mut placed = self.0.place(&adding)?;
-        for p in replacing {
-            self.0.discard(p.stage);
-            let why = append_only_refusal(format!("replacing {}", p.name));
-            placed.push((p.name, Err(why)));
-        }
-        Ok(placed)
-    }
-    fn restore_alias(&self, ibip: &Ibip, name: &RepositoryName) -> Result<()> {
-        if self.0.store().alias(ibip)?.is_some_and(|held| held != *name) {
-            return Err(append_only_refusal(format!("re-pointing alias {ibip}")));
-        }
-        self.0.restore_alias(ibip, name)
-    }
-    fn remove(&self, _names: &[RepositoryName]) -> Result<()> {
-        Err(append_only_refusal("removing items".into()))
-    }
-    fn note_moved(&self, _names: &[RepositoryName], _to: &Forward) -> Result<()> {
-        Err(append_only_refusal("noting items moved away".into()))
-    }
-    fn upgrade_stored_form(&self, _done: &dyn Fn(&RepositoryName, Option<&str>)) -> Result<usize> {
-        Err(append_only_refusal("rewriting stored items".into()))
-    }
-    fn minted_up_to(&self) -> Result<Option<Timestamp>> {
-        self.0.minted_up_to()
-    }
-    fn set_minting(&self, _minting: &Minting) -> Result<()> {
-        Err(append_only_refusal("changing who mints".into()))
-    }
 }
 
 /// Refuses, naming the way out, when the store does not mint its subsystem's names.

@@ -42,9 +42,7 @@ use crate::id::{Ibip, RepositoryName, Timestamp};
 use crate::store::config::CollectionConfig;
 use crate::store::inventory::{fixity_date, FixityCheck};
 use crate::store::local::Collection;
-use crate::store::{
-    identifier_problems, AppendOnly, FileSource, ItemRecord, LockWait, Placement, StageId, Store, Writer,
-};
+use crate::store::{identifier_problems, FileSource, ItemRecord, LockWait, Placement, StageId, Store, Writer};
 use crate::sync::lock;
 
 /// Makes, signs and keeps a witness of a collection, as JSON (`ops::witness`,
@@ -134,7 +132,7 @@ struct Session {
     stages: Mutex<HashMap<u64, StageState>>,
     stage_settled: Condvar,
     /// The session's writer, which holds the lease: none until `Lease`, never on a
-    /// read-only server, wrapped in `AppendOnly` on an append-only one.
+    /// read-only server, restricted to appending on an append-only one.
     writer: Mutex<Option<Arc<dyn Writer>>>,
     /// Held while the lease is taken (`take_lease`).
     leasing: Mutex<()>,
@@ -911,10 +909,10 @@ impl Session {
             return Ok(());
         }
         let writer = collection.begin_write(wait)?;
-        let writer: Arc<dyn Writer> = match self.options.append_only {
-            true => Arc::new(AppendOnly(writer)),
-            false => Arc::from(writer),
-        };
+        if self.options.append_only {
+            writer.restrict_to_appending();
+        }
+        let writer: Arc<dyn Writer> = Arc::from(writer);
         *lock(&self.writer) = Some(writer);
         Ok(())
     }
