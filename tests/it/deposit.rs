@@ -485,9 +485,7 @@ fn regress_empty_source_folder_deposits_silently() {
 fn regress_bagit_txt_whitespace_before_the_colon_is_accepted() {
     let env = TestEnv::new();
     let root = env.collection("lib");
-    let bag = env.write("bag/a.txt", b"alpha\n").parent().unwrap().to_path_buf();
-    let made = std::process::Command::new(crate::env::bagit_py()).arg(&bag).output().unwrap();
-    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let bag = bagged_by_bagit_python(&env);
     env.ok(&["-q", "deposit", "--bag", &root, bag.to_str().unwrap()]);
     let name = env.identities(&root).into_keys().next().unwrap();
     std::fs::write(bag.join("bagit.txt"), "BagIt-Version : 1.0\nTag-File-Character-Encoding: UTF-8\n").unwrap();
@@ -506,13 +504,19 @@ fn regress_bagit_txt_whitespace_before_the_colon_is_accepted() {
 fn regress_manifest_path_outside_data_reads_as_missing() {
     let env = TestEnv::new();
     let root = env.collection("lib");
-    let bag = env.write("bag/a.txt", b"alpha\n").parent().unwrap().to_path_buf();
-    let made = std::process::Command::new(crate::env::bagit_py()).arg(&bag).output().unwrap();
-    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let bag = bagged_by_bagit_python(&env);
     let manifest = bag.join("manifest-sha256.txt");
     let mut text = std::fs::read_to_string(&manifest).unwrap();
     text.push_str(&format!("{}  bag-info.txt\n", "0".repeat(64)));
     std::fs::write(&manifest, text).unwrap();
     let refused = env.fails(&["deposit", "--bag", &root, bag.to_str().unwrap()], 2);
     assert!(refused.stderr.contains("outside data/"), "{}", refused.stderr);
+}
+
+/// A bag of one file made by bagit-python, at `bag/` in the env.
+fn bagged_by_bagit_python(env: &TestEnv) -> std::path::PathBuf {
+    let bag = env.write("bag/a.txt", b"alpha\n").parent().unwrap().to_path_buf();
+    let made = std::process::Command::new(crate::env::bagit_py()).arg(&bag).output().unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    bag
 }
