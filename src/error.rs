@@ -102,7 +102,7 @@ pub enum Error {
     Watch { path: PathBuf, problem: String },
 
     /// The item was withdrawn: its name resolves to a tombstone.
-    #[error("{name} is withdrawn (on {date}): {reason}")]
+    #[error("{name} is withdrawn (on {}): {reason}", to_the_second(date))]
     Withdrawn { name: String, date: String, reason: String },
 
     /// Damaged data met on the way (a corrupt source bag): the run stops for this item.
@@ -179,6 +179,15 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An RFC 3339 date for people: to the second (`…T10:02:06.227811804Z` reads
+/// `…T10:02:06Z`); any other text as it is.
+fn to_the_second(date: &str) -> String {
+    match (date.split_once('.'), date.ends_with('Z')) {
+        (Some((whole, _)), true) if whole.contains('T') => format!("{whole}Z"),
+        _ => date.to_string(),
+    }
+}
 
 /// Adds the action and path to an `io::Result`, `fs_err` style.
 pub trait IoContext<T> {

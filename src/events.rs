@@ -115,15 +115,26 @@ pub fn set_session_restriction(restriction: String) {
 }
 
 /// The agent of this process.
+/// The name `/etc/passwd` gives `uid`, if it lists it.
+fn account_name(uid: u32) -> Option<String> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        let listed: u32 = fields.nth(1)?.parse().ok()?;
+        (listed == uid && !name.is_empty()).then(|| name.to_string())
+    })
+}
+
 pub fn this_agent() -> Agent {
     static AGENT: OnceLock<Agent> = OnceLock::new();
     let mut agent = AGENT
         .get_or_init(|| {
             let uid = rustix::process::geteuid().as_raw();
-            let user = ["USER", "LOGNAME"]
-                .iter()
-                .find_map(|v| std::env::var(v).ok().filter(|u| !u.is_empty()))
-                .unwrap_or_else(|| format!("uid {uid}"));
+            // The account of the effective uid, as the system names it: `$USER`
+            // is whatever the caller's environment says (unset under cron and
+            // ssh commands), so the log would name an agent by hearsay.
+            let user = account_name(uid).unwrap_or_else(|| format!("uid {uid}"));
             let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .map(|h| h.trim().to_string())
                 .ok()

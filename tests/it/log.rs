@@ -412,3 +412,33 @@ fn regress_log_tampering_the_chain_check_misses() {
         assert!(refused.stdout.contains("checkpoint not cosigned"), "{what}: {}", refused.stdout);
     }
 }
+
+/// Issue 59 (smaller traps): the log named the agent `uid 0` when `$USER` was
+/// unset (cron, ssh commands) and took `$USER` on trust when it was set; a
+/// withdrawn item's date carried nanoseconds in the messages people read. The
+/// agent is the account of the effective uid as the system names it, and dates
+/// for people are to the second.
+#[test]
+fn regress_log_names_the_agent_by_hearsay() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 1, 1);
+    let account = sh("id -un").trim().to_string();
+    let mut lying = env.command(&["-q", "verify", &a]);
+    lying.env("USER", "somebody-else").env("LOGNAME", "somebody-else");
+    assert!(lying.status().unwrap().success());
+    let mut unset = env.command(&["-q", "verify", &a]);
+    unset.env_remove("USER").env_remove("LOGNAME");
+    assert!(unset.status().unwrap().success());
+    let agents: Vec<String> = env
+        .log(&a)
+        .iter()
+        .filter(|e| e["type"] == "fixity")
+        .map(|e| e["agent"]["user"].as_str().unwrap().into())
+        .collect();
+    assert_eq!(agents, [account.clone(), account], "the account of the effective uid, both times");
+    let name = first_name(&env, &a);
+    env.ok(&["-q", "withdraw", &a, &name, "--reason", "duplicate"]);
+    let shown = env.fails(&["resolve", &a, &name], 1);
+    let date = shown.stderr.split("(on ").nth(1).unwrap_or_default().split(')').next().unwrap_or_default().to_string();
+    assert!(date.ends_with('Z') && !date.contains('.') && date.len() == 20, "to the second: {}", shown.stderr);
+}
