@@ -1015,3 +1015,19 @@ fn regress_mirror_of_the_resolver_loses_every_payload_file() {
         assert!(validated.status.success(), "{name}: {}", String::from_utf8_lossy(&validated.stderr));
     }
 }
+
+/// Issue 59 (smaller traps): the browse page was titled "Items" and never named
+/// the collection or its organisation. It names what is served: each
+/// collection's organisation and subsystem.
+#[test]
+fn regress_browse_page_never_names_the_collection() {
+    let env = TestEnv::new();
+    let root = env.path("lib").to_string_lossy().into_owned();
+    env.ok(&["-q", "init", &root, "--host", "lib.ibi.example.org", "--org", "Test <Library>"]);
+    let src = env.write("src/a.txt", b"alpha\n");
+    env.ok(&["-q", "deposit", &root, src.to_str().unwrap()]);
+    let server = env.serve(&[&root], &[]);
+    let page = get(&server.url("/"), &[]).text();
+    assert!(page.contains("<title>Items of Test &lt;Library&gt; (ibi.example.org/lib)</title>"), "{page}");
+    assert!(page.contains("<h1>Items of Test &lt;Library&gt; (ibi.example.org/lib)</h1>"), "{page}");
+}

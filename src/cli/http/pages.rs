@@ -262,8 +262,10 @@ pub fn metadata_response(view: &ItemView, json: bool, file_page: usize) -> Respo
     html(StatusCode::OK, page(&format!("Metadata: {name}"), &body))
 }
 
-/// The browse page: a search form, a page of items, and links to the next and previous pages.
-pub fn browse_response(found: &BrowsePage, query: &BrowseQuery, json: bool) -> Response {
+/// The browse page: a search form, a page of items, and links to the next and
+/// previous pages, titled with what is served (`served`: each collection's
+/// organisation and subsystem).
+pub fn browse_response(found: &BrowsePage, query: &BrowseQuery, json: bool, served: &str) -> Response {
     if json {
         return json_response(StatusCode::OK, serde_json::to_value(found).unwrap_or_default());
     }
@@ -292,14 +294,16 @@ pub fn browse_response(found: &BrowsePage, query: &BrowseQuery, json: bool) -> R
             )
         })
         .collect();
+    let title = format!("Items of {served}");
     let body = format!(
-        "<h1>Items</h1>{form}<p>{} item(s) match; newest first; page {}.</p>\
+        "<h1>{}</h1>{form}<p>{} item(s) match; newest first; page {}.</p>\
 <table><tr><th>Repository name</th><th>IBIp</th><th>Date</th><th>Title</th></tr>{rows}</table>{}",
+        esc(&title),
         found.total,
         found.page + 1,
         pager(found, query)
     );
-    html(StatusCode::OK, page("Items", &body))
+    html(StatusCode::OK, page(&title, &body))
 }
 
 fn pager(found: &BrowsePage, query: &BrowseQuery) -> String {

@@ -336,6 +336,16 @@ pub struct BrowseParams {
     page: Option<usize>,
 }
 
+/// What is served, for people: each collection's organisation (when it names
+/// one) and subsystem, in the order given.
+fn served(app: &App) -> String {
+    let one = |store: &dyn ibi::store::Store| match store.organisation() {
+        Some(organisation) => format!("{organisation} ({})", store.subsystem().prefix()),
+        None => store.subsystem().prefix().to_string(),
+    };
+    app.resolver.stores().iter().map(|store| one(store.as_ref())).collect::<Vec<_>>().join(", ")
+}
+
 async fn browse(
     State(app): State<Arc<App>>,
     params: Result<Query<BrowseParams>, axum::extract::rejection::QueryRejection>,
@@ -355,7 +365,7 @@ async fn browse(
     let for_page = query.clone();
     let browser = app.clone();
     match blocking(move || browser.resolver.browse(&for_page)).await {
-        Ok(page) => pages::browse_response(&page, &query, wants_json(&headers)),
+        Ok(page) => pages::browse_response(&page, &query, wants_json(&headers), &served(&app)),
         Err(e @ ibi::Error::Invalid { .. }) => refuse(StatusCode::BAD_REQUEST, "page", &e.to_string()),
         Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, "browse", &e.to_string()),
     }
