@@ -226,9 +226,14 @@ impl<'a, B: WriteBackend> Leased<'a, B> {
 }
 
 impl<B: WriteBackend> Leased<'_, B> {
-    /// Whether this writer only adds; refuses `what` when it does.
+    /// Whether this writer only adds (`restrict_to_appending`).
+    fn appending(&self) -> bool {
+        self.appending.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Refuses `what` when this writer only adds.
     fn refuse_when_appending(&self, what: &str) -> Result<()> {
-        match self.appending.load(std::sync::atomic::Ordering::SeqCst) {
+        match self.appending() {
             true => Err(append_only_refusal(what.to_string())),
             false => Ok(()),
         }
@@ -280,7 +285,7 @@ impl<B: WriteBackend> Writer for Leased<'_, B> {
     }
     /// Appending, replacements are refused one by one; the rest of the batch is placed.
     fn place(&self, batch: &[Placement]) -> Result<Placed> {
-        if self.refuse_when_appending("").is_ok() {
+        if !self.appending() {
             return self.backend.place(batch);
         }
         let (replacing, adding): (Vec<Placement>, Vec<Placement>) = batch.iter().cloned().partition(|p| p.replace);
@@ -319,7 +324,7 @@ impl<B: WriteBackend> Writer for Leased<'_, B> {
     /// Appending, nothing is adopted (adoption moves items out of another
     /// collection): the caller copies instead.
     fn adopt_from(&self, from: &dyn Writer, names: &[RepositoryName]) -> Result<Option<Placed>> {
-        if self.refuse_when_appending("").is_err() {
+        if self.appending() {
             return Ok(None);
         }
         self.backend.adopt_from(from, names)
