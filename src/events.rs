@@ -15,8 +15,21 @@ use serde::{Deserialize, Serialize};
 
 use crate::fsx::hash_bytes;
 
-/// The `prev` of the first event.
+/// The `prev` of the first event of a log begun before logs were bound to
+/// their collection (and of a backend's log that keeps no id).
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// The `prev` of the first event of the log of the collection `id`: the
+/// SHA-256 of `ibi log of ` and the id, so that the log of another collection
+/// put in its place breaks the chain at event 1.
+pub fn genesis(collection_id: &str) -> String {
+    hash_bytes(format!("ibi log of {collection_id}").as_bytes())
+}
+
+/// The `prev` of a new log's first event: bound to the collection when it has an id.
+pub fn first_prev(collection_id: Option<&str>) -> String {
+    collection_id.map_or_else(|| GENESIS.to_string(), genesis)
+}
 
 /// What an event records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -278,6 +291,11 @@ pub struct ChainCheck {
     broken_at: u64,
     /// Events that must still hold the hashes seen earlier.
     pins: Vec<Pin>,
+    /// The `prev` the first event must hold (`genesis` of the collection's id);
+    /// `None`: any log's first event is taken.
+    genesis: Option<String>,
+    /// The first event held `GENESIS`: a log begun before logs were bound.
+    unbound: bool,
 }
 
 /// A log's head as a signed witness saw it: the log must still hold that event.
@@ -360,6 +378,19 @@ impl ChainCheck {
         ChainCheck { base: lead_in, lead_in: (lead_in > 0).then_some(lead_in), ..ChainCheck::default() }
     }
 
+    /// Holds the log to the collection `id`: its first event must follow the
+    /// collection's `genesis` (or `GENESIS`, a log begun before logs were bound,
+    /// which `unbound` then says).
+    pub fn bind_to(&mut self, collection_id: &str) {
+        self.genesis = Some(genesis(collection_id));
+    }
+
+    /// Whether the log's first event was read and follows `GENESIS`, not its
+    /// collection's genesis: a log begun before logs were bound to their collection.
+    pub fn unbound(&self) -> bool {
+        self.unbound
+    }
+
     /// Holds the log to a witness's head as well.
     pub fn pin_anchor(&mut self, anchor: Anchor) {
         self.pins.push(Pin { seq: anchor.seq, hash: anchor.hash, signed: Some(anchor.signed) });
@@ -415,7 +446,7 @@ impl ChainCheck {
         Some(format!("event {}: it is not {} (the log was rewritten since)", stored.seq, pin.what()))
     }
 
-    fn link_problem(&self, stored: &StoredEvent) -> Option<String> {
+    fn link_problem(&mut self, stored: &StoredEvent) -> Option<String> {
         let expected_seq = self.base + self.count;
         if stored.seq != expected_seq {
             return Some(format!("event {expected_seq} is missing: the next one stored is {}", stored.seq));
@@ -430,6 +461,9 @@ impl ChainCheck {
         if link.seq != stored.seq {
             return Some(format!("event {}: it says it is event {} (moved)", stored.seq, link.seq));
         }
+        if self.prev.is_none() {
+            return self.first_link_problem(&link.prev);
+        }
         let prev = self.prev.as_deref().unwrap_or(GENESIS);
         if link.prev != prev {
             return Some(format!(
@@ -439,6 +473,24 @@ impl ChainCheck {
             ));
         }
         None
+    }
+
+    /// Why the log's first event (whose `prev` is `prev`) does not begin this log.
+    fn first_link_problem(&mut self, prev: &str) -> Option<String> {
+        if prev == GENESIS {
+            self.unbound = self.genesis.is_some();
+            return None;
+        }
+        match &self.genesis {
+            Some(genesis) if prev != genesis => Some(
+                "event 1: it begins the log of another collection (its previous hash is not this collection's \
+                 beginning)"
+                    .to_string(),
+            ),
+            Some(_) => None,
+            // A check that knows no collection (its store keeps no id) takes any beginning.
+            None => None,
+        }
     }
 
     /// How many events were checked (a lead-in is not).

@@ -75,9 +75,21 @@ def check_path(proof):
     return sn == 0 and r.hex() == proof["witness"]["root"]
 
 
+def genesis(collection):
+    """The prev of event 1 of the log of `collection` (its id)."""
+    return hashlib.sha256(f"ibi log of {collection}".encode()).hexdigest()
+
+
 def check_chain(events, witness=None):
-    """The log is whole: each body hashes to its hash, seq counts from 1, prev links."""
+    """The log is whole: each body hashes to its hash, seq counts from 1, prev
+    links, and event 1 begins the log of the witness's collection (or follows
+    64 zeros: a log begun before logs were bound to their collection)."""
     prev, seq = "0" * 64, 0
+    if events and witness is not None and events[0].get("prev") == genesis(witness.get("collection")):
+        prev = events[0]["prev"]
+    elif events and witness is None:
+        prev = events[0].get("prev")
+        print(f"event 1 follows {prev}: without the witness, its collection is not checked", file=sys.stderr)
     for event in events:
         event = dict(event)
         claimed = event.pop("hash")

@@ -74,6 +74,7 @@ pub fn check_chain(store: &dyn Store, least_window: u64) -> Result<Option<ChainO
     let start = if cursor.window_next > older { 1 } else { cursor.window_next.max(1) };
     let last = start.saturating_add(window - 1).min(older);
     let mut old = ChainCheck::after(start - 1);
+    bind(store, &mut old);
     check_range(store, &mut old, Some(last))?;
     let checked = new.count() + old.count();
     let mut outcome = ChainOutcome { events: new.last_seq(), checked, ..ChainOutcome::default() };
@@ -97,6 +98,7 @@ pub fn check_chain_here(store: &dyn Store) -> Result<Option<ChainOutcome>> {
 /// Reads the whole log checking its chain (`audit --ndsa`, and a first check).
 pub fn check_whole(store: &dyn Store, anchor: Option<crate::events::Anchor>) -> Result<Option<ChainOutcome>> {
     let mut check = anchor.map_or_else(ChainCheck::default, ChainCheck::anchored);
+    bind(store, &mut check);
     let keeps = for_each(store, None, &mut |stored| {
         check.next(stored);
         Ok(())
@@ -108,6 +110,13 @@ pub fn check_whole(store: &dyn Store, anchor: Option<crate::events::Anchor>) -> 
     let broken = check.broken().map(str::to_string);
     let unkept = if broken.is_none() && check.count() > 0 { keep_cursor(store, &check, 1) } else { None };
     Ok(Some(ChainOutcome { events: check.last_seq(), checked: check.count(), broken, unkept }))
+}
+
+/// Holds `check` to `store`'s collection, when it has an id.
+fn bind(store: &dyn Store, check: &mut ChainCheck) {
+    if let Some(id) = store.collection_id() {
+        check.bind_to(&id);
+    }
 }
 
 /// Checks the events `check` starts after, through `last` (or to the log's end).

@@ -379,8 +379,14 @@ pub fn log_records_each_change_once_in_a_chain(store: &dyn Store, other: &dyn St
     drop(w);
     let all = other.ledger().events(None, 0).unwrap().expect("every backend keeps a log");
     let mut chain = ChainCheck::default();
+    let id = other.collection_id().expect("a collection with a log has an id");
+    chain.bind_to(&id);
     all.iter().for_each(|stored| chain.next(stored));
-    assert_eq!((chain.broken(), chain.count()), (None, 5), "{all:?}");
+    assert_eq!((chain.broken(), chain.count(), chain.unbound()), (None, 5, false), "bound to {id}: {all:?}");
+    let mut elsewhere = ChainCheck::default();
+    elsewhere.bind_to("urn:uuid:another-collection");
+    all.iter().for_each(|stored| elsewhere.next(stored));
+    assert!(elsewhere.broken().is_some_and(|b| b.contains("another collection")), "{:?}", elsewhere.broken());
     let events: Vec<Event> = all.iter().map(|stored| stored.event().unwrap()).collect();
     let kinds: Vec<(&str, String)> =
         events.iter().map(|e| (e.kind.as_str(), e.item.clone().unwrap_or_default())).collect();

@@ -14,7 +14,7 @@ use crate::bag::manifest::check_path;
 use crate::bag::BagFiles;
 use crate::digest::{self, Algorithm, Digests, Hasher};
 use crate::error::{Error, Result};
-use crate::events::{Event, StoredEvent, GENESIS};
+use crate::events::{Event, StoredEvent};
 use crate::fsx::CopyError;
 use crate::id::minter::MinterState;
 use crate::id::{Ibip, RepositoryName, Subsystem, Timestamp};
@@ -94,7 +94,7 @@ impl MemoryStore {
             if log.iter().any(|stored| stored.event().is_ok_and(|e| e.id == event.id)) {
                 continue;
             }
-            let prev = log.last().map_or(GENESIS.to_string(), |s| s.hash.clone());
+            let prev = log.last().map_or_else(|| crate::events::genesis(&self.id), |s| s.hash.clone());
             let stored = event.clone().seal(log.len() as u64 + 1, &prev);
             log.push(stored);
         }

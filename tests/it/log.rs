@@ -413,6 +413,32 @@ fn regress_log_tampering_the_chain_check_misses() {
     }
 }
 
+/// Issue 57, class 3 (at home): nothing tied a log to its collection, so the
+/// `events` of another collection's valid log put in place of this one's (the
+/// cursor and witness dropped) passed `verify`. A log's first event now follows
+/// its collection's own beginning (`genesis`, from the collection id), and
+/// `verify` names a log that begins another collection.
+#[test]
+fn regress_a_log_of_another_collection_is_taken() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 2, 1);
+    let other = env.filled("other", 3, 1);
+    env.ok(&["-q", "verify", &a]);
+    let theirs = Path::new(&other).join(".ibi/inventory.sqlite");
+    tamper(
+        &a,
+        &format!(
+            "ATTACH '{}' AS o; DELETE FROM events; INSERT INTO events SELECT * FROM o.events; DELETE FROM chain_cursor;",
+            theirs.display()
+        ),
+    );
+    let _ = std::fs::remove_file(Path::new(&a).join(".ibi/witness.json"));
+    let verify = env.fails(&["verify", &a], 1);
+    let said = format!("{}{}", verify.stdout, verify.stderr);
+    assert!(said.contains("begins the log of another collection"), "{said}");
+    env.ok(&["-q", "verify", &other]);
+}
+
 /// Issue 59 (smaller traps): the log named the agent `uid 0` when `$USER` was
 /// unset (cron, ssh commands) and took `$USER` on trust when it was set; a
 /// withdrawn item's date carried nanoseconds in the messages people read. The

@@ -10,7 +10,7 @@ use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::sqlite::{sql_error, Inventory};
 use crate::error::Result;
-use crate::events::{ChainCursor, Event, StoredEvent, GENESIS};
+use crate::events::{ChainCursor, Event, StoredEvent};
 
 /// How many low bits of `seq` a band of fixity checks spans: 16,384 events.
 const BAND_BITS: u32 = 14;
@@ -85,7 +85,13 @@ const CURSOR_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS chain_cursor (
 
 /// Appends `events` (in order, each after the last) within `tx`, skipping those
 /// whose id is already logged.
-pub(super) fn append(tx: &Transaction, path: &std::path::Path, events: &[Event]) -> Result<()> {
+/// A log begun here is bound to `collection_id` (`crate::events::first_prev`).
+pub(super) fn append(
+    tx: &Transaction,
+    path: &std::path::Path,
+    collection_id: Option<&str>,
+    events: &[Event],
+) -> Result<()> {
     if events.is_empty() {
         return Ok(());
     }
@@ -95,7 +101,7 @@ pub(super) fn append(tx: &Transaction, path: &std::path::Path, events: &[Event])
         .query_row("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()
         .map_err(err)?;
-    let (mut seq, mut prev) = last.unwrap_or((0, GENESIS.to_string()));
+    let (mut seq, mut prev) = last.unwrap_or_else(|| (0, crate::events::first_prev(collection_id)));
     // An id already logged is skipped by the insert itself (one look in the
     // unique index on ids, not a query and then an insert); any other conflict
     // (a seq taken) is still an error.
@@ -120,7 +126,7 @@ impl Inventory {
         }
         let path = self.path.clone();
         let tx = self.conn.transaction().map_err(|e| sql_error(&path, e))?;
-        append(&tx, &path, events)?;
+        append(&tx, &path, self.collection_id.as_deref(), events)?;
         tx.commit().map_err(|e| sql_error(&path, e))
     }
 

@@ -50,7 +50,7 @@ impl Inventory {
         self.upgrade_fixity()?;
         let tx = self.conn.transaction().map_err(|e| sql_error(&path, e))?;
         let events: Vec<crate::events::Event> = checks.iter().map(FixityCheck::event).collect();
-        super::events::append(&tx, &path, &events)?;
+        super::events::append(&tx, &path, self.collection_id.as_deref(), &events)?;
         {
             let sql = "INSERT OR REPLACE INTO fixity (name, checked, ok, seq) \
                        VALUES (?1, ?2, ?3, (SELECT seq FROM events WHERE id = ?4))";

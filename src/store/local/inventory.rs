@@ -237,7 +237,7 @@ impl Inventory {
         }
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | nofollow(path) | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags).map_err(|e| sql_error(path, e))?;
-        let mut inventory = Inventory { path: path.to_path_buf(), conn, older_keys: None };
+        let mut inventory = Inventory { path: path.to_path_buf(), conn, older_keys: None, collection_id: None };
         inventory.setup("PRAGMA busy_timeout = 60000; PRAGMA synchronous = FULL;")?;
         inventory.check_schema()?;
         inventory.read_older_columns()?;
@@ -279,7 +279,7 @@ impl Inventory {
             | nofollow(path)
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(&uri, flags).map_err(|e| sql_error(path, e))?;
-        let mut inventory = Inventory { path: path.to_path_buf(), conn, older_keys: None };
+        let mut inventory = Inventory { path: path.to_path_buf(), conn, older_keys: None, collection_id: None };
         // Readers page through in key order, so a page cache of 512 KiB (SQLite's
         // default is 2 MiB per connection, and a command may hold several) costs
         // no speed and keeps a reader's memory from growing with the inventory.
@@ -314,7 +314,7 @@ impl Inventory {
             let conn =
                 Connection::open_with_flags(&copy, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
                     .map_err(|e| sql_error(path, e))?;
-            let mut inventory = Inventory { path: path.to_path_buf(), conn, older_keys: None };
+            let mut inventory = Inventory { path: path.to_path_buf(), conn, older_keys: None, collection_id: None };
             inventory.setup("PRAGMA busy_timeout = 60000; PRAGMA cache_size = -512; PRAGMA query_only = 1;")?;
             inventory.check_schema()?;
             inventory.read_older_columns()?;
@@ -415,6 +415,7 @@ impl Inventory {
         {
             let mut building = Inventory {
                 older_keys: None,
+                collection_id: None,
                 path: temp.clone(),
                 conn: Connection::open_with_flags(&temp, OpenFlags::default() | OpenFlags::SQLITE_OPEN_NOFOLLOW)
                     .map_err(|e| sql_error(&temp, e))?,
@@ -475,7 +476,7 @@ impl Inventory {
         if !events.is_empty() {
             super::fixity::forget_checks(&tx, &path, records)?;
         }
-        super::events::append(&tx, &path, events)?;
+        super::events::append(&tx, &path, self.collection_id.as_deref(), events)?;
         tx.commit().map_err(|e| sql_error(&path, e))
     }
 
@@ -510,7 +511,7 @@ impl Inventory {
                     .map_err(|e| sql_error(&path, e))?;
             }
         }
-        super::events::append(&tx, &path, events)?;
+        super::events::append(&tx, &path, self.collection_id.as_deref(), events)?;
         tx.commit().map_err(|e| sql_error(&path, e))
     }
 
@@ -755,7 +756,14 @@ impl super::Collection {
                 false => Inventory::open(&self.layout.inventory())?,
             };
         }
-        cached.as_mut().map(work).transpose()
+        let inventory = cached.as_mut();
+        if let Some(inventory) = inventory {
+            if inventory.collection_id.is_none() {
+                inventory.collection_id = self.id.get().cloned();
+            }
+            return work(inventory).map(Some);
+        }
+        Ok(None)
     }
 
     /// Forgets the open inventory (it was rebuilt into a new file).

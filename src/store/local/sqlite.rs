@@ -56,6 +56,9 @@ pub struct Inventory {
     /// the keys of `.ibi/deposited/` by name, read once when first needed, so that
     /// copies of its items carry them before its first write folds them in.
     pub(super) older_keys: Option<std::sync::OnceLock<DepositKeys>>,
+    /// The collection's id, which a new log's first event is bound to
+    /// (`crate::events::first_prev`); set by the collection that opened it.
+    pub(super) collection_id: Option<String>,
 }
 
 /// Content keys by the name they were deposited as.

@@ -65,6 +65,8 @@ pub struct ObjectLog<'a> {
     pub keys: &'a Keys,
     pub tail: &'a KnownTail,
     pub index: &'a KnownIndex,
+    /// The collection's id, which a new log's first event is bound to.
+    pub collection_id: Option<&'a str>,
 }
 
 fn event_key(keys: &Keys, stored: &StoredEvent, item: Option<&str>) -> Key {
@@ -264,7 +266,7 @@ impl ObjectLog<'_> {
         let head = match self.objects.get(&head_key).await? {
             Some(found) => serde_json::from_slice(&found.bytes)
                 .map_err(|e| corrupt(self.objects, &head_key, format!("not a log head: {e}")))?,
-            None => Tail::default(),
+            None => Tail { seq: 0, hash: crate::events::first_prev(self.collection_id) },
         };
         let later = self.keys_after(head.seq, None, usize::MAX).await?;
         let tail = later.last().map_or(head, |last| Tail { seq: last.seq, hash: last.hash.clone() });

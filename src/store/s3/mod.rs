@@ -264,7 +264,13 @@ impl S3Store {
     }
 
     fn log(&self) -> log::ObjectLog<'_> {
-        log::ObjectLog { objects: &self.objects, keys: &self.keys, tail: &self.log_tail, index: &self.log_index }
+        log::ObjectLog {
+            objects: &self.objects,
+            keys: &self.keys,
+            tail: &self.log_tail,
+            index: &self.log_index,
+            collection_id: self.config.id.as_deref(),
+        }
     }
 
     /// Where an item's files are read from: its own keys, or its stage while it is placed.
