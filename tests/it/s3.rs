@@ -1153,11 +1153,40 @@ fn regress_s3_replaced_item_keeps_the_old_copys_fixity_date() {
     env.s3_ok(p, &["-q", "verify", s3, "--age"]);
 }
 
-/// Each item's last fixity check is a key's name (`.ibi/checks/<name>/<date>!<pass|fail>!<files>!<bytes>`),
-/// so reading every check is a listing: at most two keys per item after any
+/// Issue 57, class 2, in object storage: a check key written by anyone with
+/// write access to the bucket (dated now, `pass`, no check made and no event
+/// logged) made `verify --age` count a damaged item as checked. A check key now
+/// names its `fixity` event (seq and hash), and counts only when the log holds
+/// that event for that item.
+#[test]
+fn regress_s3_fixity_dates_taken_on_trust() {
+    let env = TestEnv::new();
+    let (moto, name) = one_item_collection(&env, Moto::start);
+    let (p, s3) = (moto.port, "s3://lib/main");
+    env.s3_ok(p, &["-q", "verify", s3]);
+    env.s3_ok(p, &["-q", "verify", s3, "--age", "--cycle", "90"]);
+    put_object(p, "lib", &format!("main/{name}/data/a.txt"), b"rotten\n");
+    let kept = keys_under(p, &format!("main/.ibi/checks/{name}"));
+    kept.iter().for_each(|key| delete_object(p, "lib", key));
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let real = kept[0].rsplit('/').next().unwrap().split('!').skip(4).collect::<Vec<_>>().join("!");
+    for forged in
+        [format!("{now}!pass!1!6"), format!("{now}!pass!1!6!1!{}", "0".repeat(64)), format!("{now}!pass!1!6!{real}")]
+    {
+        put_object(p, "lib", &format!("main/.ibi/checks/{name}/{forged}"), b"");
+        let age = env.s3_fails(p, &["verify", s3, "--age", "--cycle", "90"], 1);
+        assert!(age.stdout.contains(&name) && age.stdout.contains("never checked"), "{forged}: {}", age.stdout);
+        delete_object(p, "lib", &format!("main/.ibi/checks/{name}/{forged}"));
+    }
+}
+
+/// Each item's last fixity check is a key's name
+/// (`.ibi/checks/<name>/<date>!<pass|fail>!<files>!<bytes>!<seq>!<hash>`), so
+/// reading every check is a listing: at most two keys per item after any
 /// number of runs (each run sweeps what newer keys supersede, then adds its
 /// own), a failure read as the check, and a check kept as a JSON object by an
-/// earlier ibi (`.ibi/fixity/<name>`) still read, then swept.
+/// earlier ibi (`.ibi/fixity/<name>`), which names no logged event, taken as
+/// never made, then swept.
 fn s3_fixity_checks_are_listed_not_fetched(start: Start) {
     let env = TestEnv::new();
     let (moto, name) = one_item_collection(&env, start);
@@ -1174,7 +1203,7 @@ fn s3_fixity_checks_are_listed_not_fetched(start: Start) {
     let old = format!(r#"{{"name":"{name}","date":"2020-01-01T00:00:00Z","ok":true,"files":1,"bytes":6}}"#);
     put_object(p, "lib", &format!("main/.ibi/fixity/{name}"), old.as_bytes());
     let stale = env.s3_fails(p, &["verify", s3, "--age", "--cycle", "30"], 1);
-    assert!(stale.stdout.contains(&name) && stale.stdout.contains("2020-01-01"), "{}", stale.stdout);
+    assert!(stale.stdout.contains(&name) && stale.stdout.contains("never checked"), "{}", stale.stdout);
     env.s3_ok(p, &["-q", "verify", s3, "--budget", "1"]);
     env.s3_ok(p, &["-q", "verify", s3, "--age", "--cycle", "30"]);
     env.s3_ok(p, &["-q", "verify", s3]);

@@ -1,7 +1,12 @@
 //! Each item's last fixity check in object storage, kept in a key's name so
 //! that every item's check is read by listing, a thousand to a request, with
-//! no object fetched: `.ibi/checks/<name path>/<date>!<pass|fail>!<files>!<bytes>`
-//! (an empty object). Keeping a check writes its key; the item's older keys
+//! no object fetched: `.ibi/checks/<name path>/<date>!<pass|fail>!<files>!<bytes>!<seq>!<hash>!<signature>`
+//! (an empty object), where seq and hash name the check's `fixity` event in
+//! the hash-chained log, and the signature (Ed25519, hex) is the collection's
+//! witness key's over `signed_text`. A check counts only when its signature
+//! holds and the log holds that event for that item (`ObjectLog::holds`): a
+//! key written by anyone without the key (a check dated as they please), or
+//! by an ibi before checks named their event, counts as never checked. Keeping a check writes its key; the item's older keys
 //! go at the next sweep (the first time a handle keeps checks), and until
 //! then the newest is the check (at one date, a failure). Earlier, ibi kept each check as a JSON object
 //! at `.ibi/fixity/<name path>`; those are still read (one request each),
@@ -9,9 +14,9 @@
 
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use object_store::path::Path as Key;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::id::RepositoryName;
 use crate::store::inventory::FixityCheck;
 use crate::store::s3::keys::Keys;
@@ -29,15 +34,45 @@ pub struct ObjectChecks<'a> {
     pub swept: &'a std::sync::atomic::AtomicBool,
 }
 
-/// The last segment of a check's key.
-fn check_segment(check: &FixityCheck) -> String {
+/// The log event a check names (its seq and hash) and the signature over both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Logged {
+    pub seq: u64,
+    pub hash: String,
+    /// Ed25519 over `signed_text`, hex.
+    pub signature: String,
+}
+
+/// A check and the log event it claims, when its key names one.
+pub type ClaimedCheck = (FixityCheck, Option<Logged>);
+
+/// What a check key's signature signs: the check whole and its event.
+pub fn signed_text(check: &FixityCheck, seq: u64, hash: &str) -> String {
     let outcome = if check.ok { "pass" } else { "fail" };
-    format!("{}!{outcome}!{}!{}", check.date, check.files, check.bytes)
+    format!(
+        "ibi fixity check\n{}\n{}\n{outcome}\n{}\n{}\n{seq}\n{hash}\n",
+        check.name, check.date, check.files, check.bytes
+    )
+}
+
+/// Whether `logged`'s signature over `check` holds under `key`.
+pub fn signed_by(check: &FixityCheck, logged: &Logged, key: &ed25519_dalek::VerifyingKey) -> bool {
+    let Ok(Ok(signature)) = hex::decode(&logged.signature).map(|b| ed25519_dalek::Signature::from_slice(&b)) else {
+        return false;
+    };
+    key.verify_strict(signed_text(check, logged.seq, &logged.hash).as_bytes(), &signature).is_ok()
+}
+
+/// The last segment of a check's key.
+fn check_segment((check, logged): &ClaimedCheck) -> String {
+    let outcome = if check.ok { "pass" } else { "fail" };
+    let logged = logged.as_ref().map(|l| format!("!{}!{}!{}", l.seq, l.hash, l.signature)).unwrap_or_default();
+    format!("{}!{outcome}!{}!{}{logged}", check.date, check.files, check.bytes)
 }
 
 /// The check a key names, under `prefix` (`<collection>/.ibi/checks`); none
 /// for a key that is not one (written by another party, or a folder object).
-fn parse_check_key(prefix: &str, key: &Key) -> Option<FixityCheck> {
+fn parse_check_key(prefix: &str, key: &Key) -> Option<ClaimedCheck> {
     let rel = key.as_ref().strip_prefix(prefix)?.strip_prefix('/')?;
     let (name, segment) = rel.rsplit_once('/')?;
     let mut parts = segment.split('!');
@@ -48,10 +83,17 @@ fn parse_check_key(prefix: &str, key: &Key) -> Option<FixityCheck> {
         _ => return None,
     };
     let (files, bytes) = (parts.next()?.parse().ok()?, parts.next()?.parse().ok()?);
+    let logged = match (parts.next(), parts.next(), parts.next()) {
+        (None, ..) => None,
+        (Some(seq), Some(hash), Some(signature)) => {
+            Some(Logged { seq: seq.parse().ok()?, hash: hash.into(), signature: signature.into() })
+        }
+        _ => return None,
+    };
     if parts.next().is_some() || chrono::DateTime::parse_from_rfc3339(&date).is_err() {
         return None;
     }
-    Some(FixityCheck { name: RepositoryName::parse(name).ok()?, date, ok, files, bytes })
+    Some((FixityCheck { name: RepositoryName::parse(name).ok()?, date, ok, files, bytes }, logged))
 }
 
 /// Of two checks of one item, the one that stands: the newer; at one date, a failure.
@@ -68,15 +110,15 @@ fn newer(a: FixityCheck, b: FixityCheck) -> FixityCheck {
 /// adjacent in key order): the check that stands so far, its key, and the keys
 /// it supersedes.
 #[derive(Default)]
-struct ItemRun(Option<(FixityCheck, Key, Vec<Key>)>);
+struct ItemRun(Option<(ClaimedCheck, Key, Vec<Key>)>);
 
 impl ItemRun {
     /// Takes the next listed check; the item before, finished, when this one
     /// is of another item.
-    fn push(&mut self, check: FixityCheck, key: Key) -> Option<(FixityCheck, Key, Vec<Key>)> {
+    fn push(&mut self, check: ClaimedCheck, key: Key) -> Option<(ClaimedCheck, Key, Vec<Key>)> {
         match self.0.take() {
-            Some((stands, stands_key, mut gone)) if stands.name == check.name => {
-                self.0 = Some(match newer(stands.clone(), check.clone()) == check {
+            Some((stands, stands_key, mut gone)) if stands.0.name == check.0.name => {
+                self.0 = Some(match newer(stands.0.clone(), check.0.clone()) == check.0 {
                     true => {
                         gone.push(stands_key);
                         (check, key, gone)
@@ -95,7 +137,7 @@ impl ItemRun {
         }
     }
 
-    fn finish(&mut self) -> Option<(FixityCheck, Key, Vec<Key>)> {
+    fn finish(&mut self) -> Option<(ClaimedCheck, Key, Vec<Key>)> {
         self.0.take()
     }
 }
@@ -114,13 +156,13 @@ impl ObjectChecks<'_> {
     /// newer ones supersede (a listing of every check, deletes a thousand to
     /// a request), so an item has at most the keys of the runs since the last
     /// sweep, and reading takes the newest.
-    pub async fn keep(&self, checks: &[FixityCheck]) -> Result<()> {
+    pub async fn keep(&self, checks: &[ClaimedCheck]) -> Result<()> {
         if !self.swept.swap(true, std::sync::atomic::Ordering::SeqCst) {
             self.sweep().await?;
         }
         stream::iter(checks)
             .map(|check| async move {
-                let key = self.item_prefix(&check.name).join(check_segment(check));
+                let key = self.item_prefix(&check.0.name).join(check_segment(check));
                 self.objects.overwrite(&key, Vec::new()).await
             })
             .buffer_unordered(IN_FLIGHT)
@@ -145,7 +187,7 @@ impl ObjectChecks<'_> {
                     .and_then(|check| run.push(check, meta.location.clone())),
                 None => run.finish(),
             };
-            if let Some((check, _, gone)) = done {
+            if let Some(((check, _), _, gone)) = done {
                 if !old.is_empty() {
                     with_keys.insert(check.name);
                 }
@@ -176,9 +218,10 @@ impl ObjectChecks<'_> {
         self.objects.delete_many(keys).await
     }
 
-    /// Every item's last check: the keys under `.ibi/checks/` listed, and any
-    /// check an older ibi kept as an object, read.
-    pub async fn all(&self) -> Result<Vec<FixityCheck>> {
+    /// Every item's last check, as the keys under `.ibi/checks/` claim it. A
+    /// check an older ibi kept as an object names no event in the log, so it
+    /// is not read: the item counts as never checked.
+    pub async fn all(&self) -> Result<Vec<ClaimedCheck>> {
         let prefix = self.keys.at(CHECKS);
         let mut listed = self.objects.list_after(&prefix, &prefix);
         let (mut run, mut checks) = (ItemRun::default(), Vec::new());
@@ -187,41 +230,8 @@ impl ObjectChecks<'_> {
             checks.extend(run.push(check, meta.location).map(|(check, ..)| check));
         }
         checks.extend(run.finish().map(|(check, ..)| check));
-        let old = self.old_checks().await?;
-        if old.is_empty() {
-            return Ok(checks);
-        }
-        let mut by_name: HashMap<RepositoryName, FixityCheck> =
-            checks.into_iter().map(|check| (check.name.clone(), check)).collect();
-        for check in old {
-            let stands = match by_name.remove(&check.name) {
-                Some(other) => newer(other, check),
-                None => check,
-            };
-            by_name.insert(stands.name.clone(), stands);
-        }
-        Ok(by_name.into_values().collect())
+        Ok(checks)
     }
-
-    /// The checks kept as objects, as ibi did earlier.
-    async fn old_checks(&self) -> Result<Vec<FixityCheck>> {
-        let listed = self.objects.list_all(&self.keys.at(OLD_FIXITY)).await?;
-        stream::iter(listed)
-            .map(|meta| async move {
-                let Some(found) = self.objects.get(&meta.location).await? else { return Ok(None) };
-                let check = serde_json::from_slice(&found.bytes)
-                    .map_err(|e| corrupt(self.objects, &meta.location, format!("not a fixity check: {e}")))?;
-                Ok::<_, Error>(Some(check))
-            })
-            .buffer_unordered(IN_FLIGHT)
-            .try_filter_map(|check| async move { Ok(check) })
-            .try_collect()
-            .await
-    }
-}
-
-fn corrupt(objects: &Objects, key: &Key, problem: String) -> Error {
-    Error::CorruptState { path: objects.url(key).into(), problem }
 }
 
 #[cfg(test)]
@@ -233,16 +243,37 @@ mod tests {
         FixityCheck { name, date: date.into(), ok, files: 3, bytes: 1234 }
     }
 
+    fn claimed(check: &FixityCheck) -> ClaimedCheck {
+        (check.clone(), Some(Logged { seq: 7, hash: "ab".repeat(32), signature: "cd".repeat(64) }))
+    }
+
+    #[test]
+    fn a_signature_holds_for_its_check_only() {
+        let seed = [5u8; 32];
+        let key = ed25519_dalek::SigningKey::from_bytes(&seed);
+        let check = check("2026-11-25T10:00:00Z", true);
+        let sign = |c: &FixityCheck| {
+            hex::encode(ed25519_dalek::Signer::sign(&key, signed_text(c, 7, "ab").as_bytes()).to_bytes())
+        };
+        let logged = Logged { seq: 7, hash: "ab".into(), signature: sign(&check) };
+        assert!(signed_by(&check, &logged, &key.verifying_key()));
+        let mut later = check.clone();
+        later.date = "2026-11-26T10:00:00Z".into();
+        assert!(!signed_by(&later, &logged, &key.verifying_key()), "another date is not signed");
+        let other = ed25519_dalek::SigningKey::from_bytes(&[6u8; 32]).verifying_key();
+        assert!(!signed_by(&check, &logged, &other), "another key does not hold");
+    }
+
     #[test]
     fn a_check_reads_back_from_its_key() {
         let keys = Keys::new("lib/c");
-        let kept = check("2026-11-25T10:00:00Z", true);
-        let key = keys.at(&format!("{CHECKS}/{}", kept.name)).join(check_segment(&kept));
+        let kept = claimed(&check("2026-11-25T10:00:00Z", true));
+        let key = keys.at(&format!("{CHECKS}/{}", kept.0.name)).join(check_segment(&kept));
         let prefix = keys.at(CHECKS);
         assert_eq!(parse_check_key(prefix.as_ref(), &key), Some(kept.clone()));
-        let failed = check("2026-11-25T10:00:00Z", false);
-        let key = keys.at(&format!("{CHECKS}/{}", failed.name)).join(check_segment(&failed));
-        assert_eq!(parse_check_key(prefix.as_ref(), &key), Some(failed));
+        let failed = (check("2026-11-25T10:00:00Z", false), None);
+        let key = keys.at(&format!("{CHECKS}/{}", failed.0.name)).join(check_segment(&failed));
+        assert_eq!(parse_check_key(prefix.as_ref(), &key), Some(failed), "an older key names no event");
     }
 
     #[test]
@@ -254,6 +285,9 @@ mod tests {
             format!("{name}/2026-11-25T10:00:00Z!maybe!3!4"),
             format!("{name}/2026-11-25T10:00:00Z!pass!3"),
             format!("{name}/2026-11-25T10:00:00Z!pass!3!4!5"),
+            format!("{name}/2026-11-25T10:00:00Z!pass!3!4!x!ab!cd"),
+            format!("{name}/2026-11-25T10:00:00Z!pass!3!4!5!ab"),
+            format!("{name}/2026-11-25T10:00:00Z!pass!3!4!5!ab!cd!ef"),
             format!("{name}/yesterday!pass!3!4"),
             "not a name/2026-11-25T10:00:00Z!pass!3!4".to_string(),
             name.to_string(),
@@ -265,10 +299,11 @@ mod tests {
     #[test]
     fn a_listing_gives_each_item_once_with_the_keys_its_check_supersedes() {
         let keys = Keys::new("c");
-        let at = |check: &FixityCheck| keys.at(&format!("{CHECKS}/{}", check.name)).join(check_segment(check));
-        let (a_old, a_new) = (check("2026-11-24T10:00:00Z", true), check("2026-11-25T10:00:00Z", true));
-        let mut b = check("2026-11-23T10:00:00Z", false);
-        b.name = RepositoryName::parse("example.org/t/2026/11.25.10.20").unwrap();
+        let at = |check: &ClaimedCheck| keys.at(&format!("{CHECKS}/{}", check.0.name)).join(check_segment(check));
+        let (a_old, a_new) =
+            (claimed(&check("2026-11-24T10:00:00Z", true)), claimed(&check("2026-11-25T10:00:00Z", true)));
+        let mut b = claimed(&check("2026-11-23T10:00:00Z", false));
+        b.0.name = RepositoryName::parse("example.org/t/2026/11.25.10.20").unwrap();
         let mut run = ItemRun::default();
         assert!(run.push(a_old.clone(), at(&a_old)).is_none());
         assert!(run.push(a_new.clone(), at(&a_new)).is_none());

@@ -128,6 +128,32 @@ fn corrupt(objects: &Objects, key: &Key, problem: String) -> Error {
 }
 
 impl ObjectLog<'_> {
+    /// Which of `claims` (an event's seq, its item's name and its hash) the
+    /// log holds: a listing of the log's keys from the first claimed seq on,
+    /// each key matched as it passes (no event read).
+    pub async fn holds(&self, claims: &[(u64, &RepositoryName, &str)]) -> Result<Vec<bool>> {
+        let mut order: Vec<usize> = (0..claims.len()).collect();
+        order.sort_unstable_by_key(|&i| claims[i].0);
+        let mut held = vec![false; claims.len()];
+        let Some(&first) = order.first() else { return Ok(held) };
+        let prefix = self.keys.at(LOG);
+        let offset = self.keys.at(&format!("{LOG}/{:016}", claims[first].0));
+        let mut listed = self.objects.list_after(&prefix, &offset);
+        let mut next = 0;
+        while next < order.len() {
+            let Some(meta) = listed.try_next().await? else { break };
+            let Some(event) = parse_event_key(meta) else { continue };
+            while next < order.len() && claims[order[next]].0 < event.seq {
+                next += 1;
+            }
+            for &i in order[next..].iter().take_while(|&&i| claims[i].0 == event.seq) {
+                let (_, name, hash) = claims[i];
+                held[i] |= event.hash == hash && event.item == name.to_string().replace('/', "+");
+            }
+        }
+        Ok(held)
+    }
+
     /// The keys of the events after `after` and before `before`, in order, up
     /// to `limit` of those whose item token is `item` when given.
     async fn keys_between(&self, after: u64, before: u64, item: Option<&str>, limit: usize) -> Result<Vec<Listed>> {
@@ -387,9 +413,11 @@ impl ObjectLog<'_> {
     /// next writer's reading of the end). A create-only write that loses means
     /// the remembered end was stale: the end is read again and the rest sealed
     /// anew, once.
-    pub async fn append(&self, events: &[Event], replayed_after: Option<u64>) -> Result<()> {
+    /// Returns the seq and hash of each event it appended, by the event's id
+    /// (not those a replay found logged already).
+    pub async fn append(&self, events: &[Event], replayed_after: Option<u64>) -> Result<Vec<(String, u64, String)>> {
         if events.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let known = match replayed_after {
             Some(after) => self.ids_after(after).await?,
@@ -422,7 +450,8 @@ impl ObjectLog<'_> {
             todo.drain(..created);
         }
         drop(guard);
-        self.index(&appended).await
+        self.index(&appended).await?;
+        Ok(appended.into_iter().map(|(event, stored)| (event.id.clone(), stored.seq, stored.hash)).collect())
     }
 
     /// Writes the index entries of the sealed events of items, all at once.

@@ -2,7 +2,7 @@
 //! of `place`, and runs its requests concurrently where it has many.
 
 use super::*;
-use crate::store::inventory::Forward;
+use crate::store::inventory::{FixityCheck, Forward};
 
 /// How many items a transfer into S3 stages at once.
 const STAGING_THREADS: usize = 4;
@@ -272,12 +272,27 @@ impl crate::store::ledger::Ledger for S3Store {
         }
         self.answers_writes()?;
         let _lease = WriteBackend::lease(self, LockWait::For(Duration::from_secs(10)))?;
+        // A check this machine cannot sign is kept, but counts as never made.
+        let seed = self.witness_seed_here().ok().flatten();
         let events: Vec<_> = checks.iter().map(|check| check.event()).collect();
         let log = self.log();
         self.objects.run(async {
-            log.append(&events, None).await?;
+            let appended = log.append(&events, None).await?;
             log.save_end().await?;
-            self.checks().keep(checks).await
+            let logged: std::collections::HashMap<&str, (u64, &str)> =
+                appended.iter().map(|(id, seq, hash)| (id.as_str(), (*seq, hash.as_str()))).collect();
+            let sign = |check: &FixityCheck, (seq, hash): (u64, &str)| {
+                let text = super::checks::signed_text(check, seq, hash);
+                let key = ed25519_dalek::SigningKey::from_bytes(seed.as_ref()?);
+                let signature = hex::encode(ed25519_dalek::Signer::sign(&key, text.as_bytes()).to_bytes());
+                Some(super::checks::Logged { seq, hash: hash.to_string(), signature })
+            };
+            let claimed: Vec<_> = checks
+                .iter()
+                .zip(&events)
+                .map(|(check, e)| (check.clone(), logged.get(e.id.as_str()).and_then(|l| sign(check, *l))))
+                .collect();
+            self.checks().keep(&claimed).await
         })
     }
 
@@ -318,7 +333,8 @@ impl crate::store::ledger::Ledger for S3Store {
     }
 
     fn fixity_checks(&self) -> Result<Option<Vec<crate::store::inventory::FixityCheck>>> {
-        self.objects.run(self.checks().all()).map(Some)
+        let Some(key) = self.check_key()? else { return Ok(Some(Vec::new())) };
+        self.objects.run(self.logged_checks(&key)).map(Some)
     }
 
     fn events(&self, item: Option<&RepositoryName>, after: u64) -> Result<Option<Vec<crate::events::StoredEvent>>> {
@@ -533,6 +549,35 @@ impl WriteBackend for S3Store {
 }
 
 impl S3Store {
+    /// Every item's last check that the log holds (`ObjectLog::holds`): the
+    /// check keys listed, then the log's keys from the oldest claimed event on.
+    async fn logged_checks(&self, key: &ed25519_dalek::VerifyingKey) -> Result<Vec<FixityCheck>> {
+        let claimed = self.checks().all().await?;
+        let signed: Vec<(&FixityCheck, &super::checks::Logged)> = claimed
+            .iter()
+            .filter_map(|(check, logged)| Some((check, logged.as_ref()?)))
+            .filter(|(check, logged)| super::checks::signed_by(check, logged, key))
+            .collect();
+        let claims: Vec<(u64, &RepositoryName, &str)> =
+            signed.iter().map(|(check, logged)| (logged.seq, &check.name, logged.hash.as_str())).collect();
+        let held = self.log().holds(&claims).await?;
+        Ok(signed.iter().zip(held).filter(|(_, held)| *held).map(|((check, _), _)| (*check).clone()).collect())
+    }
+
+    /// The key a check key's signature must hold under: this machine's copy of
+    /// the witness key where it has one (a key published in the bucket could
+    /// be replaced by anyone who writes there), else the published one.
+    fn check_key(&self) -> Result<Option<ed25519_dalek::VerifyingKey>> {
+        use crate::store::witness_key::{machine_key_dir, machine_key_path, public_key, witness_seed};
+        let here = match (self.config.id.as_deref(), machine_key_dir()) {
+            (Some(id), Some(dir)) => witness_seed(&machine_key_path(&dir, id), false)?.map(|seed| public_key(&seed)),
+            _ => None,
+        };
+        let Some(hex_key) = here.or(self.stored_config()?.0.witness_key) else { return Ok(None) };
+        let bytes: Option<[u8; 32]> = hex::decode(&hex_key).ok().and_then(|b| b.try_into().ok());
+        Ok(bytes.and_then(|b| ed25519_dalek::VerifyingKey::from_bytes(&b).ok()))
+    }
+
     /// The batch with each carried event already in this log left out (an item
     /// that comes back keeps its history once): the log is listed once, and the
     /// events of the items that carry history are read.
