@@ -65,7 +65,7 @@ fn view_text(printer: &Printer, view: &ItemView) {
 pub fn show(global: GlobalArgs, root: &Path, name: &str) -> Result<Outcome> {
     let store = super::open(root)?;
     let view = show_item(store.as_ref(), name)?;
-    let minting = store.minting()?;
+    let minting = store.inventory().minting()?;
     let printer = Printer::new(global);
     if printer.json() {
         let mut json = view_json(&view);

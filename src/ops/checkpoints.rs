@@ -23,9 +23,10 @@ pub enum Carried {
 
 /// The collection's origin, head and signing seed, when it can sign a checkpoint.
 fn signable(store: &dyn Store) -> Result<std::result::Result<(Head, [u8; 32]), &'static str>> {
-    let Some(id) = store.collection_id() else { return Ok(Err("the collection has no id")) };
+    let Some(id) = store.inventory().collection_id() else { return Ok(Err("the collection has no id")) };
     let Some((size, head)) = store.ledger().log_head()? else { return Ok(Err("the collection keeps no log here")) };
-    let Some(seed) = store.ledger().witness_seed()? else { return Ok(Err("no witness key on this machine")) };
+    let Some(writer) = store.ledger().writer() else { return Ok(Err("this handle may not write")) };
+    let Some(seed) = writer.witness_seed()? else { return Ok(Err("no witness key on this machine")) };
     Ok(Ok((Head { origin: checkpoint::origin(&id), size, head }, seed)))
 }
 
@@ -63,7 +64,7 @@ pub fn carry(store: &dyn Store, site: &dyn Store) -> Result<Carried> {
 /// What the checkpoint `site` cosigned says of `store`'s log now: `None` when
 /// the log holds it, else why not. A site that keeps none says nothing.
 pub fn check(store: &dyn Store, site: &dyn Store, collection_key: &str) -> Result<Option<String>> {
-    let (Some(cosigner), Some(id)) = (site.cosigner(), store.collection_id()) else { return Ok(None) };
+    let (Some(cosigner), Some(id)) = (site.cosigner(), store.inventory().collection_id()) else { return Ok(None) };
     let Some(note) = cosigner.seen_checkpoint(&checkpoint::origin(&id))? else { return Ok(None) };
     let seen = checkpoint::open(&note, collection_key)?;
     let held = store.ledger().log_head()?.map_or(0, |(size, _)| size);

@@ -335,7 +335,7 @@ fn bag_info(
     if let (Some(org), false) = (collection.organisation(), source_has("Source-Organization")) {
         info.push("Source-Organization", org);
     }
-    if let Some(id) = collection.collection_id() {
+    if let Some(id) = collection.inventory().collection_id() {
         info.push(ORIGIN, id);
     }
     if let Some(source) = &plan.info {

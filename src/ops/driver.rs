@@ -257,7 +257,7 @@ impl<'a> Driver<'a> {
                         let _ = sender.send((plan, self.stage_one(writer, plan)));
                     })
                 };
-                match self.dst.staging_threads().and_then(staging_pool) {
+                match self.dst.transfer_shape().staging_threads.and_then(staging_pool) {
                     Some(pool) => pool.install(stage_all),
                     None => stage_all(),
                 }
@@ -460,7 +460,7 @@ pub fn pipeline(
 }
 
 /// The pool that stages into a store asking for more threads than the machine
-/// has cores (`Store::staging_threads`): made once, at the first size asked,
+/// has cores (`TransferShape::staging_threads`): made once, at the first size asked,
 /// and kept for the process. None where the global pool is as large.
 fn staging_pool(threads: usize) -> Option<&'static rayon::ThreadPool> {
     static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();

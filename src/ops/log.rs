@@ -114,7 +114,7 @@ pub fn check_whole(store: &dyn Store, anchor: Option<crate::events::Anchor>) -> 
 
 /// Holds `check` to `store`'s collection, when it has an id.
 fn bind(store: &dyn Store, check: &mut ChainCheck) {
-    if let Some(id) = store.collection_id() {
+    if let Some(id) = store.inventory().collection_id() {
         check.bind_to(&id);
     }
 }
@@ -142,7 +142,10 @@ fn check_range(store: &dyn Store, check: &mut ChainCheck, last: Option<u64>) -> 
 fn keep_cursor(store: &dyn Store, check: &ChainCheck, window_next: u64) -> Option<String> {
     let hash = check.head()?;
     let cursor = ChainCursor { through: check.last_seq(), hash: hash.to_string(), window_next };
-    store.ledger().keep_chain_cursor(&cursor).err().map(|e| e.to_string())
+    match store.ledger().writer() {
+        Some(writer) => writer.keep_chain_cursor(&cursor).err().map(|e| e.to_string()),
+        None => Some("this handle may not write".into()),
+    }
 }
 
 /// One item's events as a PREMIS 3 document: the object, each event linked to
@@ -230,6 +233,7 @@ fn premis_agent(id: &str, agent: &Agent) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::ledger::LedgerWriter;
     use crate::events::{EventKind, GENESIS};
     use crate::store::conformance::subsystem;
     use crate::store::ledger::Ledger;

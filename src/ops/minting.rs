@@ -22,13 +22,13 @@ pub fn peer_location(store: &dyn Store) -> String {
 
 /// The collection's id, or its location for a collection made before ids.
 fn id_or_location(store: &dyn Store) -> String {
-    store.collection_id().unwrap_or_else(|| peer_location(store))
+    store.inventory().collection_id().unwrap_or_else(|| peer_location(store))
 }
 
 /// The minting collection a new collection made `--like` `other` follows: `other`
 /// itself, or the collection `other` follows or handed minting over to.
 pub fn peer_to_follow(other: &dyn Store) -> Result<Peer> {
-    Ok(match other.minting()? {
+    Ok(match other.inventory().minting()? {
         Minting::Follows(peer) => peer,
         Minting::Retired(Some(next)) => Peer { id: next.id, location: next.location },
         Minting::Mints | Minting::Retired(None) => Peer { id: id_or_location(other), location: peer_location(other) },
@@ -39,10 +39,10 @@ pub fn peer_to_follow(other: &dyn Store) -> Result<Peer> {
 /// both and the fix), before anything is changed. Two handles on one collection
 /// (one id) are not two minters.
 pub fn refuse_two_minters(a: &dyn Store, b: &dyn Store) -> Result<()> {
-    if a.subsystem().prefix() != b.subsystem().prefix() || !a.minting()?.mints() || !b.minting()?.mints() {
+    if a.subsystem().prefix() != b.subsystem().prefix() || !a.inventory().minting()?.mints() || !b.inventory().minting()?.mints() {
         return Ok(());
     }
-    let (first_id, second_id) = (a.collection_id(), b.collection_id());
+    let (first_id, second_id) = (a.inventory().collection_id(), b.inventory().collection_id());
     if first_id.is_some() && first_id == second_id {
         return Ok(());
     }
@@ -93,7 +93,7 @@ impl std::fmt::Display for Raised {
 /// out, `minting`'s minter is raised past it. Asking costs one look at each
 /// side's records; the lease of `minting` is taken only to raise.
 pub fn learn_from(minting: &dyn Store, other: &dyn Store) -> Result<Option<Raised>> {
-    if !minting.minting()?.mints() {
+    if !minting.inventory().minting()?.mints() {
         return Ok(None);
     }
     let prefix = minting.subsystem().prefix();
@@ -149,7 +149,7 @@ enum Stage {
 
 fn stage_of(from: &dyn Store, to: &dyn Store, to_id: &str) -> Result<Stage> {
     let refuse = |problem: String| Err(Error::Invalid { what: "handover".into(), problem });
-    match (from.minting()?, to.minting()?) {
+    match (from.inventory().minting()?, to.inventory().minting()?) {
         (Minting::Mints, Minting::Mints) => Err(two_minters(from, to)),
         // TO may be retired: minting handed back (an aborted move) starts after FROM's names.
         (Minting::Mints | Minting::Retired(None), Minting::Follows(_) | Minting::Retired(_)) => Ok(Stage::Start),
@@ -224,7 +224,7 @@ pub fn handover(from: &dyn Store, to: &dyn Store, options: &HandoverOptions) -> 
 /// Stops `store` minting for good, keeping the successor a handover recorded.
 pub fn retire(store: &dyn Store, wait: LockWait) -> Result<()> {
     let writer = store.begin_write(wait)?;
-    if !matches!(store.minting()?, Minting::Retired(_)) {
+    if !matches!(store.inventory().minting()?, Minting::Retired(_)) {
         writer.set_minting(&Minting::Retired(None))?;
     }
     // This machine's registry forgets it (a far or S3 collection's entry is not

@@ -239,7 +239,7 @@ impl Planner<'_> {
     /// it, which is never a reason to delete the copy (nor is an unreadable alias).
     fn src_expects(&self, name: &RepositoryName) -> bool {
         let Ok(Some(ibip)) = item_ibip(self.dst, name) else { return false };
-        match self.src.alias(&ibip) {
+        match self.src.aliases().alias(&ibip) {
             Ok(Some(target)) => target == *name,
             Ok(None) => false,
             Err(_) => true,
@@ -322,7 +322,7 @@ fn verify_item_quietly(src: &dyn Store, name: &RepositoryName) -> (crate::bag::B
 
 /// Plans made ahead of the driver: the merge is planned `PLAN_AHEAD` pairs at a
 /// time (one batch of identities and records per side), and the driver gets
-/// batches of at most DST's `Store::items_per_batch` items to copy, with any
+/// batches of at most DST's `TransferShape::items_per_batch` items to copy, with any
 /// number of settled ones, so a run with little to do crosses to the commit
 /// thread rarely.
 #[derive(Default)]
@@ -344,7 +344,7 @@ impl Planned {
     ) -> Result<Option<Vec<Plan>>> {
         let mut batch = Vec::new();
         let mut to_copy = 0;
-        let most = planner.dst.items_per_batch();
+        let most = planner.dst.transfer_shape().items_per_batch;
         loop {
             while to_copy < most && batch.len() < MOST_PLANS {
                 let Some(plan) = self.ahead.pop_front() else { break };

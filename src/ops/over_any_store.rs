@@ -81,7 +81,7 @@ mod tests {
 
     /// Makes `store` follow `minting`: one subsystem has one minting collection.
     fn follow(store: &dyn Store, minting: &dyn Store) {
-        let peer = Peer { id: minting.collection_id().unwrap(), location: minting.location() };
+        let peer = Peer { id: minting.inventory().collection_id().unwrap(), location: minting.location() };
         store.begin_write(LockWait::No).unwrap().set_minting(&Minting::Follows(peer)).unwrap();
     }
 
@@ -146,7 +146,7 @@ mod tests {
                 let handed = handover(a, b, &HandoverOptions::default());
                 assert!(matches!(handed, Err(Error::TwoMinting { .. })), "handover {i} -> {j}");
                 assert_eq!((names(a).len(), names(b).len()), (1, 1), "{i}, {j}: nothing moved");
-                assert!(a.minting().unwrap().mints() && b.minting().unwrap().mints(), "{i}, {j}: nothing changed");
+                assert!(a.inventory().minting().unwrap().mints() && b.inventory().minting().unwrap().mints(), "{i}, {j}: nothing changed");
             }
         }
     }

@@ -54,7 +54,7 @@ pub const DEGRADED: &str = "its store keeps fewer replicas of its objects than t
 impl<'a> Redundancy<'a> {
     /// The redundancy `store` can tell (none when its configuration names no cluster).
     pub fn of(store: &'a dyn Store) -> crate::error::Result<Redundancy<'a>> {
-        let cluster = store.current_config()?.and_then(|config| config.seaweedfs);
+        let cluster = store.inventory().current_config()?.and_then(|config| config.seaweedfs);
         Ok(Redundancy { store, cluster })
     }
 

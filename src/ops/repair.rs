@@ -42,7 +42,7 @@ fn candidates<'a>(root: &'a dyn Store, names: &[String]) -> Result<Needs<'a>> {
     if names.is_empty() {
         let mut lost = lost_by_record(root)?;
         let known: std::collections::HashSet<RepositoryName> = lost.iter().cloned().collect();
-        let by_alias = root.dangling_aliases(&|_| false)?.into_iter().map(|(_, name)| name);
+        let by_alias = root.aliases().dangling_aliases(&|_| false)?.into_iter().map(|(_, name)| name);
         lost.extend(by_alias.filter(|name| !known.contains(name)));
         let held = items(root).map(|name| name.map(Need::Damaged));
         return Ok(Box::new(lost.into_iter().map(|name| Ok(Need::Missing(name))).chain(held)));

@@ -114,7 +114,7 @@ impl Resolver {
         if text.matches('/').count() == 1 && !first.contains('.') {
             let ibip = Ibip::parse(text)?;
             for store in &self.stores {
-                if let Some(name) = store.alias(&ibip)? {
+                if let Some(name) = store.aliases().alias(&ibip)? {
                     return Ok(Resolution::Redirect(name));
                 }
             }

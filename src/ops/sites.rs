@@ -37,7 +37,7 @@ pub enum SiteChange {
 /// A far collection's site that is a folder is one on the far machine, never
 /// opened here: it is refused, and named.
 pub fn configured(store: &dyn Store) -> Result<CollectionConfig> {
-    let config = store.current_config()?.ok_or_else(|| Error::Invalid {
+    let config = store.inventory().current_config()?.ok_or_else(|| Error::Invalid {
         what: store.location(),
         problem: "the far ibi is older than this one and cannot send the collection's configuration (its sites \
                   and policy): install the same ibi there, or run this on the machine that holds the collection"
@@ -71,7 +71,11 @@ pub fn change(store: &dyn Store, mut change: SiteChange, connect: &Connect) -> R
         SiteChange::Here { seaweedfs: Some(cluster), .. } => check_cluster(&store.location(), cluster)?,
         _ => (),
     }
-    store.change_config(&mut |config| apply(config, change.clone()))?.ok_or_else(|| Error::Invalid {
+    let writer = store.ledger().writer().ok_or_else(|| Error::Invalid {
+        what: store.location(),
+        problem: "this handle may not write".into(),
+    })?;
+    writer.change_config(&mut |config| apply(config, change.clone()))?.ok_or_else(|| Error::Invalid {
         what: store.location(),
         problem: "a far collection's sites and policy are edited on the machine that holds it (`ibi site` there)"
             .into(),
@@ -133,7 +137,7 @@ fn check_cluster(url: &str, cluster: &mut SeaweedFs) -> Result<()> {
 fn check_site(collection: &dyn Store, site: &Site, connect: &Connect) -> Result<()> {
     let opened = crate::store::open(Path::new(&site.url), connect)?;
     let refuse = |problem: String| Err(Error::Invalid { what: format!("site {}", site.url), problem });
-    if opened.collection_id().is_some() && opened.collection_id() == collection.collection_id() {
+    if opened.inventory().collection_id().is_some() && opened.inventory().collection_id() == collection.inventory().collection_id() {
         return refuse("it is this collection itself".into());
     }
     if opened.subsystem().prefix() != collection.subsystem().prefix() {
@@ -145,7 +149,7 @@ fn check_site(collection: &dyn Store, site: &Site, connect: &Connect) -> Result<
             collection.location()
         ));
     }
-    if opened.minting()? == Minting::Mints {
+    if opened.inventory().minting()? == Minting::Mints {
         return refuse(format!(
             "it mints names of its own; a site holds copies and never mints (make it with `ibi init {} --like {}`)",
             site.url,

@@ -135,7 +135,8 @@ impl Counters {
     }
 
     fn keep(store: &dyn Store, batch: &[FixityCheck], reporter: &dyn Reporter) {
-        if let Err(e) = store.ledger().record_fixity(batch) {
+        let Some(writer) = store.ledger().writer() else { return };
+        if let Err(e) = writer.record_fixity(batch) {
             reporter.warning(&format!("the dates of {} fixity check(s) were not kept: {e}", batch.len()));
         }
     }
@@ -489,7 +490,7 @@ fn verify_counted(store: &dyn Store, names: &[String], counters: &Counters, repo
                 let chain = scope.spawn(|| crate::ops::log::check_chain(store, crate::ops::log::CHAIN_WINDOW_LEAST));
                 let walked = verify_walked(store, counters, reporter)?;
                 let right = std::mem::take(&mut *lock(&counters.aliases_right)).sorted();
-                let dangling = store.dangling_aliases(&|ibip| right.contains(ibip))?;
+                let dangling = store.aliases().dangling_aliases(&|ibip| right.contains(ibip))?;
                 drop(right);
                 report_vanished(store, (&walked, dangling), counters, reporter)?;
                 chain.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))

@@ -157,7 +157,7 @@ impl<'a> Vouchers<'a> {
     /// `max_fixity_age` (90 days without one), and what this run `confirmed`.
     pub fn of(store: &dyn Store, now: Timestamp, confirmed: Option<&'a Confirmed>) -> Result<Vouchers<'a>> {
         let days = store
-            .current_config()?
+            .inventory().current_config()?
             .and_then(|c| c.policy)
             .and_then(|p| p.max_fixity_age)
             .and_then(|age| crate::store::config::parse_days(&age).ok())
@@ -317,13 +317,14 @@ pub fn make(store: &dyn Store, now: Timestamp) -> Result<Option<Witness>> {
 /// `make`, right after a verify that `confirmed` the identities it read: those
 /// are taken from the inventory, every other identity from its bag.
 pub fn make_after(store: &dyn Store, now: Timestamp, confirmed: Option<&Confirmed>) -> Result<Option<Witness>> {
+    let Some(writer) = store.ledger().writer() else { return Ok(None) };
     if store.ledger().makes_own_witness() {
-        let Some(json) = store.ledger().make_own_witness()? else { return Ok(None) };
+        let Some(json) = writer.make_own_witness()? else { return Ok(None) };
         let witness = parse(store, &json)?;
         witness.signed()?;
         return Ok(Some(witness));
     }
-    let Some(seed) = store.ledger().witness_seed()? else { return Ok(None) };
+    let Some(seed) = writer.witness_seed()? else { return Ok(None) };
     let key = SigningKey::from_bytes(&seed);
     let log = store.ledger().log_head()?;
     let vouchers = Vouchers::of(store, now, confirmed)?;
@@ -343,7 +344,7 @@ pub fn make_after(store: &dyn Store, now: Timestamp, confirmed: Option<&Confirme
         }
     })?;
     let mut witness = Witness {
-        collection: store.collection_id().unwrap_or_else(|| store.location()),
+        collection: store.inventory().collection_id().unwrap_or_else(|| store.location()),
         date: crate::store::inventory::fixity_date(now),
         items: tree.count(),
         root: hex(&tree.root()),
@@ -356,7 +357,7 @@ pub fn make_after(store: &dyn Store, now: Timestamp, confirmed: Option<&Confirme
     };
     witness.signature = hex(&key.sign(witness.message().as_bytes()).to_bytes());
     let json = serde_json::to_string_pretty(&witness).expect("a witness serialises");
-    store.ledger().keep_witness(&json)?;
+    writer.keep_witness(&json)?;
     Ok(Some(witness))
 }
 

@@ -122,20 +122,20 @@ pub fn aliases_follow_placement_and_removal(store: &dyn Store) {
     let w = writer(store);
     let m = minted(7);
     let ibip = m.ibip.unwrap();
-    assert_eq!(store.alias(&ibip).unwrap(), None);
+    assert_eq!(store.aliases().alias(&ibip).unwrap(), None);
     let stage = stage_bag(w.as_ref(), &m, b"x");
     place(w.as_ref(), &m, stage, false).unwrap();
-    assert_eq!(store.alias(&ibip).unwrap(), Some(m.name.clone()));
-    assert_eq!(store.alias_problem(&ibip, &m.name), None);
+    assert_eq!(store.aliases().alias(&ibip).unwrap(), Some(m.name.clone()));
+    assert_eq!(store.aliases().alias_problem(&ibip, &m.name), None);
     assert_eq!(store.slot(&m.name).unwrap(), Slot::Item);
     let before = identity_digest(store, &m.name).unwrap();
     assert_eq!(before.len(), 64);
-    assert!(store.dangling_aliases(&|_| false).unwrap().is_empty());
+    assert!(store.aliases().dangling_aliases(&|_| false).unwrap().is_empty());
     w.restore_alias(&ibip, &m.name).unwrap();
-    assert_eq!(store.alias(&ibip).unwrap(), Some(m.name.clone()), "restoring a right alias keeps it right");
+    assert_eq!(store.aliases().alias(&ibip).unwrap(), Some(m.name.clone()), "restoring a right alias keeps it right");
     w.remove(std::slice::from_ref(&m.name)).unwrap();
-    assert_eq!(store.alias(&ibip).unwrap(), None);
-    assert!(store.dangling_aliases(&|_| false).unwrap().is_empty(), "removal takes the alias with it");
+    assert_eq!(store.aliases().alias(&ibip).unwrap(), None);
+    assert!(store.aliases().dangling_aliases(&|_| false).unwrap().is_empty(), "removal takes the alias with it");
     assert_eq!(store.slot(&m.name).unwrap(), Slot::Empty);
     assert!(names(store).is_empty());
 }
@@ -310,13 +310,13 @@ pub fn minter_state_never_repeats(store: &dyn Store, other: &dyn Store) {
 /// obeyed: one that follows or retired mints nothing and keeps its state; raising
 /// its minter still works (copies arrive); minting again starts after the raise.
 pub fn minting_role_is_kept_and_obeyed(store: &dyn Store, other: &dyn Store) {
-    assert_eq!(store.minting().unwrap(), Minting::Mints, "a new collection mints");
+    assert_eq!(store.inventory().minting().unwrap(), Minting::Mints, "a new collection mints");
     let clock = ReplayClock::new(Timestamp::parse_user("2026-01-01T00:00:00Z").unwrap());
     let w = writer(store);
     let first = w.mint_dates(1, &clock).unwrap()[0];
     let peer = Peer { id: "urn:uuid:00000000-0000-4000-8000-000000000001".into(), location: "elsewhere".into() };
     w.set_minting(&Minting::Follows(peer.clone())).unwrap();
-    assert_eq!(other.minting().unwrap(), Minting::Follows(peer), "another handle sees the change");
+    assert_eq!(other.inventory().minting().unwrap(), Minting::Follows(peer), "another handle sees the change");
     assert!(matches!(w.mint_dates(1, &clock), Err(Error::NotMinting { .. })), "a follower mints nothing");
     assert_eq!(w.minted_up_to().unwrap(), Some(first), "a refused mint leaves the state alone");
     // A far server mints with its own clock, so `first` may be today.
@@ -326,7 +326,7 @@ pub fn minting_role_is_kept_and_obeyed(store: &dyn Store, other: &dyn Store) {
     let next =
         Successor { id: "x".into(), location: "y".into(), since: "2026-06-01T00:00:00Z".into(), forward_url: None };
     w.set_minting(&Minting::Retired(Some(next.clone()))).unwrap();
-    assert_eq!(store.minting().unwrap(), Minting::Retired(Some(next)));
+    assert_eq!(store.inventory().minting().unwrap(), Minting::Retired(Some(next)));
     assert!(matches!(w.mint_dates(1, &clock), Err(Error::NotMinting { .. })), "a retired collection mints nothing");
     w.set_minting(&Minting::Mints).unwrap();
     let clock = ReplayClock::new(later);
@@ -334,7 +334,7 @@ pub fn minting_role_is_kept_and_obeyed(store: &dyn Store, other: &dyn Store) {
 }
 
 pub fn inventory_records_placement_replacement_and_removal(store: &dyn Store, other: &dyn Store) {
-    assert!(store.inventory().has_inventory() && store.collection_id().is_some_and(|id| id.starts_with("urn:uuid:")));
+    assert!(store.inventory().has_inventory() && store.inventory().collection_id().is_some_and(|id| id.starts_with("urn:uuid:")));
     let w = writer(store);
     let (a, b) = (minted(1), minted(2));
     place(w.as_ref(), &a, stage_bag(w.as_ref(), &a, b"first"), false).unwrap();
@@ -379,7 +379,7 @@ pub fn log_records_each_change_once_in_a_chain(store: &dyn Store, other: &dyn St
     drop(w);
     let all = other.ledger().events(None, 0).unwrap().expect("every backend keeps a log");
     let mut chain = ChainCheck::default();
-    let id = other.collection_id().expect("a collection with a log has an id");
+    let id = other.inventory().collection_id().expect("a collection with a log has an id");
     chain.bind_to(&id);
     all.iter().for_each(|stored| chain.next(stored));
     assert_eq!((chain.broken(), chain.count(), chain.unbound()), (None, 5, false), "bound to {id}: {all:?}");
@@ -429,7 +429,7 @@ pub fn a_copy_carries_no_fixity_checks(store: &dyn Store, other: &dyn Store) {
             files: 1,
             bytes: 5,
         };
-        store.ledger().record_fixity(&[check]).unwrap();
+        store.ledger().writer().expect("a writable handle hands out its ledger writer").record_fixity(&[check]).unwrap();
     }
     let w = writer(store);
     let stage = stage_bag(w.as_ref(), &a, b"second");
@@ -520,10 +520,10 @@ pub fn append_only_refuses_what_would_change(store: &dyn Store) {
     }
     assert!(matches!(w.remove(std::slice::from_ref(&a.name)), Err(Error::Refused { .. })));
     assert!(matches!(w.set_minting(&Minting::Retired(None)), Err(Error::Refused { .. })));
-    assert!(store.minting().unwrap().mints(), "an append-only writer never changes who mints");
+    assert!(store.inventory().minting().unwrap().mints(), "an append-only writer never changes who mints");
     assert!(matches!(w.restore_alias(a.ibip.as_ref().unwrap(), &b.name), Err(Error::Refused { .. })));
     assert_eq!(read_a(store, &a.name), b"kept");
-    assert_eq!(store.alias(a.ibip.as_ref().unwrap()).unwrap(), Some(a.name.clone()));
+    assert_eq!(store.aliases().alias(a.ibip.as_ref().unwrap()).unwrap(), Some(a.name.clone()));
 }
 
 /// The calls no other check makes answer as the contract says: reading a file
@@ -603,6 +603,32 @@ pub fn cosigning_keeps_only_what_extends(store: &dyn Store, other: &dyn Store) {
     assert_eq!(checkpoint::open(&kept, &key).unwrap(), head(6));
 }
 
+/// What a ledger writer is given reads back from another handle: a witness
+/// (where the backend keeps the one it is handed, rather than making its own)
+/// and a change to the configuration (where it keeps one here). A backend
+/// that keeps none of these answers without error.
+pub fn the_ledger_writer_keeps_what_it_is_given(store: &dyn Store, other: &dyn Store) {
+    let Some(writer) = store.ledger().writer() else { return };
+    if !store.ledger().makes_own_witness() {
+        writer.keep_witness("{\"conformance\":1}").unwrap();
+        if let Some(kept) = other.ledger().latest_witness().unwrap() {
+            assert_eq!(kept, "{\"conformance\":1}", "the witness kept is the one read");
+        }
+    }
+    let zone = Some("conformance-zone".to_string());
+    let changed = writer
+        .change_config(&mut |config| {
+            config.zone = zone.clone();
+            Ok(())
+        })
+        .unwrap();
+    if let Some(changed) = changed {
+        assert_eq!(changed.zone, zone);
+        let read = other.inventory().current_config().unwrap().expect("a backend that changes its config reads it");
+        assert_eq!(read.zone, zone, "another handle reads the change");
+    }
+}
+
 /// One check of the list: its name, and how it runs on a handle and a reopener.
 pub type Check<S, F> = (&'static str, Box<dyn Fn(&S, &F)>);
 
@@ -637,6 +663,9 @@ pub fn checks<S: Store + 'static, F: Fn() -> S>() -> Vec<Check<S, F>> {
         }),
         check::<S, F>("cosigning_keeps_only_what_extends", |s, r| cosigning_keeps_only_what_extends(s, &r())),
         check::<S, F>("every_other_call_answers", |s, r| every_other_call_answers(s, &r())),
+        check::<S, F>("the_ledger_writer_keeps_what_it_is_given", |s, r| {
+            the_ledger_writer_keeps_what_it_is_given(s, &r())
+        }),
     ]
 }
 
@@ -736,10 +765,11 @@ pub fn a_chain_cursor_reads_back_from_another_handle(store: &dyn Store, other: &
         "a new collection has none: its first check reads the log whole"
     );
     let first = ChainCursor { through: 7, hash: "ab".repeat(32), window_next: 3 };
-    store.ledger().keep_chain_cursor(&first).unwrap();
+    let writer = store.ledger().writer().expect("a writable handle hands out its ledger writer");
+    writer.keep_chain_cursor(&first).unwrap();
     assert_eq!(other.ledger().chain_cursor().unwrap(), Some(first));
     let later = ChainCursor { through: 9, hash: "cd".repeat(32), window_next: 1 };
-    store.ledger().keep_chain_cursor(&later).unwrap();
+    writer.keep_chain_cursor(&later).unwrap();
     assert_eq!(other.ledger().chain_cursor().unwrap(), Some(later), "the last kept replaces the one before");
 }
 

@@ -4,18 +4,16 @@
 //! apart from the core `Store` (object_store's way with optional powers): a
 //! backend that keeps no ledger leaves `Store::ledger` at `NoLedger`, whose
 //! every answer is "keeps none"; ops reach these records only through it.
+//! What changes them (fixity results, the witness, the chain cursor, the
+//! configuration) is a `LedgerWriter`, which `Ledger::writer` hands out only
+//! to a handle that may write: a read-only handle has no way to change them.
 
 use crate::error::Result;
 use crate::id::RepositoryName;
-use crate::store::inventory;
+use crate::store::{config, inventory};
 
 /// A collection's event log, fixity dates and witness.
 pub trait Ledger: Send + Sync {
-    /// Keeps the results of fixity checks (verify), each replacing the item's last;
-    /// a backend that keeps none (or a read-only handle) ignores them.
-    fn record_fixity(&self, _checks: &[inventory::FixityCheck]) -> Result<()> {
-        Ok(())
-    }
     /// Every item's last fixity check; `None` when the backend keeps none.
     fn fixity_checks(&self) -> Result<Option<Vec<inventory::FixityCheck>>> {
         Ok(None)
@@ -27,30 +25,15 @@ pub trait Ledger: Send + Sync {
         checks.into_iter().for_each(each);
         Ok(true)
     }
-    /// The seed of the collection's witness signing key (Ed25519), made on first
-    /// use and kept private (mode 0600); `None` when the backend keeps none or the
-    /// handle may not write.
-    fn witness_seed(&self) -> Result<Option<[u8; 32]>> {
-        Ok(None)
-    }
     /// Whether the backend makes its witness itself (a far server: from its own
     /// bags, with a key that never leaves its machine) rather than being handed
     /// one to keep.
     fn makes_own_witness(&self) -> bool {
         false
     }
-    /// Has the backend make, sign and keep a witness; its JSON, or `None` when it
-    /// keeps no key (or may not write).
-    fn make_own_witness(&self) -> Result<Option<String>> {
-        Ok(None)
-    }
     /// The latest witness (`ops::witness`, JSON), if one was kept.
     fn latest_witness(&self) -> Result<Option<String>> {
         Ok(None)
-    }
-    /// Keeps `json` as the latest witness, durably.
-    fn keep_witness(&self, _json: &str) -> Result<()> {
-        Ok(())
     }
     /// Up to a page of the collection's event log after event `after`, of `item`
     /// only when given, in order; `None` when the backend keeps no log.
@@ -76,11 +59,6 @@ pub trait Ledger: Send + Sync {
     fn chain_cursor(&self) -> Result<Option<crate::events::ChainCursor>> {
         Ok(None)
     }
-    /// Keeps where a chain check ended, durably; a backend that keeps none (or a
-    /// read-only handle) ignores it.
-    fn keep_chain_cursor(&self, _cursor: &crate::events::ChainCursor) -> Result<()> {
-        Ok(())
-    }
     /// Whether the backend checks its log's chain itself (a far server: on its
     /// own machine, with a cursor no client sets) rather than being read.
     fn checks_own_chain(&self) -> bool {
@@ -88,6 +66,50 @@ pub trait Ledger: Send + Sync {
     }
     /// Has the backend check its own log's chain; `None` when it keeps no log.
     fn check_own_chain(&self) -> Result<Option<crate::events::ChainOutcome>> {
+        Ok(None)
+    }
+    /// What changes this ledger; `None` for a handle that may not write (or a
+    /// backend that keeps none).
+    fn writer(&self) -> Option<&dyn LedgerWriter> {
+        None
+    }
+}
+
+/// What changes a collection's ledger: handed out by `Ledger::writer` only to
+/// a handle that may write.
+pub trait LedgerWriter: Send + Sync {
+    /// Keeps the results of fixity checks (verify), each replacing the item's last;
+    /// a backend that keeps none (or a read-only handle) ignores them.
+    fn record_fixity(&self, _checks: &[inventory::FixityCheck]) -> Result<()> {
+        Ok(())
+    }
+    /// The seed of the collection's witness signing key (Ed25519), made on first
+    /// use and kept private (mode 0600); `None` when the backend keeps none or the
+    /// handle may not write.
+    fn witness_seed(&self) -> Result<Option<[u8; 32]>> {
+        Ok(None)
+    }
+    /// Has the backend make, sign and keep a witness; its JSON, or `None` when it
+    /// keeps no key (or may not write).
+    fn make_own_witness(&self) -> Result<Option<String>> {
+        Ok(None)
+    }
+    /// Keeps `json` as the latest witness, durably.
+    fn keep_witness(&self, _json: &str) -> Result<()> {
+        Ok(())
+    }
+    /// Keeps where a chain check ended, durably; a backend that keeps none (or a
+    /// read-only handle) ignores it.
+    fn keep_chain_cursor(&self, _cursor: &crate::events::ChainCursor) -> Result<()> {
+        Ok(())
+    }
+
+    /// Applies `change` to the stored configuration at once (a concurrent change
+    /// is never lost) and returns the result; `None` when this backend cannot.
+    fn change_config(
+        &self,
+        _change: &mut dyn FnMut(&mut config::CollectionConfig) -> Result<()>,
+    ) -> Result<Option<config::CollectionConfig>> {
         Ok(None)
     }
 }

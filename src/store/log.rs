@@ -97,7 +97,7 @@ impl StepLog {
 /// collection: what was done to each. Their fixity checks stay: they are
 /// evidence about the copy they checked, and the copy that arrives gets its own.
 pub fn carried_events(store: &dyn Store, names: &[RepositoryName]) -> Result<Vec<Vec<Event>>> {
-    let from = store.collection_id().unwrap_or_else(|| store.location());
+    let from = store.inventory().collection_id().unwrap_or_else(|| store.location());
     let stored = store.ledger().items_events(names)?;
     if stored.len() != names.len() {
         let problem = format!("asked for the events of {} items, it answered for {}", names.len(), stored.len());

@@ -239,6 +239,10 @@ impl crate::store::kept::KeptCopies for MemoryStore {
 }
 
 impl Store for MemoryStore {
+    fn aliases(&self) -> &dyn crate::store::aliases::Aliases {
+        self
+    }
+
     fn inventory(&self) -> &dyn crate::store::records::Records {
         self
     }
@@ -280,6 +284,39 @@ impl Store for MemoryStore {
         Ok(if lock(&self.shared.items).contains_key(name) { Slot::Item } else { Slot::Empty })
     }
 
+    fn item_files<'a>(&'a self, name: &RepositoryName) -> Box<dyn BagFiles + 'a> {
+        Box::new(MemoryBag(lock(&self.shared.items).get(name).cloned()))
+    }
+
+    fn open(&self, name: &RepositoryName, rel: &str) -> io::Result<(Box<dyn Read + Send + '_>, Option<SystemTime>)> {
+        let items = lock(&self.shared.items);
+        let (bytes, mtime) = items
+            .get(name)
+            .and_then(|bag| bag.files.get(rel))
+            .cloned()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        Ok((Box::new(io::Cursor::new(bytes)), mtime))
+    }
+
+    fn leftovers(&self) -> Vec<Problem> {
+        // Under a free lease no writer is at work, so any staged item is left over.
+        let Ok(_lease) = self.take_lease(LockWait::No) else { return Vec::new() };
+        let staged = lock(&self.shared.stages).1.len();
+        if staged == 0 {
+            return Vec::new();
+        }
+        let detail =
+            format!("{staged} staged item(s) left by an interrupted writer; the next writing command clears them");
+        vec![Problem::new("staging", None, ProblemKind::Leftover, detail)]
+    }
+
+    fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
+        Leased::begin(self, wait)
+    }
+}
+
+impl crate::store::aliases::Aliases for MemoryStore {
+
     fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
         Ok(lock(&self.shared.aliases).get(&ibip.to_string()).cloned())
     }
@@ -302,44 +339,6 @@ impl Store for MemoryStore {
             None => Some(format!("alias {ibip} is missing")),
         }
     }
-
-    fn item_files<'a>(&'a self, name: &RepositoryName) -> Box<dyn BagFiles + 'a> {
-        Box::new(MemoryBag(lock(&self.shared.items).get(name).cloned()))
-    }
-
-    fn open(&self, name: &RepositoryName, rel: &str) -> io::Result<(Box<dyn Read + Send + '_>, Option<SystemTime>)> {
-        let items = lock(&self.shared.items);
-        let (bytes, mtime) = items
-            .get(name)
-            .and_then(|bag| bag.files.get(rel))
-            .cloned()
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
-        Ok((Box::new(io::Cursor::new(bytes)), mtime))
-    }
-
-    fn collection_id(&self) -> Option<String> {
-        Some(self.id.clone())
-    }
-
-    fn minting(&self) -> Result<Minting> {
-        Ok(lock(&self.shared.minting).clone().unwrap_or(Minting::Mints))
-    }
-
-    fn leftovers(&self) -> Vec<Problem> {
-        // Under a free lease no writer is at work, so any staged item is left over.
-        let Ok(_lease) = self.take_lease(LockWait::No) else { return Vec::new() };
-        let staged = lock(&self.shared.stages).1.len();
-        if staged == 0 {
-            return Vec::new();
-        }
-        let detail =
-            format!("{staged} staged item(s) left by an interrupted writer; the next writing command clears them");
-        vec![Problem::new("staging", None, ProblemKind::Leftover, detail)]
-    }
-
-    fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
-        Leased::begin(self, wait)
-    }
 }
 
 impl crate::store::records::Records for MemoryStore {
@@ -359,6 +358,14 @@ impl crate::store::records::Records for MemoryStore {
 
     fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
         Ok(lock(&self.shared.records).get(key).cloned())
+    }
+
+    fn collection_id(&self) -> Option<String> {
+        Some(self.id.clone())
+    }
+
+    fn minting(&self) -> Result<Minting> {
+        Ok(lock(&self.shared.minting).clone().unwrap_or(Minting::Mints))
     }
 }
 
@@ -381,6 +388,12 @@ impl crate::store::ledger::Ledger for MemoryStore {
         Ok(lock(&self.shared.chain_cursor).clone())
     }
 
+    fn writer(&self) -> Option<&dyn crate::store::ledger::LedgerWriter> {
+        Some(self)
+    }
+}
+
+impl crate::store::ledger::LedgerWriter for MemoryStore {
     fn keep_chain_cursor(&self, cursor: &crate::events::ChainCursor) -> Result<()> {
         *lock(&self.shared.chain_cursor) = Some(cursor.clone());
         Ok(())

@@ -20,9 +20,10 @@
 //! placement takes a batch, and digests are computed where the bytes are.
 
 /// How many items a transfer stages, then makes durable and places, together
-/// (a backend may ask for more: `Store::items_per_batch`).
+/// (a backend may ask for more: `TransferShape::items_per_batch`).
 pub const BATCH: usize = 64;
 
+pub mod aliases;
 pub mod config;
 pub mod cosign;
 #[cfg(feature = "far")]
@@ -91,6 +92,25 @@ pub enum Slot {
     Foreign(String),
 }
 
+/// How a transfer into a store is best cut up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransferShape {
+    /// How many items it stages at once, where that is more than the
+    /// machine's cores: a backend whose every file is a request waits on the
+    /// network, not on the processor.
+    pub staging_threads: Option<usize>,
+    /// How many items a mirror stages before it places them. Each batch's
+    /// placement waits for the one before it, so a backend whose batches cost
+    /// round trips takes more.
+    pub items_per_batch: usize,
+}
+
+impl Default for TransferShape {
+    fn default() -> TransferShape {
+        TransferShape { staging_threads: None, items_per_batch: BATCH }
+    }
+}
+
 /// How to wait for the write lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LockWait {
@@ -119,18 +139,10 @@ pub trait Store: Send + Sync {
     /// Every item and stray, in `RepositoryName` order, streaming.
     fn walk(&self) -> Box<dyn Iterator<Item = Result<Listed>> + Send + '_>;
     fn slot(&self, name: &RepositoryName) -> Result<Slot>;
-    /// How many items a transfer into this store stages at once, where that is
-    /// more than the machine's cores: a backend whose every file is a request
-    /// waits on the network, not on the processor.
-    fn staging_threads(&self) -> Option<usize> {
-        None
-    }
-
-    /// How many items a mirror into this store stages before it places them
-    /// (`BATCH` by default). Each batch's placement waits for the
-    /// one before it, so a backend whose batches cost round trips takes more.
-    fn items_per_batch(&self) -> usize {
-        BATCH
+    /// How a transfer into this store is best cut up (`TransferShape`); the
+    /// machine's cores and `BATCH` by default.
+    fn transfer_shape(&self) -> TransferShape {
+        TransferShape::default()
     }
 
     /// The slot of each of `names`, in order: what a copy or mirror asks of a
@@ -139,16 +151,8 @@ pub trait Store: Send + Sync {
     fn slots(&self, names: &[RepositoryName]) -> Result<Vec<Slot>> {
         names.iter().map(|name| self.slot(name)).collect()
     }
-    /// The item an IBIp alias names, if the alias exists.
-    fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>>;
-    /// Aliases (whose IBIp and name encode one date) naming an item the collection
-    /// no longer holds: proof that it held it, and lost it. `checked` says which
-    /// aliases were already found pointing at an item that is there (verify's
-    /// walk): a backend skips reading those (local, S3: a link or a GET each); one
-    /// that cannot take the hint across its wire (far) reads them all.
-    fn dangling_aliases(&self, checked: &dyn Fn(&Ibip) -> bool) -> Result<Vec<(Ibip, RepositoryName)>>;
-    /// Why the alias of `name` is broken, if it is.
-    fn alias_problem(&self, ibip: &Ibip, name: &RepositoryName) -> Option<String>;
+    /// The IBIp aliases of the collection's items (`store::aliases`).
+    fn aliases(&self) -> &dyn aliases::Aliases;
     /// The item's files, for reading and verifying where they are.
     fn item_files<'a>(&'a self, name: &RepositoryName) -> Box<dyn BagFiles + 'a>;
     /// A hint that these items are about to be read whole (copied out): a far
@@ -239,30 +243,11 @@ pub trait Store: Send + Sync {
     ) -> Result<Option<Vec<placement::ItemPlacement>>> {
         Ok(None)
     }
-    /// The collection's configuration as stored now (its sites and policy among
-    /// it); `None` when this backend cannot read it.
-    fn current_config(&self) -> Result<Option<config::CollectionConfig>> {
-        Ok(None)
-    }
-    /// Applies `change` to the stored configuration at once (a concurrent change
-    /// is never lost) and returns the result; `None` when this backend cannot.
-    fn change_config(
-        &self,
-        _change: &mut dyn FnMut(&mut config::CollectionConfig) -> Result<()>,
-    ) -> Result<Option<config::CollectionConfig>> {
-        Ok(None)
-    }
     /// This store as a trait object (for provided methods).
     fn as_dyn(&self) -> &dyn Store;
     /// Staging and trash left by an interrupted writer, as problems.
     fn leftovers(&self) -> Vec<Problem>;
 
-    // The inventory: what the collection holds and has held.
-    /// The collection's own id (a UUID URN), given at init, or on the first write
-    /// of a collection made before ids.
-    fn collection_id(&self) -> Option<String>;
-    /// The collection's part in minting its subsystem's names, as stored now.
-    fn minting(&self) -> Result<config::Minting>;
 
     // Writing.
     /// Takes the collection's lease (waiting as `wait` says), completes what an
@@ -275,7 +260,7 @@ pub trait Store: Send + Sync {
 pub fn identifier_problems(store: &dyn Store, name: &RepositoryName, info: &BagInfo) -> Vec<Problem> {
     let mut problems = bag_identifier_problems(name, info);
     if let Some(ibip) = ibip_in(info) {
-        if let Some(why) = store.alias_problem(&ibip, name) {
+        if let Some(why) = store.aliases().alias_problem(&ibip, name) {
             problems.push(Problem::new(&name.to_string(), None, ProblemKind::BrokenAlias, why));
         }
     }
@@ -348,7 +333,7 @@ pub fn resolve(store: &dyn Store, text: &str) -> Result<RepositoryName> {
     }
     let name = match Identifier::parse(text)? {
         Identifier::Name(name) => name,
-        Identifier::Ibip(ibip) => match store.alias(&ibip)? {
+        Identifier::Ibip(ibip) => match store.aliases().alias(&ibip)? {
             Some(name) => name,
             None => {
                 let forward = own_name_for(store, &ibip).map(|n| Ok::<_, Error>((forward_of(store, &n)?, n)));
@@ -391,7 +376,7 @@ pub fn forward_of(store: &dyn Store, name: &RepositoryName) -> Result<Option<inv
     if name.prefix() != store.subsystem().prefix() {
         return Ok(None);
     }
-    Ok(match store.minting()? {
+    Ok(match store.inventory().minting()? {
         Minting::Retired(Some(next)) => {
             Some(inventory::Forward { to: next.location, date: next.since, url: next.forward_url })
         }

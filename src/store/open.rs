@@ -71,7 +71,7 @@ pub fn init(
         _ => None,
     };
     let store = init_elsewhere(parsed, connect, &config, &options)?;
-    if let (Some(dir), Some(id)) = (&registering, store.collection_id()) {
+    if let (Some(dir), Some(id)) = (&registering, store.inventory().collection_id()) {
         let _lock = registry::lock(dir, &subsystem)?;
         registry::register(dir, &subsystem, &id, &store.location())?;
     }

@@ -61,4 +61,14 @@ pub trait Records: Send + Sync {
 
     /// The name content `key` was deposited as, if recorded.
     fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>>;
+    /// The collection's own id (a UUID URN), given at init, or on the first write
+    /// of a collection made before ids.
+    fn collection_id(&self) -> Option<String>;
+    /// The collection's part in minting its subsystem's names, as stored now.
+    fn minting(&self) -> Result<crate::store::config::Minting>;
+    /// The collection's configuration as stored now (its sites and policy among
+    /// it); `None` when this backend cannot read it.
+    fn current_config(&self) -> Result<Option<crate::store::config::CollectionConfig>> {
+        Ok(None)
+    }
 }

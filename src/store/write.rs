@@ -297,7 +297,7 @@ impl<B: WriteBackend> Writer for Leased<'_, B> {
         Ok(placed)
     }
     fn restore_alias(&self, ibip: &Ibip, name: &RepositoryName) -> Result<()> {
-        if self.backend.alias(ibip)?.is_some_and(|held| held != *name) {
+        if self.backend.aliases().alias(ibip)?.is_some_and(|held| held != *name) {
             self.refuse_when_appending(&format!("re-pointing alias {ibip}"))?;
         }
         self.backend.restore_alias(ibip, name)
@@ -337,7 +337,7 @@ fn append_only_refusal(what: String) -> Error {
 
 /// Refuses, naming the way out, when the store does not mint its subsystem's names.
 pub fn refuse_unless_minting(store: &(impl Store + ?Sized)) -> Result<()> {
-    match store.minting()? {
+    match store.inventory().minting()? {
         Minting::Mints => Ok(()),
         other => Err(Error::NotMinting { place: store.location(), why: other.why_not(&store.location()) }),
     }

@@ -22,6 +22,10 @@ use ibi::{Ibip, Problem, RepositoryName, Result, Subsystem};
 struct Shell(MemoryStore);
 
 impl Store for Shell {
+    fn aliases(&self) -> &dyn ibi::store::aliases::Aliases {
+        self
+    }
+
     fn inventory(&self) -> &dyn ibi::store::records::Records {
         self
     }
@@ -49,15 +53,6 @@ impl Store for Shell {
     fn slot(&self, name: &RepositoryName) -> Result<Slot> {
         self.0.slot(name)
     }
-    fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
-        self.0.alias(ibip)
-    }
-    fn dangling_aliases(&self, checked: &dyn Fn(&Ibip) -> bool) -> Result<Vec<(Ibip, RepositoryName)>> {
-        self.0.dangling_aliases(checked)
-    }
-    fn alias_problem(&self, ibip: &Ibip, name: &RepositoryName) -> Option<String> {
-        self.0.alias_problem(ibip, name)
-    }
     fn item_files<'a>(&'a self, name: &RepositoryName) -> Box<dyn BagFiles + 'a> {
         self.0.item_files(name)
     }
@@ -77,14 +72,23 @@ impl Store for Shell {
     fn leftovers(&self) -> Vec<Problem> {
         self.0.leftovers()
     }
-    fn collection_id(&self) -> Option<String> {
-        self.0.collection_id()
-    }
-    fn minting(&self) -> ibi::Result<ibi::store::Minting> {
-        self.0.minting()
-    }
     fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
         Leased::begin(self, wait)
+    }
+}
+
+impl ibi::store::aliases::Aliases for Shell {
+
+    fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
+        self.0.alias(ibip)
+    }
+
+    fn dangling_aliases(&self, checked: &dyn Fn(&Ibip) -> bool) -> Result<Vec<(Ibip, RepositoryName)>> {
+        self.0.dangling_aliases(checked)
+    }
+
+    fn alias_problem(&self, ibip: &Ibip, name: &RepositoryName) -> Option<String> {
+        self.0.alias_problem(ibip, name)
     }
 }
 
@@ -100,6 +104,14 @@ impl ibi::store::records::Records for Shell {
     }
     fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
         self.0.deposit_record(key)
+    }
+
+    fn collection_id(&self) -> Option<String> {
+        self.0.collection_id()
+    }
+
+    fn minting(&self) -> ibi::Result<ibi::store::Minting> {
+        self.0.minting()
     }
 }
 

@@ -366,6 +366,10 @@ fn streamed<'a, T: Send + 'a>(
 }
 
 impl Store for FarStore {
+    fn aliases(&self) -> &dyn crate::store::aliases::Aliases {
+        self
+    }
+
     fn inventory(&self) -> &dyn crate::store::records::Records {
         self
     }
@@ -400,8 +404,8 @@ impl Store for FarStore {
     /// Four times the default: each batch costs a round trip to plan and one to
     /// place, and the pipeline drains at every batch's end (a first mirror of
     /// 20,000 three-file items over ssh on loopback: 7.05 s against 6.55 s).
-    fn items_per_batch(&self) -> usize {
-        4 * crate::store::BATCH
+    fn transfer_shape(&self) -> crate::store::TransferShape {
+        crate::store::TransferShape { items_per_batch: 4 * crate::store::BATCH, ..Default::default() }
     }
 
     fn slot(&self, name: &RepositoryName) -> Result<Slot> {
@@ -442,29 +446,6 @@ impl Store for FarStore {
             }
         }
         Ok(slots)
-    }
-
-    fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
-        match self.call(&Request::Alias(*ibip))? {
-            Reply::Name(name) => Ok(name),
-            other => Err(self.conn.unexpected(&other)),
-        }
-    }
-
-    /// The far side reads every alias: the hint of those `checked` stays here.
-    fn dangling_aliases(&self, _checked: &dyn Fn(&Ibip) -> bool) -> Result<Vec<(Ibip, RepositoryName)>> {
-        match self.call(&Request::DanglingAliases)? {
-            Reply::Aliases(pairs) => Ok(pairs),
-            other => Err(self.conn.unexpected(&other)),
-        }
-    }
-
-    fn alias_problem(&self, ibip: &Ibip, name: &RepositoryName) -> Option<String> {
-        match self.call(&Request::AliasProblem(*ibip, name.clone())) {
-            Ok(Reply::Text(text)) => text,
-            Ok(other) => Some(self.conn.unexpected(&other).to_string()),
-            Err(e) => Some(e.to_string()),
-        }
     }
 
     fn item_files<'a>(&'a self, name: &RepositoryName) -> Box<dyn BagFiles + 'a> {
@@ -524,20 +505,6 @@ impl Store for FarStore {
         (self.conn.version() >= 8).then_some(self as &dyn crate::store::cosign::Cosigner)
     }
 
-    /// Read by the far server (protocol 4); an older one cannot say.
-    fn current_config(&self) -> Result<Option<crate::store::config::CollectionConfig>> {
-        if self.conn.version() < 4 {
-            return Ok(None);
-        }
-        match self.call(&Request::Config)? {
-            Reply::Config(text) => {
-                let what = format!("{}/.ibi/collection.toml", self.location());
-                crate::store::config::CollectionConfig::parse(&text, &what).map(|(config, _)| Some(config))
-            }
-            other => Err(self.conn.unexpected(&other)),
-        }
-    }
-
     /// One round trip from a version-4 server; one per item from an older one.
     fn bag_identities(&self, names: &[RepositoryName]) -> Vec<Result<String>> {
         if self.conn.version() < 4 {
@@ -554,20 +521,6 @@ impl Store for FarStore {
         match self.call(&Request::Leftovers) {
             Ok(Reply::Problems(problems)) => problems,
             _ => Vec::new(),
-        }
-    }
-
-    fn minting(&self) -> Result<Minting> {
-        match self.call(&Request::Minting)? {
-            Reply::Minting(minting) => Ok(minting),
-            other => Err(self.conn.unexpected(&other)),
-        }
-    }
-
-    fn collection_id(&self) -> Option<String> {
-        match self.call(&Request::Inventory) {
-            Ok(Reply::Inventory { id, .. }) => id,
-            _ => self.config.id.clone(),
         }
     }
 
@@ -588,6 +541,32 @@ impl Store for FarStore {
 
     fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
         Leased::begin(self, wait)
+    }
+}
+
+impl crate::store::aliases::Aliases for FarStore {
+
+    fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
+        match self.call(&Request::Alias(*ibip))? {
+            Reply::Name(name) => Ok(name),
+            other => Err(self.conn.unexpected(&other)),
+        }
+    }
+
+    /// The far side reads every alias: the hint of those `checked` stays here.
+    fn dangling_aliases(&self, _checked: &dyn Fn(&Ibip) -> bool) -> Result<Vec<(Ibip, RepositoryName)>> {
+        match self.call(&Request::DanglingAliases)? {
+            Reply::Aliases(pairs) => Ok(pairs),
+            other => Err(self.conn.unexpected(&other)),
+        }
+    }
+
+    fn alias_problem(&self, ibip: &Ibip, name: &RepositoryName) -> Option<String> {
+        match self.call(&Request::AliasProblem(*ibip, name.clone())) {
+            Ok(Reply::Text(text)) => text,
+            Ok(other) => Some(self.conn.unexpected(&other).to_string()),
+            Err(e) => Some(e.to_string()),
+        }
     }
 }
 
@@ -616,6 +595,34 @@ impl crate::store::records::Records for FarStore {
             other => Err(self.conn.unexpected(&other)),
         }
     }
+
+    fn collection_id(&self) -> Option<String> {
+        match self.call(&Request::Inventory) {
+            Ok(Reply::Inventory { id, .. }) => id,
+            _ => self.config.id.clone(),
+        }
+    }
+
+    /// Read by the far server (protocol 4); an older one cannot say.
+    fn current_config(&self) -> Result<Option<crate::store::config::CollectionConfig>> {
+        if self.conn.version() < 4 {
+            return Ok(None);
+        }
+        match self.call(&Request::Config)? {
+            Reply::Config(text) => {
+                let what = format!("{}/.ibi/collection.toml", self.location());
+                crate::store::config::CollectionConfig::parse(&text, &what).map(|(config, _)| Some(config))
+            }
+            other => Err(self.conn.unexpected(&other)),
+        }
+    }
+
+    fn minting(&self) -> Result<Minting> {
+        match self.call(&Request::Minting)? {
+            Reply::Minting(minting) => Ok(minting),
+            other => Err(self.conn.unexpected(&other)),
+        }
+    }
 }
 
 impl crate::store::ledger::Ledger for FarStore {
@@ -632,10 +639,6 @@ impl crate::store::ledger::Ledger for FarStore {
 
     fn makes_own_witness(&self) -> bool {
         self.conn.version() >= 4
-    }
-
-    fn make_own_witness(&self) -> Result<Option<String>> {
-        self.text_reply(&Request::MakeWitness)
     }
 
     fn latest_witness(&self) -> Result<Option<String>> {
@@ -712,6 +715,16 @@ impl crate::store::ledger::Ledger for FarStore {
             }
         }
         Ok(found)
+    }
+
+    fn writer(&self) -> Option<&dyn crate::store::ledger::LedgerWriter> {
+        Some(self)
+    }
+}
+
+impl crate::store::ledger::LedgerWriter for FarStore {
+    fn make_own_witness(&self) -> Result<Option<String>> {
+        self.text_reply(&Request::MakeWitness)
     }
 }
 

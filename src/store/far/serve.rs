@@ -705,9 +705,9 @@ impl Session {
             Request::Init { path, config } => return self.init(&path, &config),
             Request::Slot(name) => Reply::Slot(c()?.slot(&name)?.into()),
             Request::Slots(names) => Reply::Slots(c()?.slots(&names)?.into_iter().map(WireSlot::from).collect()),
-            Request::Alias(ibip) => Reply::Name(c()?.alias(&ibip)?),
-            Request::DanglingAliases => Reply::Aliases(c()?.dangling_aliases(&|_| false)?),
-            Request::AliasProblem(ibip, name) => Reply::Text(c()?.alias_problem(&ibip, &name)),
+            Request::Alias(ibip) => Reply::Name(c()?.aliases().alias(&ibip)?),
+            Request::DanglingAliases => Reply::Aliases(c()?.aliases().dangling_aliases(&|_| false)?),
+            Request::AliasProblem(ibip, name) => Reply::Text(c()?.aliases().alias_problem(&ibip, &name)),
             Request::Snapshot { target, budget } => return self.snapshot(&target, budget),
             Request::Bundle { names, budget } => return self.bundle(&names, budget),
             Request::Digests { target, rel, also } => {
@@ -720,7 +720,7 @@ impl Session {
             Request::BagIdentities(names) => Reply::Identities(
                 c()?.bag_identities(&names).iter().map(|r| r.as_ref().map_err(WireError::from).cloned()).collect(),
             ),
-            Request::Config => Reply::Config(c()?.current_config()?.map(|config| config.to_toml()).unwrap_or_default()),
+            Request::Config => Reply::Config(c()?.inventory().current_config()?.map(|config| config.to_toml()).unwrap_or_default()),
             Request::MakeWitness => Reply::Text(match (self.options.read_only, self.options.witness) {
                 (false, Some(make)) => {
                     // The checks this session made vouch for the leaves: kept first.
@@ -736,7 +736,7 @@ impl Session {
             }),
             Request::Leftovers => Reply::Problems(c()?.leftovers()),
             Request::Inventory => {
-                Reply::Inventory { id: c()?.collection_id(), present: c()?.inventory().has_inventory() }
+                Reply::Inventory { id: c()?.inventory().collection_id(), present: c()?.inventory().has_inventory() }
             }
             Request::Records(names) => Reply::Records(c()?.inventory().records(&names)?),
             Request::Events { item, after } => Reply::Events(c()?.ledger().events(item.as_ref(), after)?),
@@ -756,7 +756,7 @@ impl Session {
                 Reply::Date(self.writer("reading the minter")?.minted_up_to()?.map(Timestamp::to_decimal))
             }
             Request::RaiseMinter(date) => return done(self.raise_minter(&date)),
-            Request::Minting => Reply::Minting(c()?.minting()?),
+            Request::Minting => Reply::Minting(c()?.inventory().minting()?),
             Request::SetMinting(minting) => {
                 return done(
                     check_minting(&minting).and_then(|()| self.writer("changing who mints")?.set_minting(&minting)),
@@ -1015,7 +1015,9 @@ impl Session {
             std::mem::take(&mut *waiting)
         };
         if let (false, Ok(c)) = (self.options.read_only, self.collection()) {
-            let _ = c.ledger().record_fixity(&batch);
+            if let Some(writer) = c.ledger().writer() {
+                let _ = writer.record_fixity(&batch);
+            }
         }
     }
 
@@ -1189,7 +1191,7 @@ fn admit_placement(
         return refuse("the IBIp asked for is not the one its bag-info records".into());
     }
     if let Some(ibip) = &record.ibip {
-        if let Some(other) = c.alias(ibip)?.filter(|n| *n != p.name) {
+        if let Some(other) = c.aliases().alias(ibip)?.filter(|n| *n != p.name) {
             return refuse(format!("alias {ibip} names another item, {other}"));
         }
     }

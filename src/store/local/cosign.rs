@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::events::StoredEvent;
 use crate::fsx;
 use crate::store::cosign::Cosigner;
-use crate::store::ledger::Ledger;
+use crate::store::ledger::LedgerWriter;
 use crate::store::Store;
 
 impl Collection {
@@ -30,9 +30,14 @@ impl Collection {
 
 impl Cosigner for Collection {
     fn cosigner_key(&self) -> Result<Option<(String, String)>> {
-        let Some(seed) = self.witness_seed()? else { return Ok(None) };
+        // A read-only handle reads the key it has; it makes none.
+        let seed = match self.ledger().writer() {
+            Some(writer) => writer.witness_seed()?,
+            None => crate::store::witness_key::witness_seed(&self.layout.witness_key(), false)?,
+        };
+        let Some(seed) = seed else { return Ok(None) };
         let public = ed25519_dalek::SigningKey::from_bytes(&seed).verifying_key();
-        let name = format!("ibi-site/{}", self.collection_id().unwrap_or_else(|| self.location()));
+        let name = format!("ibi-site/{}", self.inventory().collection_id().unwrap_or_else(|| self.location()));
         Ok(Some((name, hex::encode(public.as_bytes()))))
     }
 
@@ -45,7 +50,7 @@ impl Cosigner for Collection {
         if self.read_only {
             return Err(refused("this handle is read-only: it cosigns nothing".into()));
         }
-        let (Some(seed), Some((name, _))) = (self.witness_seed()?, self.cosigner_key()?) else {
+        let (Some(seed), Some((name, _))) = (LedgerWriter::witness_seed(self)?, self.cosigner_key()?) else {
             return Err(refused("it keeps no signing key".into()));
         };
         let next = checkpoint::open(note, collection_key)?;

@@ -79,6 +79,10 @@ fn unknown_stage(stage: StageId) -> Error {
 }
 
 impl Store for Collection {
+    fn aliases(&self) -> &dyn crate::store::aliases::Aliases {
+        self
+    }
+
     fn inventory(&self) -> &dyn crate::store::records::Records {
         self
     }
@@ -137,20 +141,6 @@ impl Store for Collection {
             super::Slot::Item(_) => Slot::Item,
             super::Slot::Foreign(path) => Slot::Foreign(self.layout.relative(&path).display().to_string()),
         })
-    }
-
-    fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
-        let Ok(target) = fs::read_link(self.layout.alias(ibip)) else { return Ok(None) };
-        let Ok(rel) = target.strip_prefix("../..") else { return Ok(None) };
-        Ok(RepositoryName::parse(&rel.to_string_lossy()).ok())
-    }
-
-    fn dangling_aliases(&self, checked: &dyn Fn(&Ibip) -> bool) -> Result<Vec<(Ibip, RepositoryName)>> {
-        alias::dangling(&self.layout, self.beneath(), checked, &|name| self.contains(name))
-    }
-
-    fn alias_problem(&self, ibip: &Ibip, name: &RepositoryName) -> Option<String> {
-        alias::check(&self.layout, (self.beneath(), &self.alias_folders), ibip, name)
     }
 
     fn item_files<'a>(&'a self, name: &RepositoryName) -> Box<dyn BagFiles + 'a> {
@@ -212,31 +202,29 @@ impl Store for Collection {
         self.bag_identities_cached(names)
     }
 
-    fn collection_id(&self) -> Option<String> {
-        self.id.get().cloned()
-    }
-
-    fn current_config(&self) -> Result<Option<CollectionConfig>> {
-        Ok(Some(CollectionConfig::read(&self.layout.config())?.0))
-    }
-
-    fn change_config(
-        &self,
-        change: &mut dyn FnMut(&mut CollectionConfig) -> Result<()>,
-    ) -> Result<Option<CollectionConfig>> {
-        Collection::change_config(self, change).map(Some)
-    }
-
-    fn minting(&self) -> Result<Minting> {
-        Collection::minting(self)
-    }
-
     fn leftovers(&self) -> Vec<Problem> {
         self.leftover_problems()
     }
 
     fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
         Leased::begin(self, wait)
+    }
+}
+
+impl crate::store::aliases::Aliases for Collection {
+
+    fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
+        let Ok(target) = fs::read_link(self.layout.alias(ibip)) else { return Ok(None) };
+        let Ok(rel) = target.strip_prefix("../..") else { return Ok(None) };
+        Ok(RepositoryName::parse(&rel.to_string_lossy()).ok())
+    }
+
+    fn dangling_aliases(&self, checked: &dyn Fn(&Ibip) -> bool) -> Result<Vec<(Ibip, RepositoryName)>> {
+        alias::dangling(&self.layout, self.beneath(), checked, &|name| self.contains(name))
+    }
+
+    fn alias_problem(&self, ibip: &Ibip, name: &RepositoryName) -> Option<String> {
+        alias::check(&self.layout, (self.beneath(), &self.alias_folders), ibip, name)
     }
 }
 
@@ -278,16 +266,21 @@ impl crate::store::records::Records for Collection {
     fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
         Collection::deposit_record(self, key)
     }
+
+    fn collection_id(&self) -> Option<String> {
+        self.id.get().cloned()
+    }
+
+    fn current_config(&self) -> Result<Option<CollectionConfig>> {
+        Ok(Some(CollectionConfig::read(&self.layout.config())?.0))
+    }
+
+    fn minting(&self) -> Result<Minting> {
+        Collection::minting(self)
+    }
 }
 
 impl crate::store::ledger::Ledger for Collection {
-    fn record_fixity(&self, checks: &[crate::store::inventory::FixityCheck]) -> Result<()> {
-        if self.read_only || !self.has_inventory() {
-            return Ok(());
-        }
-        self.with_fixity_writer(|inventory| inventory.record_fixity(checks)).map(drop)
-    }
-
     fn fixity_checks(&self) -> Result<Option<Vec<crate::store::inventory::FixityCheck>>> {
         Ok(Some(self.with_inventory(|inventory| inventory.fixity_checks())?.unwrap_or_default()))
     }
@@ -298,14 +291,6 @@ impl crate::store::ledger::Ledger for Collection {
         Ok(true)
     }
 
-    fn witness_seed(&self) -> Result<Option<[u8; 32]>> {
-        let Some(seed) = crate::store::witness_key::witness_seed(&self.layout.witness_key(), !self.read_only)? else {
-            return Ok(None);
-        };
-        self.publish_witness_key(&seed)?;
-        Ok(Some(seed))
-    }
-
     fn latest_witness(&self) -> Result<Option<String>> {
         let path = self.layout.witness();
         match fsx::read_capped(&path, 64 * 1024) {
@@ -313,15 +298,6 @@ impl crate::store::ledger::Ledger for Collection {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(Error::io("read", &path, e)),
         }
-    }
-
-    fn keep_witness(&self, json: &str) -> Result<()> {
-        if self.read_only {
-            return Ok(());
-        }
-        fsx::atomic_write(&self.layout.witness(), json.as_bytes())?;
-        let event = crate::store::log::witness_event(json);
-        self.with_inventory(|inventory| inventory.log(&[event])).map(drop)
     }
 
     fn events(&self, item: Option<&RepositoryName>, after: u64) -> Result<Option<Vec<StoredEvent>>> {
@@ -345,11 +321,45 @@ impl crate::store::ledger::Ledger for Collection {
         Ok(self.with_inventory(|inventory| inventory.chain_cursor())?.flatten())
     }
 
+    fn writer(&self) -> Option<&dyn crate::store::ledger::LedgerWriter> {
+        (!self.read_only).then_some(self)
+    }
+}
+
+impl crate::store::ledger::LedgerWriter for Collection {
+    fn record_fixity(&self, checks: &[crate::store::inventory::FixityCheck]) -> Result<()> {
+        if !self.has_inventory() {
+            return Ok(());
+        }
+        self.with_fixity_writer(|inventory| inventory.record_fixity(checks)).map(drop)
+    }
+
+    fn witness_seed(&self) -> Result<Option<[u8; 32]>> {
+        let Some(seed) = crate::store::witness_key::witness_seed(&self.layout.witness_key(), true)? else {
+            return Ok(None);
+        };
+        self.publish_witness_key(&seed)?;
+        Ok(Some(seed))
+    }
+
+    fn keep_witness(&self, json: &str) -> Result<()> {
+        fsx::atomic_write(&self.layout.witness(), json.as_bytes())?;
+        let event = crate::store::log::witness_event(json);
+        self.with_inventory(|inventory| inventory.log(&[event])).map(drop)
+    }
+
     fn keep_chain_cursor(&self, cursor: &crate::events::ChainCursor) -> Result<()> {
-        if self.read_only || !self.has_inventory() {
+        if !self.has_inventory() {
             return Ok(());
         }
         self.with_inventory(|inventory| inventory.keep_chain_cursor(cursor)).map(drop)
+    }
+
+    fn change_config(
+        &self,
+        change: &mut dyn FnMut(&mut CollectionConfig) -> Result<()>,
+    ) -> Result<Option<CollectionConfig>> {
+        Collection::change_config(self, change).map(Some)
     }
 }
 

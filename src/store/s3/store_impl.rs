@@ -8,6 +8,10 @@ use crate::store::inventory::{FixityCheck, Forward};
 const STAGING_THREADS: usize = 4;
 
 impl Store for S3Store {
+    fn aliases(&self) -> &dyn crate::store::aliases::Aliases {
+        self
+    }
+
     fn inventory(&self) -> &dyn crate::store::records::Records {
         self
     }
@@ -42,8 +46,8 @@ impl Store for S3Store {
 
     /// Each staged file is a request: `STAGING_THREADS` items at once keep the
     /// server busy where the cores alone would leave it waiting on each answer.
-    fn staging_threads(&self) -> Option<usize> {
-        Some(STAGING_THREADS)
+    fn transfer_shape(&self) -> crate::store::TransferShape {
+        crate::store::TransferShape { staging_threads: Some(STAGING_THREADS), ..Default::default() }
     }
 
     fn walk(&self) -> Box<dyn Iterator<Item = Result<Listed>> + Send + '_> {
@@ -59,45 +63,6 @@ impl Store for S3Store {
         let markers: Vec<Key> = names.iter().map(|name| self.keys.marker(name)).collect();
         let held = self.objects.run(self.listed_or_asked(&markers))?;
         Ok(held.into_iter().map(|held| if held { Slot::Item } else { Slot::Empty }).collect())
-    }
-
-    fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
-        self.objects.run(self.alias_async(ibip))
-    }
-
-    fn dangling_aliases(&self, checked: &dyn Fn(&Ibip) -> bool) -> Result<Vec<(Ibip, RepositoryName)>> {
-        let root = self.keys.at(keys::ALIASES);
-        let listed = self.objects.run(self.objects.list_all(&root))?;
-        let ibips: Vec<Ibip> = listed
-            .iter()
-            .filter_map(|m| Ibip::parse(&keys::Keys::relative(&root, &m.location, KeyForm::Names)?).ok())
-            .filter(|ibip| !checked(ibip))
-            .collect();
-        let found: Vec<Option<(Ibip, RepositoryName)>> = self.objects.run(
-            stream::iter(ibips)
-                .map(|ibip| async move {
-                    // A corrupt alias is its item's problem (alias_problem), not a dangling one.
-                    let name = match self.alias_async(&ibip).await {
-                        Ok(Some(name)) => name,
-                        Ok(None) | Err(Error::CorruptState { .. }) => return Ok(None),
-                        Err(e) => return Err(e),
-                    };
-                    let held = self.objects.exists(&self.keys.marker(&name)).await?;
-                    Ok::<_, Error>((!held && ibip.date() == name.date()).then_some((ibip, name)))
-                })
-                .buffered(IN_FLIGHT)
-                .try_collect(),
-        )?;
-        Ok(found.into_iter().flatten().collect())
-    }
-
-    fn alias_problem(&self, ibip: &Ibip, name: &RepositoryName) -> Option<String> {
-        match self.alias(ibip) {
-            Ok(Some(target)) if &target == name => None,
-            Ok(Some(target)) => Some(format!("alias {ibip} names {target}, expected {name}")),
-            Ok(None) => Some(format!("alias {ibip} is missing")),
-            Err(e) => Some(format!("alias {ibip} cannot be read: {e}")),
-        }
     }
 
     fn item_files<'a>(&'a self, name: &RepositoryName) -> Box<dyn BagFiles + 'a> {
@@ -144,14 +109,6 @@ impl Store for S3Store {
         }
     }
 
-    fn collection_id(&self) -> Option<String> {
-        self.config.id.clone()
-    }
-
-    fn minting(&self) -> Result<Minting> {
-        self.minting_now()
-    }
-
     fn begin_write(&self, wait: LockWait) -> Result<Box<dyn Writer + '_>> {
         Leased::begin(self, wait)
     }
@@ -166,34 +123,6 @@ impl Store for S3Store {
         self.objects.run(stream::iter(names).map(|name| self.identity(name)).buffered(IN_FLIGHT).collect())
     }
 
-    fn current_config(&self) -> Result<Option<CollectionConfig>> {
-        Ok(Some(self.stored_config()?.0))
-    }
-
-    /// Rewritten with `If-Match`, as the minting part is (`set_minting`).
-    fn change_config(
-        &self,
-        change: &mut dyn FnMut(&mut CollectionConfig) -> Result<()>,
-    ) -> Result<Option<CollectionConfig>> {
-        let place = format!("{}/.ibi/collection.toml", self.objects.place);
-        let key = self.keys.config();
-        for _ in 0..CONFIG_TRIES {
-            let (mut config, version) = self.stored_config()?;
-            change(&mut config)?;
-            let text = config.to_toml();
-            CollectionConfig::parse(&text, &place)?;
-            // A lost conditional write means another writer changed it since it
-            // was read: read it again and make this change to what it is now.
-            if self.objects.run(self.objects.put(&key, text.into_bytes(), PutMode::Update(version)))?.is_ok() {
-                return Ok(Some(config));
-            }
-        }
-        Err(Error::Invalid {
-            what: format!("the config of {}", self.objects.place),
-            problem: format!("other writers changed it {CONFIG_TRIES} times while this change was made; run it again"),
-        })
-    }
-
     fn placement(
         &self,
         names: &[RepositoryName],
@@ -202,6 +131,48 @@ impl Store for S3Store {
         let folders: Vec<String> = names.iter().map(|name| self.keys.item(name).to_string()).collect();
         let bucket = self.objects.bucket();
         self.objects.run(super::seaweedfs::placements(cluster, bucket, &folders)).map(Some)
+    }
+}
+
+impl crate::store::aliases::Aliases for S3Store {
+
+    fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
+        self.objects.run(self.alias_async(ibip))
+    }
+
+    fn dangling_aliases(&self, checked: &dyn Fn(&Ibip) -> bool) -> Result<Vec<(Ibip, RepositoryName)>> {
+        let root = self.keys.at(keys::ALIASES);
+        let listed = self.objects.run(self.objects.list_all(&root))?;
+        let ibips: Vec<Ibip> = listed
+            .iter()
+            .filter_map(|m| Ibip::parse(&keys::Keys::relative(&root, &m.location, KeyForm::Names)?).ok())
+            .filter(|ibip| !checked(ibip))
+            .collect();
+        let found: Vec<Option<(Ibip, RepositoryName)>> = self.objects.run(
+            stream::iter(ibips)
+                .map(|ibip| async move {
+                    // A corrupt alias is its item's problem (alias_problem), not a dangling one.
+                    let name = match self.alias_async(&ibip).await {
+                        Ok(Some(name)) => name,
+                        Ok(None) | Err(Error::CorruptState { .. }) => return Ok(None),
+                        Err(e) => return Err(e),
+                    };
+                    let held = self.objects.exists(&self.keys.marker(&name)).await?;
+                    Ok::<_, Error>((!held && ibip.date() == name.date()).then_some((ibip, name)))
+                })
+                .buffered(IN_FLIGHT)
+                .try_collect(),
+        )?;
+        Ok(found.into_iter().flatten().collect())
+    }
+
+    fn alias_problem(&self, ibip: &Ibip, name: &RepositoryName) -> Option<String> {
+        match self.alias(ibip) {
+            Ok(Some(target)) if &target == name => None,
+            Ok(Some(target)) => Some(format!("alias {ibip} names {target}, expected {name}")),
+            Ok(None) => Some(format!("alias {ibip} is missing")),
+            Err(e) => Some(format!("alias {ibip} cannot be read: {e}")),
+        }
     }
 }
 
@@ -260,9 +231,47 @@ impl crate::store::records::Records for S3Store {
         };
         Ok(RepositoryName::parse(String::from_utf8_lossy(&found.bytes).trim()).ok())
     }
+
+    fn collection_id(&self) -> Option<String> {
+        self.config.id.clone()
+    }
+
+    fn current_config(&self) -> Result<Option<CollectionConfig>> {
+        Ok(Some(self.stored_config()?.0))
+    }
+
+    fn minting(&self) -> Result<Minting> {
+        self.minting_now()
+    }
 }
 
 impl crate::store::ledger::Ledger for S3Store {
+    fn latest_witness(&self) -> Result<Option<String>> {
+        let found = self.objects.run(self.objects.get_capped(&self.keys.at(WITNESS), MAX_WITNESS_BYTES))?;
+        Ok(found.map(|found| String::from_utf8_lossy(&found.bytes).into_owned()))
+    }
+
+    /// Kept at `.ibi/chain-cursor.json`; one that does not read is none (the next check reads the whole log).
+    fn chain_cursor(&self) -> Result<Option<crate::events::ChainCursor>> {
+        let found = self.objects.run(self.objects.get_capped(&self.keys.at(CHAIN_CURSOR), MAX_WITNESS_BYTES))?;
+        Ok(found.and_then(|found| serde_json::from_slice(&found.bytes).ok()))
+    }
+
+    fn fixity_checks(&self) -> Result<Option<Vec<crate::store::inventory::FixityCheck>>> {
+        let Some(key) = self.check_key()? else { return Ok(Some(Vec::new())) };
+        self.objects.run(self.logged_checks(&key)).map(Some)
+    }
+
+    fn events(&self, item: Option<&RepositoryName>, after: u64) -> Result<Option<Vec<crate::events::StoredEvent>>> {
+        self.objects.run(self.log().page(item, after, crate::store::log::EVENT_PAGE)).map(Some)
+    }
+
+    fn writer(&self) -> Option<&dyn crate::store::ledger::LedgerWriter> {
+        Some(self)
+    }
+}
+
+impl crate::store::ledger::LedgerWriter for S3Store {
     /// The checks' events are appended under the lease (taken for a moment; a
     /// writer holding it long makes this fail, and verify says so), then each
     /// item's last check is kept beside its record.
@@ -302,11 +311,6 @@ impl crate::store::ledger::Ledger for S3Store {
         self.witness_seed_here()
     }
 
-    fn latest_witness(&self) -> Result<Option<String>> {
-        let found = self.objects.run(self.objects.get_capped(&self.keys.at(WITNESS), MAX_WITNESS_BYTES))?;
-        Ok(found.map(|found| String::from_utf8_lossy(&found.bytes).into_owned()))
-    }
-
     /// Kept at `.ibi/witness.json`, and logged under the lease as fixity checks are.
     fn keep_witness(&self, json: &str) -> Result<()> {
         self.answers_writes()?;
@@ -319,12 +323,6 @@ impl crate::store::ledger::Ledger for S3Store {
         })
     }
 
-    /// Kept at `.ibi/chain-cursor.json`; one that does not read is none (the next check reads the whole log).
-    fn chain_cursor(&self) -> Result<Option<crate::events::ChainCursor>> {
-        let found = self.objects.run(self.objects.get_capped(&self.keys.at(CHAIN_CURSOR), MAX_WITNESS_BYTES))?;
-        Ok(found.and_then(|found| serde_json::from_slice(&found.bytes).ok()))
-    }
-
     fn keep_chain_cursor(&self, cursor: &crate::events::ChainCursor) -> Result<()> {
         self.answers_writes()?;
         let _lease = WriteBackend::lease(self, LockWait::For(Duration::from_secs(10)))?;
@@ -332,13 +330,28 @@ impl crate::store::ledger::Ledger for S3Store {
         self.objects.run(self.objects.overwrite(&self.keys.at(CHAIN_CURSOR), json))
     }
 
-    fn fixity_checks(&self) -> Result<Option<Vec<crate::store::inventory::FixityCheck>>> {
-        let Some(key) = self.check_key()? else { return Ok(Some(Vec::new())) };
-        self.objects.run(self.logged_checks(&key)).map(Some)
-    }
-
-    fn events(&self, item: Option<&RepositoryName>, after: u64) -> Result<Option<Vec<crate::events::StoredEvent>>> {
-        self.objects.run(self.log().page(item, after, crate::store::log::EVENT_PAGE)).map(Some)
+    /// Rewritten with `If-Match`, as the minting part is (`set_minting`).
+    fn change_config(
+        &self,
+        change: &mut dyn FnMut(&mut CollectionConfig) -> Result<()>,
+    ) -> Result<Option<CollectionConfig>> {
+        let place = format!("{}/.ibi/collection.toml", self.objects.place);
+        let key = self.keys.config();
+        for _ in 0..CONFIG_TRIES {
+            let (mut config, version) = self.stored_config()?;
+            change(&mut config)?;
+            let text = config.to_toml();
+            CollectionConfig::parse(&text, &place)?;
+            // A lost conditional write means another writer changed it since it
+            // was read: read it again and make this change to what it is now.
+            if self.objects.run(self.objects.put(&key, text.into_bytes(), PutMode::Update(version)))?.is_ok() {
+                return Ok(Some(config));
+            }
+        }
+        Err(Error::Invalid {
+            what: format!("the config of {}", self.objects.place),
+            problem: format!("other writers changed it {CONFIG_TRIES} times while this change was made; run it again"),
+        })
     }
 }
 
@@ -621,6 +634,7 @@ impl S3Store {
     /// public key is not the published one is refused as replaced, and with a
     /// published key but none here, no witness can be signed on this machine.
     fn witness_seed_here(&self) -> Result<Option<[u8; 32]>> {
+        use crate::store::ledger::LedgerWriter;
         use crate::store::witness_key::{machine_key_dir, machine_key_path, public_key, witness_seed};
         let (Some(id), Some(dir)) = (self.config.id.as_deref(), machine_key_dir()) else { return Ok(None) };
         let path = machine_key_path(&dir, id);

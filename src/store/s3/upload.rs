@@ -23,7 +23,7 @@ const PARTS_IN_FLIGHT: usize = 2;
 const FIRST_READ: usize = 64 * 1024;
 /// Files longer than `FIRST_READ` sent at once, in the whole process: each holds
 /// up to a part in its buffer and `PARTS_IN_FLIGHT` more in the upload, so
-/// staging more items at once (`Store::staging_threads`) never holds more memory.
+/// staging more items at once (`TransferShape::staging_threads`) never holds more memory.
 const LONG_FILES_AT_ONCE: usize = 2;
 
 /// Permits to send a long file; one is held while such a file is sent.
