@@ -46,7 +46,7 @@ pub fn mint(global: GlobalArgs, args: &MintArgs) -> Result<Outcome> {
         let writer = collection.begin_write(ibi::store::LockWait::Forever)?;
         let minted = ibi::store::mint(writer.as_ref(), args.count, &noticed)?;
         let names: Vec<RepositoryName> = minted.iter().map(|m| m.name.clone()).collect();
-        writer.note_minted(&names)?;
+        writer.minter().note_minted(&names)?;
         let dates: Vec<ibi::Timestamp> = minted.iter().map(|m| m.name.date()).collect();
         print_minted(global, collection.subsystem(), &dates)?;
         return Ok(Outcome::Success);

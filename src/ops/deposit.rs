@@ -612,7 +612,7 @@ fn place_prepared(
         outcomes.push(DepositOutcome { deposited: Deposited { minted, already }, stamps: payload.stamps });
     }
     sleep_until_reached(clock, prepared.usable_from);
-    writer.write_deposit_records(&records)?;
+    writer.minter().write_deposit_records(&records)?;
     if let Some(hook) = before_place {
         outcomes.iter().filter(|o| !o.deposited.already).try_for_each(|o| hook(&o.deposited.minted))?;
     }
@@ -705,11 +705,11 @@ mod tests {
         };
         let first = prepare(&Earlier::default());
         assert!(!first.items[0].already);
-        let minted_up_to = writer.minted_up_to().unwrap();
+        let minted_up_to = writer.minter().minted_up_to().unwrap();
         let second = prepare(&first.new_contents());
         assert!(second.items[0].already, "known from the batch being placed");
         assert_eq!(second.items[0].minted, first.items[0].minted);
-        assert_eq!(writer.minted_up_to().unwrap(), minted_up_to, "no name minted for it");
+        assert_eq!(writer.minter().minted_up_to().unwrap(), minted_up_to, "no name minted for it");
         let third = prepare(&Earlier::default());
         assert!(!third.items[0].already, "unplaced content is not in the collection");
     }

@@ -402,7 +402,7 @@ impl<'a> Driver<'a> {
         let keys: Vec<_> = keys.into_iter().filter(|(_, n)| placed.contains(&n.to_string())).collect();
         // Only a convenience for a later deposit (the items' records carry the keys
         // too): a failure to file them is told, and the copies stand.
-        if let Err(e) = writer.write_deposit_records(&keys) {
+        if let Err(e) = writer.minter().write_deposit_records(&keys) {
             self.reporter.warning(&format!("the copied items' deposit records were not filed: {e}"));
         }
         stopped.map_or(Ok(placed), Err)

@@ -233,10 +233,10 @@ fn premis_agent(id: &str, agent: &Agent) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::ledger::LedgerWriter;
     use crate::events::{EventKind, GENESIS};
     use crate::store::conformance::subsystem;
     use crate::store::ledger::Ledger;
+    use crate::store::ledger::LedgerWriter;
     use crate::store::log::EVENT_PAGE;
     use crate::store::memory::MemoryStore;
 

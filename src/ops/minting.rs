@@ -39,7 +39,10 @@ pub fn peer_to_follow(other: &dyn Store) -> Result<Peer> {
 /// both and the fix), before anything is changed. Two handles on one collection
 /// (one id) are not two minters.
 pub fn refuse_two_minters(a: &dyn Store, b: &dyn Store) -> Result<()> {
-    if a.subsystem().prefix() != b.subsystem().prefix() || !a.inventory().minting()?.mints() || !b.inventory().minting()?.mints() {
+    if a.subsystem().prefix() != b.subsystem().prefix()
+        || !a.inventory().minting()?.mints()
+        || !b.inventory().minting()?.mints()
+    {
         return Ok(());
     }
     let (first_id, second_id) = (a.inventory().collection_id(), b.inventory().collection_id());
@@ -102,11 +105,11 @@ pub fn learn_from(minting: &dyn Store, other: &dyn Store) -> Result<Option<Raise
         return Ok(None);
     }
     let writer = minting.begin_write(LockWait::For(std::time::Duration::from_secs(30)))?;
-    let was = writer.minted_up_to()?;
+    let was = writer.minter().minted_up_to()?;
     if was.is_some_and(|was| was >= newest) {
         return Ok(None);
     }
-    writer.raise_minter_to(newest)?;
+    writer.minter().raise_minter_to(newest)?;
     Ok(Some(Raised { minting: minting.location(), other: other.location(), was, newest }))
 }
 
@@ -205,11 +208,11 @@ pub fn handover(from: &dyn Store, to: &dyn Store, options: &HandoverOptions) -> 
             since,
             forward_url: options.forward_url.clone(),
         };
-        from_writer.set_minting(&Minting::Retired(Some(next)))?;
+        from_writer.minter().set_minting(&Minting::Retired(Some(next)))?;
     }
-    let floor = from_writer.minted_up_to()?;
+    let floor = from_writer.minter().minted_up_to()?;
     if let Some(floor) = floor {
-        to_writer.raise_minter_to(floor)?;
+        to_writer.minter().raise_minter_to(floor)?;
     }
     // This machine's registry names TO before TO starts, so that a far TO on
     // this very machine (which checks the same registry) finds itself named.
@@ -217,7 +220,7 @@ pub fn handover(from: &dyn Store, to: &dyn Store, options: &HandoverOptions) -> 
         let from_id = id_or_location(from);
         crate::store::registry::hand_over(&dir, to.subsystem(), &from_id, &to_id, &peer_location(to))?;
     }
-    to_writer.set_minting(&Minting::Mints)?;
+    to_writer.minter().set_minting(&Minting::Mints)?;
     Ok(HandedOver::Moved { floor })
 }
 
@@ -225,7 +228,7 @@ pub fn handover(from: &dyn Store, to: &dyn Store, options: &HandoverOptions) -> 
 pub fn retire(store: &dyn Store, wait: LockWait) -> Result<()> {
     let writer = store.begin_write(wait)?;
     if !matches!(store.inventory().minting()?, Minting::Retired(_)) {
-        writer.set_minting(&Minting::Retired(None))?;
+        writer.minter().set_minting(&Minting::Retired(None))?;
     }
     // This machine's registry forgets it (a far or S3 collection's entry is not
     // read from its config): the subsystem is free here.

@@ -82,7 +82,7 @@ mod tests {
     /// Makes `store` follow `minting`: one subsystem has one minting collection.
     fn follow(store: &dyn Store, minting: &dyn Store) {
         let peer = Peer { id: minting.inventory().collection_id().unwrap(), location: minting.location() };
-        store.begin_write(LockWait::No).unwrap().set_minting(&Minting::Follows(peer)).unwrap();
+        store.begin_write(LockWait::No).unwrap().minter().set_minting(&Minting::Follows(peer)).unwrap();
     }
 
     /// A collection in object storage (object_store's in-memory store): mirror into
@@ -146,7 +146,10 @@ mod tests {
                 let handed = handover(a, b, &HandoverOptions::default());
                 assert!(matches!(handed, Err(Error::TwoMinting { .. })), "handover {i} -> {j}");
                 assert_eq!((names(a).len(), names(b).len()), (1, 1), "{i}, {j}: nothing moved");
-                assert!(a.inventory().minting().unwrap().mints() && b.inventory().minting().unwrap().mints(), "{i}, {j}: nothing changed");
+                assert!(
+                    a.inventory().minting().unwrap().mints() && b.inventory().minting().unwrap().mints(),
+                    "{i}, {j}: nothing changed"
+                );
             }
         }
     }

@@ -71,10 +71,10 @@ pub fn change(store: &dyn Store, mut change: SiteChange, connect: &Connect) -> R
         SiteChange::Here { seaweedfs: Some(cluster), .. } => check_cluster(&store.location(), cluster)?,
         _ => (),
     }
-    let writer = store.ledger().writer().ok_or_else(|| Error::Invalid {
-        what: store.location(),
-        problem: "this handle may not write".into(),
-    })?;
+    let writer = store
+        .ledger()
+        .writer()
+        .ok_or_else(|| Error::Invalid { what: store.location(), problem: "this handle may not write".into() })?;
     writer.change_config(&mut |config| apply(config, change.clone()))?.ok_or_else(|| Error::Invalid {
         what: store.location(),
         problem: "a far collection's sites and policy are edited on the machine that holds it (`ibi site` there)"
@@ -137,7 +137,9 @@ fn check_cluster(url: &str, cluster: &mut SeaweedFs) -> Result<()> {
 fn check_site(collection: &dyn Store, site: &Site, connect: &Connect) -> Result<()> {
     let opened = crate::store::open(Path::new(&site.url), connect)?;
     let refuse = |problem: String| Err(Error::Invalid { what: format!("site {}", site.url), problem });
-    if opened.inventory().collection_id().is_some() && opened.inventory().collection_id() == collection.inventory().collection_id() {
+    if opened.inventory().collection_id().is_some()
+        && opened.inventory().collection_id() == collection.inventory().collection_id()
+    {
         return refuse("it is this collection itself".into());
     }
     if opened.subsystem().prefix() != collection.subsystem().prefix() {

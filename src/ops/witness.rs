@@ -157,7 +157,8 @@ impl<'a> Vouchers<'a> {
     /// `max_fixity_age` (90 days without one), and what this run `confirmed`.
     pub fn of(store: &dyn Store, now: Timestamp, confirmed: Option<&'a Confirmed>) -> Result<Vouchers<'a>> {
         let days = store
-            .inventory().current_config()?
+            .inventory()
+            .current_config()?
             .and_then(|c| c.policy)
             .and_then(|p| p.max_fixity_age)
             .and_then(|age| crate::store::config::parse_days(&age).ok())

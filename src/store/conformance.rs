@@ -291,7 +291,7 @@ pub fn minter_state_never_repeats(store: &dyn Store, other: &dyn Store) {
                     (0..50)
                         .flat_map(|_| {
                             let w = st.begin_write(LockWait::Forever).unwrap();
-                            w.mint_dates(1, &clock).unwrap()
+                            w.minter().mint_dates(1, &clock).unwrap()
                         })
                         .collect()
                 })
@@ -313,28 +313,34 @@ pub fn minting_role_is_kept_and_obeyed(store: &dyn Store, other: &dyn Store) {
     assert_eq!(store.inventory().minting().unwrap(), Minting::Mints, "a new collection mints");
     let clock = ReplayClock::new(Timestamp::parse_user("2026-01-01T00:00:00Z").unwrap());
     let w = writer(store);
-    let first = w.mint_dates(1, &clock).unwrap()[0];
+    let first = w.minter().mint_dates(1, &clock).unwrap()[0];
     let peer = Peer { id: "urn:uuid:00000000-0000-4000-8000-000000000001".into(), location: "elsewhere".into() };
-    w.set_minting(&Minting::Follows(peer.clone())).unwrap();
+    w.minter().set_minting(&Minting::Follows(peer.clone())).unwrap();
     assert_eq!(other.inventory().minting().unwrap(), Minting::Follows(peer), "another handle sees the change");
-    assert!(matches!(w.mint_dates(1, &clock), Err(Error::NotMinting { .. })), "a follower mints nothing");
-    assert_eq!(w.minted_up_to().unwrap(), Some(first), "a refused mint leaves the state alone");
+    assert!(matches!(w.minter().mint_dates(1, &clock), Err(Error::NotMinting { .. })), "a follower mints nothing");
+    assert_eq!(w.minter().minted_up_to().unwrap(), Some(first), "a refused mint leaves the state alone");
     // A far server mints with its own clock, so `first` may be today.
     let later = first.checked_add_nanos(1_000_000);
-    w.raise_minter_to(later).unwrap();
-    assert_eq!(w.minted_up_to().unwrap(), Some(later));
+    w.minter().raise_minter_to(later).unwrap();
+    assert_eq!(w.minter().minted_up_to().unwrap(), Some(later));
     let next =
         Successor { id: "x".into(), location: "y".into(), since: "2026-06-01T00:00:00Z".into(), forward_url: None };
-    w.set_minting(&Minting::Retired(Some(next.clone()))).unwrap();
+    w.minter().set_minting(&Minting::Retired(Some(next.clone()))).unwrap();
     assert_eq!(store.inventory().minting().unwrap(), Minting::Retired(Some(next)));
-    assert!(matches!(w.mint_dates(1, &clock), Err(Error::NotMinting { .. })), "a retired collection mints nothing");
-    w.set_minting(&Minting::Mints).unwrap();
+    assert!(
+        matches!(w.minter().mint_dates(1, &clock), Err(Error::NotMinting { .. })),
+        "a retired collection mints nothing"
+    );
+    w.minter().set_minting(&Minting::Mints).unwrap();
     let clock = ReplayClock::new(later);
-    assert!(w.mint_dates(1, &clock).unwrap()[0] > later, "minting resumes after the raised floor");
+    assert!(w.minter().mint_dates(1, &clock).unwrap()[0] > later, "minting resumes after the raised floor");
 }
 
 pub fn inventory_records_placement_replacement_and_removal(store: &dyn Store, other: &dyn Store) {
-    assert!(store.inventory().has_inventory() && store.inventory().collection_id().is_some_and(|id| id.starts_with("urn:uuid:")));
+    assert!(
+        store.inventory().has_inventory()
+            && store.inventory().collection_id().is_some_and(|id| id.starts_with("urn:uuid:"))
+    );
     let w = writer(store);
     let (a, b) = (minted(1), minted(2));
     place(w.as_ref(), &a, stage_bag(w.as_ref(), &a, b"first"), false).unwrap();
@@ -429,7 +435,12 @@ pub fn a_copy_carries_no_fixity_checks(store: &dyn Store, other: &dyn Store) {
             files: 1,
             bytes: 5,
         };
-        store.ledger().writer().expect("a writable handle hands out its ledger writer").record_fixity(&[check]).unwrap();
+        store
+            .ledger()
+            .writer()
+            .expect("a writable handle hands out its ledger writer")
+            .record_fixity(&[check])
+            .unwrap();
     }
     let w = writer(store);
     let stage = stage_bag(w.as_ref(), &a, b"second");
@@ -519,7 +530,7 @@ pub fn append_only_refuses_what_would_change(store: &dyn Store) {
         assert!(matches!(place(w, &a, stage, true), Err(Error::Refused { .. })), "a replacement is refused");
     }
     assert!(matches!(w.remove(std::slice::from_ref(&a.name)), Err(Error::Refused { .. })));
-    assert!(matches!(w.set_minting(&Minting::Retired(None)), Err(Error::Refused { .. })));
+    assert!(matches!(w.minter().set_minting(&Minting::Retired(None)), Err(Error::Refused { .. })));
     assert!(store.inventory().minting().unwrap().mints(), "an append-only writer never changes who mints");
     assert!(matches!(w.restore_alias(a.ibip.as_ref().unwrap(), &b.name), Err(Error::Refused { .. })));
     assert_eq!(read_a(store, &a.name), b"kept");
@@ -557,12 +568,12 @@ pub fn every_other_call_answers(store: &dyn Store, other: &dyn Store) {
     if stamp.is_some() {
         assert_ne!(store.item_stamp(&m.name), stamp, "a replacement changes the item's stamp");
     }
-    w.write_deposit_records(&[("c0ffee".into(), m.name.clone())]).unwrap();
+    w.minter().write_deposit_records(&[("c0ffee".into(), m.name.clone())]).unwrap();
     assert_eq!(other.inventory().deposit_record("c0ffee").unwrap(), Some(m.name.clone()));
     assert_eq!(other.inventory().deposit_record("beef").unwrap(), None);
-    w.raise_minter_to(m.name.date()).unwrap();
+    w.minter().raise_minter_to(m.name.date()).unwrap();
     let clock = ReplayClock::new(m.name.date().checked_add_nanos(100_000_000_000));
-    assert!(w.mint_dates(1, &clock).unwrap()[0] > m.name.date(), "no name at or before one raised past");
+    assert!(w.minter().mint_dates(1, &clock).unwrap()[0] > m.name.date(), "no name at or before one raised past");
     assert!(w.adopt_from(w.as_ref(), &[]).is_ok());
 }
 

@@ -316,7 +316,6 @@ impl Store for MemoryStore {
 }
 
 impl crate::store::aliases::Aliases for MemoryStore {
-
     fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
         Ok(lock(&self.shared.aliases).get(&ibip.to_string()).cloned())
     }

@@ -248,7 +248,6 @@ pub trait Store: Send + Sync {
     /// Staging and trash left by an interrupted writer, as problems.
     fn leftovers(&self) -> Vec<Problem>;
 
-
     // Writing.
     /// Takes the collection's lease (waiting as `wait` says), completes what an
     /// interrupted writer left, and returns the `Writer` that holds the lease until

@@ -70,27 +70,8 @@ pub struct FileSource<'a> {
 pub trait Writer: Send + Sync {
     /// The collection written: its read side.
     fn store(&self) -> &dyn Store;
-    /// Mints `count` dates, each one the subsystem can encode, from the collection's
-    /// minter state (a far server mints with its own state and clock), returning
-    /// once the clock has reached every one.
-    fn mint_dates(&self, count: usize, clock: &dyn Clock) -> Result<Vec<Timestamp>> {
-        Ok(self.mint_dates_ahead(count, clock)?.wait(clock))
-    }
-    /// Like `mint_dates`, but may return before the clock reaches the dates
-    /// (`Minter::mint_ahead`): they go only into staged work until `Ahead::wait`.
-    fn mint_dates_ahead(&self, count: usize, clock: &dyn Clock) -> Result<Ahead>;
-    /// Raises the minter state to at least `newest` (a name that arrived by copy, or
-    /// the last one a predecessor minted).
-    fn raise_minter_to(&self, newest: Timestamp) -> Result<()>;
-    /// The newest date the collection's minter has handed out or holds (its state
-    /// and its floor), minting nothing.
-    fn minted_up_to(&self) -> Result<Option<Timestamp>>;
-    /// Records names by content key; durable with the next placed batch.
-    fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()>;
-    /// Logs names handed out with no item (`ibi mint -C`), durably: the minter
-    /// never hands out a name at or before the newest one logged, whatever its
-    /// state says (a state restored from a backup).
-    fn note_minted(&self, names: &[RepositoryName]) -> Result<()>;
+    /// The collection's part in minting names, under this writer's lease.
+    fn minter(&self) -> &dyn NameMinter;
     fn stage(&self) -> Result<StageId>;
     /// A stage for an item that will be placed as `name` (not over another unless
     /// `replace`): a backend without rename may write the files at their place at
@@ -115,9 +96,6 @@ pub trait Writer: Send + Sync {
     /// Notes in the inventory where items are going (migrate, just before it
     /// removes them), so that resolvers forward their names; durable on return.
     fn note_moved(&self, names: &[RepositoryName], to: &Forward) -> Result<()>;
-    /// Sets the collection's part in minting (`ibi retire`, `ibi handover`), durably.
-    /// Every later mint reads it afresh, so another handle's next mint sees it.
-    fn set_minting(&self, minting: &Minting) -> Result<()>;
     /// Rewrites, item by item and crash-safe, what an older `ibi` stored in a form
     /// this one reads but no longer writes (object storage: percent-encoded keys);
     /// `done` hears of each item it rewrote, or left as it was and why (it stays
@@ -134,6 +112,36 @@ pub trait Writer: Send + Sync {
     /// re-pointing, rewrite and change of who mints is refused
     /// (`Error::Refused`), for a far server's `--append-only` keys.
     fn restrict_to_appending(&self);
+}
+
+/// Minting under a writer's lease (`Writer::minter`): the dates a collection
+/// hands out, the floor it keeps, the deposit keys that make a deposit run
+/// again mint nothing new, and the collection's part in minting.
+pub trait NameMinter: Send + Sync {
+    /// Mints `count` dates, each one the subsystem can encode, from the collection's
+    /// minter state (a far server mints with its own state and clock), returning
+    /// once the clock has reached every one.
+    fn mint_dates(&self, count: usize, clock: &dyn Clock) -> Result<Vec<Timestamp>> {
+        Ok(self.mint_dates_ahead(count, clock)?.wait(clock))
+    }
+    /// Like `mint_dates`, but may return before the clock reaches the dates
+    /// (`Minter::mint_ahead`): they go only into staged work until `Ahead::wait`.
+    fn mint_dates_ahead(&self, count: usize, clock: &dyn Clock) -> Result<Ahead>;
+    /// Raises the minter state to at least `newest` (a name that arrived by copy, or
+    /// the last one a predecessor minted).
+    fn raise_minter_to(&self, newest: Timestamp) -> Result<()>;
+    /// The newest date the collection's minter has handed out or holds (its state
+    /// and its floor), minting nothing.
+    fn minted_up_to(&self) -> Result<Option<Timestamp>>;
+    /// Records names by content key; durable with the next placed batch.
+    fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()>;
+    /// Logs names handed out with no item (`ibi mint -C`), durably: the minter
+    /// never hands out a name at or before the newest one logged, whatever its
+    /// state says (a state restored from a backup).
+    fn note_minted(&self, names: &[RepositoryName]) -> Result<()>;
+    /// Sets the collection's part in minting (`ibi retire`, `ibi handover`), durably.
+    /// Every later mint reads it afresh, so another handle's next mint sees it.
+    fn set_minting(&self, minting: &Minting) -> Result<()>;
 }
 
 /// The raw write operations of a backend, which assume the caller holds the lease
@@ -247,18 +255,6 @@ impl<B: WriteBackend> Writer for Leased<'_, B> {
     fn store(&self) -> &dyn Store {
         self.backend
     }
-    fn mint_dates_ahead(&self, count: usize, clock: &dyn Clock) -> Result<Ahead> {
-        self.backend.mint_dates_ahead(count, clock)
-    }
-    fn raise_minter_to(&self, newest: Timestamp) -> Result<()> {
-        self.backend.raise_minter_to(newest)
-    }
-    fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()> {
-        self.backend.write_deposit_records(records)
-    }
-    fn note_minted(&self, names: &[RepositoryName]) -> Result<()> {
-        self.backend.note_minted(names)
-    }
     fn stage(&self) -> Result<StageId> {
         self.backend.stage()
     }
@@ -314,13 +310,6 @@ impl<B: WriteBackend> Writer for Leased<'_, B> {
         self.refuse_when_appending("rewriting stored items")?;
         self.backend.upgrade_stored_form(done)
     }
-    fn minted_up_to(&self) -> Result<Option<Timestamp>> {
-        self.backend.minted_up_to()
-    }
-    fn set_minting(&self, minting: &Minting) -> Result<()> {
-        self.refuse_when_appending("changing who mints")?;
-        self.backend.set_minting(minting)
-    }
     /// Appending, nothing is adopted (adoption moves items out of another
     /// collection): the caller copies instead.
     fn adopt_from(&self, from: &dyn Writer, names: &[RepositoryName]) -> Result<Option<Placed>> {
@@ -328,6 +317,37 @@ impl<B: WriteBackend> Writer for Leased<'_, B> {
             return Ok(None);
         }
         self.backend.adopt_from(from, names)
+    }
+
+    fn minter(&self) -> &dyn NameMinter {
+        self
+    }
+}
+
+impl<B: WriteBackend> NameMinter for Leased<'_, B> {
+    fn mint_dates_ahead(&self, count: usize, clock: &dyn Clock) -> Result<Ahead> {
+        self.backend.mint_dates_ahead(count, clock)
+    }
+
+    fn raise_minter_to(&self, newest: Timestamp) -> Result<()> {
+        self.backend.raise_minter_to(newest)
+    }
+
+    fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()> {
+        self.backend.write_deposit_records(records)
+    }
+
+    fn note_minted(&self, names: &[RepositoryName]) -> Result<()> {
+        self.backend.note_minted(names)
+    }
+
+    fn minted_up_to(&self) -> Result<Option<Timestamp>> {
+        self.backend.minted_up_to()
+    }
+
+    fn set_minting(&self, minting: &Minting) -> Result<()> {
+        self.refuse_when_appending("changing who mints")?;
+        self.backend.set_minting(minting)
     }
 }
 
@@ -346,7 +366,7 @@ pub fn refuse_unless_minting(store: &(impl Store + ?Sized)) -> Result<()> {
 /// Mints `count` identifiers through the writer.
 pub fn mint(writer: &dyn Writer, count: usize, clock: &dyn Clock) -> Result<Vec<Minted>> {
     let subsystem = writer.store().subsystem();
-    let dates = writer.mint_dates(count, clock)?;
+    let dates = writer.minter().mint_dates(count, clock)?;
     dates.into_iter().map(|date| subsystem.identify(date)).collect()
 }
 
@@ -361,7 +381,7 @@ pub struct MintedAhead {
 /// Mints `count` identifiers through the writer, ahead of the clock.
 pub fn mint_ahead(writer: &dyn Writer, count: usize, clock: &dyn Clock) -> Result<MintedAhead> {
     let subsystem = writer.store().subsystem();
-    let ahead = writer.mint_dates_ahead(count, clock)?;
+    let ahead = writer.minter().mint_dates_ahead(count, clock)?;
     let minted = ahead.dates.into_iter().map(|date| subsystem.identify(date)).collect::<Result<_>>()?;
     Ok(MintedAhead { minted, usable_from: ahead.usable_from })
 }
@@ -372,7 +392,7 @@ pub fn mint_ahead(writer: &dyn Writer, count: usize, clock: &dyn Clock) -> Resul
 pub fn raise_minter(writer: &dyn Writer, names: &[RepositoryName]) -> Result<()> {
     let own = writer.store().subsystem().prefix();
     let Some(newest) = names.iter().filter(|n| n.prefix() == own).map(|n| n.date()).max() else { return Ok(()) };
-    writer.raise_minter_to(newest)
+    writer.minter().raise_minter_to(newest)
 }
 
 /// A staged item that is discarded when dropped, unless it was placed.

@@ -78,7 +78,6 @@ impl Store for Shell {
 }
 
 impl ibi::store::aliases::Aliases for Shell {
-
     fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
         self.0.alias(ibip)
     }

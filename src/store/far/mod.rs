@@ -545,7 +545,6 @@ impl Store for FarStore {
 }
 
 impl crate::store::aliases::Aliases for FarStore {
-
     fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
         match self.call(&Request::Alias(*ibip))? {
             Reply::Name(name) => Ok(name),

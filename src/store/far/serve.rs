@@ -720,7 +720,9 @@ impl Session {
             Request::BagIdentities(names) => Reply::Identities(
                 c()?.bag_identities(&names).iter().map(|r| r.as_ref().map_err(WireError::from).cloned()).collect(),
             ),
-            Request::Config => Reply::Config(c()?.inventory().current_config()?.map(|config| config.to_toml()).unwrap_or_default()),
+            Request::Config => {
+                Reply::Config(c()?.inventory().current_config()?.map(|config| config.to_toml()).unwrap_or_default())
+            }
             Request::MakeWitness => Reply::Text(match (self.options.read_only, self.options.witness) {
                 (false, Some(make)) => {
                     // The checks this session made vouch for the leaves: kept first.
@@ -753,20 +755,23 @@ impl Session {
             Request::Recover => return done(self.writer("recovery").map(drop)),
             Request::Mint { count } => Reply::Minted(self.mint(count)?),
             Request::MintedUpTo => {
-                Reply::Date(self.writer("reading the minter")?.minted_up_to()?.map(Timestamp::to_decimal))
+                Reply::Date(self.writer("reading the minter")?.minter().minted_up_to()?.map(Timestamp::to_decimal))
             }
             Request::RaiseMinter(date) => return done(self.raise_minter(&date)),
             Request::Minting => Reply::Minting(c()?.inventory().minting()?),
             Request::SetMinting(minting) => {
                 return done(
-                    check_minting(&minting).and_then(|()| self.writer("changing who mints")?.set_minting(&minting)),
+                    check_minting(&minting)
+                        .and_then(|()| self.writer("changing who mints")?.minter().set_minting(&minting)),
                 )
             }
             Request::DepositRecord(key) => Reply::Name(c()?.inventory().deposit_record(&key)?),
             Request::WriteDepositRecords(records) => {
-                return done(self.writer("deposit records")?.write_deposit_records(&records));
+                return done(self.writer("deposit records")?.minter().write_deposit_records(&records));
             }
-            Request::NoteMinted(names) => return done(self.writer("logging minted names")?.note_minted(&names)),
+            Request::NoteMinted(names) => {
+                return done(self.writer("logging minted names")?.minter().note_minted(&names))
+            }
             Request::CosignerKey => {
                 let key = c()?.cosigner().map(|c| c.cosigner_key()).transpose()?.flatten();
                 Reply::Text(key.map(|(name, key)| format!("{name}\t{key}")))
@@ -859,7 +864,7 @@ impl Session {
                 format!("{count} names in one request; this server mints at most {} at a time", wire::MAX_MINT);
             return Err(Error::Invalid { what: "Mint".into(), problem });
         }
-        let dates = self.writer("minting")?.mint_dates(count, &crate::id::minter::SystemClock)?;
+        let dates = self.writer("minting")?.minter().mint_dates(count, &crate::id::minter::SystemClock)?;
         Ok(dates.into_iter().map(Timestamp::to_decimal).collect())
     }
 
@@ -874,7 +879,7 @@ impl Session {
         let writer = self.writer("raising the minter")?;
         // A copy's raise after placing is already covered by the floor of the names
         // it placed: nothing to do, nothing refused.
-        if writer.minted_up_to()?.is_some_and(|held| held >= date) {
+        if writer.minter().minted_up_to()?.is_some_and(|held| held >= date) {
             return Ok(());
         }
         if self.options.append_only {
@@ -888,7 +893,7 @@ impl Session {
                 format!("{} is past this server's clock ({})", date.to_rfc3339(), Timestamp::now().to_rfc3339());
             return Err(Error::Invalid { what: "minter date".into(), problem });
         }
-        writer.raise_minter_to(date)
+        writer.minter().raise_minter_to(date)
     }
 
     fn take_lease(&self, wait: wire::Wait) -> Result<()> {

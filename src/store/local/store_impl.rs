@@ -212,7 +212,6 @@ impl Store for Collection {
 }
 
 impl crate::store::aliases::Aliases for Collection {
-
     fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
         let Ok(target) = fs::read_link(self.layout.alias(ibip)) else { return Ok(None) };
         let Ok(rel) = target.strip_prefix("../..") else { return Ok(None) };

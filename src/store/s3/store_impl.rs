@@ -135,7 +135,6 @@ impl Store for S3Store {
 }
 
 impl crate::store::aliases::Aliases for S3Store {
-
     fn alias(&self, ibip: &Ibip) -> Result<Option<RepositoryName>> {
         self.objects.run(self.alias_async(ibip))
     }
