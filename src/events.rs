@@ -5,7 +5,7 @@
 //! of that body; the body holds its position (`seq`, from 1) and the previous
 //! event's hash (`prev`, 64 zeros for the first), so an edited, removed,
 //! inserted or reordered event breaks the chain at that place (`check_chain`).
-//! Stores keep the log (`Store::events`) and append to it in the same durable
+//! Stores keep the log (`Ledger::events`) and append to it in the same durable
 //! step as the change each event records; this module owns only the format, the
 //! agent of this process and the chain check.
 

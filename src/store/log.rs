@@ -15,7 +15,7 @@ use crate::store::config::Minting;
 use crate::store::inventory::{ItemRecord, Status};
 use crate::store::Store;
 
-/// How many events a page of `Store::events` holds at most; a shorter page is the last.
+/// How many events a page of `Ledger::events` holds at most; a shorter page is the last.
 pub const EVENT_PAGE: usize = 1000;
 
 /// How many of an item's events a placement may carry (a hostile peer cannot
@@ -92,7 +92,7 @@ impl StepLog {
     }
 }
 
-/// The events of each of `names` in `store`'s log (one `Store::items_events`
+/// The events of each of `names` in `store`'s log (one `Ledger::items_events`
 /// for them all), marked as carried from it, to go with the items to another
 /// collection: what was done to each. Their fixity checks stay: they are
 /// evidence about the copy they checked, and the copy that arrives gets its own.

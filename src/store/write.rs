@@ -152,7 +152,7 @@ pub trait WriteBackend: Store {
     fn recover(&self) -> Result<()>;
     fn minter_state(&self) -> Box<dyn MinterState + '_>;
     /// Mints only while the collection mints its subsystem's names (read afresh),
-    /// from the state `minter_state` keeps (see `Writer::mint_dates_ahead`).
+    /// from the state `minter_state` keeps (see `NameMinter::mint_dates_ahead`).
     fn mint_dates_ahead(&self, count: usize, clock: &dyn Clock) -> Result<Ahead> {
         refuse_unless_minting(self)?;
         let state = self.minter_state();
@@ -167,7 +167,7 @@ pub trait WriteBackend: Store {
         self.minter_state().last()
     }
     fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()>;
-    /// See `Writer::note_minted`; by default the names are logged as `mint`
+    /// See `NameMinter::note_minted`; by default the names are logged as `mint`
     /// events wherever the backend keeps its log (`log_events`).
     fn note_minted(&self, names: &[RepositoryName]) -> Result<()> {
         let events: Vec<crate::events::Event> = names.iter().map(crate::store::log::mint_event).collect();
@@ -203,7 +203,7 @@ pub trait WriteBackend: Store {
     fn upgrade_stored_form(&self, _done: &dyn Fn(&RepositoryName, Option<&str>)) -> Result<usize> {
         Ok(0)
     }
-    /// See `Writer::set_minting`; by default the backend cannot.
+    /// See `NameMinter::set_minting`; by default the backend cannot.
     fn set_minting(&self, _minting: &Minting) -> Result<()> {
         let why = "this kind of collection keeps no minting role".into();
         Err(Error::Refused { what: format!("changing who mints in {}", self.location()), why })
@@ -370,7 +370,7 @@ pub fn mint(writer: &dyn Writer, count: usize, clock: &dyn Clock) -> Result<Vec<
     dates.into_iter().map(|date| subsystem.identify(date)).collect()
 }
 
-/// Identifiers minted ahead of the clock (`Writer::mint_dates_ahead`): they may be
+/// Identifiers minted ahead of the clock (`NameMinter::mint_dates_ahead`): they may be
 /// written into staged work, and are used only once the clock reaches
 /// `usable_from` (`minter::sleep_until_reached`).
 pub struct MintedAhead {

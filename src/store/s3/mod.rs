@@ -78,7 +78,7 @@ pub struct S3Store {
 struct StageMeta {
     /// The folders staged (an empty folder has no object).
     dirs: BTreeSet<String>,
-    /// Staged at the item's own keys (`Store::stage_for`), for this name.
+    /// Staged at the item's own keys (`Writer::stage_for`), for this name.
     direct: Option<RepositoryName>,
     /// The files written so far, relative to the bag, with their sizes.
     files: Vec<(String, u64)>,

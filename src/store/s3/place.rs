@@ -16,7 +16,7 @@
 //! marker names its stage, and otherwise deletes the stage. Removal writes its
 //! own intent first, deletes the marker, then the files and the alias.
 //!
-//! A new item whose name is known before staging (`Store::stage_for`: a copy or
+//! A new item whose name is known before staging (`Writer::stage_for`: a copy or
 //! mirror) skips the copies: its intent (`.ibi/direct/<stage>`) names it, its
 //! files go straight to the item's keys with create-only writes. Placing a batch
 //! of them writes one intent for the batch (`.ibi/direct-batches/<token>`: each
