@@ -92,6 +92,13 @@ pub fn is_root() -> bool {
 }
 
 impl TestEnv {
+    /// The id of the local collection at `root`, from its `collection.toml`.
+    pub fn collection_id(&self, root: &str) -> String {
+        let config = std::fs::read_to_string(Path::new(root).join(".ibi/collection.toml")).unwrap();
+        let line = config.lines().find(|l| l.starts_with("id = ")).expect("the collection has an id");
+        line.split('"').nth(1).unwrap().to_string()
+    }
+
     pub fn new() -> Self {
         TestEnv {
             dir: tempfile::tempdir().expect("temp dir"),
@@ -158,6 +165,12 @@ impl TestEnv {
 }
 
 /// The repository's root, for fixtures and the bagit-python venv.
+/// SHA-256 of `bytes`, lower-case hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
