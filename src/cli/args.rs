@@ -123,10 +123,15 @@ pub enum Command {
   ibi withdraw /srv/library 8JMKD3MGP8W/34PGRBS --reason \"duplicate of 8JMKD3MGP8W/34PGRBT\"
   ibi withdraw /srv/library sid.inpe.br/mtc-m18/2009/02.16.17.46 --reason \"court order\" --purge")]
     Withdraw(WithdrawArgs),
-    /// Write one version of an item out as a standalone BagIt bag.
+    /// Write one version of an item out as a standalone BagIt bag, or every
+    /// version as an OCFL 1.1 object.
     #[command(after_help = "Examples:
   ibi export /srv/library 8JMKD3MGP8W/34PGRBS /tmp/item
-  ibi export /srv/library 8JMKD3MGP8W/34PGRBS /tmp/item-v1 --version 1")]
+  ibi export /srv/library 8JMKD3MGP8W/34PGRBS /tmp/item-v1 --version 1
+  ibi export /srv/library 8JMKD3MGP8W/34PGRBS /srv/ocfl --ocfl
+
+With --ocfl, DIR is an OCFL storage root (layout 0003-hash-and-id-n-tuple),
+made when missing; the item's object gets every version it does not hold yet.")]
     Export {
         /// The collection's root folder.
         root: PathBuf,
@@ -135,8 +140,11 @@ pub enum Command {
         /// The bag to write (must not exist).
         dir: PathBuf,
         /// Which version (default: the current one).
-        #[arg(long, value_name = "N")]
+        #[arg(long, value_name = "N", conflicts_with = "ocfl")]
         version: Option<u32>,
+        /// Write every version into the OCFL storage root DIR.
+        #[arg(long)]
+        ocfl: bool,
     },
     /// Print a Handle System batch file (hdl-genericbatch) for the collection's items.
     #[command(after_help = "Each item gets HS_ADMIN, URL and 10320/loc values; each IBIp a handle with an

@@ -160,6 +160,24 @@ pub fn export(global: GlobalArgs, root: &Path, name: &str, dir: &Path, version: 
     Ok(Outcome::Success)
 }
 
+/// `ibi export --ocfl`: every version the OCFL object lacks, into the storage root `dir`.
+pub fn export_ocfl(global: GlobalArgs, root: &Path, name: &str, dir: &Path) -> Result<Outcome> {
+    let store = super::open(root)?;
+    let exported = ibi::ops::ocfl::export(store.as_ref(), name, dir)?;
+    let printer = Printer::new(global);
+    let added: Vec<String> = exported.added.iter().map(|n| format!("v{n}")).collect();
+    let line = match added.is_empty() {
+        true => {
+            format!("{}: the OCFL object already holds every version (v{})", exported.object.display(), exported.head)
+        }
+        false => format!("{}: added {}", exported.object.display(), added.join(", ")),
+    };
+    let counts = json!({"name": exported.name.to_string(), "object": exported.object.display().to_string(),
+        "added": exported.added, "head": exported.head});
+    printer.summary(&line, counts);
+    Ok(Outcome::Success)
+}
+
 /// `ibi handles`: the batch file on stdout, a summary on stderr.
 pub fn handles(global: GlobalArgs, args: &super::args::HandlesArgs) -> Result<Outcome> {
     use super::args::HandleSuffix;

@@ -18,6 +18,7 @@ pub mod log;
 pub mod minting;
 pub mod mirror;
 pub mod ndsa;
+pub mod ocfl;
 mod over_any_store;
 pub mod placement;
 pub mod repair;

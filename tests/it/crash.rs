@@ -32,7 +32,7 @@ impl Dice {
 
 /// Runs `ibi ARGS`, killing it with SIGKILL after `delay` if it is still running.
 /// Returns whether it was killed.
-fn run_and_kill(env: &TestEnv, args: &[&str], delay: Duration) -> bool {
+pub fn run_and_kill(env: &TestEnv, args: &[&str], delay: Duration) -> bool {
     let mut child =
         env.command(args).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
     let start = Instant::now();
@@ -48,7 +48,7 @@ fn run_and_kill(env: &TestEnv, args: &[&str], delay: Duration) -> bool {
 }
 
 /// How long a full run takes, to spread kills over it.
-fn full_run_ms(env: &TestEnv, args: &[&str]) -> u64 {
+pub fn full_run_ms(env: &TestEnv, args: &[&str]) -> u64 {
     let start = Instant::now();
     env.run(args);
     (start.elapsed().as_millis() as u64).max(20)

@@ -17,6 +17,7 @@ mod invalid;
 mod log;
 mod minting;
 mod names;
+mod ocfl;
 mod out_of_tree;
 mod regress;
 mod s3;

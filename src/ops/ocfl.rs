@@ -1,0 +1,376 @@
+//! OCFL 1.1 copies of items (ARCHITECTURE.md, "OCFL copies"): `export --ocfl`
+//! writes an item, every version, as an OCFL object in a storage root laid out
+//! by extension `0003-hash-and-id-n-tuple-storage-layout` (the one layout
+//! ocfl-java, rocfl and ocfl-py all read), making the root when it does not
+//! exist and adding to it when it does. The object's id is
+//! `http://urlib.net/<name>`; version N is the whole bag as it was at version N
+//! (never `ibi-versions/`), with `sha256` as the digest, so the digest of its
+//! `tagmanifest-sha256.txt` is the item's identity digest at that version;
+//! files unchanged between versions are stored once. A new version is built
+//! under the root's `extensions/ibi-staging/` (a valid root meanwhile), then
+//! renamed into the object and named by the inventories; a kill between that
+//! rename and the root inventory is mended by the next run.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::Digest;
+
+use crate::bag::files::{FileKind, TreeEntry};
+use crate::bag::history::VERSIONS_DIR;
+use crate::error::{Error, IoContext, Result};
+use crate::fsx::{self, CopyMode};
+use crate::id::RepositoryName;
+use crate::store::{resolve, ItemRecord, Store};
+
+/// The base of an item's OCFL object id: the standard's resolver form.
+pub const OBJECT_ID_BASE: &str = "http://urlib.net/";
+/// The storage layout every OCFL tool reads.
+pub const LAYOUT: &str = "0003-hash-and-id-n-tuple-storage-layout";
+const ROOT_NAMASTE: (&str, &str) = ("0=ocfl_1.1", "ocfl_1.1\n");
+const OBJECT_NAMASTE: (&str, &str) = ("0=ocfl_object_1.1", "ocfl_object_1.1\n");
+const INVENTORY_TYPE: &str = "https://ocfl.io/1.1/spec/#inventory";
+/// Where a version is built before it is renamed into its object.
+const STAGING: &str = "extensions/ibi-staging";
+
+/// An OCFL inventory (OCFL 1.1, section 3.5), as `ibi` writes and reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inventory {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(rename = "digestAlgorithm")]
+    pub digest_algorithm: String,
+    pub head: String,
+    #[serde(rename = "contentDirectory", default, skip_serializing_if = "Option::is_none")]
+    pub content_directory: Option<String>,
+    pub manifest: BTreeMap<String, Vec<String>>,
+    pub versions: BTreeMap<String, Version>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fixity: BTreeMap<String, BTreeMap<String, Vec<String>>>,
+}
+
+/// One version of an inventory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Version {
+    pub created: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    pub state: BTreeMap<String, Vec<String>>,
+}
+
+impl Inventory {
+    fn new(id: &str) -> Inventory {
+        Inventory {
+            id: id.to_string(),
+            kind: INVENTORY_TYPE.into(),
+            digest_algorithm: "sha256".into(),
+            head: String::new(),
+            content_directory: None,
+            manifest: BTreeMap::new(),
+            versions: BTreeMap::new(),
+            fixity: BTreeMap::new(),
+        }
+    }
+
+    /// How many versions it names.
+    pub fn head_number(&self) -> u32 {
+        self.head.strip_prefix('v').and_then(|n| n.parse().ok()).unwrap_or(0)
+    }
+
+    /// The digest its version `n` holds for the logical path `path`.
+    pub fn digest_at(&self, n: u32, path: &str) -> Option<&str> {
+        let version = self.versions.get(&format!("v{n}"))?;
+        version.state.iter().find(|(_, paths)| paths.iter().any(|p| p == path)).map(|(d, _)| d.as_str())
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        let mut json = serde_json::to_vec_pretty(self).expect("an inventory serialises");
+        json.push(b'\n');
+        json
+    }
+}
+
+/// What `export --ocfl` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OcflExported {
+    pub name: RepositoryName,
+    /// The object's root folder.
+    pub object: PathBuf,
+    /// The versions it added (none when the object already held every one).
+    pub added: Vec<u32>,
+    pub head: u32,
+}
+
+/// The object root of `id` under a 0003 storage root (sha256, three tuples of
+/// three): the digest's tuples, then the id percent-encoded (every byte but
+/// `A-Z a-z 0-9 - _`, lower-case hex), cut at 100 characters and followed by
+/// `-` and the digest when longer.
+pub fn object_path(id: &str) -> PathBuf {
+    let digest = hex::encode(sha2::Sha256::digest(id.as_bytes()));
+    let mut encoded = String::new();
+    for byte in id.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' => encoded.push(byte as char),
+            _ => encoded.push_str(&format!("%{byte:02x}")),
+        }
+    }
+    if encoded.len() > 100 {
+        encoded = format!("{}-{digest}", &encoded[..100]);
+    }
+    PathBuf::from(&digest[0..3]).join(&digest[3..6]).join(&digest[6..9]).join(encoded)
+}
+
+/// Writes every version of the item `text` names that the OCFL object of it
+/// under `root` does not hold yet, making the storage root when it is missing.
+pub fn export(store: &dyn Store, text: &str, root: &Path) -> Result<OcflExported> {
+    let name = resolve(store, text)?;
+    let record = ItemRecord::from_bag(store.item_files(&name).as_ref(), &name)?;
+    prepare_root(root)?;
+    // One export into a root at a time (a lock on the root folder itself, as
+    // a lock file would be a stray file to OCFL); what a killed one staged goes.
+    let lock = std::fs::File::open(root).with_path("open", root)?;
+    lock.lock().with_path("lock", root)?;
+    fsx::remove_tree(&root.join(STAGING))?;
+    let id = format!("{OBJECT_ID_BASE}{name}");
+    let object = root.join(object_path(&id));
+    let mut inventory = open_object(&object, &id)?;
+    let held = inventory.head_number();
+    held_versions_match(&inventory, &record, &object)?;
+    let mut added = Vec::new();
+    for number in held + 1..=record.current().number {
+        add_version(store, &record, number, &mut inventory, root, &object)?;
+        added.push(number);
+    }
+    fsx::remove_tree(&root.join(STAGING))?;
+    drop(lock);
+    Ok(OcflExported { name, object, added, head: inventory.head_number() })
+}
+
+/// Makes the storage root (its declaration, layout and extension config) if
+/// it is missing; refuses a folder that is something else.
+fn prepare_root(root: &Path) -> Result<()> {
+    let declaration = root.join(ROOT_NAMASTE.0);
+    if declaration.exists() {
+        let layout = std::fs::read_to_string(root.join("ocfl_layout.json")).unwrap_or_default();
+        if !layout.contains(LAYOUT) {
+            let problem = format!("this OCFL storage root is not laid out by {LAYOUT}, the one layout ibi writes");
+            return Err(Error::Invalid { what: root.display().to_string(), problem });
+        }
+        return Ok(());
+    }
+    if std::fs::read_dir(root).is_ok_and(|mut entries| entries.next().is_some()) {
+        let problem = "it is neither an OCFL storage root nor empty: name a new folder or an OCFL root".to_string();
+        return Err(Error::Invalid { what: root.display().to_string(), problem });
+    }
+    fsx::create_dir_all_durable(&root.join("extensions").join(LAYOUT))?;
+    let config = serde_json::json!({"extensionName": LAYOUT, "digestAlgorithm": "sha256", "tupleSize": 3,
+        "numberOfTuples": 3});
+    let extension = root.join("extensions").join(LAYOUT).join("config.json");
+    fsx::atomic_write(&extension, format!("{config:#}\n").as_bytes())?;
+    let layout = serde_json::json!({"extension": LAYOUT,
+        "description": "Hashed Truncated N-tuple Trees with Object ID Encapsulating Directory"});
+    fsx::atomic_write(&root.join("ocfl_layout.json"), format!("{layout:#}\n").as_bytes())?;
+    // The declaration last: a root is one once it says so.
+    fsx::atomic_write(&declaration, ROOT_NAMASTE.1.as_bytes())
+}
+
+/// The object's inventory, mended after a kill: a version folder whose
+/// inventory was written but not yet copied to the object's root becomes the
+/// head; one without an inventory is removed. A new, empty inventory for a
+/// new object.
+fn open_object(object: &Path, id: &str) -> Result<Inventory> {
+    let mut newest: Option<(u32, Inventory)> = None;
+    for number in 1.. {
+        let version = object.join(format!("v{number}"));
+        if !version.exists() {
+            break;
+        }
+        match read_inventory(&version)? {
+            Some(inventory) => newest = Some((number, inventory)),
+            None => fsx::remove_tree(&version)?,
+        }
+    }
+    let Some((_, inventory)) = newest else { return Ok(Inventory::new(id)) };
+    if inventory.id != id {
+        let problem = format!("its inventory names the object {}, not {id}", inventory.id);
+        return Err(Error::Data { what: object.display().to_string(), problem });
+    }
+    if read_inventory(object)?.as_ref() != Some(&inventory) {
+        write_inventory(object, &inventory)?;
+    }
+    Ok(inventory)
+}
+
+/// The inventory in `dir`, when its sidecar holds its digest; `None` when
+/// there is none or its sidecar does not match (written half).
+fn read_inventory(dir: &Path) -> Result<Option<Inventory>> {
+    let path = dir.join("inventory.json");
+    let (Ok(bytes), Ok(sidecar)) = (std::fs::read(&path), std::fs::read_to_string(dir.join("inventory.json.sha256")))
+    else {
+        return Ok(None);
+    };
+    let digest = hex::encode(sha2::Sha256::digest(&bytes));
+    if sidecar.split_whitespace().next() != Some(digest.as_str()) {
+        return Ok(None);
+    }
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| Error::Data { what: path.display().to_string(), problem: format!("not an OCFL inventory: {e}") })
+}
+
+/// Writes `inventory` and its sidecar into `dir`, each atomically.
+fn write_inventory(dir: &Path, inventory: &Inventory) -> Result<()> {
+    let bytes = inventory.bytes();
+    let digest = hex::encode(sha2::Sha256::digest(&bytes));
+    fsx::atomic_write(&dir.join("inventory.json"), &bytes)?;
+    fsx::atomic_write(&dir.join("inventory.json.sha256"), format!("{digest} inventory.json\n").as_bytes())
+}
+
+/// Every version the object holds must be the item's version of that number
+/// (the same identity digest): an object of another history is never added to.
+fn held_versions_match(inventory: &Inventory, record: &ItemRecord, object: &Path) -> Result<()> {
+    for version in record.versions.iter().take(inventory.head_number() as usize) {
+        let held = inventory.digest_at(version.number, "tagmanifest-sha256.txt");
+        if held != Some(version.digest.as_str()) {
+            let problem = format!(
+                "its version v{} holds identity {}, the item's version {} is {}: it is another history, left as it is",
+                version.number,
+                held.unwrap_or("none"),
+                version.number,
+                version.digest
+            );
+            return Err(Error::Data { what: object.display().to_string(), problem });
+        }
+    }
+    if inventory.head_number() as usize > record.versions.len() {
+        let problem = format!("it holds more versions than the item's {}", record.versions.len());
+        return Err(Error::Data { what: object.display().to_string(), problem });
+    }
+    Ok(())
+}
+
+/// The files of version `number` of the item: (their path in the item, their
+/// logical path in the version).
+fn version_files(store: &dyn Store, record: &ItemRecord, number: u32) -> Result<Vec<(String, String)>> {
+    let name = &record.name;
+    let prefix = match number == record.current().number {
+        true => String::new(),
+        false => format!("{VERSIONS_DIR}/{number}/"),
+    };
+    let mut files = Vec::new();
+    for entry in store.item_files(name).entries() {
+        let entry = entry.map_err(|e| Error::Data { what: format!("item {name}"), problem: e.why })?;
+        let TreeEntry { rel: Ok(rel), kind: FileKind::File { .. } } = entry else { continue };
+        let Some(inner) = rel.strip_prefix(&prefix) else { continue };
+        if inner.starts_with(&format!("{VERSIONS_DIR}/")) {
+            continue;
+        }
+        if let Some(c) = inner.chars().find(|c| matches!(c, '\r' | '\n' | '\t')) {
+            let problem =
+                format!("{inner:?} holds {c:?}, which OCFL tools disagree on (rocfl refuses it, E092): not exported");
+            return Err(Error::Invalid { what: format!("item {name}"), problem });
+        }
+        files.push((rel.clone(), inner.to_string()));
+    }
+    if files.is_empty() {
+        let problem = format!(
+            "version {number} holds no files here (purged at withdrawal): OCFL 1.1 cannot hold a version without \
+             its bytes, so the item is not exported"
+        );
+        return Err(Error::Invalid { what: format!("item {name}"), problem });
+    }
+    Ok(files)
+}
+
+/// Builds version `number` under the staging folder (new content only, the
+/// rest referred to by digest), renames it into the object, and names it in
+/// the root inventory.
+fn add_version(
+    store: &dyn Store,
+    record: &ItemRecord,
+    number: u32,
+    inventory: &mut Inventory,
+    root: &Path,
+    object: &Path,
+) -> Result<()> {
+    let files = version_files(store, record, number)?;
+    let staging = root.join(STAGING).join(format!("{}-v{number}", uuid::Uuid::new_v4()));
+    let built = staging.join(format!("v{number}"));
+    fsx::create_dir_all_durable(&built)?;
+    let mut state: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (rel, logical) in &files {
+        let content = format!("v{number}/content/{logical}");
+        let to = staging.join(&content);
+        fsx::create_dir_all_durable(fsx::parent_dir(&to))?;
+        let digest = copy_out(store, &record.name, rel, &to)?;
+        if inventory.manifest.contains_key(&digest) || state.contains_key(&digest) {
+            std::fs::remove_file(&to).with_path("remove", &to)?;
+        } else {
+            inventory.manifest.entry(digest.clone()).or_default().push(content);
+        }
+        state.entry(digest).or_default().push(logical.clone());
+    }
+    prune_empty_dirs(&built.join("content"))?;
+    let version = &record.versions[number as usize - 1];
+    let message = format!("ibi version {number} of {}", record.name);
+    inventory
+        .versions
+        .insert(format!("v{number}"), Version { created: version.date.clone(), message: Some(message), state });
+    inventory.head = format!("v{number}");
+    write_inventory(&built, inventory)?;
+    fsx::syncfs(&built)?;
+    fsx::create_dir_all_durable(object)?;
+    if number == 1 {
+        fsx::atomic_write(&object.join(OBJECT_NAMASTE.0), OBJECT_NAMASTE.1.as_bytes())?;
+    }
+    fsx::rename_noreplace(&built, &object.join(format!("v{number}")))
+        .map_err(|e| Error::io("rename into the object", object, e))?;
+    fsx::fsync_dir(object)?;
+    write_inventory(object, inventory)?;
+    fsx::remove_tree(&staging)
+}
+
+/// Copies one file of the item out to `to`, durably; its sha256, hex.
+fn copy_out(store: &dyn Store, name: &RepositoryName, rel: &str, to: &Path) -> Result<String> {
+    let origin = PathBuf::from(format!("{}/{name}/{rel}", store.location()));
+    let (mut reader, mtime) = store.open(name, rel).map_err(|e| Error::io("open", &origin, e))?;
+    let mode = CopyMode { follow: false, sync: true, progress: &|_| {}, also: &[] };
+    let digests = fsx::write_hashing(&mut reader, &origin, to, mtime, mode).map_err(Error::from)?;
+    Ok(digests.sha256().to_string())
+}
+
+/// Removes the folders that copies left empty (content stored in an earlier version).
+fn prune_empty_dirs(dir: &Path) -> Result<()> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(()) };
+    for entry in entries.flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            prune_empty_dirs(&entry.path())?;
+        }
+    }
+    if std::fs::read_dir(dir).is_ok_and(|mut e| e.next().is_none()) {
+        std::fs::remove_dir(dir).with_path("remove", dir)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The path ocfl-py's 0003 layout gives (its `_id_to_path`, by hand).
+    #[test]
+    fn an_object_path_is_the_ids_digest_in_tuples_then_the_id_encoded() {
+        let id = "http://urlib.net/sid.inpe.br/mtc-m18/2009/02.16.17.46";
+        let digest = hex::encode(sha2::Sha256::digest(id.as_bytes()));
+        let path = object_path(id);
+        let parts: Vec<_> = path.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+        assert_eq!(parts[..3], [&digest[0..3], &digest[3..6], &digest[6..9]]);
+        assert_eq!(parts[3], "http%3a%2f%2furlib%2enet%2fsid%2einpe%2ebr%2fmtc-m18%2f2009%2f02%2e16%2e17%2e46");
+        let long = format!("http://urlib.net/{}", "a/".repeat(60));
+        let last = object_path(&long).file_name().unwrap().to_string_lossy().into_owned();
+        let long_digest = hex::encode(sha2::Sha256::digest(long.as_bytes()));
+        assert!(last.len() == 100 + 1 + 64 && last.ends_with(&format!("-{long_digest}")), "{last}");
+    }
+}
