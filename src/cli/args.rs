@@ -123,8 +123,7 @@ pub enum Command {
   ibi withdraw /srv/library 8JMKD3MGP8W/34PGRBS --reason \"duplicate of 8JMKD3MGP8W/34PGRBT\"
   ibi withdraw /srv/library sid.inpe.br/mtc-m18/2009/02.16.17.46 --reason \"court order\" --purge")]
     Withdraw(WithdrawArgs),
-    /// Write one version of an item out as a standalone BagIt bag, or every
-    /// version as an OCFL 1.1 object.
+    /// Write one version of an item as a BagIt bag, or every version as an OCFL object.
     #[command(after_help = "Examples:
   ibi export /srv/library 8JMKD3MGP8W/34PGRBS /tmp/item
   ibi export /srv/library 8JMKD3MGP8W/34PGRBS /tmp/item-v1 --version 1
@@ -551,8 +550,12 @@ pub struct DepositArgs {
     #[arg(long)]
     pub each: bool,
     /// Each PATH is an existing BagIt bag, deposited without re-bagging.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "ocfl")]
     pub bag: bool,
+    /// Each PATH is an OCFL storage root (every object in it) or one OCFL
+    /// object: each is taken with every version, after it is checked whole.
+    #[arg(long, conflicts_with_all = ["each", "move_sources", "follow_symlinks", "duplicate", "meta"])]
+    pub ocfl: bool,
     /// Remove the originals once the item is durable.
     #[arg(long = "move")]
     pub move_sources: bool,

@@ -80,6 +80,9 @@ pub fn deposit(global: GlobalArgs, args: &DepositArgs) -> Result<Outcome> {
     let collection = super::open(&args.root)?;
     let collection = collection.as_ref();
     let printer = Printer::new(global);
+    if args.ocfl {
+        return deposit_ocfl(&printer, collection, &args.paths);
+    }
     let options = DepositOptions {
         each: args.each,
         bag: args.bag,
@@ -539,4 +542,33 @@ pub fn handover(global: GlobalArgs, args: &HandoverArgs) -> Result<Outcome> {
 /// A forwarding URL is an absolute http(s) URL ending in a slash (the library's check).
 pub fn check_forward_url(url: &str) -> Result<()> {
     Ok(ibi::store::inventory::check_forward_url(url)?)
+}
+
+/// `deposit --ocfl`: one line per object taken, a problem line per object refused.
+fn deposit_ocfl(
+    printer: &Printer,
+    collection: &dyn ibi::store::Store,
+    paths: &[std::path::PathBuf],
+) -> Result<Outcome> {
+    use ibi::ops::ocfl::import::{import, Taken};
+    let imported = import(collection, paths, &SystemClock, printer)?;
+    for (object, taken) in &imported.taken {
+        let line = match taken {
+            Taken::Copied(name) => format!("{name}\tcopied back with every version\t{}", object.display()),
+            Taken::Held(name) => format!("{name}\talready held with the same identity\t{}", object.display()),
+            Taken::Deposited(name, added) => {
+                let added: Vec<String> = added.iter().map(|n| format!("v{n}")).collect();
+                let added = if added.is_empty() { "nothing new".to_string() } else { added.join(", ") };
+                format!("{name}\tdeposited {added}\t{}", object.display())
+            }
+        };
+        printer.line(&line);
+    }
+    for refused in &imported.refused {
+        printer.line(&format!("{}\t{}: {}", refused.object.display(), refused.code, refused.problem));
+    }
+    let summary = format!("{} OCFL object(s) taken, {} refused", imported.taken.len(), imported.refused.len());
+    let counts = serde_json::json!({"taken": imported.taken.len(), "refused": imported.refused.len()});
+    printer.summary(&summary, counts);
+    Ok(if imported.refused.is_empty() { Outcome::Success } else { Outcome::Problems })
 }

@@ -142,3 +142,279 @@ fn an_ocfl_export_killed_at_random_moments_completes_on_rerun() {
     }
     assert!(killed > 0, "no run was killed");
 }
+
+/// An OCFL object built in code, as a tool other than ibi would write it:
+/// each version a list of (logical path, bytes), content stored once under
+/// the version that first held it, `algorithm` sha512 or sha256.
+struct Built {
+    dir: PathBuf,
+    inventory: Value,
+    algorithm: &'static str,
+}
+
+fn digest(algorithm: &str, bytes: &[u8]) -> String {
+    use sha2::Digest;
+    match algorithm {
+        "sha512" => hex::encode(sha2::Sha512::digest(bytes)),
+        _ => hex::encode(sha2::Sha256::digest(bytes)),
+    }
+}
+
+fn build_object(dir: &Path, id: &str, algorithm: &'static str, versions: &[Vec<(&str, &[u8])>]) -> Built {
+    let mut manifest = serde_json::Map::new();
+    let mut version_blocks = serde_json::Map::new();
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("0=ocfl_object_1.1"), "ocfl_object_1.1\n").unwrap();
+    for (i, files) in versions.iter().enumerate() {
+        let v = format!("v{}", i + 1);
+        let mut state = serde_json::Map::new();
+        for (logical, bytes) in files {
+            let d = digest(algorithm, bytes);
+            if !manifest.contains_key(&d) {
+                let content = format!("{v}/content/{logical}");
+                let path = dir.join(&content);
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, bytes).unwrap();
+                manifest.insert(d.clone(), serde_json::json!([content]));
+            }
+            let paths = state.entry(d).or_insert_with(|| serde_json::json!([]));
+            paths.as_array_mut().unwrap().push(serde_json::json!(logical));
+        }
+        let created = format!("2025-01-0{}T10:00:00Z", i + 1);
+        version_blocks.insert(
+            v.clone(),
+            serde_json::json!({"created": created, "message": format!("version {}", i + 1),
+            "user": {"name": "Someone Else", "address": "mailto:someone@example.org"}, "state": state}),
+        );
+        let inventory = serde_json::json!({"id": id, "type": "https://ocfl.io/1.1/spec/#inventory",
+            "digestAlgorithm": algorithm, "head": v, "contentDirectory": "content", "manifest": manifest,
+            "versions": version_blocks});
+        write_inventory(&dir.join(&v), &inventory, algorithm);
+    }
+    let built = Built { dir: dir.to_path_buf(), inventory: Value::Null, algorithm };
+    let last = format!("v{}", versions.len());
+    let inventory: Value =
+        serde_json::from_slice(&std::fs::read(dir.join(&last).join("inventory.json")).unwrap()).unwrap();
+    write_inventory(dir, &inventory, algorithm);
+    Built { inventory, ..built }
+}
+
+fn write_inventory(dir: &Path, inventory: &Value, algorithm: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    let bytes = serde_json::to_vec_pretty(inventory).unwrap();
+    std::fs::write(dir.join("inventory.json"), &bytes).unwrap();
+    std::fs::write(
+        dir.join(format!("inventory.json.{algorithm}")),
+        format!("{} inventory.json\n", digest(algorithm, &bytes)),
+    )
+    .unwrap();
+}
+
+impl Built {
+    /// Rewrites the root inventory after `change` (its sidecar kept right).
+    fn edit(&self, change: impl FnOnce(&mut Value)) {
+        let mut inventory = self.inventory.clone();
+        change(&mut inventory);
+        write_inventory(&self.dir, &inventory, self.algorithm);
+    }
+}
+
+/// A change that makes an object invalid.
+type Spoil = Box<dyn Fn(&Built)>;
+
+/// Three versions of another tool's object: a file changed, one added, one
+/// removed, a Fedora-like `.fcrepo/` header among them.
+fn three_versions() -> Vec<Vec<(&'static str, &'static [u8])>> {
+    vec![
+        vec![
+            ("a.txt", b"first\n" as &[u8]),
+            ("b.txt", b"bee\n"),
+            (".fcrepo/fcr-root.json", b"{\"id\":\"info:fedora/x\"}\n"),
+        ],
+        vec![
+            ("a.txt", b"second\n"),
+            ("b.txt", b"bee\n"),
+            ("sub/c.txt", b"sea\n"),
+            (".fcrepo/fcr-root.json", b"{\"id\":\"info:fedora/x\"}\n"),
+        ],
+        vec![
+            ("a.txt", b"second\n"),
+            ("sub/c.txt", b"sea\n"),
+            (".fcrepo/fcr-root.json", b"{\"id\":\"info:fedora/x\"}\n"),
+        ],
+    ]
+}
+
+/// Objects of other tools (sha512 and sha256, three versions each) are
+/// deposited with every version: each ibi version's payload is the OCFL
+/// version's state, the OCFL id and version in bag-info, a sha512 object's
+/// digests kept in a sha512 manifest; a rerun adds nothing; a bad object is
+/// named with its OCFL code and skipped (exit 1), never half taken; a mutable
+/// HEAD is refused, naming the extension.
+#[test]
+fn objects_of_other_tools_are_deposited_with_every_version_and_bad_ones_named() {
+    let env = TestEnv::new();
+    let c = env.collection("c");
+    let root = env.path("objects");
+    for algorithm in ["sha512", "sha256"] {
+        let built =
+            build_object(&root.join(algorithm), &format!("info:fedora/{algorithm}"), algorithm, &three_versions());
+        let (valid, said) = validates(&built.dir);
+        assert!(valid, "the test's own object is valid: {said}");
+    }
+    let run = env.ok(&[
+        "deposit",
+        &c,
+        "--ocfl",
+        root.join("sha512").to_str().unwrap(),
+        root.join("sha256").to_str().unwrap(),
+    ]);
+    assert_eq!(run.stdout.matches("deposited v1, v2, v3").count(), 2, "{}", run.stdout);
+    let names: Vec<String> = run.stdout.lines().map(|l| l.split('\t').next().unwrap().to_string()).collect();
+    for (name, algorithm) in names.iter().zip(["sha512", "sha256"]) {
+        let item = Path::new(&c).join(name);
+        let mut payload = crate::env::sh(&format!("cd '{}' && find data -type f | sort", item.display()));
+        payload = payload.trim().to_string();
+        assert_eq!(payload, "data/.fcrepo/fcr-root.json\ndata/a.txt\ndata/sub/c.txt", "{algorithm}");
+        assert_eq!(std::fs::read(item.join("data/a.txt")).unwrap(), b"second\n");
+        let info = std::fs::read_to_string(item.join("bag-info.txt")).unwrap();
+        assert!(
+            info.contains(&format!("Ocfl-Object-Id: info:fedora/{algorithm}")) && info.contains("Ocfl-Version: v3"),
+            "{info}"
+        );
+        assert_eq!(item.join("manifest-sha512.txt").exists(), algorithm == "sha512", "{algorithm}");
+        let earlier = std::fs::read(item.join("ibi-versions/1/data/a.txt")).unwrap();
+        assert_eq!(earlier, b"first\n");
+    }
+    env.ok(&["-q", "verify", &c]);
+    let objects = [root.join("sha512"), root.join("sha256")];
+    let again = env.ok(&["deposit", &c, "--ocfl", objects[0].to_str().unwrap(), objects[1].to_str().unwrap()]);
+    assert_eq!(again.stdout.matches("deposited nothing new").count(), 2, "a rerun continues: {}", again.stdout);
+    let not_ocfl = env.fails(&["deposit", &c, "--ocfl", root.to_str().unwrap()], 2);
+    assert!(not_ocfl.stderr.contains("neither an OCFL storage root"), "{}", not_ocfl.stderr);
+
+    let bad = env.path("bad");
+    let cases: Vec<(&str, Spoil)> = vec![
+        (
+            "E060",
+            Box::new(|b: &Built| std::fs::write(b.dir.join("inventory.json.sha512"), "00 inventory.json\n").unwrap()),
+        ),
+        ("E040", Box::new(|b: &Built| b.edit(|i| i["head"] = "v2".into()))),
+        (
+            "E010",
+            Box::new(|b: &Built| {
+                b.edit(|i| {
+                    let v3 = i["versions"]["v3"].take();
+                    i["versions"].as_object_mut().unwrap().remove("v3");
+                    i["versions"]["v4"] = v3;
+                    i["head"] = "v4".into();
+                })
+            }),
+        ),
+        (
+            "E050a",
+            Box::new(|b: &Built| {
+                b.edit(|i| {
+                    let state = i["versions"]["v1"]["state"].as_object_mut().unwrap();
+                    state.insert("ab".repeat(64), serde_json::json!(["ghost.txt"]));
+                })
+            }),
+        ),
+        ("E092a", Box::new(|b: &Built| std::fs::write(b.dir.join("v1/content/b.txt"), b"changed\n").unwrap())),
+        ("E092b", Box::new(|b: &Built| std::fs::remove_file(b.dir.join("v1/content/b.txt")).unwrap())),
+        ("E034", Box::new(|b: &Built| std::fs::remove_file(b.dir.join("inventory.json")).unwrap())),
+        (
+            "0005-mutable-head",
+            Box::new(|b: &Built| std::fs::create_dir_all(b.dir.join("extensions/0005-mutable-head/head")).unwrap()),
+        ),
+    ];
+    let before = env.ok(&["list", &c]).stdout;
+    for (code, spoil) in &cases {
+        let built = build_object(&bad.join(code), &format!("info:fedora/bad-{code}"), "sha512", &three_versions());
+        spoil(&built);
+        let refused = env.fails(&["deposit", &c, "--ocfl", built.dir.to_str().unwrap()], 1);
+        assert!(refused.stdout.contains(&format!("{code}: ")), "{code}: {}", refused.stdout);
+        if !code.starts_with("0005") {
+            let (valid, said) = validates(&built.dir);
+            assert!(!valid, "ocfl-py agrees {code} is invalid: {said}");
+        }
+    }
+    assert_eq!(env.ok(&["list", &c]).stdout, before, "nothing of a bad object was taken");
+}
+
+/// Items with several versions, a withdrawal and a `--bag` deposit with md5
+/// and sha512 manifests go to OCFL and come back into a new collection of the
+/// same subsystem under their own names: every version's identity digest and
+/// the witness root are the same; a second import holds them already.
+#[test]
+fn items_come_back_from_ocfl_with_every_identity_and_the_same_witness_root() {
+    let env = TestEnv::new();
+    let c = env.filled("c", 3, 2);
+    let listed = env.ok(&["list", &c]).stdout;
+    let names: Vec<String> = listed.lines().map(|l| l.split('\t').next().unwrap().to_string()).collect();
+    env.ok(&["-q", "update", &c, &names[0], "--meta", "Round=2"]);
+    env.ok(&["-q", "withdraw", &c, &names[1], "--reason", "a test"]);
+    let bag = env.write("bag/x.txt", b"x\n").parent().unwrap().to_path_buf();
+    let made =
+        std::process::Command::new(crate::env::bagit_py()).args(["--md5", "--sha512"]).arg(&bag).output().unwrap();
+    assert!(made.status.success(), "bagit-python made the bag: {}", String::from_utf8_lossy(&made.stderr));
+    env.ok(&["-q", "deposit", &c, "--bag", bag.to_str().unwrap()]);
+    let all: Vec<String> =
+        env.ok(&["list", &c]).stdout.lines().map(|l| l.split('\t').next().unwrap().to_string()).collect();
+    let root = env.path("ocfl");
+    for name in &all {
+        env.ok(&["-q", "export", &c, name, root.to_str().unwrap(), "--ocfl"]);
+    }
+    assert!(validates(&root).0);
+    let d = env.path("d").to_string_lossy().into_owned();
+    env.ok(&["-q", "init", &d, "--like", &c]);
+    let run = env.ok(&["deposit", &d, "--ocfl", root.to_str().unwrap()]);
+    assert_eq!(run.stdout.matches("copied back with every version").count(), all.len(), "{}", run.stdout);
+    for name in &all {
+        let shown =
+            |root: &str| -> Value { serde_json::from_str(&env.ok(&["--json", "show", root, name]).stdout).unwrap() };
+        assert_eq!(shown(&c)["versions"], shown(&d)["versions"], "{name}: every version's identity");
+    }
+    env.ok(&["-q", "verify", &c]);
+    env.ok(&["-q", "verify", &d]);
+    let root_of = |r: &str| -> Value { serde_json::from_str(&env.ok(&["witness", r]).stdout).unwrap() };
+    assert_eq!(root_of(&c)["root"], root_of(&d)["root"], "the same witness root");
+    let again = env.ok(&["deposit", &d, "--ocfl", root.to_str().unwrap()]);
+    assert_eq!(again.stdout.matches("already held").count(), all.len(), "{}", again.stdout);
+}
+
+/// `deposit --ocfl` killed (SIGKILL) at random moments, then run again: each
+/// object ends as exactly one item holding every version, never two.
+#[test]
+fn an_ocfl_import_killed_at_random_moments_takes_each_object_once() {
+    let env = TestEnv::new();
+    let mut dice = Dice::new();
+    let objects: Vec<PathBuf> = (0..4)
+        .map(|i| {
+            build_object(&env.path(&format!("objects/o{i}")), &format!("info:fedora/o{i}"), "sha512", &three_versions())
+                .dir
+        })
+        .collect();
+    let paths: Vec<&str> = objects.iter().map(|p| p.to_str().unwrap()).collect();
+    let probe = env.collection("probe");
+    let mut args = vec!["deposit", &probe, "--ocfl"];
+    args.extend(&paths);
+    let full = full_run_ms(&env, &args);
+    let mut killed = 0;
+    for round in 0..6 {
+        let c = env.own_subsystem(&format!("c{round}"));
+        let mut args = vec!["deposit", c.as_str(), "--ocfl"];
+        args.extend(&paths);
+        killed += run_and_kill(&env, &args, Duration::from_millis(dice.below(full + 5))) as usize;
+        env.ok(&args);
+        let listed = env.ok(&["list", &c]).stdout;
+        assert_eq!(listed.lines().count(), objects.len(), "round {round}: one item per object: {listed}");
+        for line in listed.lines() {
+            let name = line.split('\t').next().unwrap();
+            let shown: Value = serde_json::from_str(&env.ok(&["--json", "show", &c, name]).stdout).unwrap();
+            assert_eq!(shown["version"], 3, "round {round}: {name} holds every version");
+        }
+        env.ok(&["-q", "verify", &c]);
+    }
+    assert!(killed > 0, "no run was killed");
+}

@@ -1,0 +1,435 @@
+//! `deposit --ocfl` (ARCHITECTURE.md, "OCFL copies"): OCFL objects taken in as
+//! items, every version. Each object is checked first, whole (its declaration,
+//! its inventory and sidecar, its versions and head, every content file read
+//! and its digest compared), so a bad object is named with its OCFL code and
+//! skipped, never half taken. An object `ibi` wrote (`http://urlib.net/NAME`
+//! of this collection's subsystem) comes back under its own name as a copy:
+//! its head state is the item's current bag and each earlier version goes to
+//! `ibi-versions/N/`, so every identity digest is the one it had; placed only
+//! when its bag verifies and its identity is the head's. Any other object is
+//! deposited: version 1 as a new item (its id in bag-info, `Ocfl-Object-Id`),
+//! each later version as an update, sha512 content kept in a sha512 manifest
+//! beside sha256. A deposit record (`ocflobject<sha256 of the id>`) written
+//! with the first placement makes a rerun continue the same item.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use sha2::Digest;
+
+use crate::bag::history::VERSIONS_DIR;
+use crate::digest::Algorithm;
+use crate::error::{Error, IoContext, Result};
+use crate::events::EventKind;
+use crate::id::{Clock, Minted, RepositoryName};
+use crate::ops::deposit::{deposit_batch, DepositOptions};
+use crate::ops::report::Reporter;
+use crate::ops::source::{PlannedFile, SourcePlan};
+use crate::ops::update::{payload_path, update, Changes};
+use crate::store::log::Action;
+use crate::store::{LockWait, Placement, Slot, Staging, Store, Writer};
+
+use super::{Inventory, OBJECT_ID_BASE};
+
+/// The OCFL extension that keeps uncommitted changes (Fedora 6 without auto-versioning).
+pub const MUTABLE_HEAD: &str = "extensions/0005-mutable-head";
+
+/// Why an object was not taken: the OCFL validation code (or `ibi`'s own
+/// name for a refusal OCFL has no code for) and the problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub object: PathBuf,
+    pub code: &'static str,
+    pub problem: String,
+}
+
+/// What became of one object that was taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Taken {
+    /// An object `ibi` wrote, placed under its own name with every version.
+    Copied(RepositoryName),
+    /// The collection already holds it with the head's identity.
+    Held(RepositoryName),
+    /// Deposited (or continued): the item and the versions added this run.
+    Deposited(RepositoryName, Vec<u32>),
+}
+
+/// Every object and what became of it.
+#[derive(Debug, Default)]
+pub struct Imported {
+    pub taken: Vec<(PathBuf, Taken)>,
+    pub refused: Vec<Refused>,
+}
+
+/// One logical file of a version: where its content is and its digest (in the
+/// object's algorithm, checked).
+#[derive(Debug, Clone)]
+struct LogicalFile {
+    logical: String,
+    content: PathBuf,
+    digest: String,
+}
+
+/// An object that passed every check.
+struct Checked {
+    dir: PathBuf,
+    id: String,
+    algorithm: Algorithm,
+    /// Version N at index N-1: its created date and files.
+    versions: Vec<(String, Vec<LogicalFile>)>,
+}
+
+type Check<T> = std::result::Result<T, (&'static str, String)>;
+
+/// The object roots `paths` name: a storage root gives every object under it,
+/// an object root itself; anything else is refused.
+pub fn objects_in(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut objects = Vec::new();
+    for path in paths {
+        if is_object(path) {
+            objects.push(path.clone());
+        } else if path.join("0=ocfl_1.1").exists() || path.join("0=ocfl_1.0").exists() {
+            let found = walkdir::WalkDir::new(path).sort_by_file_name().into_iter().filter_entry(|e| {
+                e.depth() == 0 || !(e.file_type().is_dir() && e.path().parent().is_some_and(is_object))
+            });
+            for entry in found {
+                let entry = entry.map_err(|e| Error::io("read", path, e.into()))?;
+                if entry.file_type().is_dir() && is_object(entry.path()) {
+                    objects.push(entry.path().to_path_buf());
+                }
+            }
+        } else {
+            let problem = "neither an OCFL storage root (0=ocfl_1.x) nor an OCFL object (0=ocfl_object_1.x)".into();
+            return Err(Error::Invalid { what: path.display().to_string(), problem });
+        }
+    }
+    Ok(objects)
+}
+
+fn is_object(dir: &Path) -> bool {
+    ["0=ocfl_object_1.1", "0=ocfl_object_1.0"].iter().any(|n| dir.join(n).is_file())
+}
+
+/// Takes every object under `paths` into `store`.
+pub fn import(store: &dyn Store, paths: &[PathBuf], clock: &dyn Clock, reporter: &dyn Reporter) -> Result<Imported> {
+    let mut imported = Imported::default();
+    for object in objects_in(paths)? {
+        match check_object(&object) {
+            Err((code, problem)) => imported.refused.push(Refused { object, code, problem }),
+            Ok(checked) => match take(store, &checked, clock, reporter)? {
+                Ok(taken) => imported.taken.push((object, taken)),
+                Err((code, problem)) => imported.refused.push(Refused { object, code, problem }),
+            },
+        }
+    }
+    Ok(imported)
+}
+
+/// Checks an object whole; its versions' files, each content file read once.
+fn check_object(dir: &Path) -> Check<Checked> {
+    if !is_object(dir) {
+        return Err(("E003", "the object declaration 0=ocfl_object_1.x is missing".into()));
+    }
+    if dir.join(MUTABLE_HEAD).exists() {
+        let problem = format!(
+            "it has a mutable HEAD ({MUTABLE_HEAD}: changes not yet committed as a version, which tools that do not \
+             implement the extension never see); commit it as a version first"
+        );
+        return Err(("0005-mutable-head", problem));
+    }
+    let (inventory, algorithm) = checked_inventory(dir)?;
+    let mut digests: BTreeMap<&str, String> = BTreeMap::new();
+    for (digest, paths) in &inventory.manifest {
+        for content in paths {
+            let path = content_path(dir, content)?;
+            let found = digest_of(&path, algorithm).map_err(|e| ("E092b", format!("{content}: {e}")))?;
+            if !found.eq_ignore_ascii_case(digest) {
+                return Err(("E092a", format!("{content} has digest {found}, its manifest says {digest}")));
+            }
+            digests.insert(content, found);
+        }
+    }
+    let mut versions = Vec::new();
+    for (key, version) in sorted_versions(&inventory)? {
+        let mut files = Vec::new();
+        for (digest, logicals) in &version.state {
+            let Some(content) = inventory.manifest.get(digest).and_then(|paths| paths.first()) else {
+                return Err(("E050a", format!("{key} holds digest {digest}, which the manifest does not")));
+            };
+            for logical in logicals {
+                portable(logical)?;
+                files.push(LogicalFile {
+                    logical: logical.clone(),
+                    content: dir.join(content),
+                    digest: digest.clone(),
+                });
+            }
+        }
+        files.sort_by(|a, b| a.logical.cmp(&b.logical));
+        versions.push((version.created.clone(), files));
+    }
+    Ok(Checked { dir: dir.to_path_buf(), id: inventory.id.clone(), algorithm, versions })
+}
+
+/// The root inventory, its sidecar matching, its algorithm one `ibi` keeps.
+fn checked_inventory(dir: &Path) -> Check<(Inventory, Algorithm)> {
+    let bytes = std::fs::read(dir.join("inventory.json")).map_err(|e| ("E034", format!("inventory.json: {e}")))?;
+    let inventory: Inventory =
+        serde_json::from_slice(&bytes).map_err(|e| ("E033", format!("inventory.json is not an inventory: {e}")))?;
+    let algorithm = match inventory.digest_algorithm.as_str() {
+        "sha512" => Algorithm::Sha512,
+        "sha256" => Algorithm::Sha256,
+        other => return Err(("E025a", format!("digestAlgorithm {other:?} is neither sha512 nor sha256"))),
+    };
+    let sidecar = format!("inventory.json.{}", inventory.digest_algorithm);
+    let recorded = std::fs::read_to_string(dir.join(&sidecar)).map_err(|e| ("E058a", format!("{sidecar}: {e}")))?;
+    let computed = hex_digest(&bytes, algorithm);
+    if !recorded.split_whitespace().next().is_some_and(|d| d.eq_ignore_ascii_case(&computed)) {
+        return Err(("E060", format!("{sidecar} does not hold inventory.json's digest {computed}")));
+    }
+    if inventory.id.trim().is_empty() {
+        return Err(("E037a", "the inventory's id is empty".into()));
+    }
+    Ok((inventory, algorithm))
+}
+
+/// The versions in order, numbered from 1 without a gap, the last the head.
+fn sorted_versions(inventory: &Inventory) -> Check<Vec<(&String, &super::Version)>> {
+    let mut numbered: Vec<(u32, &String, &super::Version)> = Vec::new();
+    for (key, version) in &inventory.versions {
+        let Some(n) = key.strip_prefix('v').and_then(|n| n.parse().ok()) else {
+            return Err(("E046a", format!("{key:?} is not a version name")));
+        };
+        numbered.push((n, key, version));
+    }
+    numbered.sort_by_key(|(n, ..)| *n);
+    if numbered.is_empty() {
+        return Err(("E008", "the inventory names no version".into()));
+    }
+    if let Some((i, (n, key, _))) = numbered.iter().enumerate().find(|(i, (n, ..))| *n != *i as u32 + 1) {
+        let code = if i == 0 { "E009" } else { "E010" };
+        return Err((code, format!("{key} (version {n}) is out of sequence")));
+    }
+    let last = numbered.last().map(|(_, key, _)| key.as_str()).unwrap_or_default();
+    if inventory.head != last {
+        return Err(("E040", format!("head is {:?}, the last version is {last}", inventory.head)));
+    }
+    Ok(numbered.into_iter().map(|(_, key, version)| (key, version)).collect())
+}
+
+/// A content path inside the object, never outside it or through a link.
+fn content_path(dir: &Path, content: &str) -> Check<PathBuf> {
+    let inside = !content.starts_with('/') && content.split('/').all(|part| !matches!(part, "" | "." | ".."));
+    let path = dir.join(content);
+    match std::fs::symlink_metadata(&path) {
+        Ok(meta) if inside && meta.is_file() => Ok(path),
+        _ => Err(("E092b", format!("{content} is not a file inside the object"))),
+    }
+}
+
+/// A logical path every OCFL tool and a bag take alike.
+fn portable(logical: &str) -> Check<()> {
+    if let Some(c) = logical.chars().find(|c| matches!(c, '\r' | '\n' | '\t')) {
+        let problem = format!("{logical:?} holds {c:?}, which OCFL tools disagree on (rocfl refuses it, E092)");
+        return Err(("unportable-path", problem));
+    }
+    payload_path(logical).map(drop).map_err(|e| ("unportable-path", e.to_string()))
+}
+
+fn digest_of(path: &Path, algorithm: Algorithm) -> std::io::Result<String> {
+    let mut file = std::fs::File::open(path)?;
+    let mut buffer = vec![0u8; 1 << 16];
+    let (mut sha256, mut sha512) = (sha2::Sha256::new(), sha2::Sha512::new());
+    loop {
+        let n = file.read(&mut buffer)?;
+        if n == 0 {
+            break;
+        }
+        match algorithm {
+            Algorithm::Sha512 => sha512.update(&buffer[..n]),
+            _ => sha256.update(&buffer[..n]),
+        }
+    }
+    Ok(match algorithm {
+        Algorithm::Sha512 => hex::encode(sha512.finalize()),
+        _ => hex::encode(sha256.finalize()),
+    })
+}
+
+fn hex_digest(bytes: &[u8], algorithm: Algorithm) -> String {
+    match algorithm {
+        Algorithm::Sha512 => hex::encode(sha2::Sha512::digest(bytes)),
+        _ => hex::encode(sha2::Sha256::digest(bytes)),
+    }
+}
+
+/// Takes a checked object: as a copy of the item it came from, or as a deposit.
+fn take(store: &dyn Store, object: &Checked, clock: &dyn Clock, reporter: &dyn Reporter) -> Result<Check<Taken>> {
+    let own = object.id.strip_prefix(OBJECT_ID_BASE).and_then(|rest| RepositoryName::parse(rest).ok());
+    match own.filter(|name| name.prefix() == store.subsystem().prefix()) {
+        Some(name) => take_copy(store, object, name),
+        None => take_deposit(store, object, clock, reporter).map(Ok),
+    }
+}
+
+/// The item the object holds, placed under its own name with every version.
+fn take_copy(store: &dyn Store, object: &Checked, name: RepositoryName) -> Result<Check<Taken>> {
+    let head = object.versions.len();
+    let Some(identity) = head_identity(object) else {
+        return Ok(Err(("not-an-ibi-item", format!("{} names an ibi item, but its head holds no bag", object.id))));
+    };
+    let writer = store.begin_write(LockWait::Forever)?;
+    if store.slot(&name)? == Slot::Item {
+        let held = crate::store::identity_digest(store, &name)?;
+        return Ok(match held == identity {
+            true => Ok(Taken::Held(name)),
+            false => Err((
+                "another-history",
+                format!("{name} is held here with identity {held}, the object's is {identity}"),
+            )),
+        });
+    }
+    let stage = Staging::for_item(writer.as_ref(), &name, false)?;
+    for (number, (_, files)) in object.versions.iter().enumerate() {
+        let under = match number + 1 == head {
+            true => String::new(),
+            false => format!("{VERSIONS_DIR}/{}/", number + 1),
+        };
+        for file in files {
+            stage_one(writer.as_ref(), stage.id, &format!("{under}{}", file.logical), &file.content)?;
+        }
+    }
+    let staged = writer.staged_files(stage.id);
+    let check = crate::bag::verify_bag(staged.as_ref(), &name.to_string(), &|_| {});
+    if let Some(problem) = check.problems.first() {
+        return Ok(Err(("not-an-ibi-item", format!("its versions do not make a sound item: {problem}"))));
+    }
+    let ibip = check.info.as_ref().and_then(crate::store::ibip_in);
+    drop(staged);
+    let note = format!("from OCFL object {} at {}", object.id, object.dir.display());
+    let action = Action::of(EventKind::CopyIn, note);
+    let placement = Placement { stage: stage.id, name: name.clone(), ibip, replace: false, record: None, action };
+    if let Some((_, Err(refusal))) = writer.place(&[placement])?.pop() {
+        return Ok(Err(("refused", format!("{name} was not placed: {refusal:?}"))));
+    }
+    crate::store::raise_minter(writer.as_ref(), std::slice::from_ref(&name))?;
+    Ok(Ok(Taken::Copied(name)))
+}
+
+/// The head version's identity digest: the digest of its `tagmanifest-sha256.txt`,
+/// read (the object may be sha512).
+fn head_identity(object: &Checked) -> Option<String> {
+    let (_, files) = object.versions.last()?;
+    let tagmanifest = files.iter().find(|f| f.logical == crate::bag::TAGMANIFEST)?;
+    digest_of(&tagmanifest.content, Algorithm::Sha256).ok()
+}
+
+/// Stages one file (and the folders above it) at `rel`.
+fn stage_one(writer: &dyn Writer, stage: crate::store::StageId, rel: &str, content: &Path) -> Result<()> {
+    let mut parent = String::new();
+    for part in rel.split('/').collect::<Vec<_>>().iter().rev().skip(1).rev() {
+        parent = if parent.is_empty() { part.to_string() } else { format!("{parent}/{part}") };
+        let _ = writer.stage_dir(stage, &parent);
+    }
+    let mut file = std::fs::File::open(content).with_path("open", content)?;
+    let source =
+        crate::store::FileSource { reader: &mut file, origin: content, mtime: None, also: &[], progress: &|_| {} };
+    writer.stage_file(stage, rel, source).map(drop).map_err(Error::from)
+}
+
+/// The deposit record that ties an object to the item it was deposited as.
+fn object_key(id: &str) -> String {
+    format!("ocflobject{}", hex::encode(sha2::Sha256::digest(id.as_bytes())))
+}
+
+/// Deposits version 1 as a new item (unless an earlier run did), then each
+/// later version the item lacks as an update.
+fn take_deposit(store: &dyn Store, object: &Checked, clock: &dyn Clock, reporter: &dyn Reporter) -> Result<Taken> {
+    crate::store::refuse_unless_minting(store)?;
+    let key = object_key(&object.id);
+    // The lease taken and dropped: what a killed run left is completed first.
+    drop(store.begin_write(LockWait::Forever)?);
+    let recorded = store.inventory().deposit_record(&key)?;
+    // A record whose item never made it into place (killed before) says nothing.
+    let held = recorded.filter(|name| store.slot(name).is_ok_and(|slot| slot == Slot::Item));
+    let (name, mut done) = match held {
+        Some(name) => {
+            let record = crate::store::ItemRecord::from_bag(store.item_files(&name).as_ref(), &name)?;
+            (name, record.current().number as usize)
+        }
+        None => (deposit_first(store, object, &key, clock, reporter)?, 1),
+    };
+    let mut added = if done == 1 { vec![1] } else { Vec::new() };
+    while done < object.versions.len() {
+        let changes = version_changes(object, done);
+        update(store, &name.to_string(), &changes, clock, LockWait::Forever)?;
+        done += 1;
+        added.push(done as u32);
+    }
+    Ok(Taken::Deposited(name, added))
+}
+
+/// The bag-info fields that say which OCFL version an item's version is.
+fn version_meta(object: &Checked, index: usize) -> Vec<(String, String)> {
+    vec![
+        ("Ocfl-Object-Id".into(), object.id.clone()),
+        ("Ocfl-Version".into(), format!("v{}", index + 1)),
+        ("Ocfl-Version-Created".into(), object.versions[index].0.clone()),
+    ]
+}
+
+fn deposit_first(
+    store: &dyn Store,
+    object: &Checked,
+    key: &str,
+    clock: &dyn Clock,
+    reporter: &dyn Reporter,
+) -> Result<RepositoryName> {
+    let also = if object.algorithm == Algorithm::Sha512 { vec![Algorithm::Sha512] } else { Vec::new() };
+    let mut plan = SourcePlan { algorithms: also, originals: vec![object.dir.clone()], ..SourcePlan::default() };
+    let mut dirs = std::collections::BTreeSet::new();
+    for file in &object.versions[0].1 {
+        let path = payload_path(&file.logical)?;
+        let mut parent = path.as_str();
+        while let Some((up, _)) = parent.rsplit_once('/') {
+            if up != "data" {
+                dirs.insert(up.to_string());
+            }
+            parent = up;
+        }
+        let expected = match object.algorithm {
+            Algorithm::Sha512 => BTreeMap::from([(Algorithm::Sha512, file.digest.to_lowercase())]),
+            _ => BTreeMap::from([(Algorithm::Sha256, file.digest.to_lowercase())]),
+        };
+        plan.files.push(PlannedFile { source: file.content.clone(), path, expected });
+    }
+    plan.dirs = dirs.into_iter().collect();
+    let options = DepositOptions { meta: version_meta(object, 0), duplicate: true, ..DepositOptions::default() };
+    let writer = store.begin_write(LockWait::Forever)?;
+    let record = |minted: &Minted| writer.minter().write_deposit_records(&[(key.to_string(), minted.name.clone())]);
+    let outcomes = deposit_batch(writer.as_ref(), &[plan], &options, clock, reporter, Some(&record))?;
+    let minted = outcomes.into_iter().next().map(|o| o.deposited.minted);
+    minted.map(|m| m.name).ok_or_else(|| Error::Data {
+        what: object.dir.display().to_string(),
+        problem: "its first version was not deposited".into(),
+    })
+}
+
+/// What version `index` (from 0) changes from the one before it.
+fn version_changes(object: &Checked, index: usize) -> Changes {
+    let before: BTreeMap<&str, &str> =
+        object.versions[index - 1].1.iter().map(|f| (f.logical.as_str(), f.digest.as_str())).collect();
+    let now = &object.versions[index].1;
+    let add = now
+        .iter()
+        .filter(|f| before.get(f.logical.as_str()) != Some(&f.digest.as_str()))
+        .map(|f| (f.content.clone(), format!("data/{}", f.logical)))
+        .collect();
+    let remove = before
+        .keys()
+        .filter(|logical| !now.iter().any(|f| f.logical == **logical))
+        .map(|logical| format!("data/{logical}"))
+        .collect();
+    Changes { set: version_meta(object, index), add, remove, ..Changes::default() }
+}
