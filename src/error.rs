@@ -125,7 +125,7 @@ pub enum Error {
 
     /// The item is no longer here: migrate moved it (or a handover sent the
     /// subsystem's names) to `to` on `date`, reachable at `url` when one was given.
-    #[error("{name} is not here: it moved to {to} on {date}{}", url.as_ref().map_or(String::new(), |u| format!(" ({u}{name})")))]
+    #[error("{name} is not here: it moved to {to} on {}{}", to_the_second(date), url.as_ref().map_or(String::new(), |u| format!(" ({u}{name})")))]
     Moved { name: String, to: String, date: String, url: Option<String> },
 
     /// Two collections both mint one subsystem's names (RTC-10 allows one).
@@ -182,7 +182,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// An RFC 3339 date for people: to the second (`…T10:02:06.227811804Z` reads
 /// `…T10:02:06Z`); any other text as it is.
-fn to_the_second(date: &str) -> String {
+pub(crate) fn to_the_second(date: &str) -> String {
     match (date.split_once('.'), date.ends_with('Z')) {
         (Some((whole, _)), true) if whole.contains('T') => format!("{whole}Z"),
         _ => date.to_string(),

@@ -83,10 +83,21 @@ pub(crate) fn add_source(
 ) -> Result<()> {
     let mut seen_nfc: BTreeMap<String, PathBuf> = BTreeMap::new();
     for entry in WalkDir::new(source).follow_links(follow).follow_root_links(follow).sort_by_file_name() {
-        let entry = entry.map_err(|e| {
-            let path = e.path().unwrap_or(source).to_path_buf();
-            Error::io("read", path, e.into_io_error().unwrap_or_else(|| std::io::Error::other("filesystem loop")))
-        })?;
+        let entry = match entry {
+            Ok(entry) => entry,
+            // A link whose target is gone: named with every other offender, not one per run.
+            Err(e) if e.path().is_some_and(|p| fs::symlink_metadata(p).is_ok_and(|m| m.is_symlink())) => {
+                let link = e.path().unwrap_or(source);
+                refusals.symlinks = true;
+                refusals.push(link, "symlink to a missing target");
+                continue;
+            }
+            Err(e) => {
+                let path = e.path().unwrap_or(source).to_path_buf();
+                let why = e.into_io_error().unwrap_or_else(|| std::io::Error::other("filesystem loop"));
+                return Err(Error::io("read", path, why));
+            }
+        };
         let rel = entry.path().strip_prefix(source).unwrap_or(Path::new(""));
         let Some(rel) = rel.to_str() else {
             refusals.push(entry.path(), "name is not UTF-8");

@@ -204,7 +204,12 @@ impl Minting {
                 peer.location, peer.id, peer.location
             ),
             Minting::Retired(Some(next)) => {
-                format!("it handed minting over to {} ({}) on {}: deposit there", next.location, next.id, next.since)
+                format!(
+                    "it handed minting over to {} ({}) on {}: deposit there",
+                    next.location,
+                    next.id,
+                    crate::error::to_the_second(&next.since)
+                )
             }
             Minting::Retired(None) => "it is retired: deposit into the collection that replaced it".into(),
         }

@@ -1385,3 +1385,46 @@ fn regress_locked_inventory_places_the_item_and_hides_its_name() {
     assert_eq!(item_count(&env, &root), 1);
     env.ok(&["verify", &root]);
 }
+
+/// Issue 59 (smaller traps): with `--follow-symlinks`, a link whose target
+/// was gone stopped the deposit as an I/O error (exit 3) naming only the first
+/// such link, so a folder of them took a run each. Every dangling link is now
+/// named in one refusal (exit 2).
+#[test]
+fn regress_dangling_links_reported_one_per_run() {
+    let env = TestEnv::new();
+    let c = env.collection("c");
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("kept.txt"), b"kept\n").unwrap();
+    for (link, target) in [("a", "gone-1"), ("b", "gone-2")] {
+        std::os::unix::fs::symlink(env.path(target), src.join(link)).unwrap();
+    }
+    let run = env.fails(&["deposit", &c, src.to_str().unwrap(), "--follow-symlinks"], 2);
+    assert!(
+        run.stderr.contains("src/a (symlink to a missing target)")
+            && run.stderr.contains("src/b (symlink to a missing target)"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// Issue 59 (smaller traps): dates in messages for people carried
+/// nanoseconds (`moved to … on 2026-11-28T15:30:37.031483365Z`, `handed
+/// minting over to … on …`). They are to the second.
+#[test]
+fn regress_dates_for_people_carry_nanoseconds() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 1, 1);
+    let b = env.path("b").to_string_lossy().into_owned();
+    env.ok(&["-q", "init", &b, "--like", &a]);
+    env.ok(&["-q", "handover", &a, &b]);
+    env.ok(&["-q", "migrate", &a, &b]);
+    let name = env.ok(&["list", &b]).stdout.split('\t').next().unwrap().to_string();
+    let moved = env.fails(&["show", &a, &name], 1);
+    let refused = env.fails(&["deposit", &a, env.write("x/f.txt", b"x\n").to_str().unwrap()], 2);
+    for said in [moved.stderr, refused.stderr] {
+        let date = said.split(" on ").nth(1).unwrap_or_default();
+        assert!(date.len() >= 20 && !date[..20].contains('.') && date.as_bytes()[19] == b'Z', "{said}");
+    }
+}

@@ -349,10 +349,10 @@ fn regress_ndsa_claims_without_evidence() {
     assert!(repair.contains("1 at the sites"), "the site's repair counts: {repair}");
 }
 
-/// The README's cron block for sites: its assignments and its command lines.
-fn readme_cron_lines() -> (Vec<(String, String)>, Vec<String>) {
-    let readme = std::fs::read_to_string(crate::env::repo().join("README.md")).unwrap();
-    let section = &readme[readme.find("## Run it from cron").expect("the cron section")..];
+/// The guide's cron block for sites: its assignments and its command lines.
+fn guide_cron_lines() -> (Vec<(String, String)>, Vec<String>) {
+    let guide = std::fs::read_to_string(crate::env::repo().join("docs/guide.md")).unwrap();
+    let section = &guide[guide.find("## Copies at other sites, checked from cron").expect("the cron section")..];
     let start = section.find("```cron\n").expect("a cron block") + "```cron\n".len();
     let block = &section[start..start + section[start..].find("```").unwrap()];
     let (mut assignments, mut commands) = (Vec::new(), Vec::new());
@@ -399,7 +399,7 @@ fn regress_cron_lines_never_verify_the_sites() {
     env.ok(&["site", "add", &a, &s, "--zone", "zs", "--media", "object"]);
     env.ok(&["site", "policy", &a, "--copies", "4", "--zones", "1", "--max-fixity-age", "30d"]);
 
-    let (assignments, commands) = readme_cron_lines();
+    let (assignments, commands) = guide_cron_lines();
     let ibi = crate::env::ibi_bin().to_string_lossy().into_owned();
     let commands: Vec<String> =
         commands.iter().map(|c| c.replace("/usr/local/bin/ibi", &ibi).replace("/srv/library", &a)).collect();

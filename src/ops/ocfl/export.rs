@@ -79,9 +79,15 @@ fn prepare_root(root: &Path) -> Result<()> {
         }
         return Ok(());
     }
-    if std::fs::read_dir(root).is_ok_and(|mut entries| entries.next().is_some()) {
+    if !holds_only_an_unfinished_root(root) {
         let problem = "it is neither an OCFL storage root nor empty: name a new folder or an OCFL root".to_string();
         return Err(Error::Invalid { what: root.display().to_string(), problem });
+    }
+    // What a killed run left half written goes first.
+    for entry in walkdir::WalkDir::new(root).min_depth(1).into_iter().flatten() {
+        if entry.file_name().to_string_lossy().starts_with(fsx::TEMP_PREFIX) {
+            std::fs::remove_file(entry.path()).with_path("remove", entry.path())?;
+        }
     }
     fsx::create_dir_all_durable(&root.join("extensions").join(LAYOUT))?;
     let config = serde_json::json!({"extensionName": LAYOUT, "digestAlgorithm": "sha256", "tupleSize": 3,
@@ -93,6 +99,25 @@ fn prepare_root(root: &Path) -> Result<()> {
     fsx::atomic_write(&root.join("ocfl_layout.json"), format!("{layout:#}\n").as_bytes())?;
     // The declaration last: a root is one once it says so.
     fsx::atomic_write(&declaration, ROOT_NAMASTE.1.as_bytes())
+}
+
+/// Whether `root` is missing, empty, or holds nothing but what `prepare_root`
+/// writes before the declaration (a run killed while making the root).
+fn holds_only_an_unfinished_root(root: &Path) -> bool {
+    if std::fs::symlink_metadata(root).is_err() {
+        return true;
+    }
+    let extension = Path::new("extensions").join(LAYOUT);
+    let ours = |rel: &Path| {
+        let temp = rel.file_name().is_some_and(|n| n.to_string_lossy().starts_with(fsx::TEMP_PREFIX));
+        let parent_ours = rel.parent().is_some_and(|p| p == Path::new("") || p == extension);
+        (temp && parent_ours)
+            || [Path::new("extensions"), &extension, &extension.join("config.json"), Path::new("ocfl_layout.json")]
+                .contains(&rel)
+    };
+    walkdir::WalkDir::new(root).min_depth(1).into_iter().all(|entry| {
+        entry.is_ok_and(|e| e.path().strip_prefix(root).is_ok_and(|rel| ours(rel) && !e.path_is_symlink()))
+    })
 }
 
 /// The object's inventory, mended after a kill: a version folder whose
