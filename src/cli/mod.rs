@@ -1,5 +1,5 @@
 //! The binary's dispatcher: parses the command line, runs the command, and
-//! maps library errors to the exit codes of README.md ("Exit codes") (0 success, 1 data
+//! maps library errors to the exit codes of docs/reference.md ("Exit codes") (0 success, 1 data
 //! problems, 2 invalid input, 3 operational failure, 75 busy, 130 interrupted).
 
 pub mod args;

@@ -8,6 +8,7 @@ mod at_scale;
 mod crash;
 mod demo;
 mod deposit;
+mod docs;
 mod env;
 mod far;
 mod handles;
