@@ -226,7 +226,7 @@ pub fn plan_bag(bag: &Path) -> Result<SourcePlan> {
     let mut kept = by_nfc(tags.files);
     kept.extend(payload);
     expect_tags(bag, &top, &mut kept)?;
-    let mut warnings = bag_warnings(&top);
+    let mut warnings = bag_warnings(bag, &top)?;
     let (files, tag_files) = kept.into_values().partition(|f| f.path.starts_with("data/"));
     let info_text = top.read.get(BAG_INFO_TXT).map(|t| t.text.as_str()).unwrap_or_default();
     let info = BagInfo::parse(info_text)
@@ -269,18 +269,32 @@ fn provenance_notes(info: &BagInfo) -> Vec<String> {
 }
 
 /// What the LoC BagIt conformance suite expects a validator to warn about: a
-/// manifest listing one file twice, payload names that differ only in letter case
-/// (one file on a case-insensitive disk), and system files.
-fn bag_warnings(top: &Top) -> Vec<String> {
+/// manifest listing one file twice (refused in a BagIt 1.0 bag), payload names
+/// that differ only in letter case (one file on a case-insensitive disk),
+/// system files, and lines written as `md5sum` writes them (`*` before the
+/// path, or `./` at its start), which BagIt does not define.
+fn bag_warnings(bag: &Path, top: &Top) -> Result<Vec<String>> {
+    let declaration = top.read.get(BAGIT_TXT).map(|t| t.text.as_str()).unwrap_or_default();
+    let version_1 = BagInfo::parse(declaration).is_ok_and(|d| d.first("BagIt-Version") == Some("1.0"));
     let mut warnings = Vec::new();
     for &algorithm in &top.manifests {
         let name = crate::bag::manifest_name(algorithm);
         let text = top.read.get(&name).map(|t| t.text.as_str()).unwrap_or_default();
+        warnings.extend(checksum_tool_lines(&name, text));
         let (entries, _) = manifest::parse(text, algorithm.hex_len());
         let mut seen = BTreeSet::new();
         let mut folded: BTreeMap<String, String> = BTreeMap::new();
         for entry in &entries {
             if !seen.insert(entry.path.as_str()) {
+                if version_1 {
+                    return Err(refuse(
+                        bag,
+                        format!(
+                            "has a {name} that lists {} more than once, which a BagIt 1.0 manifest may not",
+                            entry.path
+                        ),
+                    ));
+                }
                 warnings.push(format!("{name} lists {} more than once", entry.path));
             }
             if let Some(other) = folded.insert(entry.path.to_lowercase(), entry.path.clone()) {
@@ -292,6 +306,25 @@ fn bag_warnings(top: &Top) -> Vec<String> {
             if [".DS_Store", "Thumbs.db", "desktop.ini"].contains(&file) || file.starts_with("._") {
                 warnings.push(format!("{} is a system file ({name} lists it)", entry.path));
             }
+        }
+    }
+    Ok(warnings)
+}
+
+/// Lines of a manifest written as checksum tools write them, which BagIt
+/// does not define: a `*` before the path (binary mode) or a path starting `./`.
+fn checksum_tool_lines(name: &str, text: &str) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let Some((_, rest)) = line.split_once([' ', '\t']) else { continue };
+        let path = rest.trim_start_matches([' ', '\t']);
+        if rest.starts_with('*') {
+            warnings.push(format!(
+                "{name} line {}: {path} is marked '*' (a checksum tool's binary mode), which BagIt does not define",
+                i + 1
+            ));
+        } else if path.starts_with("./") {
+            warnings.push(format!("{name} line {}: {path} starts with ./, which BagIt paths do not", i + 1));
         }
     }
     warnings

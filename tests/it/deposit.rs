@@ -397,12 +397,13 @@ fn regress_trailing_space_names_make_bags_bagit_py_rejects() {
 
 /// BagIt conformance: a manifest listing one file twice, payload names differing
 /// only in letter case, and system files were deposited without a word; the LoC
-/// suite expects a validator to warn about each.
+/// suite expects a validator to warn about each (in a BagIt 0.97 bag: 1.0
+/// forbids the first, `regress_v1_manifest_listing_a_file_twice_is_accepted`).
 #[test]
 fn regress_bagit_warning_cases_pass_silently() {
     let env = TestEnv::new();
     let root = env.collection("col");
-    env.write("bag/bagit.txt", b"BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n");
+    env.write("bag/bagit.txt", b"BagIt-Version: 0.97\nTag-File-Character-Encoding: UTF-8\n");
     let mut manifest = String::new();
     for (path, content) in [("data/a.txt", "a"), ("data/B.txt", "B"), ("data/b.txt", "b"), ("data/.DS_Store", "x")] {
         env.write(&format!("bag/{path}"), content.as_bytes());
@@ -511,6 +512,61 @@ fn regress_manifest_path_outside_data_reads_as_missing() {
     std::fs::write(&manifest, text).unwrap();
     let refused = env.fails(&["deposit", "--bag", &root, bag.to_str().unwrap()], 2);
     assert!(refused.stderr.contains("outside data/"), "{}", refused.stderr);
+}
+
+/// Issue 59 (a BagIt edge): a BagIt 1.0 manifest listing one file twice was
+/// accepted with a warning; BagIt 1.0 allows each payload file once in a
+/// manifest, so the bag is refused (exit 2), naming the file.
+#[test]
+fn regress_v1_manifest_listing_a_file_twice_is_accepted() {
+    let env = TestEnv::new();
+    let root = env.collection("lib");
+    let bag = bagged_by_bagit_python(&env);
+    drop_tagmanifests(&bag);
+    std::fs::write(bag.join("bagit.txt"), "BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n").unwrap();
+    let manifest = bag.join("manifest-sha256.txt");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, format!("{text}{text}")).unwrap();
+    let refused = env.fails(&["deposit", "--bag", &root, bag.to_str().unwrap()], 2);
+    assert!(refused.stderr.contains("data/a.txt more than once"), "{}", refused.stderr);
+    assert!(env.ok(&["list", &root]).stdout.is_empty(), "nothing deposited");
+}
+
+/// Issue 59 (a BagIt edge): manifest lines written as `md5sum` writes them, a
+/// `*` before the path (binary mode) or a path starting `./`, were taken
+/// without a word; the LoC suite expects a warning. The bag is deposited, and
+/// each such line is named.
+#[test]
+fn regress_checksum_tool_lines_pass_silently() {
+    let env = TestEnv::new();
+    let root = env.collection("lib");
+    let bag = bagged_by_bagit_python(&env);
+    drop_tagmanifests(&bag);
+    let manifest = bag.join("manifest-sha256.txt");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, text.replace("  data/a.txt", " *data/a.txt")).unwrap();
+    let run = env.ok(&["deposit", "--bag", &root, bag.to_str().unwrap()]);
+    assert!(run.stderr.contains("data/a.txt is marked '*'"), "{}", run.stderr);
+    let other = env.write("other/b.txt", b"beta\n").parent().unwrap().to_path_buf();
+    let made = std::process::Command::new(crate::env::bagit_py()).arg(&other).output().unwrap();
+    assert!(made.status.success());
+    drop_tagmanifests(&other);
+    let manifest = other.join("manifest-sha256.txt");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, text.replace("  data/b.txt", "  ./data/b.txt")).unwrap();
+    let run = env.ok(&["deposit", "--bag", &root, other.to_str().unwrap()]);
+    assert!(run.stderr.contains("./data/b.txt starts with ./"), "{}", run.stderr);
+    env.ok(&["-q", "verify", &root]);
+}
+
+/// Removes a bag's tagmanifests, so that its manifests can be edited.
+fn drop_tagmanifests(bag: &std::path::Path) {
+    for entry in std::fs::read_dir(bag).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap().to_string_lossy().starts_with("tagmanifest-") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
 }
 
 /// A bag of one file made by bagit-python, at `bag/` in the env.
