@@ -117,11 +117,21 @@ impl Printer {
     }
 }
 
+/// The progress line while nothing is counted yet, and once a total is known.
+const SURVEYING: &str = "{spinner} {prefix} {wide_msg}";
+const COUNTED: &str = "{prefix} {bytes}/{total_bytes} {percent}% ({bytes_per_sec}, ETA {eta}) {wide_msg}";
+
+fn style(template: &str) -> ProgressStyle {
+    ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar())
+}
+
 /// How far a phase has come, for the progress line.
 #[derive(Default)]
 struct Progress {
     items_done: u64,
     items_total: u64,
+    /// The bar shows bytes against a total.
+    counted: bool,
 }
 
 impl Printer {
@@ -131,8 +141,8 @@ impl Printer {
 
     fn begin_bar(&self, task: Task) {
         let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-        let template = "{prefix} {bytes}/{total_bytes} {percent}% ({bytes_per_sec}, ETA {eta}) {wide_msg}";
-        bar.set_style(ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()));
+        // Until the survey finds something there is no total: a spinner, never "0/0 100%".
+        bar.set_style(style(SURVEYING));
         bar.enable_steady_tick(std::time::Duration::from_millis(200));
         if let Ok(mut progress) = self.progress.lock() {
             *progress = Progress::default();
@@ -151,11 +161,17 @@ impl Printer {
         progress.items_done += done;
         progress.items_total += found;
         let task = self.task.lock().ok().and_then(|t| *t).map_or("", Task::as_str);
-        bar.set_prefix(format!(
-            "{task} {}/{} items",
-            progress.items_done,
-            progress.items_total.max(progress.items_done)
-        ));
+        let total = progress.items_total.max(progress.items_done);
+        if total == 0 {
+            bar.set_prefix(format!("{task}: counting what to do"));
+            return;
+        }
+        // Bytes to count, at last: the bar, its percentage and ETA.
+        if !progress.counted && bar.length().unwrap_or(0) > 0 {
+            progress.counted = true;
+            bar.set_style(style(COUNTED));
+        }
+        bar.set_prefix(format!("{task} {}/{total} items", progress.items_done));
     }
 
     fn item_event(&self, name: &dyn std::fmt::Display, original: Outcome) {

@@ -1428,3 +1428,21 @@ fn regress_dates_for_people_carry_nanoseconds() {
         assert!(date.len() >= 20 && !date[..20].contains('.') && date.as_bytes()[19] == b'Z', "{said}");
     }
 }
+
+/// Issue 59 (smaller traps): on a terminal, progress began with frames of
+/// `deposit 0/0 items 0 B/0 B 100%` while the survey counted: a finished bar
+/// for work not yet started. Until there is a total, the line says it is
+/// counting; the bar and its percentage come with the first bytes to count.
+#[test]
+fn regress_progress_starts_at_0_of_0() {
+    let env = TestEnv::new();
+    let root = env.collection("col");
+    for i in 0..3000 {
+        env.write(&format!("src/f{i}.txt"), format!("{i}\n").as_bytes());
+    }
+    let run = sh_in(env.root(), &format!("COLUMNS=200 script -qec '\"$IBI\" deposit {root} src' /dev/null"));
+    assert_code(&run, 0, "deposit on a terminal");
+    let screen = run.stdout.replace('\r', "\n");
+    assert!(!screen.contains("0/0 items") && !screen.contains("0 B/0 B"), "{screen}");
+    assert!(screen.contains("deposit 0/1 items") || screen.contains("deposit 1/1 items"), "{screen}");
+}
