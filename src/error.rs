@@ -182,7 +182,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// An RFC 3339 date for people: to the second (`…T10:02:06.227811804Z` reads
 /// `…T10:02:06Z`); any other text as it is.
-pub(crate) fn to_the_second(date: &str) -> String {
+pub fn to_the_second(date: &str) -> String {
     match (date.split_once('.'), date.ends_with('Z')) {
         (Some((whole, _)), true) if whole.contains('T') => format!("{whole}Z"),
         _ => date.to_string(),

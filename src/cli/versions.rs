@@ -43,14 +43,18 @@ fn view_text(printer: &Printer, view: &ItemView) {
     printer.line(&format!("ibip:     {}", r.ibip.map_or("-".into(), |i| i.to_string())));
     printer.line(&format!("status:   {}", r.status.as_str()));
     if let Some(w) = &r.withdrawn {
-        printer.line(&format!("withdrawn: {} — {}", w.date, w.reason));
+        printer.line(&format!("withdrawn: {} — {}", ibi::error::to_the_second(&w.date), w.reason));
     }
     printer.line(&format!("version:  {} of {}", r.current().number, r.versions.len()));
     printer.line(&format!("payload:  {} files, {}", view.files, printer.size(view.bytes)));
     printer.line(&format!("origin:   {}", r.origin.as_deref().unwrap_or("unknown")));
     printer.line("history:");
     for v in &r.versions {
-        printer.line(&format!("  {}  {}  {}", v.number, v.date, v.digest));
+        // A first version is dated by its name: the minted date, which may be
+        // up to the subsystem's granularity before the deposit itself.
+        let named = ibi::Timestamp::parse_user(&v.date).is_ok_and(|d| d == r.name.date());
+        let note = if named { "  (the name's date)" } else { "" };
+        printer.line(&format!("  {}  {}  {}{note}", v.number, v.date, v.digest));
     }
     printer.line("bag-info:");
     for (label, value) in &view.info.fields {

@@ -1446,3 +1446,21 @@ fn regress_progress_starts_at_0_of_0() {
     assert!(!screen.contains("0/0 items") && !screen.contains("0 B/0 B"), "{screen}");
     assert!(screen.contains("deposit 0/1 items") || screen.contains("deposit 1/1 items"), "{screen}");
 }
+
+/// Issue 59 (smaller traps): a first version is dated by its name, which may
+/// be up to the subsystem's granularity (a minute, the standard's shortest
+/// date) before the deposit; `show` gave it as the version's date without a
+/// word. It says so now.
+#[test]
+fn regress_show_presents_the_name_date_as_the_deposit_date() {
+    let env = TestEnv::new();
+    let root = env.path("coarse").to_string_lossy().into_owned();
+    env.ok(&["-q", "init", &root, "--host", "coarse.example.org", "--ip", "192.0.2.44", "--granularity", "60"]);
+    env.write("src/a.txt", b"a\n");
+    let name = env.ok(&["deposit", &root, env.path("src").to_str().unwrap()]).pairs()[0].0.clone();
+    env.ok(&["-q", "update", &root, &name, "--meta", "Round=2"]);
+    let shown = env.ok(&["show", &root, &name]).stdout;
+    let history: Vec<&str> = shown.lines().skip_while(|l| *l != "history:").skip(1).take(2).collect();
+    assert!(history[0].starts_with("  1 ") && history[0].ends_with("(the name's date)"), "{shown}");
+    assert!(!history[1].contains("the name's date"), "a later version has its own date: {shown}");
+}
