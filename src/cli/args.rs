@@ -715,7 +715,7 @@ pub enum SiteCommand {
     Add {
         /// The collection's root folder.
         root: PathBuf,
-        /// The site: a folder, HOST:PATH, ssh:// or s3://BUCKET/PREFIX.
+        /// The site: a folder, HOST:PATH, ssh://, s3://BUCKET/PREFIX, or ocfl:PATH (an OCFL storage root).
         url: String,
         /// Its disaster zone (copies in distinct zones survive distinct disasters).
         #[arg(long)]

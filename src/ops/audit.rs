@@ -334,7 +334,7 @@ fn locality_of(url: &str) -> (String, &'static str) {
     use crate::store::location::Location;
     use std::os::unix::fs::MetadataExt;
     match Location::parse(Path::new(url)) {
-        Ok(Location::Local(path)) => {
+        Ok(Location::Local(path) | Location::Ocfl(path)) => {
             let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
             let device = std::fs::metadata(&path).map(|m| format!("{:x}", m.dev())).unwrap_or_else(|_| "?".into());
             (format!("filesystem {device} on {}", host.trim()), "filesystem")

@@ -133,8 +133,12 @@ fn check_cluster(url: &str, cluster: &mut SeaweedFs) -> Result<()> {
     Ok(())
 }
 
-/// A site is a collection of the same subsystem that never mints.
+/// A site is a collection of the same subsystem that never mints, or an OCFL
+/// storage root made here as one (`ocfl:PATH`).
 fn check_site(collection: &dyn Store, site: &Site, connect: &Connect) -> Result<()> {
+    if let Ok(Location::Ocfl(root)) = Location::parse(Path::new(&site.url)) {
+        return crate::ops::ocfl::site::make_site(collection, &root).map(drop);
+    }
     let opened = crate::store::open(Path::new(&site.url), connect)?;
     let refuse = |problem: String| Err(Error::Invalid { what: format!("site {}", site.url), problem });
     if opened.inventory().collection_id().is_some()
@@ -179,6 +183,14 @@ pub fn replicate(
     reporter: &dyn Reporter,
 ) -> Vec<SiteRun> {
     let one = |site: &Site| -> SiteRun {
+        if let Ok(Location::Ocfl(root)) = Location::parse(Path::new(&site.url)) {
+            // An OCFL copy is written by the exporter, and keeps no checkpoints.
+            let result = match options.dry_run {
+                true => Ok(TransferSummary::default()),
+                false => crate::ops::ocfl::site::replicate(store, &root, reporter),
+            };
+            return SiteRun { site: site.clone(), result, checkpoint: None };
+        }
         let dst = match crate::store::open(Path::new(&site.url), connect) {
             Ok(dst) => dst,
             Err(e) => return SiteRun { site: site.clone(), result: Err(e), checkpoint: None },

@@ -37,6 +37,7 @@ pub mod location;
 pub mod log;
 pub mod machine;
 pub mod memory;
+pub mod ocfl;
 pub mod open;
 pub mod placement;
 pub mod records;

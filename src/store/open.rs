@@ -18,6 +18,7 @@ use crate::store::{local, location, registry, Connect, Store};
 pub fn open(location: &Path, connect: &Connect) -> Result<Box<dyn Store>> {
     Ok(match location::Location::parse(location)? {
         location::Location::Local(path) => Box::new(local::Collection::open(&path)?),
+        location::Location::Ocfl(path) => Box::new(crate::store::ocfl::OcflStore::open(&path)?),
         #[cfg(feature = "far")]
         location::Location::Far(address) => Box::new(far::FarStore::open(&address, connect)?),
         #[cfg(feature = "s3")]
@@ -32,7 +33,7 @@ fn not_built(location: &location::Location, _connect: &Connect) -> Error {
     let (kind, feature) = match location {
         location::Location::Far(_) => ("far collections (HOST:PATH)", "far"),
         location::Location::Object(_) => ("collections in object storage (s3://)", "s3"),
-        location::Location::Local(_) => ("local collections", "default"),
+        location::Location::Local(_) | location::Location::Ocfl(_) => ("local collections", "default"),
     };
     let problem = format!("this ibi was built without {kind}: build it with the cargo feature `{feature}`");
     Error::Invalid { what: "collection location".into(), problem }
@@ -61,6 +62,10 @@ pub fn init(
     let mut config = CollectionConfig::new(&subsystem, organisation);
     config.follows = options.follows.clone();
     let parsed = location::Location::parse(location)?;
+    if let location::Location::Ocfl(_) = parsed {
+        let problem = "an OCFL site is made by `ibi site add ROOT ocfl:PATH`, not by init".to_string();
+        return Err(Error::Invalid { what: parsed.to_string(), problem });
+    }
     if let location::Location::Local(path) = parsed {
         return Ok(Box::new(local::Collection::init(&path, &config, local::minter::machine_dir())?));
     }

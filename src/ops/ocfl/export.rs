@@ -46,25 +46,52 @@ pub struct OcflExported {
 pub fn export(store: &dyn Store, text: &str, root: &Path) -> Result<OcflExported> {
     let name = resolve(store, text)?;
     let record = ItemRecord::from_bag(store.item_files(&name).as_ref(), &name)?;
-    prepare_root(root)?;
-    // One export into a root at a time (a lock on the root folder itself, as
-    // a lock file would be a stray file to OCFL); what a killed one staged goes.
-    let lock = std::fs::File::open(root).with_path("open", root)?;
-    lock.lock().with_path("lock", root)?;
-    fsx::remove_tree(&root.join(STAGING))?;
-    let id = format!("{OBJECT_ID_BASE}{name}");
-    let object = root.join(object_path(&id));
-    let mut inventory = open_object(&object, &id)?;
-    let held = inventory.head_number();
-    held_versions_match(&inventory, &record, &object)?;
-    let mut added = Vec::new();
-    for number in held + 1..=record.current().number {
-        add_version(store, &record, number, &mut inventory, root, &object)?;
-        added.push(number);
+    let writing = OcflRoot::open_for_writing(root)?;
+    let (object, added, head) = writing.add_item(store, &record)?;
+    writing.finish()?;
+    Ok(OcflExported { name, object, added, head })
+}
+
+/// An OCFL storage root held for writing: made if missing, locked (a lock on
+/// the root folder itself, as a lock file would be a stray file to OCFL), and
+/// cleared of what a killed writer staged.
+pub struct OcflRoot {
+    root: PathBuf,
+    _lock: std::fs::File,
+}
+
+impl OcflRoot {
+    pub fn open_for_writing(root: &Path) -> Result<OcflRoot> {
+        prepare_root(root)?;
+        let lock = std::fs::File::open(root).with_path("open", root)?;
+        lock.lock().with_path("lock", root)?;
+        fsx::remove_tree(&root.join(STAGING))?;
+        Ok(OcflRoot { root: root.to_path_buf(), _lock: lock })
     }
-    fsx::remove_tree(&root.join(STAGING))?;
-    drop(lock);
-    Ok(OcflExported { name, object, added, head: inventory.head_number() })
+
+    /// Adds the versions of the item `record` names that its object lacks:
+    /// the object's folder, the versions added and the head.
+    pub fn add_item(&self, store: &dyn Store, record: &ItemRecord) -> Result<(PathBuf, Vec<u32>, u32)> {
+        let id = format!("{OBJECT_ID_BASE}{}", record.name);
+        let object = self.root.join(object_path(&id));
+        let mut inventory = open_object(&object, &id)?;
+        let held = inventory.head_number();
+        held_versions_match(&inventory, record, &object)?;
+        if held > 0 && held < record.current().number && record.withdrawn.is_some() {
+            refuse_a_purge(store, record)?;
+        }
+        let mut added = Vec::new();
+        for number in held + 1..=record.current().number {
+            add_version(store, record, number, &mut inventory, &self.root, &object)?;
+            added.push(number);
+        }
+        Ok((object, added, inventory.head_number()))
+    }
+
+    /// Ends the writing: nothing staged is left.
+    pub fn finish(self) -> Result<()> {
+        fsx::remove_tree(&self.root.join(STAGING))
+    }
 }
 
 /// Makes the storage root (its declaration, layout and extension config) if
@@ -176,6 +203,21 @@ fn held_versions_match(inventory: &Inventory, record: &ItemRecord, object: &Path
         return Err(Error::Data { what: object.display().to_string(), problem });
     }
     Ok(())
+}
+
+/// A withdrawal that purged the earlier versions' bytes cannot reach an
+/// OCFL object that holds them: OCFL 1.1 has no purge, and the object would
+/// go on serving what the collection took out of service.
+fn refuse_a_purge(store: &dyn Store, record: &ItemRecord) -> Result<()> {
+    match version_files(store, record, 1) {
+        Err(Error::Invalid { .. }) => Err(Error::Invalid {
+            what: format!("item {}", record.name),
+            problem: "it was purged here, and OCFL 1.1 has no purge: the OCFL copy still holds its earlier \
+                      versions' bytes; remove that object by hand where the purge must reach it"
+                .into(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// The files of version `number` of the item: (their path in the item, their

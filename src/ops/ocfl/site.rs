@@ -1,0 +1,68 @@
+//! An OCFL storage root kept as a site of a collection (`ocfl:PATH`):
+//! `site add` makes it (the root, then `ibi-site.toml` naming the collection
+//! it copies), and `replicate` keeps it up to date, item by item, adding to
+//! each object only the versions it lacks: an unchanged item writes nothing.
+//! What OCFL 1.1 cannot hold (a purged version, a path with CR, LF or TAB) is
+//! a problem of that item; the others go on.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::ops::driver::TransferSummary;
+use crate::ops::report::Reporter;
+use crate::problem::{Problem, ProblemKind};
+use crate::store::config::{CollectionConfig, Peer};
+use crate::store::ocfl::{OcflStore, SITE_FILE};
+use crate::store::{ItemRecord, Status, Store};
+
+use super::export::OcflRoot;
+
+/// Makes `root` an OCFL site of `collection` (or checks that it is one),
+/// and opens it.
+pub fn make_site(collection: &dyn Store, root: &Path) -> Result<OcflStore> {
+    let id = collection.inventory().collection_id();
+    let site_file = root.join(SITE_FILE);
+    if site_file.is_file() {
+        let (config, _) = CollectionConfig::read(&site_file)?;
+        let copies = config.follows.as_ref().map(|peer| peer.id.clone());
+        if copies != id {
+            let problem = format!("it is an OCFL site of {}, not of this collection", copies.unwrap_or_default());
+            return Err(Error::Invalid { what: format!("ocfl:{}", root.display()), problem });
+        }
+        return OcflStore::open(root);
+    }
+    OcflRoot::open_for_writing(root)?.finish()?;
+    let mut config = CollectionConfig::new(collection.subsystem(), collection.organisation().map(str::to_string));
+    config.follows = Some(Peer { id: id.unwrap_or_default(), location: collection.location() });
+    crate::fsx::atomic_write(&site_file, config.to_toml().as_bytes())?;
+    OcflStore::open(root)
+}
+
+/// Brings every item `collection` holds (present or withdrawn) into the
+/// OCFL site at `root`: new objects are `copied`, objects given more versions
+/// `replaced`, the rest `skipped`.
+pub fn replicate(collection: &dyn Store, root: &Path, reporter: &dyn Reporter) -> Result<TransferSummary> {
+    make_site(collection, root)?;
+    let writing = OcflRoot::open_for_writing(root)?;
+    let mut summary = TransferSummary::default();
+    for held in collection.inventory().record_summaries() {
+        let held = held?;
+        if !matches!(held.status, Status::Present | Status::Withdrawn) {
+            continue;
+        }
+        let record = ItemRecord::from_bag(collection.item_files(&held.name).as_ref(), &held.name)?;
+        match writing.add_item(collection, &record) {
+            Ok((_, added, _)) if added.is_empty() => summary.skipped += 1,
+            Ok((_, added, head)) if added.len() as u32 == head => summary.copied += 1,
+            Ok(_) => summary.replaced += 1,
+            // What OCFL cannot hold, or an object of another history: this item's problem.
+            Err(e @ (Error::Invalid { .. } | Error::Data { .. })) => {
+                summary.problems += 1;
+                reporter.problem(&Problem::new(&held.name.to_string(), None, ProblemKind::Conflict, e.to_string()));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    writing.finish()?;
+    Ok(summary)
+}
