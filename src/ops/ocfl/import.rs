@@ -30,7 +30,7 @@ use crate::ops::update::{payload_path, update, Changes};
 use crate::store::log::Action;
 use crate::store::{LockWait, Placement, Slot, Staging, Store, Writer};
 
-use super::{Inventory, OBJECT_ID_BASE};
+use super::{validate, Inventory, OBJECT_ID_BASE};
 
 /// The OCFL extension that keeps uncommitted changes (Fedora 6 without auto-versioning).
 pub const MUTABLE_HEAD: &str = "extensions/0005-mutable-head";
@@ -80,7 +80,7 @@ struct Checked {
     versions: Vec<(String, Vec<LogicalFile>)>,
 }
 
-type Check<T> = std::result::Result<T, (&'static str, String)>;
+use validate::Check;
 
 /// The object roots `paths` name: a storage root gives every object under it,
 /// an object root itself; anything else is refused.
@@ -128,9 +128,7 @@ pub fn import(store: &dyn Store, paths: &[PathBuf], clock: &dyn Clock, reporter:
 
 /// Checks an object whole; its versions' files, each content file read once.
 fn check_object(dir: &Path) -> Check<Checked> {
-    if !is_object(dir) {
-        return Err(("E003", "the object declaration 0=ocfl_object_1.x is missing".into()));
-    }
+    validate::declared_spec(dir)?;
     if dir.join(MUTABLE_HEAD).exists() {
         let problem = format!(
             "it has a mutable HEAD ({MUTABLE_HEAD}: changes not yet committed as a version, which tools that do not \
@@ -138,20 +136,18 @@ fn check_object(dir: &Path) -> Check<Checked> {
         );
         return Err(("0005-mutable-head", problem));
     }
-    let (inventory, algorithm) = checked_inventory(dir)?;
-    let mut digests: BTreeMap<&str, String> = BTreeMap::new();
-    for (digest, paths) in &inventory.manifest {
-        for content in paths {
-            let path = content_path(dir, content)?;
-            let found = digest_of(&path, algorithm).map_err(|e| ("E092b", format!("{content}: {e}")))?;
-            if !found.eq_ignore_ascii_case(digest) {
-                return Err(("E092a", format!("{content} has digest {found}, its manifest says {digest}")));
-            }
-            digests.insert(content, found);
-        }
+    let (inventory, algorithm, bytes) = checked_inventory(dir)?;
+    validate::root_entries(dir, &inventory)?;
+    validate::manifest(dir, &inventory)?;
+    for content in inventory.manifest.values().flatten() {
+        content_path(dir, content)?;
     }
+    let mut digested = validate::Digested::new();
+    validate::root_digests(dir, &inventory, algorithm, &mut digested)?;
+    validate::fixity(dir, &inventory, &mut digested)?;
+    validate::version_inventories(dir, &inventory, &bytes, &mut digested)?;
     let mut versions = Vec::new();
-    for (key, version) in sorted_versions(&inventory)? {
+    for (key, version) in validate::sorted_versions(&inventory)? {
         let mut files = Vec::new();
         for (digest, logicals) in &version.state {
             let Some(content) = inventory.manifest.get(digest).and_then(|paths| paths.first()) else {
@@ -173,10 +169,24 @@ fn check_object(dir: &Path) -> Check<Checked> {
 }
 
 /// The root inventory, its sidecar matching, its algorithm one `ibi` keeps.
-fn checked_inventory(dir: &Path) -> Check<(Inventory, Algorithm)> {
+fn checked_inventory(dir: &Path) -> Check<(Inventory, Algorithm, Vec<u8>)> {
     let bytes = std::fs::read(dir.join("inventory.json")).map_err(|e| ("E034", format!("inventory.json: {e}")))?;
+    let value: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| ("E033", format!("inventory.json is not JSON: {e}")))?;
+    for (key, code) in [
+        ("id", "E036"),
+        ("type", "E036"),
+        ("digestAlgorithm", "E036"),
+        ("head", "E036"),
+        ("manifest", "E041"),
+        ("versions", "E043"),
+    ] {
+        if value.get(key).is_none() {
+            return Err((code, format!("inventory.json has no {key}")));
+        }
+    }
     let inventory: Inventory =
-        serde_json::from_slice(&bytes).map_err(|e| ("E033", format!("inventory.json is not an inventory: {e}")))?;
+        serde_json::from_value(value).map_err(|e| ("E033", format!("inventory.json is not an inventory: {e}")))?;
     let algorithm = match inventory.digest_algorithm.as_str() {
         "sha512" => Algorithm::Sha512,
         "sha256" => Algorithm::Sha256,
@@ -191,31 +201,11 @@ fn checked_inventory(dir: &Path) -> Check<(Inventory, Algorithm)> {
     if inventory.id.trim().is_empty() {
         return Err(("E037a", "the inventory's id is empty".into()));
     }
-    Ok((inventory, algorithm))
-}
-
-/// The versions in order, numbered from 1 without a gap, the last the head.
-fn sorted_versions(inventory: &Inventory) -> Check<Vec<(&String, &super::Version)>> {
-    let mut numbered: Vec<(u32, &String, &super::Version)> = Vec::new();
-    for (key, version) in &inventory.versions {
-        let Some(n) = key.strip_prefix('v').and_then(|n| n.parse().ok()) else {
-            return Err(("E046a", format!("{key:?} is not a version name")));
-        };
-        numbered.push((n, key, version));
+    let words: Vec<&str> = recorded.split_whitespace().collect();
+    if words.len() != 2 || words[1] != "inventory.json" {
+        return Err(("E061", format!("{sidecar} is not \"DIGEST inventory.json\"")));
     }
-    numbered.sort_by_key(|(n, ..)| *n);
-    if numbered.is_empty() {
-        return Err(("E008", "the inventory names no version".into()));
-    }
-    if let Some((i, (n, key, _))) = numbered.iter().enumerate().find(|(i, (n, ..))| *n != *i as u32 + 1) {
-        let code = if i == 0 { "E009" } else { "E010" };
-        return Err((code, format!("{key} (version {n}) is out of sequence")));
-    }
-    let last = numbered.last().map(|(_, key, _)| key.as_str()).unwrap_or_default();
-    if inventory.head != last {
-        return Err(("E040", format!("head is {:?}, the last version is {last}", inventory.head)));
-    }
-    Ok(numbered.into_iter().map(|(_, key, version)| (key, version)).collect())
+    Ok((inventory, algorithm, bytes))
 }
 
 /// A content path inside the object, never outside it or through a link.

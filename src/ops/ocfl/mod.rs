@@ -5,6 +5,7 @@
 pub mod export;
 pub mod import;
 pub mod site;
+pub mod validate;
 
 pub use crate::store::ocfl::format::{object_path, read_inventory, Inventory, Version, LAYOUT, OBJECT_ID_BASE};
 pub use export::{export, OcflExported};
