@@ -187,23 +187,9 @@ fn checked_inventory(dir: &Path) -> Check<(Inventory, Algorithm, Vec<u8>)> {
     }
     let inventory: Inventory =
         serde_json::from_value(value).map_err(|e| ("E033", format!("inventory.json is not an inventory: {e}")))?;
-    let algorithm = match inventory.digest_algorithm.as_str() {
-        "sha512" => Algorithm::Sha512,
-        "sha256" => Algorithm::Sha256,
-        other => return Err(("E025a", format!("digestAlgorithm {other:?} is neither sha512 nor sha256"))),
-    };
-    let sidecar = format!("inventory.json.{}", inventory.digest_algorithm);
-    let recorded = std::fs::read_to_string(dir.join(&sidecar)).map_err(|e| ("E058a", format!("{sidecar}: {e}")))?;
-    let computed = hex_digest(&bytes, algorithm);
-    if !recorded.split_whitespace().next().is_some_and(|d| d.eq_ignore_ascii_case(&computed)) {
-        return Err(("E060", format!("{sidecar} does not hold inventory.json's digest {computed}")));
-    }
+    let algorithm = validate::sidecar_holds(dir, &inventory, &bytes)?;
     if inventory.id.trim().is_empty() {
         return Err(("E037a", "the inventory's id is empty".into()));
-    }
-    let words: Vec<&str> = recorded.split_whitespace().collect();
-    if words.len() != 2 || words[1] != "inventory.json" {
-        return Err(("E061", format!("{sidecar} is not \"DIGEST inventory.json\"")));
     }
     Ok((inventory, algorithm, bytes))
 }
@@ -245,13 +231,6 @@ fn digest_of(path: &Path, algorithm: Algorithm) -> std::io::Result<String> {
         Algorithm::Sha512 => hex::encode(sha512.finalize()),
         _ => hex::encode(sha256.finalize()),
     })
-}
-
-fn hex_digest(bytes: &[u8], algorithm: Algorithm) -> String {
-    match algorithm {
-        Algorithm::Sha512 => hex::encode(sha2::Sha512::digest(bytes)),
-        _ => hex::encode(sha2::Sha256::digest(bytes)),
-    }
 }
 
 /// Takes a checked object: as a copy of the item it came from, or as a deposit.

@@ -230,7 +230,7 @@ pub fn version_inventories(dir: &Path, root: &Inventory, root_bytes: &[u8], done
 
 /// The algorithm of `own`, whose sidecar in `folder` must hold its digest as
 /// `DIGEST inventory.json`.
-fn sidecar_holds(folder: &Path, own: &Inventory, bytes: &[u8]) -> Check<Algorithm> {
+pub fn sidecar_holds(folder: &Path, own: &Inventory, bytes: &[u8]) -> Check<Algorithm> {
     let algorithm = match own.digest_algorithm.as_str() {
         "sha512" => Algorithm::Sha512,
         "sha256" => Algorithm::Sha256,
