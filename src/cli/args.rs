@@ -625,6 +625,11 @@ pub struct VerifyArgs {
     /// that cannot be reached is reported and the others still go ahead.
     #[arg(long, conflicts_with_all = ["names", "age"])]
     pub sites: bool,
+    /// Verify only part K of N disjoint parts, chosen from the names alone: N
+    /// workers (cron jobs, a Kubernetes indexed Job) each run one part, with no
+    /// coordinator; their checks together count as one whole verify.
+    #[arg(long, value_name = "K/N", conflicts_with_all = ["names", "budget", "age", "sites"])]
+    pub part: Option<String>,
 }
 
 /// `500MiB`, `2GB`, `1024` (bytes) or `90s`, `30m`, `2h`, `1d`.

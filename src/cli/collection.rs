@@ -120,9 +120,18 @@ pub fn verify(global: GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
     if args.age {
         return fixity_age(collection, args.cycle, &printer);
     }
-    let (mut s, confirmed) = match args.budget {
-        Some(budget) => ibi::ops::fixity::verify_rolling(collection, budget, &printer)?,
-        None => verify_confirming(collection, &args.names, &printer)?,
+    let part = args.part.as_deref().map(ibi::ops::parts::Part::parse).transpose()?;
+    let (mut s, confirmed) = match (args.budget, part) {
+        (Some(budget), _) => ibi::ops::fixity::verify_rolling(collection, budget, &printer)?,
+        (None, Some(part)) => {
+            let names = part.names_in(collection)?;
+            printer.note(&format!("part {}/{}: {} item(s) of the collection", part.k, part.n, names.len()));
+            if names.is_empty() {
+                return Ok(verified_summary(&printer, "verified ", &Default::default()));
+            }
+            verify_confirming(collection, &names, &printer)?
+        }
+        (None, None) => verify_confirming(collection, &args.names, &printer)?,
     };
     if args.names.is_empty() {
         s.problems += witness_after_verify(collection, &confirmed, &printer);

@@ -20,6 +20,7 @@ pub mod mirror;
 pub mod ndsa;
 pub mod ocfl;
 mod over_any_store;
+pub mod parts;
 pub mod placement;
 pub mod repair;
 pub mod report;

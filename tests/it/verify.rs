@@ -561,3 +561,40 @@ fn regress_witness_not_checkable_from_the_documents() {
         "a cosignature needs the site's key"
     );
 }
+
+/// `verify --part K/N`: the N parts of a collection, run at once by N
+/// processes, check every item exactly once, their checks are all kept, and
+/// together they count as one cycle for `verify --age`; a part that did not
+/// run shows as items never checked.
+#[test]
+fn verify_parts_run_at_once_cover_the_collection_and_count_as_one_cycle() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 30, 1);
+    env.fails(&["verify", &a, "--age", "--cycle", "90"], 1);
+    let workers: Vec<_> = (1..=3)
+        .map(|k| {
+            env.command(&["verify", &a, "--part", &format!("{k}/3")])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut covered = 0;
+    for worker in workers {
+        let out = worker.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{said}");
+        let count = said.split("item(s) of the collection").next().unwrap().trim_end().rsplit(' ').next().unwrap();
+        covered += count.parse::<usize>().unwrap_or_else(|_| panic!("{said}"));
+    }
+    assert_eq!(covered, 30, "every item in exactly one part");
+    env.ok(&["-q", "verify", &a, "--age", "--cycle", "90"]);
+
+    let b = env.filled("b", 30, 1);
+    env.ok(&["-q", "verify", &b, "--part", "1/3"]);
+    env.ok(&["-q", "verify", &b, "--part", "2/3"]);
+    let missing = env.fails(&["verify", &b, "--age", "--cycle", "90"], 1);
+    assert!(missing.stdout.contains("never checked"), "the part that did not run shows: {}", missing.stdout);
+    env.fails(&["verify", &b, "--part", "4/3"], 2);
+}

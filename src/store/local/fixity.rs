@@ -48,7 +48,10 @@ impl Inventory {
         }
         let path = self.path.clone();
         self.upgrade_fixity()?;
-        let tx = self.conn.transaction().map_err(|e| sql_error(&path, e))?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(|e| sql_error(&path, e))?;
         let events: Vec<crate::events::Event> = checks.iter().map(FixityCheck::event).collect();
         super::events::append(&tx, &path, self.collection_id.as_deref(), &events)?;
         {
@@ -92,7 +95,7 @@ impl Inventory {
             return self.conn.execute_batch(FIXITY_SCHEMA).map_err(err);
         }
         let has_events = count("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'events'")? > 0;
-        let tx = self.conn.transaction().map_err(err)?;
+        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(err)?;
         tx.execute_batch("ALTER TABLE fixity ADD COLUMN seq INTEGER;").map_err(err)?;
         if has_events {
             tx.execute_batch(FIXITY_SEQ_BACKFILL).map_err(err)?;

@@ -138,7 +138,10 @@ impl Inventory {
             .execute_batch(&format!("{IDENTITIES_SCHEMA} PRAGMA synchronous = NORMAL;"))
             .map_err(|e| sql_error(&path, e))?;
         let written = (|| {
-            let tx = self.conn.transaction().map_err(|e| sql_error(&path, e))?;
+            let tx = self
+                .conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(|e| sql_error(&path, e))?;
             {
                 let sql = "INSERT OR REPLACE INTO identities (name, stat, identity) VALUES (?1, ?2, ?3)";
                 let mut insert = tx.prepare_cached(sql).map_err(|e| sql_error(&path, e))?;
