@@ -163,7 +163,7 @@ impl Inventory {
         }
         let path = self.path.clone();
         let err = |e| sql_error(&path, e);
-        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(err)?;
+        let tx = self.conn.transaction().map_err(err)?;
         let mut found = Vec::with_capacity(items.len());
         {
             let mut select = tx.prepare_cached(&carried_sql(limit)).map_err(err)?;

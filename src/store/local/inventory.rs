@@ -536,10 +536,7 @@ impl Inventory {
     /// snapshot, and the file locks taken once).
     pub fn get(&mut self, names: &[RepositoryName]) -> Result<Vec<Option<ItemRecord>>> {
         let path = self.path.clone();
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(|e| sql_error(&path, e))?;
+        let tx = self.conn.transaction().map_err(|e| sql_error(&path, e))?;
         if let Some(found) = Self::get_sorted(&tx, &path, names)? {
             tx.finish().map_err(|e| sql_error(&path, e))?;
             return found.into_iter().map(|f| f.map(|f| self.decode(f)).transpose()).collect();
@@ -598,7 +595,7 @@ impl Inventory {
     pub fn recorded_states(&mut self, names: &[RepositoryName]) -> Result<Vec<Option<(Status, String)>>> {
         let path = self.path.clone();
         let err = |e| sql_error(&path, e);
-        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(err)?;
+        let tx = self.conn.transaction().map_err(err)?;
         let keys = KeyTexts::of(names);
         // A status this version does not know is damage, never "not recorded".
         let state = |row: &rusqlite::Row, from: usize| -> rusqlite::Result<(Status, String)> {
