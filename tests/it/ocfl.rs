@@ -10,6 +10,11 @@ use serde_json::Value;
 use crate::crash::{full_run_ms, run_and_kill, Dice};
 use crate::env::{repo, TestEnv};
 
+/// The names `ibi list ROOT` prints, in its order.
+fn listed_names(env: &TestEnv, root: &str) -> Vec<String> {
+    env.ok(&["list", root]).stdout.lines().map(|l| l.split('\t').next().unwrap().to_string()).collect()
+}
+
 fn venv(tool: &str) -> PathBuf {
     repo().join("target/bagit-venv/bin").join(tool)
 }
@@ -99,14 +104,13 @@ fn an_item_exports_to_ocfl_with_every_version_and_validates() {
 fn what_ocfl_cannot_hold_is_refused_and_named() {
     let env = TestEnv::new();
     let c = env.filled("c", 2, 1);
-    let listed = env.ok(&["list", &c]).stdout;
-    let names: Vec<&str> = listed.lines().map(|l| l.split('\t').next().unwrap()).collect();
-    env.ok(&["-q", "withdraw", &c, names[0], "--reason", "court order", "--purge"]);
+    let names = listed_names(&env, &c);
+    env.ok(&["-q", "withdraw", &c, &names[0], "--reason", "court order", "--purge"]);
     let root = env.path("ocfl");
-    let purged = env.fails(&["export", &c, names[0], root.to_str().unwrap(), "--ocfl"], 2);
+    let purged = env.fails(&["export", &c, &names[0], root.to_str().unwrap(), "--ocfl"], 2);
     assert!(purged.stderr.contains("purged") && purged.stderr.contains("OCFL 1.1"), "{}", purged.stderr);
     let other = env.write("not-ocfl/file.txt", b"x");
-    let taken = env.fails(&["export", &c, names[1], other.parent().unwrap().to_str().unwrap(), "--ocfl"], 2);
+    let taken = env.fails(&["export", &c, &names[1], other.parent().unwrap().to_str().unwrap(), "--ocfl"], 2);
     assert!(taken.stderr.contains("neither an OCFL storage root nor empty"), "{}", taken.stderr);
 
     env.write("tabbed/a\tb.txt", b"tab\n");
@@ -352,8 +356,7 @@ fn objects_of_other_tools_are_deposited_with_every_version_and_bad_ones_named() 
 fn items_come_back_from_ocfl_with_every_identity_and_the_same_witness_root() {
     let env = TestEnv::new();
     let c = env.filled("c", 3, 2);
-    let listed = env.ok(&["list", &c]).stdout;
-    let names: Vec<String> = listed.lines().map(|l| l.split('\t').next().unwrap().to_string()).collect();
+    let names = listed_names(&env, &c);
     env.ok(&["-q", "update", &c, &names[0], "--meta", "Round=2"]);
     env.ok(&["-q", "withdraw", &c, &names[1], "--reason", "a test"]);
     let bag = env.write("bag/x.txt", b"x\n").parent().unwrap().to_path_buf();
@@ -361,8 +364,7 @@ fn items_come_back_from_ocfl_with_every_identity_and_the_same_witness_root() {
         std::process::Command::new(crate::env::bagit_py()).args(["--md5", "--sha512"]).arg(&bag).output().unwrap();
     assert!(made.status.success(), "bagit-python made the bag: {}", String::from_utf8_lossy(&made.stderr));
     env.ok(&["-q", "deposit", &c, "--bag", bag.to_str().unwrap()]);
-    let all: Vec<String> =
-        env.ok(&["list", &c]).stdout.lines().map(|l| l.split('\t').next().unwrap().to_string()).collect();
+    let all = listed_names(&env, &c);
     let root = env.path("ocfl");
     for name in &all {
         env.ok(&["-q", "export", &c, name, root.to_str().unwrap(), "--ocfl"]);
@@ -431,8 +433,7 @@ fn an_ocfl_import_killed_at_random_moments_takes_each_object_once() {
 fn an_ocfl_site_is_replicated_incrementally_audited_and_verified() {
     let env = TestEnv::new();
     let c = env.filled("c", 4, 2);
-    let names: Vec<String> =
-        env.ok(&["list", &c]).stdout.lines().map(|l| l.split('\t').next().unwrap().to_string()).collect();
+    let names = listed_names(&env, &c);
     let root = env.path("ocfl-site");
     let site = format!("ocfl:{}", root.display());
     env.ok(&["-q", "site", "add", &c, &site, "--zone", "vault"]);
@@ -475,8 +476,7 @@ fn an_ocfl_site_is_replicated_incrementally_audited_and_verified() {
 fn an_ocfl_replicate_killed_at_random_moments_completes_on_rerun() {
     let env = TestEnv::new();
     let c = env.filled("c", 12, 8);
-    let names: Vec<String> =
-        env.ok(&["list", &c]).stdout.lines().map(|l| l.split('\t').next().unwrap().to_string()).collect();
+    let names = listed_names(&env, &c);
     for name in names.iter().step_by(3) {
         env.ok(&["-q", "update", &c, name, "--meta", "Round=2"]);
     }

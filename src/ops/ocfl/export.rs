@@ -301,11 +301,12 @@ fn add_version(
     fsx::remove_tree(&staging)
 }
 
-/// Copies one file of the item out to `to`, durably; its sha256, hex.
+/// Copies one file of the item out to `to` (made durable with its version's
+/// `syncfs`, before the version is renamed into the object); its sha256, hex.
 fn copy_out(store: &dyn Store, name: &RepositoryName, rel: &str, to: &Path) -> Result<String> {
     let origin = PathBuf::from(format!("{}/{name}/{rel}", store.location()));
     let (mut reader, mtime) = store.open(name, rel).map_err(|e| Error::io("open", &origin, e))?;
-    let mode = CopyMode { follow: false, sync: true, progress: &|_| {}, also: &[] };
+    let mode = CopyMode { follow: false, sync: false, progress: &|_| {}, also: &[] };
     let digests = fsx::write_hashing(&mut reader, &origin, to, mtime, mode).map_err(Error::from)?;
     Ok(digests.sha256().to_string())
 }
