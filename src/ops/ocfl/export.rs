@@ -72,6 +72,15 @@ impl OcflRoot {
     /// Adds the versions of the item `record` names that its object lacks:
     /// the object's folder, the versions added and the head.
     pub fn add_item(&self, store: &dyn Store, record: &ItemRecord) -> Result<(PathBuf, Vec<u32>, u32)> {
+        let staged = self.stage_item(store, record)?;
+        self.make_staged_durable()?;
+        self.commit(staged)
+    }
+
+    /// Builds, under the staging folder, every version of `record`'s item its
+    /// object lacks (nothing made durable yet: the caller's `syncfs` does,
+    /// for as many items as it stages, before any is committed).
+    pub fn stage_item(&self, store: &dyn Store, record: &ItemRecord) -> Result<StagedItem> {
         let id = format!("{OBJECT_ID_BASE}{}", record.name);
         let object = self.root.join(object_path(&id));
         let mut inventory = open_object(&object, &id)?;
@@ -80,12 +89,30 @@ impl OcflRoot {
         if held > 0 && held < record.current().number && record.withdrawn.is_some() {
             refuse_a_purge(store, record)?;
         }
-        let mut added = Vec::new();
+        let mut versions = Vec::new();
         for number in held + 1..=record.current().number {
-            add_version(store, record, number, &mut inventory, &self.root, &object)?;
-            added.push(number);
+            versions.push(build_version(store, record, number, &mut inventory, &self.root)?);
         }
-        Ok((object, added, inventory.head_number()))
+        Ok(StagedItem { object, versions, head: inventory.head_number() })
+    }
+
+    /// Renames each staged version into its object, in order, each named by
+    /// the root inventory at once: the object's folder, the versions added
+    /// and the head.
+    pub fn commit(&self, staged: StagedItem) -> Result<(PathBuf, Vec<u32>, u32)> {
+        let added = staged.versions.iter().map(|v| v.number).collect();
+        for version in &staged.versions {
+            commit_version(&staged.object, version)?;
+        }
+        Ok((staged.object, added, staged.head))
+    }
+
+    /// Makes every version staged so far durable (one `syncfs`), before any is committed.
+    pub fn make_staged_durable(&self) -> Result<()> {
+        match self.root.join(STAGING).exists() {
+            true => fsx::syncfs(&self.root.join(STAGING)),
+            false => Ok(()),
+        }
     }
 
     /// Ends the writing: nothing staged is left.
@@ -176,10 +203,16 @@ fn open_object(object: &Path, id: &str) -> Result<Inventory> {
 
 /// Writes `inventory` and its sidecar into `dir`, each atomically.
 fn write_inventory(dir: &Path, inventory: &Inventory) -> Result<()> {
+    let (bytes, sidecar) = inventory_files(inventory);
+    fsx::atomic_write(&dir.join("inventory.json"), &bytes)?;
+    fsx::atomic_write(&dir.join("inventory.json.sha256"), sidecar.as_bytes())
+}
+
+/// An inventory's bytes and its sidecar's text.
+fn inventory_files(inventory: &Inventory) -> (Vec<u8>, String) {
     let bytes = inventory.bytes();
     let digest = hex::encode(sha2::Sha256::digest(&bytes));
-    fsx::atomic_write(&dir.join("inventory.json"), &bytes)?;
-    fsx::atomic_write(&dir.join("inventory.json.sha256"), format!("{digest} inventory.json\n").as_bytes())
+    (bytes, format!("{digest} inventory.json\n"))
 }
 
 /// Every version the object holds must be the item's version of that number
@@ -253,26 +286,38 @@ fn version_files(store: &dyn Store, record: &ItemRecord, number: u32) -> Result<
     Ok(files)
 }
 
-/// Builds version `number` under the staging folder (new content only, the
-/// rest referred to by digest), renames it into the object, and names it in
-/// the root inventory.
-fn add_version(
+/// An item's versions built under the staging folder, not yet in its object.
+pub struct StagedItem {
+    object: PathBuf,
+    versions: Vec<BuiltVersion>,
+    head: u32,
+}
+
+/// One version built: where, and the object's inventory with it as head.
+struct BuiltVersion {
+    number: u32,
+    staging: PathBuf,
+    inventory: Inventory,
+}
+
+/// Builds version `number` under the staging folder: only content new to the
+/// object, the rest referred to by digest; its inventory and sidecar written.
+fn build_version(
     store: &dyn Store,
     record: &ItemRecord,
     number: u32,
     inventory: &mut Inventory,
     root: &Path,
-    object: &Path,
-) -> Result<()> {
+) -> Result<BuiltVersion> {
     let files = version_files(store, record, number)?;
     let staging = root.join(STAGING).join(format!("{}-v{number}", uuid::Uuid::new_v4()));
     let built = staging.join(format!("v{number}"));
-    fsx::create_dir_all_durable(&built)?;
+    std::fs::create_dir_all(&built).with_path("create", &built)?;
     let mut state: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (rel, logical) in &files {
         let content = format!("v{number}/content/{logical}");
         let to = staging.join(&content);
-        fsx::create_dir_all_durable(fsx::parent_dir(&to))?;
+        std::fs::create_dir_all(fsx::parent_dir(&to)).with_path("create", fsx::parent_dir(&to))?;
         let digest = copy_out(store, &record.name, rel, &to)?;
         if inventory.manifest.contains_key(&digest) || state.contains_key(&digest) {
             std::fs::remove_file(&to).with_path("remove", &to)?;
@@ -288,17 +333,25 @@ fn add_version(
         .versions
         .insert(format!("v{number}"), Version { created: version.date.clone(), message: Some(message), state });
     inventory.head = format!("v{number}");
-    write_inventory(&built, inventory)?;
-    fsx::syncfs(&built)?;
+    let (bytes, sidecar) = inventory_files(inventory);
+    fsx::write_new(&built.join("inventory.json"), &bytes)?;
+    fsx::write_new(&built.join("inventory.json.sha256"), sidecar.as_bytes())?;
+    Ok(BuiltVersion { number, staging, inventory: inventory.clone() })
+}
+
+/// Puts a built (and durable) version into its object, then names it in the
+/// root inventory: a kill between is mended by the next `open_object`.
+fn commit_version(object: &Path, version: &BuiltVersion) -> Result<()> {
     fsx::create_dir_all_durable(object)?;
-    if number == 1 {
+    if version.number == 1 {
         fsx::atomic_write(&object.join(OBJECT_NAMASTE.0), OBJECT_NAMASTE.1.as_bytes())?;
     }
-    fsx::rename_noreplace(&built, &object.join(format!("v{number}")))
+    let built = version.staging.join(format!("v{}", version.number));
+    fsx::rename_noreplace(&built, &object.join(format!("v{}", version.number)))
         .map_err(|e| Error::io("rename into the object", object, e))?;
     fsx::fsync_dir(object)?;
-    write_inventory(object, inventory)?;
-    fsx::remove_tree(&staging)
+    write_inventory(object, &version.inventory)?;
+    fsx::remove_tree(&version.staging)
 }
 
 /// Copies one file of the item out to `to` (made durable with its version's

@@ -45,24 +45,60 @@ pub fn replicate(collection: &dyn Store, root: &Path, reporter: &dyn Reporter) -
     make_site(collection, root)?;
     let writing = OcflRoot::open_for_writing(root)?;
     let mut summary = TransferSummary::default();
-    for held in collection.inventory().record_summaries() {
-        let held = held?;
-        if !matches!(held.status, Status::Present | Status::Withdrawn) {
-            continue;
+    let mut held = Vec::with_capacity(ITEMS_AT_ONCE);
+    let mut summaries = collection.inventory().record_summaries();
+    loop {
+        let next = summaries.next().transpose()?;
+        if let Some(record) = &next {
+            if matches!(record.status, Status::Present | Status::Withdrawn) {
+                held.push(record.name.clone());
+            }
         }
-        let record = ItemRecord::from_bag(collection.item_files(&held.name).as_ref(), &held.name)?;
-        match writing.add_item(collection, &record) {
+        if held.len() == ITEMS_AT_ONCE || (next.is_none() && !held.is_empty()) {
+            replicate_chunk(collection, &writing, &std::mem::take(&mut held), &mut summary, reporter)?;
+        }
+        if next.is_none() {
+            break;
+        }
+    }
+    writing.finish()?;
+    Ok(summary)
+}
+
+/// How many items are staged (in parallel) before one `syncfs` makes them
+/// durable and they are committed.
+const ITEMS_AT_ONCE: usize = 256;
+
+/// Stages the versions each of `names` lacks in parallel, makes them durable
+/// with one `syncfs`, then commits each.
+fn replicate_chunk(
+    collection: &dyn Store,
+    writing: &OcflRoot,
+    names: &[crate::id::RepositoryName],
+    summary: &mut TransferSummary,
+    reporter: &dyn Reporter,
+) -> Result<()> {
+    use rayon::prelude::*;
+    let staged: Vec<Result<_>> = names
+        .par_iter()
+        .map(|name| {
+            let record = ItemRecord::from_bag(collection.item_files(name).as_ref(), name)?;
+            writing.stage_item(collection, &record)
+        })
+        .collect();
+    writing.make_staged_durable()?;
+    for (name, staged) in names.iter().zip(staged) {
+        match staged.and_then(|staged| writing.commit(staged)) {
             Ok((_, added, _)) if added.is_empty() => summary.skipped += 1,
             Ok((_, added, head)) if added.len() as u32 == head => summary.copied += 1,
             Ok(_) => summary.replaced += 1,
             // What OCFL cannot hold, or an object of another history: this item's problem.
             Err(e @ (Error::Invalid { .. } | Error::Data { .. })) => {
                 summary.problems += 1;
-                reporter.problem(&Problem::new(&held.name.to_string(), None, ProblemKind::Conflict, e.to_string()));
+                reporter.problem(&Problem::new(&name.to_string(), None, ProblemKind::Conflict, e.to_string()));
             }
             Err(e) => return Err(e),
         }
     }
-    writing.finish()?;
-    Ok(summary)
+    Ok(())
 }
