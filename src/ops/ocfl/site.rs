@@ -87,8 +87,8 @@ fn replicate_chunk(
         })
         .collect();
     writing.make_staged_durable()?;
-    for (name, staged) in names.iter().zip(staged) {
-        match staged.and_then(|staged| writing.commit(staged)) {
+    for (name, committed) in names.iter().zip(writing.commit_batch(staged)) {
+        match committed {
             Ok((_, added, _)) if added.is_empty() => summary.skipped += 1,
             Ok((_, added, head)) if added.len() as u32 == head => summary.copied += 1,
             Ok(_) => summary.replaced += 1,
