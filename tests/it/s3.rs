@@ -2053,3 +2053,61 @@ fn an_s3_collection_keeps_sites_and_replicates() {
     assert_eq!(env.s3_ok(p, &["list", copy]).pairs()[0].0, name);
     env.s3_ok(p, &["-q", "audit", main]);
 }
+
+/// Issue 60: four `verify --part K/4` workers at once on one SeaweedFS
+/// collection, one of them SIGKILLed, then its part run again: no recorded
+/// check is lost (`verify --age` finds every item checked within the cycle)
+/// and none is recorded twice (at most one `fixity` event of an item per
+/// worker run that reached it, and every event id once).
+#[test]
+fn verify_parts_on_one_seaweedfs_collection_lose_and_double_no_check() {
+    let env = TestEnv::new();
+    let moto = Moto::seaweedfs("lib");
+    let (p, s3) = (moto.port, "s3://lib/main");
+    env.s3_collection(p, s3);
+    let sources: Vec<String> = (0..16)
+        .map(|i| {
+            env.write(&format!("src/{i}/f.txt"), format!("item {i}\n").as_bytes())
+                .parent()
+                .unwrap()
+                .display()
+                .to_string()
+        })
+        .collect();
+    let mut args = vec!["-q", "deposit", "--each", s3];
+    args.extend(sources.iter().map(String::as_str));
+    env.s3_ok(p, &args);
+    let parts: Vec<String> = (1..=4).map(|k| format!("{k}/4")).collect();
+    let mut workers: Vec<_> = parts
+        .iter()
+        .map(|part| {
+            let mut cmd = env.s3_command(p, &["-q", "verify", s3, "--part", part]);
+            cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(150));
+    let killed = workers.remove(0);
+    unsafe { libc::kill(killed.id() as i32, libc::SIGKILL) };
+    let _ = killed.wait_with_output();
+    for worker in workers {
+        let out = worker.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    env.s3_ok(p, &["-q", "verify", s3, "--part", "1/4"]);
+    env.s3_ok(p, &["-q", "verify", s3, "--age", "--cycle", "90"]);
+    let log: Vec<serde_json::Value> = env
+        .s3_ok(p, &["--json", "log", s3])
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &serde_json::Value| e["type"] == "fixity")
+        .collect();
+    let ids: BTreeSet<&str> = log.iter().map(|e| e["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), log.len(), "every check's event once");
+    let mut per_item: std::collections::BTreeMap<&str, usize> = Default::default();
+    for event in &log {
+        *per_item.entry(event["item"].as_str().unwrap()).or_default() += 1;
+    }
+    assert_eq!(per_item.len(), 16, "every item checked: {per_item:?}");
+    assert!(per_item.values().all(|n| *n <= 2), "at most the killed run and its rerun: {per_item:?}");
+}
