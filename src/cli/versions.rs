@@ -167,16 +167,16 @@ pub fn export(global: GlobalArgs, root: &Path, name: &str, dir: &Path, version: 
 /// `ibi export --ocfl`: every version the OCFL object lacks, into the storage root `dir`.
 pub fn export_ocfl(global: GlobalArgs, root: &Path, name: &str, dir: &Path) -> Result<Outcome> {
     let store = super::open(root)?;
-    let exported = ibi::ops::ocfl::export(store.as_ref(), name, dir)?;
+    let place = ibi::store::location::OcflPlace::parse(dir)?;
+    let exported = ibi::ops::ocfl::export(store.as_ref(), name, &place)?;
     let printer = Printer::new(global);
+    let object = place.show(&exported.object);
     let added: Vec<String> = exported.added.iter().map(|n| format!("v{n}")).collect();
     let line = match added.is_empty() {
-        true => {
-            format!("{}: the OCFL object already holds every version (v{})", exported.object.display(), exported.head)
-        }
-        false => format!("{}: added {}", exported.object.display(), added.join(", ")),
+        true => format!("{object}: the OCFL object already holds every version (v{})", exported.head),
+        false => format!("{object}: added {}", added.join(", ")),
     };
-    let counts = json!({"name": exported.name.to_string(), "object": exported.object.display().to_string(),
+    let counts = json!({"name": exported.name.to_string(), "object": object,
         "added": exported.added, "head": exported.head});
     printer.summary(&line, counts);
     Ok(Outcome::Success)

@@ -427,7 +427,7 @@ pub fn read_opened(RegularFile { mut file, meta }: RegularFile, cap: u64) -> io:
 }
 
 /// Digests of `reader` (sha256 and the algorithms in `also`); `sink` sees every chunk.
-fn hash_stream(
+pub fn hash_stream(
     reader: &mut (impl Read + ?Sized),
     also: &[Algorithm],
     size: Option<u64>,

@@ -331,16 +331,16 @@ fn open_all<'a>(
 /// filesystem (its device) on this host, a far collection's host, an S3
 /// collection's endpoint and bucket.
 fn locality_of(url: &str) -> (String, &'static str) {
-    use crate::store::location::Location;
+    use crate::store::location::{Location, OcflPlace};
     use std::os::unix::fs::MetadataExt;
     match Location::parse(Path::new(url)) {
-        Ok(Location::Local(path) | Location::Ocfl(path)) => {
+        Ok(Location::Local(path) | Location::Ocfl(OcflPlace::Folder(path))) => {
             let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
             let device = std::fs::metadata(&path).map(|m| format!("{:x}", m.dev())).unwrap_or_else(|_| "?".into());
             (format!("filesystem {device} on {}", host.trim()), "filesystem")
         }
         Ok(Location::Far(far)) => (format!("host {}", far.host), "filesystem"),
-        Ok(Location::Object(object)) => {
+        Ok(Location::Object(object) | Location::Ocfl(OcflPlace::Bucket(object))) => {
             let endpoint = std::env::var("AWS_ENDPOINT_URL").or_else(|_| std::env::var("AWS_ENDPOINT"));
             let endpoint = endpoint.unwrap_or_else(|_| "AWS".into());
             (format!("S3 {endpoint} bucket {}", object.bucket), "object store")

@@ -63,8 +63,52 @@ pub enum Location {
     Local(PathBuf),
     Far(FarAddress),
     Object(ObjectAddress),
-    /// An OCFL storage root kept as a site (`ocfl:PATH`, a folder on this machine).
-    Ocfl(PathBuf),
+    /// An OCFL storage root kept as a site (`ocfl:PATH`, `ocfl:s3://BUCKET/PREFIX`).
+    Ocfl(OcflPlace),
+}
+
+/// Where an OCFL storage root is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OcflPlace {
+    /// A folder on this machine.
+    Folder(PathBuf),
+    /// A prefix in a bucket.
+    Bucket(ObjectAddress),
+}
+
+impl OcflPlace {
+    /// Where `export --ocfl` writes: `s3://BUCKET/PREFIX` or `ocfl:…` as
+    /// a site's location reads, any other text a folder.
+    pub fn parse(given: &Path) -> Result<OcflPlace> {
+        let text = given.to_str().unwrap_or_default();
+        if let Some(address) = text.strip_prefix("s3://") {
+            return Ok(OcflPlace::Bucket(parse_s3_address(text, address)?));
+        }
+        match text.strip_prefix("ocfl:") {
+            Some(rest) => match parse_ocfl(text, rest)? {
+                Location::Ocfl(place) => Ok(place),
+                _ => Err(invalid(text, "it is no OCFL storage root's place")),
+            },
+            None => Ok(OcflPlace::Folder(given.to_path_buf())),
+        }
+    }
+
+    /// A place under it, for messages: `ocfl:ROOT/REL`.
+    pub fn show(&self, rel: &str) -> String {
+        match self {
+            OcflPlace::Folder(path) => path.join(rel).display().to_string(),
+            OcflPlace::Bucket(address) => format!("{address}/{rel}"),
+        }
+    }
+}
+
+impl fmt::Display for OcflPlace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OcflPlace::Folder(path) => write!(f, "ocfl:{}", path.display()),
+            OcflPlace::Bucket(address) => write!(f, "ocfl:{address}"),
+        }
+    }
 }
 
 /// A location as the collection there names itself (`Store::location`): a local
@@ -75,12 +119,16 @@ impl fmt::Display for Location {
             Location::Local(path) => write!(f, "{}", path.display()),
             Location::Far(address) => address.fmt(f),
             Location::Object(address) => address.fmt(f),
-            Location::Ocfl(path) => write!(f, "ocfl:{}", path.display()),
+            Location::Ocfl(place) => place.fmt(f),
         }
     }
 }
 
 fn parse_s3(text: &str, rest: &str) -> Result<Location> {
+    parse_s3_address(text, rest).map(Location::Object)
+}
+
+fn parse_s3_address(text: &str, rest: &str) -> Result<ObjectAddress> {
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     let valid = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
     if bucket.len() < 3 || bucket.len() > 63 || !bucket.chars().all(valid) {
@@ -90,23 +138,26 @@ fn parse_s3(text: &str, rest: &str) -> Result<Location> {
     if prefix.split('/').any(|part| part == "." || part == "..") || prefix.contains("//") {
         return Err(invalid(text, "the prefix holds an empty, \".\" or \"..\" part"));
     }
-    Ok(Location::Object(ObjectAddress { bucket: bucket.to_string(), prefix: prefix.to_string() }))
+    Ok(ObjectAddress { bucket: bucket.to_string(), prefix: prefix.to_string() })
 }
 
 fn invalid(text: &str, problem: impl Into<String>) -> Error {
     Error::Invalid { what: format!("collection location \"{text}\""), problem: problem.into() }
 }
 
-/// `ocfl:PATH`: an OCFL storage root in a folder on this machine (a far or
-/// S3 one is not built yet, and is refused by name).
+/// `ocfl:PATH` (a folder on this machine) or `ocfl:s3://BUCKET/PREFIX`; a
+/// far one is refused by name.
 fn parse_ocfl(text: &str, rest: &str) -> Result<Location> {
+    if let Some(address) = rest.strip_prefix("s3://") {
+        return Ok(Location::Ocfl(OcflPlace::Bucket(parse_s3_address(text, address)?)));
+    }
     let far = rest.find(':').is_some_and(|c| rest.find('/').is_none_or(|s| c < s));
     if rest.is_empty() || far || rest.contains("://") {
-        let problem =
-            "an OCFL site is a folder on this machine (ocfl:/srv/ocfl); far and S3 OCFL sites are not built yet";
+        let problem = "an OCFL site is a folder on this machine (ocfl:/srv/ocfl) or a bucket \
+                       (ocfl:s3://BUCKET/PREFIX); a far one is made on its own machine (docs/guide.md)";
         return Err(invalid(text, problem));
     }
-    Ok(Location::Ocfl(PathBuf::from(rest)))
+    Ok(Location::Ocfl(OcflPlace::Folder(PathBuf::from(rest))))
 }
 
 /// Splits `[USER@]HOST`, refusing empty parts and characters ssh would read as options.

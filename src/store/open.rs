@@ -18,7 +18,7 @@ use crate::store::{local, location, registry, Connect, Store};
 pub fn open(location: &Path, connect: &Connect) -> Result<Box<dyn Store>> {
     Ok(match location::Location::parse(location)? {
         location::Location::Local(path) => Box::new(local::Collection::open(&path)?),
-        location::Location::Ocfl(path) => Box::new(crate::store::ocfl::OcflStore::open(&path)?),
+        location::Location::Ocfl(place) => Box::new(crate::store::ocfl::OcflStore::open(&place)?),
         #[cfg(feature = "far")]
         location::Location::Far(address) => Box::new(far::FarStore::open(&address, connect)?),
         #[cfg(feature = "s3")]
@@ -63,7 +63,7 @@ pub fn init(
     config.follows = options.follows.clone();
     let parsed = location::Location::parse(location)?;
     if let location::Location::Ocfl(_) = parsed {
-        let problem = "an OCFL site is made by `ibi site add ROOT ocfl:PATH`, not by init".to_string();
+        let problem = "an OCFL site is made by `ibi site add ROOT ocfl:LOCATION`, not by init".to_string();
         return Err(Error::Invalid { what: parsed.to_string(), problem });
     }
     if let location::Location::Local(path) = parsed {

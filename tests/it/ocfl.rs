@@ -26,6 +26,17 @@ fn validates(path: &Path) -> (bool, String) {
     (out.status.success() && !said.contains("[E"), said)
 }
 
+/// A storage root ibi wrote, judged by both validators: `ocfl-validate.py`
+/// and rocfl 1.7's `validate` (exit 0, "Invalid objects: 0"), each asserted.
+fn assert_root_valid(root: &Path) {
+    let (valid, said) = validates(root);
+    assert!(valid, "ocfl-validate.py: {said}");
+    let rocfl = repo().join("target/rocfl/bin/rocfl");
+    let out = std::process::Command::new(rocfl).arg("-r").arg(root).arg("validate").output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && said.contains("Invalid objects: 0") && !said.contains("[E"), "rocfl: {said}");
+}
+
 /// The one object under an OCFL storage root (the folder holding `0=ocfl_object_1.1`).
 fn the_object(root: &Path) -> PathBuf {
     let found = crate::env::sh(&format!("find '{}' -name '0=ocfl_object_1.1'", root.display()));
@@ -59,8 +70,7 @@ fn an_item_exports_to_ocfl_with_every_version_and_validates() {
     let root = env.path("ocfl");
     let out = env.ok(&["export", &c, &name, root.to_str().unwrap(), "--ocfl"]);
     assert!(out.stderr.contains("added v1, v2, v3"), "{}", out.stderr);
-    let (valid, said) = validates(&root);
-    assert!(valid, "{said}");
+    assert_root_valid(&root);
     let object = the_object(&root);
     let (valid, said) = validates(&object);
     assert!(valid && said.contains("is VALID"), "{said}");
@@ -139,8 +149,7 @@ fn an_ocfl_export_killed_at_random_moments_completes_on_rerun() {
         let args = ["export", &c, &name, root.to_str().unwrap(), "--ocfl"];
         killed += run_and_kill(&env, &args, Duration::from_millis(dice.below(full + 5))) as usize;
         env.ok(&args);
-        let (valid, said) = validates(&root);
-        assert!(valid, "round {round}: {said}");
+        assert_root_valid(&root);
         assert_eq!(inventory(&the_object(&root))["head"], "v4", "round {round}");
         assert!(!root.join("extensions/ibi-staging").exists(), "round {round}: staging left behind");
     }
@@ -369,7 +378,7 @@ fn items_come_back_from_ocfl_with_every_identity_and_the_same_witness_root() {
     for name in &all {
         env.ok(&["-q", "export", &c, name, root.to_str().unwrap(), "--ocfl"]);
     }
-    assert!(validates(&root).0);
+    assert_root_valid(&root);
     let d = env.path("d").to_string_lossy().into_owned();
     env.ok(&["-q", "init", &d, "--like", &c]);
     let run = env.ok(&["deposit", &d, "--ocfl", root.to_str().unwrap()]);
@@ -440,15 +449,14 @@ fn an_ocfl_site_is_replicated_incrementally_audited_and_verified() {
     env.ok(&["-q", "site", "policy", &c, "--copies", "2"]);
     let first = env.ok(&["replicate", &c]);
     assert!(first.stderr.contains("copied 4, replaced 0, skipped 0"), "{}", first.stderr);
-    assert!(validates(&root).0);
+    assert_root_valid(&root);
     let again = env.ok(&["replicate", &c]);
     assert!(again.stderr.contains("copied 0, replaced 0, skipped 4"), "{}", again.stderr);
     env.ok(&["-q", "update", &c, &names[0], "--meta", "Round=2"]);
     env.ok(&["-q", "withdraw", &c, &names[1], "--reason", "a test"]);
     let more = env.ok(&["replicate", &c]);
     assert!(more.stderr.contains("copied 0, replaced 2, skipped 2"), "{}", more.stderr);
-    let (valid, said) = validates(&root);
-    assert!(valid, "{said}");
+    assert_root_valid(&root);
     assert_eq!(env.ok(&["list", &site]).stdout.lines().count(), 4);
 
     let audit = env.ok(&["audit", &c]);
@@ -492,8 +500,7 @@ fn an_ocfl_replicate_killed_at_random_moments_completes_on_rerun() {
         env.ok(&["-q", "site", "add", &c, &site, "--zone", "z"]);
         killed += run_and_kill(&env, &["replicate", &c], Duration::from_millis(dice.below(full + 5))) as usize;
         env.ok(&["-q", "replicate", &c]);
-        let (valid, said) = validates(&root);
-        assert!(valid, "round {round}: {said}");
+        assert_root_valid(&root);
         for (i, name) in names.iter().enumerate() {
             let object = root.join(ibi::ops::ocfl::object_path(&format!("http://urlib.net/{name}")));
             let head = if i % 3 == 0 { "v2" } else { "v1" };

@@ -8,8 +8,10 @@
 //! `tagmanifest-sha256.txt` is the item's identity digest at that version;
 //! files unchanged between versions are stored once. A new version is built
 //! under the root's `extensions/ibi-staging/` (a valid root meanwhile), then
-//! renamed into the object and named by the inventories; a kill between that
-//! rename and the root inventory is mended by the next run.
+//! renamed into the object and named by the inventories; in a bucket, which
+//! has no rename, it is written where it stays, its inventory last. A kill
+//! between the version and the root inventory is mended by the next run. The
+//! root's files are reached through `store::ocfl::files::RootWrites`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,32 +20,40 @@ use sha2::Digest;
 
 use crate::bag::files::{FileKind, TreeEntry};
 use crate::bag::history::VERSIONS_DIR;
-use crate::error::{Error, IoContext, Result};
-use crate::fsx::{self, CopyMode};
+use crate::digest::Algorithm;
+use crate::error::{Error, Result};
 use crate::id::RepositoryName;
+use crate::store::location::OcflPlace;
+use crate::store::ocfl::files::RootWrites;
+use crate::store::ocfl::format::{object_rel, read_inventory_in, User};
 use crate::store::{resolve, ItemRecord, Store};
 
-use super::{object_path, read_inventory, Inventory, Version, LAYOUT, OBJECT_ID_BASE};
+use super::{Inventory, Version, LAYOUT, OBJECT_ID_BASE};
 
 const ROOT_NAMASTE: (&str, &str) = ("0=ocfl_1.1", "ocfl_1.1\n");
 const OBJECT_NAMASTE: (&str, &str) = ("0=ocfl_object_1.1", "ocfl_object_1.1\n");
-/// Where a version is built before it is renamed into its object.
+/// Where a version is built before it is renamed into its object (a folder only).
 const STAGING: &str = "extensions/ibi-staging";
+/// Files of ibi's own under the root: the site's lease (in a bucket) and its aliases.
+pub const SITE_EXTENSION: &str = "extensions/ibi-site";
 
 /// What `export --ocfl` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OcflExported {
     pub name: RepositoryName,
-    /// The object's root folder.
-    pub object: PathBuf,
+    /// The object's root folder, relative to the storage root.
+    pub object: String,
     /// The versions it added (none when the object already held every one).
     pub added: Vec<u32>,
     pub head: u32,
 }
 
+/// What committing one item did: its object (relative), the versions added, the head.
+pub type Committed = (String, Vec<u32>, u32);
+
 /// Writes every version of the item `text` names that the OCFL object of it
 /// under `root` does not hold yet, making the storage root when it is missing.
-pub fn export(store: &dyn Store, text: &str, root: &Path) -> Result<OcflExported> {
+pub fn export(store: &dyn Store, text: &str, root: &OcflPlace) -> Result<OcflExported> {
     let name = resolve(store, text)?;
     let record = ItemRecord::from_bag(store.item_files(&name).as_ref(), &name)?;
     let writing = OcflRoot::open_for_writing(root)?;
@@ -52,201 +62,204 @@ pub fn export(store: &dyn Store, text: &str, root: &Path) -> Result<OcflExported
     Ok(OcflExported { name, object, added, head })
 }
 
-/// An OCFL storage root held for writing: made if missing, locked (a lock on
-/// the root folder itself, as a lock file would be a stray file to OCFL), and
+/// An OCFL storage root held for writing: made if missing, locked, and
 /// cleared of what a killed writer staged.
 pub struct OcflRoot {
-    root: PathBuf,
-    _lock: std::fs::File,
+    files: Box<dyn RootWrites>,
+    _lock: std::sync::Mutex<Box<dyn std::any::Any + Send>>,
 }
 
 impl OcflRoot {
-    pub fn open_for_writing(root: &Path) -> Result<OcflRoot> {
-        prepare_root(root)?;
-        let lock = std::fs::File::open(root).with_path("open", root)?;
-        lock.lock().with_path("lock", root)?;
-        fsx::remove_tree(&root.join(STAGING))?;
-        Ok(OcflRoot { root: root.to_path_buf(), _lock: lock })
+    pub fn open_for_writing(place: &OcflPlace) -> Result<OcflRoot> {
+        let files = crate::store::ocfl::root_at(place)?;
+        prepare_root(files.as_ref())?;
+        let lock = files.lock()?;
+        if files.stages() {
+            files.remove_tree(STAGING)?;
+        }
+        Ok(OcflRoot { files, _lock: std::sync::Mutex::new(lock) })
+    }
+
+    /// The root's files.
+    pub fn files(&self) -> &dyn RootWrites {
+        self.files.as_ref()
     }
 
     /// Adds the versions of the item `record` names that its object lacks:
     /// the object's folder, the versions added and the head.
-    pub fn add_item(&self, store: &dyn Store, record: &ItemRecord) -> Result<(PathBuf, Vec<u32>, u32)> {
+    pub fn add_item(&self, store: &dyn Store, record: &ItemRecord) -> Result<Committed> {
         let staged = self.stage_item(store, record)?;
         self.make_staged_durable()?;
         self.commit(staged)
     }
 
-    /// Builds, under the staging folder, every version of `record`'s item its
-    /// object lacks (nothing made durable yet: the caller's `syncfs` does,
-    /// for as many items as it stages, before any is committed).
+    /// Builds every version of `record`'s item its object lacks (staged in a
+    /// folder, in place in a bucket; nothing made durable yet: the caller's
+    /// `make_staged_durable` does, for as many items as it stages, before
+    /// any is committed).
     pub fn stage_item(&self, store: &dyn Store, record: &ItemRecord) -> Result<StagedItem> {
         let id = format!("{OBJECT_ID_BASE}{}", record.name);
-        let object = self.root.join(object_path(&id));
-        let mut inventory = open_object(&object, &id)?;
+        let object = object_rel(&id);
+        let mut inventory = open_object(self.files(), &object, &id, record.current().number)?;
         let held = inventory.head_number();
-        held_versions_match(&inventory, record, &object)?;
+        held_versions_match(&inventory, record, &format!("{}/{object}", self.files.place()))?;
         if held > 0 && held < record.current().number && record.withdrawn.is_some() {
             refuse_a_purge(store, record)?;
         }
         let mut versions = Vec::new();
         for number in held + 1..=record.current().number {
-            versions.push(build_version(store, record, number, &mut inventory, &self.root)?);
+            let built = VersionBuild { files: self.files(), store, record, object: &object };
+            versions.push(built.build(number, &mut inventory)?);
         }
         Ok(StagedItem { object, versions, head: inventory.head_number() })
     }
 
-    /// Renames each staged version into its object, in order, each named by
-    /// the root inventory at once: the object's folder, the versions added
-    /// and the head.
-    pub fn commit(&self, staged: StagedItem) -> Result<(PathBuf, Vec<u32>, u32)> {
+    /// Puts each staged version into its object, in order, each named by
+    /// the root inventory at once.
+    pub fn commit(&self, staged: StagedItem) -> Result<Committed> {
         let added = staged.versions.iter().map(|v| v.number).collect();
         for version in &staged.versions {
-            commit_version(&staged.object, version)?;
+            place_version(self.files(), &staged.object, version)?;
+            self.files.sync()?;
+            write_inventory(self.files(), &staged.object, &version.inventory, true)?;
+            self.drop_staging(version)?;
         }
         Ok((staged.object, added, staged.head))
     }
 
-    /// Commits many staged items at once: every version renamed into its
-    /// object, one `syncfs`, every root inventory replaced, one more `syncfs`
+    /// Commits many staged items at once: every version put into its
+    /// object, one `sync`, every root inventory replaced, one more `sync`
     /// (where `commit` makes each step durable on its own). A kill between
-    /// leaves objects whose root inventory lags their newest version folder,
+    /// leaves objects whose root inventory lags their newest version,
     /// which the next `open_object` mends.
-    pub fn commit_batch(&self, staged: Vec<Result<StagedItem>>) -> Vec<Result<(PathBuf, Vec<u32>, u32)>> {
+    pub fn commit_batch(&self, staged: Vec<Result<StagedItem>>) -> Vec<Result<Committed>> {
         use rayon::prelude::*;
-        let placed: Vec<Result<StagedItem>> =
-            staged.into_par_iter().map(|s| s.and_then(|s| place_versions(&s).map(|()| s))).collect();
-        if let Err(e) = fsx::syncfs(&self.root) {
-            return placed
-                .into_iter()
-                .map(|_| Err(Error::io("sync", &self.root, std::io::Error::other(e.to_string()))))
-                .collect();
+        let files = self.files();
+        let placed: Vec<Result<StagedItem>> = staged
+            .into_par_iter()
+            .map(|s| s.and_then(|s| s.versions.iter().try_for_each(|v| place_version(files, &s.object, v)).map(|()| s)))
+            .collect();
+        if let Err(e) = self.files.sync() {
+            return placed.into_iter().map(|_| Err(for_each_item(&e))).collect();
         }
-        let named: Vec<Result<(PathBuf, Vec<u32>, u32)>> = placed
+        let named: Vec<Result<Committed>> = placed
             .into_par_iter()
             .map(|s| {
                 let s = s?;
                 if let Some(last) = s.versions.last() {
-                    replace_root_inventory(&s.object, &last.inventory)?;
+                    write_inventory(files, &s.object, &last.inventory, false)?;
                 }
-                let added = s.versions.iter().map(|v| v.number).collect();
-                Ok((s.object, added, s.head))
+                for version in &s.versions {
+                    self.drop_staging(version)?;
+                }
+                Ok((s.object.clone(), s.versions.iter().map(|v| v.number).collect(), s.head))
             })
             .collect();
-        match fsx::syncfs(&self.root) {
+        match self.files.sync() {
             Ok(()) => named,
-            Err(e) => named
-                .into_iter()
-                .map(|_| Err(Error::io("sync", &self.root, std::io::Error::other(e.to_string()))))
-                .collect(),
+            Err(e) => named.into_iter().map(|_| Err(for_each_item(&e))).collect(),
         }
     }
 
-    /// Makes every version staged so far durable (one `syncfs`), before any is committed.
+    /// Makes every version staged so far durable (one `sync`), before any is committed.
     pub fn make_staged_durable(&self) -> Result<()> {
-        match self.root.join(STAGING).exists() {
-            true => fsx::syncfs(&self.root.join(STAGING)),
-            false => Ok(()),
-        }
+        self.files.sync()
     }
 
     /// Ends the writing: nothing staged is left.
     pub fn finish(self) -> Result<()> {
-        fsx::remove_tree(&self.root.join(STAGING))
+        match self.files.stages() {
+            true => self.files.remove_tree(STAGING),
+            false => Ok(()),
+        }
     }
+
+    fn drop_staging(&self, version: &BuiltVersion) -> Result<()> {
+        match &version.staging {
+            Some(staging) => self.files.remove_tree(staging),
+            None => Ok(()),
+        }
+    }
+}
+
+/// One failure of a batch, told to each of its items.
+fn for_each_item(e: &Error) -> Error {
+    Error::Refused { what: "this batch of OCFL versions".into(), why: e.to_string() }
 }
 
 /// Makes the storage root (its declaration, layout and extension config) if
-/// it is missing; refuses a folder that is something else.
-fn prepare_root(root: &Path) -> Result<()> {
-    let declaration = root.join(ROOT_NAMASTE.0);
-    if declaration.exists() {
-        let layout = std::fs::read_to_string(root.join("ocfl_layout.json")).unwrap_or_default();
-        if !layout.contains(LAYOUT) {
+/// it is missing; refuses a place that is something else.
+fn prepare_root(files: &dyn RootWrites) -> Result<()> {
+    if files.read_small(ROOT_NAMASTE.0)?.is_some() {
+        let layout = files.read_small("ocfl_layout.json")?.unwrap_or_default();
+        if !String::from_utf8_lossy(&layout).contains(LAYOUT) {
             let problem = format!("this OCFL storage root is not laid out by {LAYOUT}, the one layout ibi writes");
-            return Err(Error::Invalid { what: root.display().to_string(), problem });
+            return Err(Error::Invalid { what: files.place(), problem });
         }
         return Ok(());
     }
-    if !holds_only_an_unfinished_root(root) {
+    let extension = format!("extensions/{LAYOUT}");
+    let ours = |rel: &str| {
+        [format!("{extension}/config.json").as_str(), "ocfl_layout.json"].contains(&rel)
+            || rel.starts_with(&format!("{SITE_EXTENSION}/"))
+    };
+    // What a killed run left half written goes too.
+    if !files.clear_unfinished_root(&ours)? {
         let problem = "it is neither an OCFL storage root nor empty: name a new folder or an OCFL root".to_string();
-        return Err(Error::Invalid { what: root.display().to_string(), problem });
+        return Err(Error::Invalid { what: files.place(), problem });
     }
-    // What a killed run left half written goes first.
-    for entry in walkdir::WalkDir::new(root).min_depth(1).into_iter().flatten() {
-        if entry.file_name().to_string_lossy().starts_with(fsx::TEMP_PREFIX) {
-            std::fs::remove_file(entry.path()).with_path("remove", entry.path())?;
-        }
-    }
-    fsx::create_dir_all_durable(&root.join("extensions").join(LAYOUT))?;
     let config = serde_json::json!({"extensionName": LAYOUT, "digestAlgorithm": "sha256", "tupleSize": 3,
         "numberOfTuples": 3});
-    let extension = root.join("extensions").join(LAYOUT).join("config.json");
-    fsx::atomic_write(&extension, format!("{config:#}\n").as_bytes())?;
+    files.replace(&format!("{extension}/config.json"), format!("{config:#}\n").as_bytes())?;
     let layout = serde_json::json!({"extension": LAYOUT,
         "description": "Hashed Truncated N-tuple Trees with Object ID Encapsulating Directory"});
-    fsx::atomic_write(&root.join("ocfl_layout.json"), format!("{layout:#}\n").as_bytes())?;
+    files.replace("ocfl_layout.json", format!("{layout:#}\n").as_bytes())?;
     // The declaration last: a root is one once it says so.
-    fsx::atomic_write(&declaration, ROOT_NAMASTE.1.as_bytes())
+    files.replace(ROOT_NAMASTE.0, ROOT_NAMASTE.1.as_bytes())
 }
 
-/// Whether `root` is missing, empty, or holds nothing but what `prepare_root`
-/// writes before the declaration (a run killed while making the root).
-fn holds_only_an_unfinished_root(root: &Path) -> bool {
-    if std::fs::symlink_metadata(root).is_err() {
-        return true;
-    }
-    let extension = Path::new("extensions").join(LAYOUT);
-    let ours = |rel: &Path| {
-        let temp = rel.file_name().is_some_and(|n| n.to_string_lossy().starts_with(fsx::TEMP_PREFIX));
-        let parent_ours = rel.parent().is_some_and(|p| p == Path::new("") || p == extension);
-        (temp && parent_ours)
-            || [Path::new("extensions"), &extension, &extension.join("config.json"), Path::new("ocfl_layout.json")]
-                .contains(&rel)
-    };
-    walkdir::WalkDir::new(root).min_depth(1).into_iter().all(|entry| {
-        entry.is_ok_and(|e| e.path().strip_prefix(root).is_ok_and(|rel| ours(rel) && !e.path_is_symlink()))
-    })
-}
-
-/// The object's inventory, mended after a kill: a version folder whose
-/// inventory was written but not yet copied to the object's root becomes the
-/// head; one without an inventory is removed. A new, empty inventory for a
-/// new object.
-fn open_object(object: &Path, id: &str) -> Result<Inventory> {
+/// The object's inventory, mended after a kill: a version whose inventory
+/// was written but not yet copied to the object's root becomes the head;
+/// one without an inventory is removed. A new, empty inventory for a new
+/// object. When the root inventory already names `head` versions (the
+/// item's), nothing else is read.
+fn open_object(files: &dyn RootWrites, object: &str, id: &str, head: u32) -> Result<Inventory> {
     // A root inventory a killed batch left half renamed: a stray file to OCFL.
-    for entry in std::fs::read_dir(object).into_iter().flatten().flatten() {
-        if entry.file_name().to_string_lossy().starts_with(fsx::TEMP_PREFIX) {
-            std::fs::remove_file(entry.path()).with_path("remove", entry.path())?;
+    files.clear_object_leftovers(object)?;
+    let at_root = read_inventory_in(files, object)?;
+    if let Some(inventory) = at_root.as_ref().filter(|i| i.head_number() == head && i.id == id) {
+        return Ok(inventory.clone());
+    }
+    let mut newest: Option<Inventory> = None;
+    for number in files.version_numbers(object)? {
+        let version = format!("{object}/v{number}");
+        match (newest.as_ref().map_or(0, Inventory::head_number) + 1 == number, read_inventory_in(files, &version)?) {
+            (true, Some(inventory)) => newest = Some(inventory),
+            _ => files.remove_tree(&version)?,
         }
     }
-    let mut newest: Option<(u32, Inventory)> = None;
-    for number in 1.. {
-        let version = object.join(format!("v{number}"));
-        if !version.exists() {
-            break;
-        }
-        match read_inventory(&version)? {
-            Some(inventory) => newest = Some((number, inventory)),
-            None => fsx::remove_tree(&version)?,
-        }
-    }
-    let Some((_, inventory)) = newest else { return Ok(Inventory::new(id)) };
+    let Some(inventory) = newest else { return Ok(Inventory::new(id)) };
     if inventory.id != id {
         let problem = format!("its inventory names the object {}, not {id}", inventory.id);
-        return Err(Error::Data { what: object.display().to_string(), problem });
+        return Err(Error::Data { what: format!("{}/{object}", files.place()), problem });
     }
-    if read_inventory(object)?.as_ref() != Some(&inventory) {
-        write_inventory(object, &inventory)?;
+    if at_root.as_ref() != Some(&inventory) {
+        write_inventory(files, object, &inventory, true)?;
     }
     Ok(inventory)
 }
 
-/// Writes `inventory` and its sidecar into `dir`, each atomically.
-fn write_inventory(dir: &Path, inventory: &Inventory) -> Result<()> {
+/// Writes `inventory` and its sidecar into `dir`, each replaced whole
+/// (durable at once when `durable`, else with the caller's `sync`).
+fn write_inventory(files: &dyn RootWrites, dir: &str, inventory: &Inventory, durable: bool) -> Result<()> {
     let (bytes, sidecar) = inventory_files(inventory);
-    fsx::atomic_write(&dir.join("inventory.json"), &bytes)?;
-    fsx::atomic_write(&dir.join("inventory.json.sha256"), sidecar.as_bytes())
+    for (name, content) in [("inventory.json", bytes.as_slice()), ("inventory.json.sha256", sidecar.as_bytes())] {
+        match durable {
+            true => files.replace(&format!("{dir}/{name}"), content)?,
+            false => files.replace_unsynced(&format!("{dir}/{name}"), content)?,
+        }
+    }
+    Ok(())
 }
 
 /// An inventory's bytes and its sidecar's text.
@@ -255,10 +268,9 @@ fn inventory_files(inventory: &Inventory) -> (Vec<u8>, String) {
     let digest = hex::encode(sha2::Sha256::digest(&bytes));
     (bytes, format!("{digest} inventory.json\n"))
 }
-
 /// Every version the object holds must be the item's version of that number
 /// (the same identity digest): an object of another history is never added to.
-fn held_versions_match(inventory: &Inventory, record: &ItemRecord, object: &Path) -> Result<()> {
+fn held_versions_match(inventory: &Inventory, record: &ItemRecord, object: &str) -> Result<()> {
     for version in record.versions.iter().take(inventory.head_number() as usize) {
         let held = inventory.digest_at(version.number, "tagmanifest-sha256.txt");
         if held != Some(version.digest.as_str()) {
@@ -269,12 +281,12 @@ fn held_versions_match(inventory: &Inventory, record: &ItemRecord, object: &Path
                 version.number,
                 version.digest
             );
-            return Err(Error::Data { what: object.display().to_string(), problem });
+            return Err(Error::Data { what: object.to_string(), problem });
         }
     }
     if inventory.head_number() as usize > record.versions.len() {
         let problem = format!("it holds more versions than the item's {}", record.versions.len());
-        return Err(Error::Data { what: object.display().to_string(), problem });
+        return Err(Error::Data { what: object.to_string(), problem });
     }
     Ok(())
 }
@@ -327,123 +339,129 @@ fn version_files(store: &dyn Store, record: &ItemRecord, number: u32) -> Result<
     Ok(files)
 }
 
-/// An item's versions built under the staging folder, not yet in its object.
+/// An item's versions built, not yet named by its object's root inventory.
 pub struct StagedItem {
-    object: PathBuf,
+    object: String,
     versions: Vec<BuiltVersion>,
     head: u32,
 }
 
-/// One version built: where, and the object's inventory with it as head.
+/// One version built: where (its folder relative to the root), the staging
+/// folder to remove once it is placed (a folder only), and the object's
+/// inventory with it as head.
 struct BuiltVersion {
     number: u32,
-    staging: PathBuf,
+    built: String,
+    staging: Option<String>,
     inventory: Inventory,
 }
 
-/// Builds version `number` under the staging folder: only content new to the
-/// object, the rest referred to by digest; its inventory and sidecar written.
-fn build_version(
-    store: &dyn Store,
-    record: &ItemRecord,
-    number: u32,
-    inventory: &mut Inventory,
-    root: &Path,
-) -> Result<BuiltVersion> {
-    let files = version_files(store, record, number)?;
-    let staging = root.join(STAGING).join(format!("{}-v{number}", uuid::Uuid::new_v4()));
-    let built = staging.join(format!("v{number}"));
-    std::fs::create_dir_all(&built).with_path("create", &built)?;
-    let mut state: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (rel, logical) in &files {
-        let content = format!("v{number}/content/{logical}");
-        let to = staging.join(&content);
-        std::fs::create_dir_all(fsx::parent_dir(&to)).with_path("create", fsx::parent_dir(&to))?;
-        let digest = copy_out(store, &record.name, rel, &to)?;
-        if inventory.manifest.contains_key(&digest) || state.contains_key(&digest) {
-            std::fs::remove_file(&to).with_path("remove", &to)?;
-        } else {
-            inventory.manifest.entry(digest.clone()).or_default().push(content);
+/// What building a version of one item reads and writes.
+struct VersionBuild<'a> {
+    files: &'a dyn RootWrites,
+    store: &'a dyn Store,
+    record: &'a ItemRecord,
+    object: &'a str,
+}
+
+impl VersionBuild<'_> {
+    /// Builds version `number`: only content new to the object, the rest
+    /// referred to by digest; the other manifests' digests of what is new
+    /// in the `fixity` block; its inventory and sidecar written.
+    fn build(&self, number: u32, inventory: &mut Inventory) -> Result<BuiltVersion> {
+        let files = version_files(self.store, self.record, number)?;
+        let (built, staging) = match self.files.stages() {
+            true => {
+                let staging = format!("{STAGING}/{}-v{number}", uuid::Uuid::new_v4());
+                (format!("{staging}/v{number}"), Some(staging))
+            }
+            false => (format!("{}/v{number}", self.object), None),
+        };
+        let mut state: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut added = Vec::new();
+        for (rel, logical) in &files {
+            let content = format!("v{number}/content/{logical}");
+            let at = format!("{built}/content/{logical}");
+            let digest = self.copy_out(rel, &at)?;
+            if inventory.manifest.contains_key(&digest) || state.contains_key(&digest) {
+                self.files.remove(&at)?;
+            } else {
+                inventory.manifest.entry(digest.clone()).or_default().push(content.clone());
+                added.push((logical.clone(), content));
+            }
+            state.entry(digest).or_default().push(logical.clone());
         }
-        state.entry(digest).or_default().push(logical.clone());
+        self.files.prune_empty_dirs(&format!("{built}/content"))?;
+        self.add_fixity(&files, &added, inventory)?;
+        let version = &self.record.versions[number as usize - 1];
+        let message = format!("ibi version {number} of {}", self.record.name);
+        let subsystem = self.store.subsystem();
+        let user = Some(User { name: format!("ibi at {}:{}", subsystem.host, subsystem.port), address: None });
+        inventory.versions.insert(
+            format!("v{number}"),
+            Version { created: version.date.clone(), message: Some(message), user, state },
+        );
+        inventory.head = format!("v{number}");
+        let (bytes, sidecar) = inventory_files(inventory);
+        self.files.create(&format!("{built}/inventory.json"), &bytes)?;
+        self.files.create(&format!("{built}/inventory.json.sha256"), sidecar.as_bytes())?;
+        Ok(BuiltVersion { number, built, staging, inventory: inventory.clone() })
     }
-    prune_empty_dirs(&built.join("content"))?;
-    let version = &record.versions[number as usize - 1];
-    let message = format!("ibi version {number} of {}", record.name);
-    inventory
-        .versions
-        .insert(format!("v{number}"), Version { created: version.date.clone(), message: Some(message), state });
-    inventory.head = format!("v{number}");
-    let (bytes, sidecar) = inventory_files(inventory);
-    fsx::write_new(&built.join("inventory.json"), &bytes)?;
-    fsx::write_new(&built.join("inventory.json.sha256"), sidecar.as_bytes())?;
-    Ok(BuiltVersion { number, staging, inventory: inventory.clone() })
-}
 
-/// Renames each built (and durable) version into its object, in order,
-/// nothing made durable here (`commit_batch` syncs after all of them).
-fn place_versions(staged: &StagedItem) -> Result<()> {
-    for version in &staged.versions {
-        std::fs::create_dir_all(&staged.object).with_path("create", &staged.object)?;
-        if version.number == 1 {
-            std::fs::write(staged.object.join(OBJECT_NAMASTE.0), OBJECT_NAMASTE.1)
-                .with_path("write", staged.object.join(OBJECT_NAMASTE.0))?;
+    /// Copies one file of the item out to `to` (made durable with the
+    /// version's `sync`, before the version is named); its sha256, hex.
+    fn copy_out(&self, rel: &str, to: &str) -> Result<String> {
+        let name = &self.record.name;
+        let origin = PathBuf::from(format!("{}/{name}/{rel}", self.store.location()));
+        let (mut reader, _) = self.store.open(name, rel).map_err(|e| Error::io("open", &origin, e))?;
+        self.files.create_from(to, &mut reader, &origin)
+    }
+
+    /// The digests the bag's other manifests (md5, sha1, sha512) give the
+    /// payload files whose content this version adds, as the inventory's
+    /// `fixity` block holds them: algorithm, digest, content paths.
+    fn add_fixity(
+        &self,
+        files: &[(String, String)],
+        added: &[(String, String)],
+        inventory: &mut Inventory,
+    ) -> Result<()> {
+        let bag = self.store.item_files(&self.record.name);
+        for (rel, logical) in files {
+            let Some(algorithm) = other_manifest_algorithm(logical) else { continue };
+            let text = bag.read(rel).map_err(|e| Error::io("read", Path::new(rel), e))?;
+            let digests: BTreeMap<&str, &str> = std::str::from_utf8(&text)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|line| line.split_once(char::is_whitespace))
+                .map(|(digest, path)| (path.trim_start(), digest))
+                .collect();
+            for (logical, content) in added {
+                if let Some(digest) = digests.get(logical.as_str()) {
+                    let block = inventory.fixity.entry(algorithm.name().to_string()).or_default();
+                    block.entry(digest.to_ascii_lowercase()).or_default().push(content.clone());
+                }
+            }
         }
-        let built = version.staging.join(format!("v{}", version.number));
-        fsx::rename_noreplace(&built, &staged.object.join(format!("v{}", version.number)))
-            .map_err(|e| Error::io("rename into the object", &staged.object, e))?;
-        let _ = std::fs::remove_dir_all(&version.staging);
+        Ok(())
     }
-    Ok(())
 }
 
-/// Replaces the object's root inventory and sidecar, each by a rename,
-/// durable with the caller's `syncfs`.
-fn replace_root_inventory(object: &Path, inventory: &Inventory) -> Result<()> {
-    let (bytes, sidecar) = inventory_files(inventory);
-    for (name, content) in [("inventory.json", bytes.as_slice()), ("inventory.json.sha256", sidecar.as_bytes())] {
-        let temp = object.join(format!("{}{name}", fsx::TEMP_PREFIX));
-        std::fs::write(&temp, content).with_path("write", &temp)?;
-        std::fs::rename(&temp, object.join(name)).with_path("rename", &temp)?;
-    }
-    Ok(())
+/// The algorithm of a payload manifest other than sha256 (`manifest-md5.txt`, …).
+fn other_manifest_algorithm(logical: &str) -> Option<Algorithm> {
+    let name = logical.strip_prefix("manifest-")?.strip_suffix(".txt")?;
+    Algorithm::from_name(name).filter(|a| a.name() != "sha256")
 }
 
-/// Puts a built (and durable) version into its object, then names it in the
-/// root inventory: a kill between is mended by the next `open_object`.
-fn commit_version(object: &Path, version: &BuiltVersion) -> Result<()> {
-    fsx::create_dir_all_durable(object)?;
+/// Puts a built (and durable) version into its object: the object's
+/// declaration with its first version, then (in a folder) the version
+/// renamed in; made durable by the caller's `sync`.
+fn place_version(files: &dyn RootWrites, object: &str, version: &BuiltVersion) -> Result<()> {
     if version.number == 1 {
-        fsx::atomic_write(&object.join(OBJECT_NAMASTE.0), OBJECT_NAMASTE.1.as_bytes())?;
+        files.replace_unsynced(&format!("{object}/{}", OBJECT_NAMASTE.0), OBJECT_NAMASTE.1.as_bytes())?;
     }
-    let built = version.staging.join(format!("v{}", version.number));
-    fsx::rename_noreplace(&built, &object.join(format!("v{}", version.number)))
-        .map_err(|e| Error::io("rename into the object", object, e))?;
-    fsx::fsync_dir(object)?;
-    write_inventory(object, &version.inventory)?;
-    fsx::remove_tree(&version.staging)
-}
-
-/// Copies one file of the item out to `to` (made durable with its version's
-/// `syncfs`, before the version is renamed into the object); its sha256, hex.
-fn copy_out(store: &dyn Store, name: &RepositoryName, rel: &str, to: &Path) -> Result<String> {
-    let origin = PathBuf::from(format!("{}/{name}/{rel}", store.location()));
-    let (mut reader, mtime) = store.open(name, rel).map_err(|e| Error::io("open", &origin, e))?;
-    let mode = CopyMode { follow: false, sync: false, progress: &|_| {}, also: &[] };
-    let digests = fsx::write_hashing(&mut reader, &origin, to, mtime, mode).map_err(Error::from)?;
-    Ok(digests.sha256().to_string())
-}
-
-/// Removes the folders that copies left empty (content stored in an earlier version).
-fn prune_empty_dirs(dir: &Path) -> Result<()> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(()) };
-    for entry in entries.flatten() {
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            prune_empty_dirs(&entry.path())?;
-        }
+    match files.stages() {
+        true => files.rename_dir(&version.built, &format!("{object}/v{}", version.number)),
+        false => Ok(()),
     }
-    if std::fs::read_dir(dir).is_ok_and(|mut e| e.next().is_none()) {
-        std::fs::remove_dir(dir).with_path("remove", dir)?;
-    }
-    Ok(())
 }

@@ -5,53 +5,61 @@
 //! What OCFL 1.1 cannot hold (a purged version, a path with CR, LF or TAB) is
 //! a problem of that item; the others go on.
 
-use std::path::Path;
-
 use crate::error::{Error, Result};
 use crate::ops::driver::TransferSummary;
 use crate::ops::report::Reporter;
 use crate::problem::{Problem, ProblemKind};
 use crate::store::config::{CollectionConfig, Peer};
+use crate::store::location::OcflPlace;
 use crate::store::ocfl::{OcflStore, SITE_FILE};
 use crate::store::{ItemRecord, Status, Store};
 
 use super::export::OcflRoot;
 
+/// The site's file of IBIp aliases (`IBIP<TAB>NAME` lines), inside an
+/// extension's folder: OCFL allows no links, and an alias is no object.
+pub const ALIASES_FILE: &str = "extensions/ibi-site/aliases.tsv";
+
 /// Makes `root` an OCFL site of `collection` (or checks that it is one),
 /// and opens it.
-pub fn make_site(collection: &dyn Store, root: &Path) -> Result<OcflStore> {
+pub fn make_site(collection: &dyn Store, root: &OcflPlace) -> Result<OcflStore> {
     let id = collection.inventory().collection_id();
-    let site_file = root.join(SITE_FILE);
-    if site_file.is_file() {
-        let (config, _) = CollectionConfig::read(&site_file)?;
-        let copies = config.follows.as_ref().map(|peer| peer.id.clone());
+    let files = crate::store::ocfl::root_at(root)?;
+    if files.read_small(SITE_FILE)?.is_some() {
+        let site = OcflStore::open_on(files)?;
+        let copies = site.inventory().current_config()?.and_then(|c| c.follows).map(|peer| peer.id);
         if copies != id {
             let problem = format!("it is an OCFL site of {}, not of this collection", copies.unwrap_or_default());
-            return Err(Error::Invalid { what: format!("ocfl:{}", root.display()), problem });
+            return Err(Error::Invalid { what: root.to_string(), problem });
         }
-        return OcflStore::open(root);
+        return Ok(site);
     }
-    OcflRoot::open_for_writing(root)?.finish()?;
+    let writing = OcflRoot::open_for_writing(root)?;
     let mut config = CollectionConfig::new(collection.subsystem(), collection.organisation().map(str::to_string));
     config.follows = Some(Peer { id: id.unwrap_or_default(), location: collection.location() });
-    crate::fsx::atomic_write(&site_file, config.to_toml().as_bytes())?;
+    writing.files().replace(SITE_FILE, config.to_toml().as_bytes())?;
+    writing.finish()?;
     OcflStore::open(root)
 }
 
 /// Brings every item `collection` holds (present or withdrawn) into the
 /// OCFL site at `root`: new objects are `copied`, objects given more versions
 /// `replaced`, the rest `skipped`.
-pub fn replicate(collection: &dyn Store, root: &Path, reporter: &dyn Reporter) -> Result<TransferSummary> {
+pub fn replicate(collection: &dyn Store, root: &OcflPlace, reporter: &dyn Reporter) -> Result<TransferSummary> {
     make_site(collection, root)?;
     let writing = OcflRoot::open_for_writing(root)?;
     let mut summary = TransferSummary::default();
     let mut held = Vec::with_capacity(ITEMS_AT_ONCE);
+    let mut aliases = String::new();
     let mut summaries = collection.inventory().record_summaries();
     loop {
         let next = summaries.next().transpose()?;
         if let Some(record) = &next {
             if matches!(record.status, Status::Present | Status::Withdrawn) {
                 held.push(record.name.clone());
+                if let Some(ibip) = &record.ibip {
+                    aliases.push_str(&format!("{ibip}\t{}\n", record.name));
+                }
             }
         }
         if held.len() == ITEMS_AT_ONCE || (next.is_none() && !held.is_empty()) {
@@ -61,8 +69,17 @@ pub fn replicate(collection: &dyn Store, root: &Path, reporter: &dyn Reporter) -
             break;
         }
     }
+    keep_aliases(&writing, &aliases)?;
     writing.finish()?;
     Ok(summary)
+}
+
+/// Writes the site's aliases file when it differs from what it holds.
+fn keep_aliases(writing: &OcflRoot, aliases: &str) -> Result<()> {
+    match writing.files().read_small(ALIASES_FILE)? {
+        Some(held) if held == aliases.as_bytes() => Ok(()),
+        _ => writing.files().replace(ALIASES_FILE, aliases.as_bytes()),
+    }
 }
 
 /// How many items are staged (in parallel) before one `syncfs` makes them

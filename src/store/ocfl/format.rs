@@ -11,6 +11,8 @@ use sha2::Digest;
 
 use crate::error::{Error, Result};
 
+use super::files::RootFiles;
+
 /// The base of an item's OCFL object id: the standard's resolver form.
 pub const OBJECT_ID_BASE: &str = "http://urlib.net/";
 /// The storage layout every OCFL tool reads.
@@ -40,7 +42,18 @@ pub struct Version {
     pub created: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<User>,
     pub state: BTreeMap<String, Vec<String>>,
+}
+
+/// Who made a version (OCFL 1.1, section 3.5.3.1): ibi names the
+/// identification subsystem that holds the collection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct User {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
 }
 
 impl Inventory {
@@ -80,6 +93,11 @@ impl Inventory {
 /// `A-Z a-z 0-9 - _`, lower-case hex), cut at 100 characters and followed by
 /// `-` and the digest when longer.
 pub fn object_path(id: &str) -> PathBuf {
+    PathBuf::from(object_rel(id))
+}
+
+/// `object_path` as a `/`-separated path relative to the storage root.
+pub fn object_rel(id: &str) -> String {
     let digest = hex::encode(sha2::Sha256::digest(id.as_bytes()));
     let mut encoded = String::new();
     for byte in id.bytes() {
@@ -91,24 +109,36 @@ pub fn object_path(id: &str) -> PathBuf {
     if encoded.len() > 100 {
         encoded = format!("{}-{digest}", &encoded[..100]);
     }
-    PathBuf::from(&digest[0..3]).join(&digest[3..6]).join(&digest[6..9]).join(encoded)
+    format!("{}/{}/{}/{encoded}", &digest[0..3], &digest[3..6], &digest[6..9])
 }
 
 /// The inventory in `dir`, when its sidecar holds its digest; `None` when
 /// there is none or its sidecar does not match (written half).
 pub fn read_inventory(dir: &Path) -> Result<Option<Inventory>> {
     let path = dir.join("inventory.json");
-    let (Ok(bytes), Ok(sidecar)) = (std::fs::read(&path), std::fs::read_to_string(dir.join("inventory.json.sha256")))
-    else {
+    let (Ok(bytes), Ok(sidecar)) = (std::fs::read(&path), std::fs::read(dir.join("inventory.json.sha256"))) else {
         return Ok(None);
     };
-    let digest = hex::encode(sha2::Sha256::digest(&bytes));
-    if sidecar.split_whitespace().next() != Some(digest.as_str()) {
+    inventory_if_sealed(&bytes, &sidecar, &path.display().to_string())
+}
+
+/// `read_inventory` of the folder `dir` (relative) of the root `files` reads.
+pub fn read_inventory_in(files: &dyn RootFiles, dir: &str) -> Result<Option<Inventory>> {
+    let at = |name: &str| if dir.is_empty() { name.to_string() } else { format!("{dir}/{name}") };
+    let Some(bytes) = files.read_small(&at("inventory.json"))? else { return Ok(None) };
+    let Some(sidecar) = files.read_small(&at("inventory.json.sha256"))? else { return Ok(None) };
+    inventory_if_sealed(&bytes, &sidecar, &format!("{}/{}", files.place(), at("inventory.json")))
+}
+
+/// The inventory `bytes` hold when `sidecar` names their digest.
+fn inventory_if_sealed(bytes: &[u8], sidecar: &[u8], what: &str) -> Result<Option<Inventory>> {
+    let digest = hex::encode(sha2::Sha256::digest(bytes));
+    if String::from_utf8_lossy(sidecar).split_whitespace().next() != Some(digest.as_str()) {
         return Ok(None);
     }
-    serde_json::from_slice(&bytes)
+    serde_json::from_slice(bytes)
         .map(Some)
-        .map_err(|e| Error::Data { what: path.display().to_string(), problem: format!("not an OCFL inventory: {e}") })
+        .map_err(|e| Error::Data { what: what.to_string(), problem: format!("not an OCFL inventory: {e}") })
 }
 
 #[cfg(test)]

@@ -6,13 +6,17 @@
 //! (`ops::ocfl::export`), never through a `Writer`: OCFL rewrites the root
 //! inventory on every update, which no lease, alias or append-only rule of
 //! ibi's describes. `ibi-site.toml` at the root (a file OCFL allows there)
-//! names the subsystem and the collection the site copies.
+//! names the subsystem and the collection the site copies. The root's files
+//! are in a folder or a bucket (`files`, `s3`).
 
+pub mod files;
 pub mod format;
+#[cfg(feature = "s3")]
+pub mod s3;
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::SystemTime;
 
 use crate::bag::files::{BagFiles, FileKind, TreeEntry, TreeError};
@@ -22,42 +26,71 @@ use crate::error::{Error, Result};
 use crate::id::{Ibip, RepositoryName, Subsystem};
 use crate::problem::Problem;
 use crate::store::config::{CollectionConfig, Minting};
+use crate::store::location::OcflPlace;
 use crate::store::{ItemRecord, Listed, LockWait, Slot, Store, Writer};
 
-use format::{object_path, read_inventory, LAYOUT, OBJECT_ID_BASE};
+use files::{LocalRoot, RootWrites};
+use format::{object_rel, read_inventory_in, LAYOUT, OBJECT_ID_BASE};
 
 /// The file at the root that makes an OCFL storage root an `ibi` site.
 pub const SITE_FILE: &str = "ibi-site.toml";
 
+/// The files of the OCFL storage root at `place`, for reading and writing.
+pub fn root_at(place: &OcflPlace) -> Result<Box<dyn RootWrites>> {
+    match place {
+        OcflPlace::Folder(path) => Ok(Box::new(LocalRoot::new(path))),
+        #[cfg(feature = "s3")]
+        OcflPlace::Bucket(address) => Ok(Box::new(s3::S3Root::connect(address)?)),
+        #[cfg(not(feature = "s3"))]
+        OcflPlace::Bucket(address) => Err(Error::Invalid {
+            what: format!("ocfl:{address}"),
+            problem: "this ibi was built without S3 support (feature \"s3\")".into(),
+        }),
+    }
+}
+
 /// An OCFL storage root kept as a site of a collection.
 pub struct OcflStore {
-    root: PathBuf,
+    files: Box<dyn RootWrites>,
     config: CollectionConfig,
     subsystem: Subsystem,
 }
 
 impl OcflStore {
-    /// Opens the OCFL site at `root`: an OCFL 1.1 root laid out by 0003 whose
-    /// `ibi-site.toml` names its subsystem.
-    pub fn open(root: &Path) -> Result<OcflStore> {
-        let invalid = |problem: String| Error::Invalid { what: format!("ocfl:{}", root.display()), problem };
-        let layout = std::fs::read_to_string(root.join("ocfl_layout.json")).unwrap_or_default();
-        if !root.join("0=ocfl_1.1").is_file() || !layout.contains(LAYOUT) {
+    /// Opens the OCFL site at `place`: an OCFL 1.1 root laid out by 0003
+    /// whose `ibi-site.toml` names its subsystem.
+    pub fn open(place: &OcflPlace) -> Result<OcflStore> {
+        OcflStore::open_on(root_at(place)?)
+    }
+
+    /// Opens the OCFL site whose files `files` reads.
+    pub fn open_on(files: Box<dyn RootWrites>) -> Result<OcflStore> {
+        let invalid = |problem: String| Error::Invalid { what: files.place(), problem };
+        let layout = files.read_small("ocfl_layout.json")?.unwrap_or_default();
+        let layout_named = String::from_utf8_lossy(&layout).contains(LAYOUT);
+        if files.read_small("0=ocfl_1.1")?.is_none() || !layout_named {
             return Err(invalid(format!("it is not an OCFL 1.1 storage root laid out by {LAYOUT}")));
         }
-        if !root.join(SITE_FILE).is_file() {
+        let Some(site) = files.read_small(SITE_FILE)? else {
             return Err(invalid(format!("it has no {SITE_FILE}: it is no site of a collection (`ibi site add`)")));
-        }
-        let (config, subsystem) = CollectionConfig::read(&root.join(SITE_FILE))?;
-        Ok(OcflStore { root: root.to_path_buf(), config, subsystem })
+        };
+        let text = String::from_utf8(site)
+            .map_err(|_| Error::Data { what: format!("{}/{SITE_FILE}", files.place()), problem: "not UTF-8".into() })?;
+        let (config, subsystem) = CollectionConfig::parse(&text, &format!("{}/{SITE_FILE}", files.place()))?;
+        Ok(OcflStore { files, config, subsystem })
     }
 
     /// The files of `name`'s object, as the item's bag sees them; `None` when
     /// the root holds no object of it.
-    fn bag(&self, name: &RepositoryName) -> OcflBag {
-        let object = self.root.join(object_path(&format!("{OBJECT_ID_BASE}{name}")));
+    fn bag(&self, name: &RepositoryName) -> OcflBag<'_> {
+        let id = format!("{OBJECT_ID_BASE}{name}");
+        let object = object_rel(&id);
         let mut files = BTreeMap::new();
-        let inventory = read_inventory(&object).ok().flatten().filter(|i| i.id == format!("{OBJECT_ID_BASE}{name}"));
+        let inventory = read_inventory_in(self.files.as_ref(), &object).ok().flatten().filter(|i| i.id == id);
+        let sizes = match &inventory {
+            Some(_) => self.files.sizes_under(&object).unwrap_or_default(),
+            None => BTreeMap::new(),
+        };
         if let Some(inventory) = &inventory {
             let head = inventory.head_number();
             for number in 1..=head {
@@ -65,44 +98,58 @@ impl OcflStore {
                 let under = if number == head { String::new() } else { format!("{VERSIONS_DIR}/{number}/") };
                 for (digest, logicals) in &version.state {
                     let Some(content) = inventory.manifest.get(digest).and_then(|c| c.first()) else { continue };
+                    let size = sizes.get(content).copied().unwrap_or(0);
                     for logical in logicals {
-                        files.insert(format!("{under}{logical}"), object.join(content));
+                        files.insert(format!("{under}{logical}"), (format!("{object}/{content}"), size));
                     }
                 }
             }
         }
-        OcflBag { files, held: inventory.is_some() }
+        OcflBag { root: self.files.as_ref(), files, held: inventory.is_some() }
     }
 
-    /// Every object's item name, read from the object folders' encoded ids.
-    fn names(&self) -> Vec<RepositoryName> {
-        let mut names: Vec<RepositoryName> = walkdir::WalkDir::new(&self.root)
-            .min_depth(4)
-            .max_depth(4)
+    /// Every object's item name, read from the object folders' inventories.
+    fn names(&self) -> Result<Vec<RepositoryName>> {
+        let mut names: Vec<RepositoryName> = self
+            .files
+            .object_dirs()?
             .into_iter()
-            .flatten()
-            .filter(|e| e.file_type().is_dir() && e.path().join("0=ocfl_object_1.1").is_file())
-            .filter_map(|e| read_inventory(e.path()).ok().flatten())
+            .filter_map(|dir| read_inventory_in(self.files.as_ref(), &dir).ok().flatten())
             .filter_map(|i| RepositoryName::parse(i.id.strip_prefix(OBJECT_ID_BASE)?).ok())
             .collect();
         names.sort();
-        names
+        Ok(names)
     }
 }
 
-/// An object's files as the item's bag: logical path to content file.
-struct OcflBag {
-    files: BTreeMap<String, PathBuf>,
+/// An object's files as the item's bag: logical path to content file (relative
+/// to the storage root) and its size.
+struct OcflBag<'a> {
+    root: &'a dyn RootWrites,
+    files: BTreeMap<String, (String, u64)>,
     held: bool,
 }
 
-impl OcflBag {
-    fn path(&self, rel: &str) -> std::io::Result<&PathBuf> {
-        self.files.get(rel).ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, rel.to_string()))
+impl OcflBag<'_> {
+    fn content(&self, rel: &str) -> std::io::Result<&str> {
+        match self.files.get(rel) {
+            Some((content, _)) => Ok(content),
+            None => Err(std::io::Error::new(std::io::ErrorKind::NotFound, rel.to_string())),
+        }
+    }
+
+    fn read_whole(&self, rel: &str, cap: u64) -> std::io::Result<Vec<u8>> {
+        let (mut reader, _) = self.root.open(self.content(rel)?)?;
+        let mut bytes = Vec::new();
+        (&mut reader).take(cap + 1).read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > cap {
+            return Err(std::io::Error::other(format!("{rel} is longer than {cap} bytes")));
+        }
+        Ok(bytes)
     }
 }
 
-impl BagFiles for OcflBag {
+impl BagFiles for OcflBag<'_> {
     fn root_kind(&self) -> std::io::Result<FileKind> {
         match self.held {
             true => Ok(FileKind::Dir),
@@ -127,26 +174,26 @@ impl BagFiles for OcflBag {
             }
         }
         let mut entries: Vec<(String, FileKind)> = dirs.into_iter().map(|d| (d, FileKind::Dir)).collect();
-        for (rel, path) in &self.files {
-            let size = std::fs::symlink_metadata(path).map_or(0, |m| m.len());
-            entries.push((rel.clone(), FileKind::File { size }));
+        for (rel, (_, size)) in &self.files {
+            entries.push((rel.clone(), FileKind::File { size: *size }));
         }
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         entries.into_iter().map(|(rel, kind)| Ok(TreeEntry { rel: Ok(rel), kind })).collect()
     }
 
     fn read(&self, rel: &str) -> std::io::Result<Vec<u8>> {
-        crate::fsx::read_opened(crate::fsx::open_regular(self.path(rel)?, false)?, crate::fsx::MAX_TAG_FILE)
+        self.read_whole(rel, crate::fsx::MAX_TAG_FILE)
     }
 
     fn digests(&self, rel: &str, also: &[Algorithm]) -> std::io::Result<Digests> {
-        crate::fsx::hash_opened(crate::fsx::open_regular(self.path(rel)?, false)?, also)
+        let (mut reader, _) = self.root.open(self.content(rel)?)?;
+        crate::fsx::hash_stream(&mut reader, also, None, |_| Ok(()))
     }
 }
 
 impl Store for OcflStore {
     fn location(&self) -> String {
-        format!("ocfl:{}", self.root.display())
+        self.files.place()
     }
     fn local_root(&self) -> Option<&Path> {
         None
@@ -158,7 +205,10 @@ impl Store for OcflStore {
         self.config.organisation.as_deref()
     }
     fn walk(&self) -> Box<dyn Iterator<Item = Result<Listed>> + Send + '_> {
-        Box::new(self.names().into_iter().map(|name| Ok(Listed::Item(name))))
+        match self.names() {
+            Ok(names) => Box::new(names.into_iter().map(|name| Ok(Listed::Item(name)))),
+            Err(e) => Box::new(std::iter::once(Err(e))),
+        }
     }
     fn slot(&self, name: &RepositoryName) -> Result<Slot> {
         Ok(if self.bag(name).held { Slot::Item } else { Slot::Empty })
@@ -175,9 +225,8 @@ impl Store for OcflStore {
         rel: &str,
     ) -> std::io::Result<(Box<dyn Read + Send + '_>, Option<SystemTime>)> {
         let bag = self.bag(name);
-        let opened = crate::fsx::open_regular(bag.path(rel)?, false)?;
-        let mtime = opened.meta.modified().ok();
-        Ok((Box::new(opened.file), mtime))
+        let content = bag.content(rel)?.to_string();
+        self.files.open(&content)
     }
     fn inventory(&self) -> &dyn crate::store::records::Records {
         self
@@ -219,7 +268,10 @@ impl crate::store::records::Records for OcflStore {
         Ok(names.iter().map(|name| ItemRecord::from_bag(&self.bag(name), name).ok()).collect())
     }
     fn all_records(&self) -> Box<dyn Iterator<Item = Result<ItemRecord>> + Send + '_> {
-        Box::new(self.names().into_iter().map(move |name| ItemRecord::from_bag(&self.bag(&name), &name)))
+        match self.names() {
+            Ok(names) => Box::new(names.into_iter().map(move |name| ItemRecord::from_bag(&self.bag(&name), &name))),
+            Err(e) => Box::new(std::iter::once(Err(e))),
+        }
     }
     fn deposit_record(&self, _key: &str) -> Result<Option<RepositoryName>> {
         Ok(None)
