@@ -28,7 +28,7 @@ fn validates(path: &Path) -> (bool, String) {
 
 /// A storage root ibi wrote, judged by both validators: `ocfl-validate.py`
 /// and rocfl 1.7's `validate` (exit 0, "Invalid objects: 0"), each asserted.
-fn assert_root_valid(root: &Path) {
+pub fn assert_root_valid(root: &Path) {
     let (valid, said) = validates(root);
     assert!(valid, "ocfl-validate.py: {said}");
     let rocfl = repo().join("target/rocfl/bin/rocfl");

@@ -2111,3 +2111,89 @@ fn verify_parts_on_one_seaweedfs_collection_lose_and_double_no_check() {
     assert_eq!(per_item.len(), 16, "every item checked: {per_item:?}");
     assert!(per_item.values().all(|n| *n <= 2), "at most the killed run and its rerun: {per_item:?}");
 }
+
+/// Copies every key under `prefix` of `bucket` into the folder `to`, as it is
+/// (the validators read a folder).
+fn download_prefix(port: u16, bucket: &str, prefix: &str, to: &Path) {
+    let code = "import os\nb, p, to = sys.argv[1:4]\n\
+                for page in s3.get_paginator('list_objects_v2').paginate(Bucket=b, Prefix=p + '/'):\n\
+                \x20   for o in page.get('Contents', []):\n\
+                \x20       rel = o['Key'][len(p) + 1:]\n\
+                \x20       if not rel or rel.endswith('/'): continue\n\
+                \x20       path = os.path.join(to, rel)\n\
+                \x20       os.makedirs(os.path.dirname(path), exist_ok=True)\n\
+                \x20       s3.download_file(b, o['Key'], path)\n";
+    let _ = std::fs::remove_dir_all(to);
+    std::fs::create_dir_all(to).unwrap();
+    boto3(port, code, &[bucket, prefix, to.to_str().unwrap()]);
+}
+
+/// An OCFL site in a bucket (`ocfl:s3://BUCKET/PREFIX`, SeaweedFS): made by
+/// `site add`, kept up to date incrementally by `replicate`, and valid under
+/// ocfl-validate.py and rocfl once downloaded; each version named by the root
+/// inventory only when whole. `replicate` killed (SIGKILL) at random moments
+/// and run again leaves a valid root with every version of every item;
+/// `audit` counts the copies and `verify` of the site reads them back.
+#[test]
+fn an_ocfl_site_in_a_bucket_is_replicated_killed_and_completed() {
+    let env = TestEnv::new();
+    let moto = Moto::seaweedfs("ocfl");
+    let p = moto.port;
+    let c = env.filled("c", 6, 3);
+    let names: Vec<String> =
+        env.ok(&["list", &c]).stdout.lines().map(|l| l.split('\t').next().unwrap().to_string()).collect();
+    for name in names.iter().step_by(2) {
+        env.ok(&["-q", "update", &c, name, "--meta", "Round=2"]);
+    }
+    let site = "ocfl:s3://ocfl/site";
+    env.s3_ok(p, &["-q", "site", "add", &c, site, "--zone", "cloud"]);
+    let started = std::time::Instant::now();
+    let first = env.s3_ok(p, &["replicate", &c]);
+    let full_ms = started.elapsed().as_millis() as u64;
+    assert!(first.stderr.contains("copied 6, replaced 0, skipped 0"), "{}", first.stderr);
+    let again = env.s3_ok(p, &["replicate", &c]);
+    assert!(again.stderr.contains("copied 0, replaced 0, skipped 6"), "{}", again.stderr);
+    env.s3_ok(p, &["-q", "update", &c, &names[1], "--meta", "Round=3"]);
+    let more = env.s3_ok(p, &["replicate", &c]);
+    assert!(more.stderr.contains("copied 0, replaced 1, skipped 5"), "{}", more.stderr);
+    let local = env.path("downloaded");
+    download_prefix(p, "ocfl", "site", &local);
+    crate::ocfl::assert_root_valid(&local);
+    let aliases = std::fs::read_to_string(local.join("extensions/ibi-site/aliases.tsv")).unwrap();
+    assert_eq!(aliases.lines().count(), 6, "{aliases}");
+    assert_eq!(env.s3_ok(p, &["list", site]).stdout.lines().count(), 6);
+    env.s3_ok(p, &["-q", "verify", site]);
+    let audit = env.s3_ok(p, &["audit", &c]);
+    assert!(
+        audit.stderr.contains(&format!("{site} (zone cloud")) && audit.stderr.contains("6 held"),
+        "{}",
+        audit.stderr
+    );
+
+    let mut dice = crate::crash::Dice::new();
+    let mut killed = 0;
+    for round in 0..4 {
+        let site = format!("ocfl:s3://ocfl/kill-{round}");
+        env.s3_ok(p, &["-q", "site", "add", &c, &site, "--zone", "z"]);
+        let mut child =
+            env.s3_command(p, &["-q", "replicate", &c]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(dice.below(full_ms)));
+        if child.try_wait().unwrap().is_none() {
+            unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+            killed += 1;
+        }
+        let _ = child.wait();
+        env.s3_ok(p, &["-q", "replicate", &c]);
+        download_prefix(p, "ocfl", &format!("kill-{round}"), &local);
+        crate::ocfl::assert_root_valid(&local);
+        for (i, name) in names.iter().enumerate() {
+            let object = local.join(ibi::ops::ocfl::object_path(&format!("http://urlib.net/{name}")));
+            let inventory: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(object.join("inventory.json")).unwrap()).unwrap();
+            let head = if i % 2 == 0 || i == 1 { "v2" } else { "v1" };
+            assert_eq!(inventory["head"], head, "round {round}: {name}");
+        }
+        env.s3_ok(p, &["-q", "site", "remove", &c, &site]);
+    }
+    assert!(killed > 0, "no run was killed");
+}

@@ -244,6 +244,12 @@ fn open_object(files: &dyn RootWrites, object: &str, id: &str, head: u32) -> Res
         return Err(Error::Data { what: format!("{}/{object}", files.place()), problem });
     }
     if at_root.as_ref() != Some(&inventory) {
+        // In a bucket a killed run may have written a whole first version and
+        // nothing of the object around it.
+        let declaration = format!("{object}/{}", OBJECT_NAMASTE.0);
+        if files.read_small(&declaration)?.is_none() {
+            files.replace(&declaration, OBJECT_NAMASTE.1.as_bytes())?;
+        }
         write_inventory(files, object, &inventory, true)?;
     }
     Ok(inventory)
