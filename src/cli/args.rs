@@ -556,6 +556,11 @@ pub struct DepositArgs {
     /// object: each is taken with every version, after it is checked whole.
     #[arg(long, conflicts_with_all = ["each", "move_sources", "follow_symlinks", "duplicate", "meta"])]
     pub ocfl: bool,
+    /// With --ocfl: take an object's mutable HEAD (extension
+    /// 0005-mutable-head, Fedora 6 without auto-versioning) as its last
+    /// version, marked "Ocfl-Mutable-Head" in bag-info, instead of refusing it.
+    #[arg(long, requires = "ocfl")]
+    pub take_mutable_head: bool,
     /// Remove the originals once the item is durable.
     #[arg(long = "move")]
     pub move_sources: bool,

@@ -81,7 +81,8 @@ pub fn deposit(global: GlobalArgs, args: &DepositArgs) -> Result<Outcome> {
     let collection = collection.as_ref();
     let printer = Printer::new(global);
     if args.ocfl {
-        return deposit_ocfl(&printer, collection, &args.paths);
+        let options = ibi::ops::ocfl::import::ImportOptions { take_mutable_head: args.take_mutable_head };
+        return deposit_ocfl(&printer, collection, &args.paths, options);
     }
     let options = DepositOptions {
         each: args.each,
@@ -558,9 +559,10 @@ fn deposit_ocfl(
     printer: &Printer,
     collection: &dyn ibi::store::Store,
     paths: &[std::path::PathBuf],
+    options: ibi::ops::ocfl::import::ImportOptions,
 ) -> Result<Outcome> {
     use ibi::ops::ocfl::import::{import, Taken};
-    let imported = import(collection, paths, &SystemClock, printer)?;
+    let imported = import(collection, paths, options, &SystemClock, printer)?;
     for (object, taken) in &imported.taken {
         let line = match taken {
             Taken::Copied(name) => format!("{name}\tcopied back with every version\t{}", object.display()),

@@ -510,3 +510,92 @@ fn an_ocfl_replicate_killed_at_random_moments_completes_on_rerun() {
     }
     assert!(killed > 0, "no run was killed");
 }
+
+/// Adds a mutable HEAD (extension 0005-mutable-head, as Fedora 6 keeps
+/// uncommitted changes) to `built`: version N+1 whose new content is in the
+/// extension's `head/content/r2/`, revision markers r1 and r2, and a copy of
+/// the root inventory's sidecar.
+fn add_mutable_head(built: &Built, files: &[(&str, &[u8])]) {
+    let ext = built.dir.join("extensions/0005-mutable-head");
+    let algorithm = built.algorithm;
+    let sidecar = format!("inventory.json.{algorithm}");
+    std::fs::create_dir_all(ext.join("revisions")).unwrap();
+    for r in ["r1", "r2"] {
+        std::fs::write(ext.join("revisions").join(r), r).unwrap();
+    }
+    std::fs::copy(built.dir.join(&sidecar), ext.join(format!("root-{sidecar}"))).unwrap();
+    let mut inventory = built.inventory.clone();
+    let head = inventory["head"].as_str().unwrap().trim_start_matches('v').parse::<u32>().unwrap() + 1;
+    let mut state = serde_json::Map::new();
+    for (logical, bytes) in files {
+        let d = digest(algorithm, bytes);
+        if inventory["manifest"].get(&d).is_none() {
+            let content = format!("extensions/0005-mutable-head/head/content/r2/{logical}");
+            let path = built.dir.join(&content);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, bytes).unwrap();
+            inventory["manifest"][&d] = serde_json::json!([content]);
+        }
+        state
+            .entry(d)
+            .or_insert_with(|| serde_json::json!([]))
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!(logical));
+    }
+    inventory["head"] = serde_json::json!(format!("v{head}"));
+    inventory["versions"][format!("v{head}")] =
+        serde_json::json!({"created": "2025-02-01T10:00:00Z", "message": "uncommitted", "state": state});
+    write_inventory(&ext.join("head"), &inventory, algorithm);
+}
+
+/// An object with a mutable HEAD is refused by default, naming the
+/// extension; with `--take-mutable-head` its head becomes the item's last
+/// version, marked uncommitted with its revision in bag-info; a HEAD made
+/// on another root inventory (a version conflict), or whose content does
+/// not have its digest, is refused.
+#[test]
+fn a_mutable_head_is_refused_or_taken_as_a_marked_last_version() {
+    let env = TestEnv::new();
+    let c = env.collection("c");
+    let two = &three_versions()[..2];
+    let head: &[(&str, &[u8])] = &[("a.txt", b"third, not committed\n"), (".fcrepo/fcr-root.json", b"{}\n")];
+    let built = build_object(&env.path("fedora"), "info:fedora/mutable", "sha512", two);
+    add_mutable_head(&built, head);
+    let object = built.dir.to_str().unwrap();
+    let refused = env.fails(&["deposit", &c, "--ocfl", object], 1);
+    assert!(
+        refused.stdout.contains("0005-mutable-head") && refused.stdout.contains("--take-mutable-head"),
+        "{}",
+        refused.stdout
+    );
+    assert!(env.ok(&["list", &c]).stdout.is_empty(), "nothing taken");
+
+    let taken = env.ok(&["deposit", &c, "--ocfl", "--take-mutable-head", object]);
+    assert!(taken.stdout.contains("deposited v1, v2, v3"), "{}", taken.stdout);
+    let name = taken.stdout.split('\t').next().unwrap();
+    let item = Path::new(&c).join(name);
+    assert_eq!(std::fs::read(item.join("data/a.txt")).unwrap(), b"third, not committed\n");
+    assert!(!item.join("data/b.txt").exists() && item.join("ibi-versions/2/data/b.txt").exists());
+    let info = std::fs::read_to_string(item.join("bag-info.txt")).unwrap();
+    assert!(
+        info.contains("Ocfl-Version: v3") && info.contains("Ocfl-Mutable-Head: uncommitted, revision r2"),
+        "{info}"
+    );
+    let earlier = std::fs::read_to_string(item.join("ibi-versions/2/bag-info.txt")).unwrap();
+    assert!(!earlier.contains("Ocfl-Mutable-Head"), "{earlier}");
+    env.ok(&["-q", "verify", &c]);
+
+    let conflict = build_object(&env.path("conflict"), "info:fedora/conflict", "sha512", two);
+    add_mutable_head(&conflict, head);
+    std::fs::write(conflict.dir.join("extensions/0005-mutable-head/root-inventory.json.sha512"), "0 inventory.json\n")
+        .unwrap();
+    let out = env.fails(&["deposit", &c, "--ocfl", "--take-mutable-head", conflict.dir.to_str().unwrap()], 1);
+    assert!(out.stdout.contains("version conflict"), "{}", out.stdout);
+    let rotten = build_object(&env.path("rotten"), "info:fedora/rotten", "sha512", two);
+    add_mutable_head(&rotten, head);
+    std::fs::write(rotten.dir.join("extensions/0005-mutable-head/head/content/r2/a.txt"), b"changed\n").unwrap();
+    let out = env.fails(&["deposit", &c, "--ocfl", "--take-mutable-head", rotten.dir.to_str().unwrap()], 1);
+    assert!(out.stdout.contains("E093"), "{}", out.stdout);
+    assert_eq!(env.ok(&["list", &c]).stdout.lines().count(), 1, "only the sound object taken");
+}

@@ -78,6 +78,17 @@ struct Checked {
     algorithm: Algorithm,
     /// Version N at index N-1: its created date and files.
     versions: Vec<(String, Vec<LogicalFile>)>,
+    /// The last version is the object's mutable HEAD (extension
+    /// 0005-mutable-head), taken as asked: its newest revision.
+    mutable_head: Option<String>,
+}
+
+/// How `deposit --ocfl` takes objects.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ImportOptions {
+    /// Take an object's mutable HEAD (extension 0005-mutable-head) as its
+    /// last version, marked as uncommitted, instead of refusing the object.
+    pub take_mutable_head: bool,
 }
 
 use validate::Check;
@@ -112,10 +123,16 @@ fn is_object(dir: &Path) -> bool {
 }
 
 /// Takes every object under `paths` into `store`.
-pub fn import(store: &dyn Store, paths: &[PathBuf], clock: &dyn Clock, reporter: &dyn Reporter) -> Result<Imported> {
+pub fn import(
+    store: &dyn Store,
+    paths: &[PathBuf],
+    options: ImportOptions,
+    clock: &dyn Clock,
+    reporter: &dyn Reporter,
+) -> Result<Imported> {
     let mut imported = Imported::default();
     for object in objects_in(paths)? {
-        match check_object(&object) {
+        match check_object(&object, options) {
             Err((code, problem)) => imported.refused.push(Refused { object, code, problem }),
             Ok(checked) => match take(store, &checked, clock, reporter)? {
                 Ok(taken) => imported.taken.push((object, taken)),
@@ -127,15 +144,26 @@ pub fn import(store: &dyn Store, paths: &[PathBuf], clock: &dyn Clock, reporter:
 }
 
 /// Checks an object whole; its versions' files, each content file read once.
-fn check_object(dir: &Path) -> Check<Checked> {
+fn check_object(dir: &Path, options: ImportOptions) -> Check<Checked> {
     validate::declared_spec(dir)?;
-    if dir.join(MUTABLE_HEAD).exists() {
+    let mutable = dir.join(MUTABLE_HEAD).exists();
+    if mutable && !options.take_mutable_head {
         let problem = format!(
             "it has a mutable HEAD ({MUTABLE_HEAD}: changes not yet committed as a version, which tools that do not \
-             implement the extension never see); commit it as a version first"
+             implement the extension never see); commit it as a version first, or take it as a last version \
+             marked uncommitted with --take-mutable-head"
         );
         return Err(("0005-mutable-head", problem));
     }
+    let mut checked = check_committed(dir)?;
+    if mutable {
+        add_mutable_head(&mut checked)?;
+    }
+    Ok(checked)
+}
+
+/// Checks an object's committed versions (its root inventory's).
+fn check_committed(dir: &Path) -> Check<Checked> {
     let (inventory, algorithm, bytes) = checked_inventory(dir)?;
     validate::root_entries(dir, &inventory)?;
     validate::manifest(dir, &inventory)?;
@@ -165,7 +193,55 @@ fn check_object(dir: &Path) -> Check<Checked> {
         files.sort_by(|a, b| a.logical.cmp(&b.logical));
         versions.push((version.created.clone(), files));
     }
-    Ok(Checked { dir: dir.to_path_buf(), id: inventory.id.clone(), algorithm, versions })
+    Ok(Checked { dir: dir.to_path_buf(), id: inventory.id.clone(), algorithm, versions, mutable_head: None })
+}
+
+/// Adds the object's mutable HEAD as its last version, once checked: its
+/// inventory sealed by its sidecar, made on the root inventory the object
+/// holds now (no version conflict), the committed versions' states
+/// unchanged, and its new content inside the extension's folder with the
+/// digests it claims.
+fn add_mutable_head(checked: &mut Checked) -> Check<()> {
+    let code = "0005-mutable-head";
+    let head_dir = checked.dir.join(MUTABLE_HEAD).join("head");
+    let bytes = std::fs::read(head_dir.join("inventory.json"))
+        .map_err(|e| (code, format!("{MUTABLE_HEAD}/head/inventory.json: {e}")))?;
+    let inventory: Inventory = serde_json::from_slice(&bytes)
+        .map_err(|e| (code, format!("{MUTABLE_HEAD}/head/inventory.json is not an inventory: {e}")))?;
+    let algorithm = validate::sidecar_holds(&head_dir, &inventory, &bytes)?;
+    let sidecar = format!("inventory.json.{}", inventory.digest_algorithm);
+    let root_then = std::fs::read(checked.dir.join(MUTABLE_HEAD).join(format!("root-{sidecar}")));
+    if root_then.ok() != std::fs::read(checked.dir.join(&sidecar)).ok() || algorithm != checked.algorithm {
+        let problem = "its mutable HEAD was made on another root inventory (a version conflict)".to_string();
+        return Err((code, problem));
+    }
+    let committed = checked.versions.len();
+    if inventory.id != checked.id || inventory.head_number() as usize != committed + 1 {
+        let problem = format!("its mutable HEAD is not version v{} of {}", committed + 1, checked.id);
+        return Err((code, problem));
+    }
+    let head = inventory.versions.get(&inventory.head).ok_or((code, "its mutable HEAD names no version".into()))?;
+    let mut files = Vec::new();
+    for (digest, logicals) in &head.state {
+        let content = inventory.manifest.get(digest).and_then(|paths| paths.first());
+        let content = content.ok_or((code, format!("its mutable HEAD holds digest {digest} without content")))?;
+        let path = content_path(&checked.dir, content)?;
+        let inside = content.starts_with(&format!("{MUTABLE_HEAD}/head/content/"));
+        if inside && !digest_of(&path, algorithm).is_ok_and(|d| d.eq_ignore_ascii_case(digest)) {
+            return Err(("E093", format!("{content} does not have the digest its mutable HEAD gives it")));
+        }
+        for logical in logicals {
+            portable(logical)?;
+            files.push(LogicalFile { logical: logical.clone(), content: path.clone(), digest: digest.clone() });
+        }
+    }
+    files.sort_by(|a, b| a.logical.cmp(&b.logical));
+    let revisions = std::fs::read_dir(checked.dir.join(MUTABLE_HEAD).join("revisions")).into_iter().flatten();
+    let newest =
+        revisions.flatten().filter_map(|e| e.file_name().to_str()?.strip_prefix('r')?.parse::<u32>().ok()).max();
+    checked.versions.push((head.created.clone(), files));
+    checked.mutable_head = Some(format!("r{}", newest.unwrap_or(1)));
+    Ok(())
 }
 
 /// The root inventory, its sidecar matching, its algorithm one `ibi` keeps.
@@ -339,13 +415,18 @@ fn take_deposit(store: &dyn Store, object: &Checked, clock: &dyn Clock, reporter
     Ok(Taken::Deposited(name, added))
 }
 
-/// The bag-info fields that say which OCFL version an item's version is.
+/// The bag-info fields that say which OCFL version an item's version is
+/// (and, for a mutable HEAD taken, which uncommitted revision).
 fn version_meta(object: &Checked, index: usize) -> Vec<(String, String)> {
-    vec![
+    let mut meta = vec![
         ("Ocfl-Object-Id".into(), object.id.clone()),
         ("Ocfl-Version".into(), format!("v{}", index + 1)),
         ("Ocfl-Version-Created".into(), object.versions[index].0.clone()),
-    ]
+    ];
+    if let Some(revision) = object.mutable_head.as_ref().filter(|_| index + 1 == object.versions.len()) {
+        meta.push(("Ocfl-Mutable-Head".into(), format!("uncommitted, revision {revision} of 0005-mutable-head")));
+    }
+    meta
 }
 
 fn deposit_first(
