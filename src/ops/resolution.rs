@@ -138,6 +138,24 @@ impl Resolver {
         Ok(Resolution::Unknown)
     }
 
+    /// The item an OCFL object became (`deposit --ocfl`), by the object's
+    /// id as its OCFL root names it (`info:fedora/…`), or the item an
+    /// OCFL copy of ibi's names (`http://urlib.net/NAME`), in the first
+    /// store that holds it; `None` when none does.
+    pub fn resolve_ocfl_id(&self, id: &str) -> Result<Option<RepositoryName>> {
+        let key = crate::ops::ocfl::import::object_key(id);
+        let own = id.strip_prefix(crate::ops::ocfl::OBJECT_ID_BASE).and_then(|n| RepositoryName::parse(n).ok());
+        for store in &self.stores {
+            if let Some(name) = store.inventory().deposit_record(&key)? {
+                return Ok(Some(name));
+            }
+            if let Some(name) = own.as_ref().filter(|n| matches!(store.slot(n), Ok(Slot::Item))) {
+                return Ok(Some(name.clone()));
+            }
+        }
+        Ok(None)
+    }
+
     /// The item `name` (canonical) in the first store that holds or held it.
     fn find(&self, name: &RepositoryName) -> Result<Resolution> {
         for index in 0..self.stores.len() {

@@ -585,6 +585,13 @@ fn a_mutable_head_is_refused_or_taken_as_a_marked_last_version() {
     let earlier = std::fs::read_to_string(item.join("ibi-versions/2/bag-info.txt")).unwrap();
     assert!(!earlier.contains("Ocfl-Mutable-Head"), "{earlier}");
     env.ok(&["-q", "verify", &c]);
+    // The resolver forwards the object's OCFL id to the item it became.
+    let server = crate::serve::Server::start(env.command(&["serve", &c, "--listen", "127.0.0.1:0"]));
+    let by_id = crate::serve::get(&server.url("/.well-known/ibi/ocfl/info:fedora%2Fmutable"), &[]);
+    assert_eq!((by_id.status, by_id.header("location")), (303, format!("/{name}").as_str()));
+    let unknown = crate::serve::get(&server.url("/.well-known/ibi/ocfl/info:fedora%2Fnever"), &[]);
+    assert_eq!(unknown.status, 404, "{}", unknown.text());
+    drop(server);
 
     let conflict = build_object(&env.path("conflict"), "info:fedora/conflict", "sha512", two);
     add_mutable_head(&conflict, head);

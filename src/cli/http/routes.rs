@@ -35,6 +35,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/handles/{*id}", get(api_handles))
         .route("/.well-known/ibi/witness", get(witness_latest))
         .route("/.well-known/ibi/witness/{*name}", get(witness_proof))
+        .route("/.well-known/ibi/ocfl/{*id}", get(ocfl_object))
         .route_layer(CompressionLayer::new().compress_when(not_raw))
         .route_layer(tower_http::timeout::TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -100,6 +101,13 @@ struct Asked {
     zip: bool,
     /// The path ended in a slash (`/NAME/`): the item as a folder.
     folder: bool,
+}
+
+impl Asked {
+    /// An identifier alone: no file after it, no zip.
+    fn nothing_more() -> Asked {
+        Asked { identifier: String::new(), rest: Vec::new(), zip: false, folder: false }
+    }
 }
 
 fn split_identifier(mut parts: Vec<String>) -> Option<Asked> {
@@ -421,6 +429,19 @@ async fn witness_proof(
             refuse(StatusCode::NOT_FOUND, "witness", &e.to_string())
         }
         Err(e) => refuse(StatusCode::CONFLICT, "witness", &e.to_string()),
+    }
+}
+
+/// `/.well-known/ibi/ocfl/ID`: the item an OCFL object became (its id as
+/// its OCFL root names it, percent-encoded as a path), by a 303 to the
+/// item's page; 404 when no collection here took it.
+async fn ocfl_object(State(app): State<Arc<App>>, axum::extract::Path(id): axum::extract::Path<String>) -> Response {
+    let resolver_app = app.clone();
+    let looked = id.clone();
+    match blocking(move || resolver_app.resolver.resolve_ocfl_id(&looked)).await {
+        Ok(Some(name)) => forward(StatusCode::SEE_OTHER, &format!("/{name}"), &Asked::nothing_more(), None),
+        Ok(None) => refuse(StatusCode::NOT_FOUND, "ocfl", &format!("no collection here took the OCFL object {id}")),
+        Err(e) => refuse(StatusCode::SERVICE_UNAVAILABLE, "collection", &e.to_string()),
     }
 }
 

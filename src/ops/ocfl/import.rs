@@ -383,8 +383,9 @@ fn stage_one(writer: &dyn Writer, stage: crate::store::StageId, rel: &str, conte
     writer.stage_file(stage, rel, source).map(drop).map_err(Error::from)
 }
 
-/// The deposit record that ties an object to the item it was deposited as.
-fn object_key(id: &str) -> String {
+/// The deposit record that ties an object to the item it was deposited as
+/// (also the map from OCFL ids to names a resolver forwards by).
+pub fn object_key(id: &str) -> String {
     format!("ocflobject{}", hex::encode(sha2::Sha256::digest(id.as_bytes())))
 }
 
