@@ -86,6 +86,9 @@ fn an_item_exports_to_ocfl_with_every_version_and_validates() {
     let stored: usize = inv["manifest"].as_object().unwrap().values().map(|p| p.as_array().unwrap().len()).sum();
     let held: usize = (1..=3).map(|v| inv["versions"][format!("v{v}")]["state"].as_object().unwrap().len()).sum();
     assert!(stored < held, "unchanged files are stored once: {stored} stored for {held} held");
+    assert!(inv["versions"]["v1"]["user"]["name"].as_str().is_some_and(|n| n.starts_with("ibi at ")), "{inv}");
+    let log = std::fs::read_to_string(object.join("logs/premis.xml")).unwrap();
+    assert!(log.matches("<premis:eventType>").count() >= 3 && log.contains(&name), "the item's events: {log}");
 
     let extracted = env.path("v1-by-ocfl-py");
     let run = std::process::Command::new(venv("ocfl-object.py"))
@@ -379,6 +382,13 @@ fn items_come_back_from_ocfl_with_every_identity_and_the_same_witness_root() {
         env.ok(&["-q", "export", &c, name, root.to_str().unwrap(), "--ocfl"]);
     }
     assert_root_valid(&root);
+    // The bag's md5 and sha512 manifests, in the fixity block of its object.
+    let bagged = all.iter().find(|n| !names.contains(n)).unwrap();
+    let object = root.join(ibi::ops::ocfl::object_path(&format!("http://urlib.net/{bagged}")));
+    let fixity = &inventory(&object)["fixity"];
+    let md5 = hex::encode(<md5::Md5 as sha2::Digest>::digest(b"x\n"));
+    assert_eq!(fixity["md5"][&md5], serde_json::json!(["v1/content/data/x.txt"]), "{fixity}");
+    assert!(fixity["sha512"].as_object().is_some_and(|b| b.len() == 1), "{fixity}");
     let d = env.path("d").to_string_lossy().into_owned();
     env.ok(&["-q", "init", &d, "--like", &c]);
     let run = env.ok(&["deposit", &d, "--ocfl", root.to_str().unwrap()]);

@@ -111,7 +111,11 @@ impl OcflRoot {
             let built = VersionBuild { files: self.files(), store, record, object: &object };
             versions.push(built.build(number, &mut inventory)?);
         }
-        Ok(StagedItem { object, versions, head: inventory.head_number() })
+        let log = match versions.is_empty() {
+            true => None,
+            false => Some(crate::ops::log::premis(store, &record.name)?),
+        };
+        Ok(StagedItem { object, versions, head: inventory.head_number(), log })
     }
 
     /// Puts each staged version into its object, in order, each named by
@@ -124,6 +128,8 @@ impl OcflRoot {
             write_inventory(self.files(), &staged.object, &version.inventory, true)?;
             self.drop_staging(version)?;
         }
+        write_log(self.files(), &staged)?;
+        self.files.sync()?;
         Ok((staged.object, added, staged.head))
     }
 
@@ -149,6 +155,7 @@ impl OcflRoot {
                 if let Some(last) = s.versions.last() {
                     write_inventory(files, &s.object, &last.inventory, false)?;
                 }
+                write_log(files, &s)?;
                 for version in &s.versions {
                     self.drop_staging(version)?;
                 }
@@ -350,6 +357,17 @@ pub struct StagedItem {
     object: String,
     versions: Vec<BuiltVersion>,
     head: u32,
+    /// The item's events as PREMIS, for the object's `logs/` (with new versions only).
+    log: Option<String>,
+}
+
+/// The object's log: the item's events as PREMIS 3, in `logs/premis.xml`
+/// (OCFL keeps `logs/` outside the versions; replaced with each new version).
+fn write_log(files: &dyn RootWrites, staged: &StagedItem) -> Result<()> {
+    match &staged.log {
+        Some(log) => files.replace_unsynced(&format!("{}/logs/premis.xml", staged.object), log.as_bytes()),
+        None => Ok(()),
+    }
 }
 
 /// One version built: where (its folder relative to the root), the staging
