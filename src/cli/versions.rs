@@ -168,7 +168,7 @@ pub fn export(global: GlobalArgs, root: &Path, name: &str, dir: &Path, version: 
 pub fn export_ocfl(global: GlobalArgs, root: &Path, name: &str, dir: &Path) -> Result<Outcome> {
     let store = super::open(root)?;
     let place = ibi::store::location::OcflPlace::parse(dir)?;
-    let exported = ibi::ops::ocfl::export(store.as_ref(), name, &place)?;
+    let exported = ibi::ops::ocfl::export(store.as_ref(), name, &place, &ibi::store::Connect::from_env())?;
     let printer = Printer::new(global);
     let object = place.show(&exported.object);
     let added: Vec<String> = exported.added.iter().map(|n| format!("v{n}")).collect();

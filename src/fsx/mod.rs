@@ -803,3 +803,17 @@ mod tests {
         FileLock::try_acquire(&path).unwrap();
     }
 }
+
+/// Fills `buf` from `reader` as far as it goes; the count read (less than asked only at the end).
+pub fn fill(reader: &mut (dyn Read + Send), buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}

@@ -339,7 +339,7 @@ fn locality_of(url: &str) -> (String, &'static str) {
             let device = std::fs::metadata(&path).map(|m| format!("{:x}", m.dev())).unwrap_or_else(|_| "?".into());
             (format!("filesystem {device} on {}", host.trim()), "filesystem")
         }
-        Ok(Location::Far(far)) => (format!("host {}", far.host), "filesystem"),
+        Ok(Location::Far(far) | Location::Ocfl(OcflPlace::Far(far))) => (format!("host {}", far.host), "filesystem"),
         Ok(Location::Object(object) | Location::Ocfl(OcflPlace::Bucket(object))) => {
             let endpoint = std::env::var("AWS_ENDPOINT_URL").or_else(|_| std::env::var("AWS_ENDPOINT"));
             let endpoint = endpoint.unwrap_or_else(|_| "AWS".into());

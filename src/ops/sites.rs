@@ -137,7 +137,7 @@ fn check_cluster(url: &str, cluster: &mut SeaweedFs) -> Result<()> {
 /// storage root made here as one (`ocfl:PATH`).
 fn check_site(collection: &dyn Store, site: &Site, connect: &Connect) -> Result<()> {
     if let Ok(Location::Ocfl(root)) = Location::parse(Path::new(&site.url)) {
-        return crate::ops::ocfl::site::make_site(collection, &root).map(drop);
+        return crate::ops::ocfl::site::make_site(collection, &root, connect).map(drop);
     }
     let opened = crate::store::open(Path::new(&site.url), connect)?;
     let refuse = |problem: String| Err(Error::Invalid { what: format!("site {}", site.url), problem });
@@ -187,7 +187,7 @@ pub fn replicate(
             // An OCFL copy is written by the exporter, and keeps no checkpoints.
             let result = match options.dry_run {
                 true => Ok(TransferSummary::default()),
-                false => crate::ops::ocfl::site::replicate(store, &root, reporter),
+                false => crate::ops::ocfl::site::replicate(store, &root, connect, reporter),
             };
             return SiteRun { site: site.clone(), result, checkpoint: None };
         }

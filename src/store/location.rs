@@ -74,6 +74,8 @@ pub enum OcflPlace {
     Folder(PathBuf),
     /// A prefix in a bucket.
     Bucket(ObjectAddress),
+    /// A folder on a far machine (`ocfl:HOST:PATH`), written through its `ibi serve --stdio`.
+    Far(FarAddress),
 }
 
 impl OcflPlace {
@@ -98,6 +100,7 @@ impl OcflPlace {
         match self {
             OcflPlace::Folder(path) => path.join(rel).display().to_string(),
             OcflPlace::Bucket(address) => format!("{address}/{rel}"),
+            OcflPlace::Far(address) => format!("{address}/{rel}"),
         }
     }
 }
@@ -107,6 +110,7 @@ impl fmt::Display for OcflPlace {
         match self {
             OcflPlace::Folder(path) => write!(f, "ocfl:{}", path.display()),
             OcflPlace::Bucket(address) => write!(f, "ocfl:{address}"),
+            OcflPlace::Far(address) => write!(f, "ocfl:{address}"),
         }
     }
 }
@@ -145,19 +149,21 @@ fn invalid(text: &str, problem: impl Into<String>) -> Error {
     Error::Invalid { what: format!("collection location \"{text}\""), problem: problem.into() }
 }
 
-/// `ocfl:PATH` (a folder on this machine) or `ocfl:s3://BUCKET/PREFIX`; a
-/// far one is refused by name.
+/// `ocfl:PATH` (a folder on this machine), `ocfl:HOST:PATH` or
+/// `ocfl:ssh://…` (a far one) or `ocfl:s3://BUCKET/PREFIX`.
 fn parse_ocfl(text: &str, rest: &str) -> Result<Location> {
     if let Some(address) = rest.strip_prefix("s3://") {
         return Ok(Location::Ocfl(OcflPlace::Bucket(parse_s3_address(text, address)?)));
     }
-    let far = rest.find(':').is_some_and(|c| rest.find('/').is_none_or(|s| c < s));
-    if rest.is_empty() || far || rest.contains("://") {
-        let problem = "an OCFL site is a folder on this machine (ocfl:/srv/ocfl) or a bucket \
-                       (ocfl:s3://BUCKET/PREFIX); a far one is made on its own machine (docs/guide.md)";
+    if rest.is_empty() || (rest.contains("://") && !rest.starts_with("ssh://")) {
+        let problem = "an OCFL site is a folder (ocfl:/srv/ocfl), a far folder (ocfl:HOST:/srv/ocfl) or a bucket \
+                       (ocfl:s3://BUCKET/PREFIX)";
         return Err(invalid(text, problem));
     }
-    Ok(Location::Ocfl(OcflPlace::Folder(PathBuf::from(rest))))
+    match Location::parse(Path::new(rest))? {
+        Location::Far(address) => Ok(Location::Ocfl(OcflPlace::Far(address))),
+        _ => Ok(Location::Ocfl(OcflPlace::Folder(PathBuf::from(rest)))),
+    }
 }
 
 /// Splits `[USER@]HOST`, refusing empty parts and characters ssh would read as options.

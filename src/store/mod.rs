@@ -66,7 +66,7 @@ pub use far::serve::{serve_stdio, ServeOptions};
 pub use inventory::{ItemRecord, RecordSummary, Status, VersionRecord};
 pub use local::remove_live_staging;
 pub use location::Connect;
-pub use open::{init, open, InitOptions};
+pub use open::{init, open, open_ocfl_root, InitOptions};
 pub use state_file::StateFile;
 pub use write::{
     mint, mint_ahead, raise_minter, refuse_unless_minting, FileSource, Leased, MintedAhead, Placed, Placement, Refusal,

@@ -18,7 +18,9 @@ use crate::store::{local, location, registry, Connect, Store};
 pub fn open(location: &Path, connect: &Connect) -> Result<Box<dyn Store>> {
     Ok(match location::Location::parse(location)? {
         location::Location::Local(path) => Box::new(local::Collection::open(&path)?),
-        location::Location::Ocfl(place) => Box::new(crate::store::ocfl::OcflStore::open(&place)?),
+        location::Location::Ocfl(place) => {
+            Box::new(crate::store::ocfl::OcflStore::open_on(open_ocfl_root(&place, connect)?)?)
+        }
         #[cfg(feature = "far")]
         location::Location::Far(address) => Box::new(far::FarStore::open(&address, connect)?),
         #[cfg(feature = "s3")]
@@ -26,6 +28,29 @@ pub fn open(location: &Path, connect: &Connect) -> Result<Box<dyn Store>> {
         #[allow(unreachable_patterns)]
         other => return Err(not_built(&other, connect)),
     })
+}
+
+/// The files of the OCFL storage root at `place`, for reading and writing:
+/// a folder here, a prefix in a bucket, or a folder on a far machine.
+pub fn open_ocfl_root(
+    place: &location::OcflPlace,
+    connect: &Connect,
+) -> Result<Box<dyn crate::store::ocfl::files::RootWrites>> {
+    use location::OcflPlace;
+    #[cfg(not(feature = "far"))]
+    let _ = connect;
+    match place {
+        OcflPlace::Folder(path) => Ok(Box::new(crate::store::ocfl::files::LocalRoot::new(path))),
+        #[cfg(feature = "s3")]
+        OcflPlace::Bucket(address) => Ok(Box::new(crate::store::ocfl::s3::S3Root::connect(address)?)),
+        #[cfg(feature = "far")]
+        OcflPlace::Far(address) => Ok(Box::new(far::ocfl_root::FarRoot::open(address, connect)?)),
+        #[allow(unreachable_patterns)]
+        other => Err(Error::Invalid {
+            what: other.to_string(),
+            problem: "this ibi was built without the backend it needs (cargo feature \"s3\" or \"far\")".into(),
+        }),
+    }
 }
 
 /// The error for a location whose backend this build leaves out (a cargo feature).

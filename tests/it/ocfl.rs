@@ -616,3 +616,72 @@ fn a_mutable_head_is_refused_or_taken_as_a_marked_last_version() {
     assert!(out.stdout.contains("E093"), "{}", out.stdout);
     assert_eq!(env.ok(&["list", &c]).stdout.lines().count(), 1, "only the sound object taken");
 }
+
+/// An OCFL site on a far machine (`ocfl:HOST:PATH`, through the `IBI_RSH`
+/// shim): made by `site add`, replicated incrementally, judged by both
+/// validators on the far side's folder, read back by `verify` and `audit`;
+/// `replicate` killed (SIGKILL) at random moments completes on rerun; a
+/// read-only key writes nothing there, and a step that names a path outside
+/// the root is refused by the server.
+#[test]
+fn an_ocfl_site_on_a_far_machine_is_replicated_killed_and_completed() {
+    let env = TestEnv::new();
+    let rsh = env.shim("rsh", "", None);
+    let c = env.filled("c", 5, 2);
+    let names = listed_names(&env, &c);
+    env.ok(&["-q", "update", &c, &names[0], "--meta", "Round=2"]);
+    let root = env.path("far-ocfl");
+    let site = format!("ocfl:lab:{}", root.display());
+    env.far_ok(&rsh, &["-q", "site", "add", &c, &site, "--zone", "far"]);
+    let started = std::time::Instant::now();
+    let first = env.far_ok(&rsh, &["replicate", &c]);
+    let full_ms = started.elapsed().as_millis() as u64;
+    assert!(first.stderr.contains("copied 5, replaced 0, skipped 0"), "{}", first.stderr);
+    assert_root_valid(&root);
+    let again = env.far_ok(&rsh, &["replicate", &c]);
+    assert!(again.stderr.contains("copied 0, replaced 0, skipped 5"), "{}", again.stderr);
+    env.ok(&["-q", "update", &c, &names[1], "--meta", "Round=2"]);
+    let more = env.far_ok(&rsh, &["replicate", &c]);
+    assert!(more.stderr.contains("copied 0, replaced 1, skipped 4"), "{}", more.stderr);
+    assert_root_valid(&root);
+    assert_eq!(env.far_ok(&rsh, &["list", &site]).stdout.lines().count(), 5);
+    env.far_ok(&rsh, &["-q", "verify", &site]);
+    let audit = env.far_ok(&rsh, &["audit", &c]);
+    assert!(audit.stderr.contains(&format!("{site} (zone far")) && audit.stderr.contains("5 held"), "{}", audit.stderr);
+
+    let read_only = env.shim("ro", "", Some(&format!("{} serve --stdio --read-only", crate::env::ibi_bin().display())));
+    env.ok(&["-q", "update", &c, &names[2], "--meta", "Round=2"]);
+    let refused = env.far_run(&read_only, &["replicate", &c]);
+    assert_ne!(refused.code, 0, "a read-only key wrote: {}", refused.stderr);
+    assert!(refused.stderr.contains("read-only"), "{}", refused.stderr);
+    assert_root_valid(&root);
+
+    let mut dice = Dice::new();
+    let mut killed = 0;
+    for round in 0..4 {
+        let root = env.path(&format!("far-kill-{round}"));
+        let site = format!("ocfl:lab:{}", root.display());
+        env.far_ok(&rsh, &["-q", "site", "add", &c, &site, "--zone", "z"]);
+        let mut child = env
+            .far_command(&rsh, &["-q", "replicate", &c])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(dice.below(full_ms)));
+        if child.try_wait().unwrap().is_none() {
+            unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+            killed += 1;
+        }
+        let _ = child.wait();
+        env.far_ok(&rsh, &["-q", "replicate", &c]);
+        assert_root_valid(&root);
+        for (i, name) in names.iter().enumerate() {
+            let object = root.join(ibi::ops::ocfl::object_path(&format!("http://urlib.net/{name}")));
+            let head = if i < 3 { "v2" } else { "v1" };
+            assert_eq!(inventory(&object)["head"], head, "round {round}: {name}");
+        }
+        env.far_ok(&rsh, &["-q", "site", "remove", &c, &site]);
+    }
+    assert!(killed > 0, "no run was killed");
+}

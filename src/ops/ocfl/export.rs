@@ -24,9 +24,9 @@ use crate::digest::Algorithm;
 use crate::error::{Error, Result};
 use crate::id::RepositoryName;
 use crate::store::location::OcflPlace;
-use crate::store::ocfl::files::RootWrites;
+use crate::store::ocfl::files::{RootWrites, Unfinished};
 use crate::store::ocfl::format::{object_rel, read_inventory_in, User};
-use crate::store::{resolve, ItemRecord, Store};
+use crate::store::{resolve, Connect, ItemRecord, Store};
 
 use super::{Inventory, Version, LAYOUT, OBJECT_ID_BASE};
 
@@ -53,10 +53,10 @@ pub type Committed = (String, Vec<u32>, u32);
 
 /// Writes every version of the item `text` names that the OCFL object of it
 /// under `root` does not hold yet, making the storage root when it is missing.
-pub fn export(store: &dyn Store, text: &str, root: &OcflPlace) -> Result<OcflExported> {
+pub fn export(store: &dyn Store, text: &str, root: &OcflPlace, connect: &Connect) -> Result<OcflExported> {
     let name = resolve(store, text)?;
     let record = ItemRecord::from_bag(store.item_files(&name).as_ref(), &name)?;
-    let writing = OcflRoot::open_for_writing(root)?;
+    let writing = OcflRoot::open_for_writing(root, connect)?;
     let (object, added, head) = writing.add_item(store, &record)?;
     writing.finish()?;
     Ok(OcflExported { name, object, added, head })
@@ -70,8 +70,8 @@ pub struct OcflRoot {
 }
 
 impl OcflRoot {
-    pub fn open_for_writing(place: &OcflPlace) -> Result<OcflRoot> {
-        let files = crate::store::ocfl::root_at(place)?;
+    pub fn open_for_writing(place: &OcflPlace, connect: &Connect) -> Result<OcflRoot> {
+        let files = crate::store::open_ocfl_root(place, connect)?;
         prepare_root(files.as_ref())?;
         let lock = files.lock()?;
         if files.stages() {
@@ -206,9 +206,9 @@ fn prepare_root(files: &dyn RootWrites) -> Result<()> {
         return Ok(());
     }
     let extension = format!("extensions/{LAYOUT}");
-    let ours = |rel: &str| {
-        [format!("{extension}/config.json").as_str(), "ocfl_layout.json"].contains(&rel)
-            || rel.starts_with(&format!("{SITE_EXTENSION}/"))
+    let ours = Unfinished {
+        files: vec![format!("{extension}/config.json"), "ocfl_layout.json".into()],
+        under: vec![SITE_EXTENSION.into()],
     };
     // What a killed run left half written goes too.
     if !files.clear_unfinished_root(&ours)? {

@@ -12,7 +12,7 @@ use crate::problem::{Problem, ProblemKind};
 use crate::store::config::{CollectionConfig, Peer};
 use crate::store::location::OcflPlace;
 use crate::store::ocfl::{OcflStore, SITE_FILE};
-use crate::store::{ItemRecord, Status, Store};
+use crate::store::{Connect, ItemRecord, Status, Store};
 
 use super::export::OcflRoot;
 
@@ -22,9 +22,9 @@ pub const ALIASES_FILE: &str = "extensions/ibi-site/aliases.tsv";
 
 /// Makes `root` an OCFL site of `collection` (or checks that it is one),
 /// and opens it.
-pub fn make_site(collection: &dyn Store, root: &OcflPlace) -> Result<OcflStore> {
+pub fn make_site(collection: &dyn Store, root: &OcflPlace, connect: &Connect) -> Result<OcflStore> {
     let id = collection.inventory().collection_id();
-    let files = crate::store::ocfl::root_at(root)?;
+    let files = crate::store::open_ocfl_root(root, connect)?;
     if files.read_small(SITE_FILE)?.is_some() {
         let site = OcflStore::open_on(files)?;
         let copies = site.inventory().current_config()?.and_then(|c| c.follows).map(|peer| peer.id);
@@ -34,20 +34,25 @@ pub fn make_site(collection: &dyn Store, root: &OcflPlace) -> Result<OcflStore> 
         }
         return Ok(site);
     }
-    let writing = OcflRoot::open_for_writing(root)?;
+    let writing = OcflRoot::open_for_writing(root, connect)?;
     let mut config = CollectionConfig::new(collection.subsystem(), collection.organisation().map(str::to_string));
     config.follows = Some(Peer { id: id.unwrap_or_default(), location: collection.location() });
     writing.files().replace(SITE_FILE, config.to_toml().as_bytes())?;
     writing.finish()?;
-    OcflStore::open(root)
+    OcflStore::open_on(crate::store::open_ocfl_root(root, connect)?)
 }
 
 /// Brings every item `collection` holds (present or withdrawn) into the
 /// OCFL site at `root`: new objects are `copied`, objects given more versions
 /// `replaced`, the rest `skipped`.
-pub fn replicate(collection: &dyn Store, root: &OcflPlace, reporter: &dyn Reporter) -> Result<TransferSummary> {
-    make_site(collection, root)?;
-    let writing = OcflRoot::open_for_writing(root)?;
+pub fn replicate(
+    collection: &dyn Store,
+    root: &OcflPlace,
+    connect: &Connect,
+    reporter: &dyn Reporter,
+) -> Result<TransferSummary> {
+    make_site(collection, root, connect)?;
+    let writing = OcflRoot::open_for_writing(root, connect)?;
     let mut summary = TransferSummary::default();
     let mut held = Vec::with_capacity(ITEMS_AT_ONCE);
     let mut aliases = String::new();

@@ -211,6 +211,22 @@ impl Connection {
     }
 
     fn start_with(&self, request: &Request, stream: bool, backlog: Option<Backlog>) -> Result<(u64, Receiver<Answer>)> {
+        self.start_carrying(request, &[], stream, backlog)
+    }
+
+    /// Sends a request with bytes in its payload and waits for its one reply.
+    pub fn call_with(&self, request: &Request, payload: &[u8]) -> Result<Answer> {
+        let (_, replies) = self.start_carrying(request, payload, false, None)?;
+        self.next(&replies)
+    }
+
+    fn start_carrying(
+        &self,
+        request: &Request,
+        payload: &[u8],
+        stream: bool,
+        backlog: Option<Backlog>,
+    ) -> Result<(u64, Receiver<Answer>)> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (to, from) = channel();
         {
@@ -221,7 +237,7 @@ impl Connection {
             }
             routes.waiting.insert(id, Waiting { to, stream, backlog });
         }
-        self.write(id, request, &[], true)?;
+        self.write(id, request, payload, true)?;
         Ok((id, from))
     }
 

@@ -11,7 +11,9 @@
 //! records and placements go by the batch.
 
 pub mod conn;
+pub mod ocfl_root;
 pub mod serve;
+mod serve_ocfl;
 pub mod wire;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

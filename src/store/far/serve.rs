@@ -148,6 +148,8 @@ struct Session {
     buffered: Budget,
     /// The results of this server's own checks (`CheckItem`) not yet kept.
     fixity: Mutex<Vec<FixityCheck>>,
+    /// An OCFL site kept on this machine, once `OcflOpen` names it.
+    ocfl: super::serve_ocfl::OcflSession,
 }
 
 /// A count of bytes in memory with a ceiling: taking waits while it is over.
@@ -233,6 +235,7 @@ pub fn serve(options: ServeOptions, input: impl Read, output: Box<dyn Write + Se
         pinned: OnceLock::new(),
         buffered: Budget::default(),
         fixity: Mutex::default(),
+        ocfl: Default::default(),
     });
     let (queue, workers) = session.start_workers()?;
     let mut arriving = Arriving::default();
@@ -496,6 +499,11 @@ impl Session {
                     self.file_end(entry, arriving);
                 }
             }
+            // In order, as they come: a file's parts follow each other.
+            Request::Ocfl(call) => {
+                let result = self.ocfl.step(call, &payload, self.options.read_only);
+                self.reply_result(id, result);
+            }
             other => {
                 self.write_finished(arriving);
                 let _ = queue.send((id, other));
@@ -702,6 +710,7 @@ impl Session {
         let c = || self.collection();
         let reply = match request {
             Request::Open { path } => return self.open(&path),
+            Request::OcflOpen { path } => self.ocfl.open(&self.admit(&home_expanded(&path)?, true)?)?,
             Request::Init { path, config } => return self.init(&path, &config),
             Request::Slot(name) => Reply::Slot(c()?.slot(&name)?.into()),
             Request::Slots(names) => Reply::Slots(c()?.slots(&names)?.into_iter().map(WireSlot::from).collect()),

@@ -33,7 +33,9 @@ pub const ANSWER: &str = "IBI-CLIENT";
 /// Version 7: `Slots`, the slots of many names in one request.
 /// Version 8: `CosignerKey`, `SeenCheckpoint` and `Cosign`: the server keeps and
 /// cosigns the checkpoints of the collections it is a site of.
-pub const VERSIONS: (u32, u32) = (3, 8);
+/// Version 9: `OcflOpen` and `Ocfl`: an OCFL storage root kept as a site on
+/// the far machine, written and read a step at a time.
+pub const VERSIONS: (u32, u32) = (3, 9);
 /// Replaces `VERSIONS` (`MIN-MAX` or `N`), to test version skew.
 pub const VERSIONS_ENV: &str = "IBI_PROTOCOL_VERSIONS";
 /// How much a far shell may print before the greeting.
@@ -307,6 +309,50 @@ pub enum Request {
         collection_key: String,
         events: Vec<crate::events::StoredEvent>,
     },
+    /// Version 9: opens the OCFL storage root at `path` (made by the writer when
+    /// missing) for the session's `Ocfl` steps (`Reply::Done`).
+    OcflOpen {
+        path: PathBuf,
+    },
+    /// Version 9: one step on the open OCFL root; a file's bytes in the payload.
+    Ocfl(OcflCall),
+}
+
+/// One step on an OCFL storage root (`store::ocfl::files::RootWrites`), paths
+/// relative to the root.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum OcflCall {
+    /// A small file whole (`Reply::OcflBytes`).
+    ReadSmall(String),
+    /// Up to `len` bytes of a file from `offset` (`Reply::OcflBytes`; none past its end).
+    ReadRange {
+        rel: String,
+        offset: u64,
+        len: u64,
+    },
+    SizesUnder(String),
+    VersionNumbers(String),
+    ObjectDirs,
+    /// The payload added to a new file (`first`: made now, and must not exist).
+    Append {
+        rel: String,
+        first: bool,
+    },
+    Create(String),
+    Replace(String),
+    ReplaceUnsynced(String),
+    Remove(String),
+    RemoveTree(String),
+    RenameDir {
+        from: String,
+        to: String,
+    },
+    Sync,
+    /// Holds the root for writing for the rest of the session.
+    Lock,
+    ClearObjectLeftovers(String),
+    PruneEmptyDirs(String),
+    ClearUnfinishedRoot(crate::store::ocfl::files::Unfinished),
 }
 
 /// A file's kind as sent.
@@ -461,6 +507,12 @@ pub enum Reply {
     FixityChecks(Option<Vec<crate::store::inventory::FixityCheck>>),
     /// What the server's own chain check found; `None`: it keeps no log.
     Chain(Option<crate::events::ChainOutcome>),
+    /// Version 9: whether the OCFL file was there; its bytes in the payload.
+    OcflBytes(bool),
+    OcflSizes(std::collections::BTreeMap<String, u64>),
+    OcflNumbers(Vec<u32>),
+    OcflNames(Vec<String>),
+    OcflYes(bool),
 }
 
 /// A slot as sent.

@@ -68,7 +68,22 @@ pub trait RootWrites: RootFiles {
     /// Whether the root is missing, empty, or holds nothing but files `ours`
     /// names and what a writer killed while making it left half written
     /// (which goes); `false` leaves everything as it is.
-    fn clear_unfinished_root(&self, ours: &dyn Fn(&str) -> bool) -> Result<bool>;
+    fn clear_unfinished_root(&self, ours: &Unfinished) -> Result<bool>;
+}
+
+/// What a writer making a storage root writes before its declaration: these
+/// files, and anything under these folders.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Unfinished {
+    pub files: Vec<String>,
+    pub under: Vec<String>,
+}
+
+impl Unfinished {
+    /// Whether `rel` is one of them.
+    pub fn holds(&self, rel: &str) -> bool {
+        self.files.iter().any(|f| f == rel) || self.under.iter().any(|u| rel.starts_with(&format!("{u}/")))
+    }
 }
 
 /// An OCFL storage root in a folder on this machine.
@@ -214,7 +229,7 @@ impl RootWrites for LocalRoot {
         prune_empty(&self.path(dir))
     }
 
-    fn clear_unfinished_root(&self, ours: &dyn Fn(&str) -> bool) -> Result<bool> {
+    fn clear_unfinished_root(&self, ours: &Unfinished) -> Result<bool> {
         if !self.holds_only(ours) {
             return Ok(false);
         }
@@ -239,14 +254,14 @@ impl RootWrites for LocalRoot {
 impl LocalRoot {
     /// Whether every entry under the root is one of ours (no link, no
     /// other folder): see `RootWrites::clear_unfinished_root`.
-    fn holds_only(&self, ours: &dyn Fn(&str) -> bool) -> bool {
+    fn holds_only(&self, ours: &Unfinished) -> bool {
         if std::fs::symlink_metadata(&self.root).is_err() {
             return true;
         }
         let extensions = ["extensions".to_string(), format!("extensions/{}", super::format::LAYOUT)];
         let ours_or_temp = |rel: &str, is_dir: bool| match is_dir {
-            true => extensions.iter().any(|e| e == rel) || ours(&format!("{rel}/")),
-            false => ours(rel) || rel.rsplit('/').next().is_some_and(|n| n.starts_with(fsx::TEMP_PREFIX)),
+            true => extensions.iter().any(|e| e == rel) || ours.holds(&format!("{rel}/")),
+            false => ours.holds(rel) || rel.rsplit('/').next().is_some_and(|n| n.starts_with(fsx::TEMP_PREFIX)),
         };
         walkdir::WalkDir::new(&self.root).min_depth(1).into_iter().all(|entry| {
             entry.is_ok_and(|e| {

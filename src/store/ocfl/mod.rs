@@ -26,28 +26,13 @@ use crate::error::{Error, Result};
 use crate::id::{Ibip, RepositoryName, Subsystem};
 use crate::problem::Problem;
 use crate::store::config::{CollectionConfig, Minting};
-use crate::store::location::OcflPlace;
 use crate::store::{ItemRecord, Listed, LockWait, Slot, Store, Writer};
 
-use files::{LocalRoot, RootWrites};
+use files::RootWrites;
 use format::{object_rel, read_inventory_in, LAYOUT, OBJECT_ID_BASE};
 
 /// The file at the root that makes an OCFL storage root an `ibi` site.
 pub const SITE_FILE: &str = "ibi-site.toml";
-
-/// The files of the OCFL storage root at `place`, for reading and writing.
-pub fn root_at(place: &OcflPlace) -> Result<Box<dyn RootWrites>> {
-    match place {
-        OcflPlace::Folder(path) => Ok(Box::new(LocalRoot::new(path))),
-        #[cfg(feature = "s3")]
-        OcflPlace::Bucket(address) => Ok(Box::new(s3::S3Root::connect(address)?)),
-        #[cfg(not(feature = "s3"))]
-        OcflPlace::Bucket(address) => Err(Error::Invalid {
-            what: format!("ocfl:{address}"),
-            problem: "this ibi was built without S3 support (feature \"s3\")".into(),
-        }),
-    }
-}
 
 /// An OCFL storage root kept as a site of a collection.
 pub struct OcflStore {
@@ -57,13 +42,8 @@ pub struct OcflStore {
 }
 
 impl OcflStore {
-    /// Opens the OCFL site at `place`: an OCFL 1.1 root laid out by 0003
-    /// whose `ibi-site.toml` names its subsystem.
-    pub fn open(place: &OcflPlace) -> Result<OcflStore> {
-        OcflStore::open_on(root_at(place)?)
-    }
-
-    /// Opens the OCFL site whose files `files` reads.
+    /// Opens the OCFL site whose files `files` reads (`store::open_ocfl_root`):
+    /// an OCFL 1.1 root laid out by 0003 whose `ibi-site.toml` names its subsystem.
     pub fn open_on(files: Box<dyn RootWrites>) -> Result<OcflStore> {
         let invalid = |problem: String| Error::Invalid { what: files.place(), problem };
         let layout = files.read_small("ocfl_layout.json")?.unwrap_or_default();

@@ -20,7 +20,7 @@ use crate::store::s3::keys::Keys;
 use crate::store::s3::objects::{Objects, MAX_STATE_BYTES};
 use crate::store::{FileSource, LockWait};
 
-use super::files::{version_number, RootFiles, RootWrites};
+use super::files::{version_number, RootFiles, RootWrites, Unfinished};
 
 /// An OCFL storage root in a bucket.
 pub struct S3Root {
@@ -158,7 +158,7 @@ impl RootWrites for S3Root {
         Ok(())
     }
 
-    fn clear_unfinished_root(&self, ours: &dyn Fn(&str) -> bool) -> Result<bool> {
-        Ok(self.sizes_under("")?.keys().all(|rel| ours(rel)))
+    fn clear_unfinished_root(&self, ours: &Unfinished) -> Result<bool> {
+        Ok(self.sizes_under("")?.keys().all(|rel| ours.holds(rel)))
     }
 }

@@ -54,20 +54,6 @@ impl Drop for Permit {
     }
 }
 
-/// Fills `buf` from `reader` as far as it goes; the count read (less than asked only at the end).
-fn fill(reader: &mut (dyn Read + Send), buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match reader.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(filled)
-}
-
 /// Uploads `from` to `key` (which must not exist yet) and returns its digests, and
 /// its bytes when it went up in one PUT (the caller may keep small ones).
 pub fn send(objects: &Objects, key: &Key, from: FileSource) -> Result<(Digests, Option<Vec<u8>>), CopyError> {
@@ -101,7 +87,7 @@ pub fn send(objects: &Objects, key: &Key, from: FileSource) -> Result<(Digests, 
                 .wait_for_capacity(PARTS_IN_FLIGHT)
                 .await
                 .map_err(|e| CopyError::Destination(objects.error(key, e)))?;
-            let n = fill(from.reader, &mut buf).map_err(source_error)?;
+            let n = crate::fsx::fill(from.reader, &mut buf).map_err(source_error)?;
             if n == 0 {
                 break;
             }
