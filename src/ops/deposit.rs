@@ -486,7 +486,7 @@ fn tag_new_item(
 pub const DEPOSIT_BATCH: usize = 256;
 
 /// Called with the minted identifiers just before the items are renamed into place.
-pub type BeforePlace<'a> = &'a dyn Fn(&Minted) -> Result<()>;
+pub type BeforePlace<'a> = &'a dyn Fn(&[&Minted]) -> Result<()>;
 
 /// Deposits planned items; the caller holds the write lock. Every payload is staged
 /// first, so a failure (disk full, unreadable file) mints nothing; content already
@@ -614,7 +614,8 @@ fn place_prepared(
     sleep_until_reached(clock, prepared.usable_from);
     writer.minter().write_deposit_records(&records)?;
     if let Some(hook) = before_place {
-        outcomes.iter().filter(|o| !o.deposited.already).try_for_each(|o| hook(&o.deposited.minted))?;
+        let new: Vec<&Minted> = outcomes.iter().filter(|o| !o.deposited.already).map(|o| &o.deposited.minted).collect();
+        hook(&new)?;
     }
     for (_, outcome) in place_staged(writer, staged)? {
         outcome?;

@@ -235,7 +235,10 @@ impl HotFolder<'_> {
         let plan = plan_paths(&[self.inbox.join(entry)], self.options.deposit.follow_symlinks)?;
         let mut deposit = self.options.deposit.clone();
         deposit.move_sources = false;
-        let record = |m: &Minted| atomic_write(&self.pending_path(entry), format!("{}\n", m.record()).as_bytes());
+        let record = |minted: &[&Minted]| match minted.first() {
+            Some(m) => atomic_write(&self.pending_path(entry), format!("{}\n", m.record()).as_bytes()),
+            None => Ok(()),
+        };
         let plans = std::slice::from_ref(&plan);
         let outcome =
             deposit_batch(writer.as_ref(), plans, &deposit, self.clock, self.reporter, Some(&record))?.remove(0);

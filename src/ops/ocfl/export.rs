@@ -48,8 +48,17 @@ pub struct OcflExported {
     pub head: u32,
 }
 
-/// What committing one item did: its object (relative), the versions added, the head.
-pub type Committed = (String, Vec<u32>, u32);
+/// What committing one item did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    /// The object's root folder, relative to the storage root.
+    pub object: String,
+    /// The versions added (none when the object held every one).
+    pub added: Vec<u32>,
+    pub head: u32,
+    /// The identity digest its head holds (its `tagmanifest-sha256.txt`'s digest).
+    pub identity: Option<String>,
+}
 
 /// Writes every version of the item `text` names that the OCFL object of it
 /// under `root` does not hold yet, making the storage root when it is missing.
@@ -57,7 +66,7 @@ pub fn export(store: &dyn Store, text: &str, root: &OcflPlace, connect: &Connect
     let name = resolve(store, text)?;
     let record = ItemRecord::from_bag(store.item_files(&name).as_ref(), &name)?;
     let writing = OcflRoot::open_for_writing(root, connect)?;
-    let (object, added, head) = writing.add_item(store, &record)?;
+    let Committed { object, added, head, .. } = writing.add_item(store, &record)?;
     writing.finish()?;
     Ok(OcflExported { name, object, added, head })
 }
@@ -115,7 +124,8 @@ impl OcflRoot {
             true => None,
             false => Some(crate::ops::log::premis(store, &record.name)?),
         };
-        Ok(StagedItem { object, versions, head: inventory.head_number(), log })
+        let identity = inventory.digest_at(inventory.head_number(), crate::bag::TAGMANIFEST).map(str::to_string);
+        Ok(StagedItem { object, versions, head: inventory.head_number(), log, identity })
     }
 
     /// Puts each staged version into its object, in order, each named by
@@ -130,7 +140,7 @@ impl OcflRoot {
         }
         write_log(self.files(), &staged)?;
         self.files.sync()?;
-        Ok((staged.object, added, staged.head))
+        Ok(Committed { object: staged.object, added, head: staged.head, identity: staged.identity })
     }
 
     /// Commits many staged items at once: every version put into its
@@ -159,7 +169,8 @@ impl OcflRoot {
                 for version in &s.versions {
                     self.drop_staging(version)?;
                 }
-                Ok((s.object.clone(), s.versions.iter().map(|v| v.number).collect(), s.head))
+                let added = s.versions.iter().map(|v| v.number).collect();
+                Ok(Committed { object: s.object, added, head: s.head, identity: s.identity })
             })
             .collect();
         match self.files.sync() {
@@ -359,6 +370,7 @@ pub struct StagedItem {
     head: u32,
     /// The item's events as PREMIS, for the object's `logs/` (with new versions only).
     log: Option<String>,
+    identity: Option<String>,
 }
 
 /// The object's log: the item's events as PREMIS 3, in `logs/premis.xml`

@@ -130,18 +130,40 @@ pub fn import(
     clock: &dyn Clock,
     reporter: &dyn Reporter,
 ) -> Result<Imported> {
+    use rayon::prelude::*;
     let mut imported = Imported::default();
-    for object in objects_in(paths)? {
-        match check_object(&object, options) {
-            Err((code, problem)) => imported.refused.push(Refused { object, code, problem }),
-            Ok(checked) => match take(store, &checked, clock, reporter)? {
-                Ok(taken) => imported.taken.push((object, taken)),
-                Err((code, problem)) => imported.refused.push(Refused { object, code, problem }),
-            },
+    for chunk in objects_in(paths)?.chunks(OBJECTS_AT_ONCE) {
+        // Checked in parallel (each reads its content whole), taken in order.
+        let checked: Vec<Check<Checked>> = chunk.par_iter().map(|object| check_object(object, options)).collect();
+        let mut foreign = Vec::new();
+        let mut results: Vec<Option<Check<Taken>>> = Vec::with_capacity(chunk.len());
+        for (index, check) in checked.into_iter().enumerate() {
+            match check.map(|c| (own_name(store, &c), c)) {
+                Err(refused) => results.push(Some(Err(refused))),
+                Ok((Some(name), object)) => results.push(Some(take_copy(store, &object, name)?)),
+                Ok((None, object)) => {
+                    foreign.push((index, object));
+                    results.push(None);
+                }
+            }
+        }
+        let objects: Vec<&Checked> = foreign.iter().map(|(_, object)| object).collect();
+        for ((index, _), taken) in foreign.iter().zip(take_deposits(store, &objects, clock, reporter)?) {
+            results[*index] = Some(Ok(taken));
+        }
+        for (object, result) in chunk.iter().zip(results) {
+            match result {
+                Some(Ok(taken)) => imported.taken.push((object.clone(), taken)),
+                Some(Err((code, problem))) => imported.refused.push(Refused { object: object.clone(), code, problem }),
+                None => {}
+            }
         }
     }
     Ok(imported)
 }
+
+/// How many objects are checked at once and deposited in one batch.
+const OBJECTS_AT_ONCE: usize = 256;
 
 /// Checks an object whole; its versions' files, each content file read once.
 fn check_object(dir: &Path, options: ImportOptions) -> Check<Checked> {
@@ -309,13 +331,11 @@ fn digest_of(path: &Path, algorithm: Algorithm) -> std::io::Result<String> {
     })
 }
 
-/// Takes a checked object: as a copy of the item it came from, or as a deposit.
-fn take(store: &dyn Store, object: &Checked, clock: &dyn Clock, reporter: &dyn Reporter) -> Result<Check<Taken>> {
+/// The name of the item an object `ibi` wrote holds (`http://urlib.net/NAME`
+/// of this collection's subsystem); `None` for any other object.
+fn own_name(store: &dyn Store, object: &Checked) -> Option<RepositoryName> {
     let own = object.id.strip_prefix(OBJECT_ID_BASE).and_then(|rest| RepositoryName::parse(rest).ok());
-    match own.filter(|name| name.prefix() == store.subsystem().prefix()) {
-        Some(name) => take_copy(store, object, name),
-        None => take_deposit(store, object, clock, reporter).map(Ok),
-    }
+    own.filter(|name| name.prefix() == store.subsystem().prefix())
 }
 
 /// The item the object holds, placed under its own name with every version.
@@ -389,31 +409,56 @@ pub fn object_key(id: &str) -> String {
     format!("ocflobject{}", hex::encode(sha2::Sha256::digest(id.as_bytes())))
 }
 
-/// Deposits version 1 as a new item (unless an earlier run did), then each
-/// later version the item lacks as an update.
-fn take_deposit(store: &dyn Store, object: &Checked, clock: &dyn Clock, reporter: &dyn Reporter) -> Result<Taken> {
+/// Deposits each object's version 1 as a new item (unless an earlier run
+/// did), all in one batch, then each later version the item lacks as an
+/// update; what became of each, in order.
+fn take_deposits(
+    store: &dyn Store,
+    objects: &[&Checked],
+    clock: &dyn Clock,
+    reporter: &dyn Reporter,
+) -> Result<Vec<Taken>> {
+    if objects.is_empty() {
+        return Ok(Vec::new());
+    }
     crate::store::refuse_unless_minting(store)?;
-    let key = object_key(&object.id);
     // The lease taken and dropped: what a killed run left is completed first.
     drop(store.begin_write(LockWait::Forever)?);
-    let recorded = store.inventory().deposit_record(&key)?;
-    // A record whose item never made it into place (killed before) says nothing.
-    let held = recorded.filter(|name| store.slot(name).is_ok_and(|slot| slot == Slot::Item));
-    let (name, mut done) = match held {
-        Some(name) => {
-            let record = crate::store::ItemRecord::from_bag(store.item_files(&name).as_ref(), &name)?;
-            (name, record.current().number as usize)
-        }
-        None => (deposit_first(store, object, &key, clock, reporter)?, 1),
-    };
-    let mut added = if done == 1 { vec![1] } else { Vec::new() };
-    while done < object.versions.len() {
-        let changes = version_changes(object, done);
-        update(store, &name.to_string(), &changes, clock, LockWait::Forever)?;
-        done += 1;
-        added.push(done as u32);
+    let mut held: Vec<Option<(RepositoryName, usize)>> = Vec::with_capacity(objects.len());
+    for object in objects {
+        let recorded = store.inventory().deposit_record(&object_key(&object.id))?;
+        // A record whose item never made it into place (killed before) says nothing.
+        let placed = recorded.filter(|name| store.slot(name).is_ok_and(|slot| slot == Slot::Item));
+        held.push(match placed {
+            Some(name) => {
+                let record = crate::store::ItemRecord::from_bag(store.item_files(&name).as_ref(), &name)?;
+                Some((name, record.current().number as usize))
+            }
+            None => None,
+        });
     }
-    Ok(Taken::Deposited(name, added))
+    let fresh: Vec<&Checked> = objects.iter().zip(&held).filter(|(_, h)| h.is_none()).map(|(o, _)| *o).collect();
+    let mut minted = deposit_firsts(store, &fresh, clock, reporter)?.into_iter();
+    let mut taken = Vec::with_capacity(objects.len());
+    for (object, held) in objects.iter().zip(held) {
+        let (name, mut done, new) = match held {
+            Some((name, done)) => (name, done, false),
+            None => (minted.next().ok_or_else(|| not_deposited(object))?, 1, true),
+        };
+        let mut added = if new { vec![1] } else { Vec::new() };
+        while done < object.versions.len() {
+            let changes = version_changes(object, done);
+            update(store, &name.to_string(), &changes, clock, LockWait::Forever)?;
+            done += 1;
+            added.push(done as u32);
+        }
+        taken.push(Taken::Deposited(name, added));
+    }
+    Ok(taken)
+}
+
+fn not_deposited(object: &Checked) -> Error {
+    Error::Data { what: object.dir.display().to_string(), problem: "its first version was not deposited".into() }
 }
 
 /// The bag-info fields that say which OCFL version an item's version is
@@ -430,15 +475,36 @@ fn version_meta(object: &Checked, index: usize) -> Vec<(String, String)> {
     meta
 }
 
-fn deposit_first(
+/// Deposits version 1 of each object in one batch, each deposit record
+/// (object id to name) written before the batch is placed; the names, in order.
+fn deposit_firsts(
     store: &dyn Store,
-    object: &Checked,
-    key: &str,
+    objects: &[&Checked],
     clock: &dyn Clock,
     reporter: &dyn Reporter,
-) -> Result<RepositoryName> {
+) -> Result<Vec<RepositoryName>> {
+    if objects.is_empty() {
+        return Ok(Vec::new());
+    }
+    let plans = objects.iter().map(|object| first_plan(object)).collect::<Result<Vec<_>>>()?;
+    let options = DepositOptions { duplicate: true, ..DepositOptions::default() };
+    let writer = store.begin_write(LockWait::Forever)?;
+    let record = |minted: &[&Minted]| {
+        let records: Vec<(String, RepositoryName)> =
+            objects.iter().zip(minted).map(|(o, m)| (object_key(&o.id), m.name.clone())).collect();
+        writer.minter().write_deposit_records(&records)
+    };
+    let outcomes = deposit_batch(writer.as_ref(), &plans, &options, clock, reporter, Some(&record))?;
+    Ok(outcomes.into_iter().map(|o| o.deposited.minted.name).collect())
+}
+
+/// The deposit of an object's version 1: its files, checked against the
+/// object's digests as they are staged, and its OCFL id and version in bag-info.
+fn first_plan(object: &Checked) -> Result<SourcePlan> {
     let also = if object.algorithm == Algorithm::Sha512 { vec![Algorithm::Sha512] } else { Vec::new() };
-    let mut plan = SourcePlan { algorithms: also, originals: vec![object.dir.clone()], ..SourcePlan::default() };
+    let info = crate::bag::BagInfo { fields: version_meta(object, 0) };
+    let mut plan =
+        SourcePlan { algorithms: also, originals: vec![object.dir.clone()], info: Some(info), ..SourcePlan::default() };
     let mut dirs = std::collections::BTreeSet::new();
     for file in &object.versions[0].1 {
         let path = payload_path(&file.logical)?;
@@ -456,15 +522,7 @@ fn deposit_first(
         plan.files.push(PlannedFile { source: file.content.clone(), path, expected });
     }
     plan.dirs = dirs.into_iter().collect();
-    let options = DepositOptions { meta: version_meta(object, 0), duplicate: true, ..DepositOptions::default() };
-    let writer = store.begin_write(LockWait::Forever)?;
-    let record = |minted: &Minted| writer.minter().write_deposit_records(&[(key.to_string(), minted.name.clone())]);
-    let outcomes = deposit_batch(writer.as_ref(), &[plan], &options, clock, reporter, Some(&record))?;
-    let minted = outcomes.into_iter().next().map(|o| o.deposited.minted);
-    minted.map(|m| m.name).ok_or_else(|| Error::Data {
-        what: object.dir.display().to_string(),
-        problem: "its first version was not deposited".into(),
-    })
+    Ok(plan)
 }
 
 /// What version `index` (from 0) changes from the one before it.

@@ -16,6 +16,14 @@ use crate::store::{Connect, ItemRecord, Status, Store};
 
 use super::export::OcflRoot;
 
+/// The site's index of the objects it holds (`NAME<TAB>IDENTITY` lines, the
+/// identity each object's head holds), rewritten at the end of each
+/// `replicate`: a later run skips an item whose current identity it names
+/// without reading its object, as `mirror` trusts the identities its
+/// destination's inventory keeps. `verify` and `audit` of the site read the
+/// objects themselves.
+pub const INDEX_FILE: &str = "extensions/ibi-site/objects.tsv";
+
 /// The site's file of IBIp aliases (`IBIP<TAB>NAME` lines), inside an
 /// extension's folder: OCFL allows no links, and an alias is no object.
 pub const ALIASES_FILE: &str = "extensions/ibi-site/aliases.tsv";
@@ -53,37 +61,61 @@ pub fn replicate(
 ) -> Result<TransferSummary> {
     make_site(collection, root, connect)?;
     let writing = OcflRoot::open_for_writing(root, connect)?;
+    let indexed = read_index(writing.files());
+    let mut index = String::new();
     let mut summary = TransferSummary::default();
     let mut held = Vec::with_capacity(ITEMS_AT_ONCE);
     let mut aliases = String::new();
     let mut summaries = collection.inventory().record_summaries();
     loop {
         let next = summaries.next().transpose()?;
-        if let Some(record) = &next {
-            if matches!(record.status, Status::Present | Status::Withdrawn) {
-                held.push(record.name.clone());
-                if let Some(ibip) = &record.ibip {
-                    aliases.push_str(&format!("{ibip}\t{}\n", record.name));
+        if let Some(record) = next.as_ref().filter(|r| matches!(r.status, Status::Present | Status::Withdrawn)) {
+            if let Some(ibip) = &record.ibip {
+                aliases.push_str(&format!("{ibip}\t{}\n", record.name));
+            }
+            match indexed.get(record.name.to_string().as_str()) == Some(&record.identity) {
+                true => {
+                    summary.skipped += 1;
+                    index.push_str(&format!("{}\t{}\n", record.name, record.identity));
                 }
+                false => held.push(record.name.clone()),
             }
         }
         if held.len() == ITEMS_AT_ONCE || (next.is_none() && !held.is_empty()) {
-            replicate_chunk(collection, &writing, &std::mem::take(&mut held), &mut summary, reporter)?;
+            let chunk = std::mem::take(&mut held);
+            replicate_chunk(collection, &writing, &chunk, &mut summary, &mut index, reporter)?;
         }
         if next.is_none() {
             break;
         }
     }
-    keep_aliases(&writing, &aliases)?;
+    keep_file(&writing, ALIASES_FILE, &aliases)?;
+    keep_file(&writing, INDEX_FILE, &index)?;
     writing.finish()?;
     Ok(summary)
 }
 
-/// Writes the site's aliases file when it differs from what it holds.
-fn keep_aliases(writing: &OcflRoot, aliases: &str) -> Result<()> {
-    match writing.files().read_small(ALIASES_FILE)? {
-        Some(held) if held == aliases.as_bytes() => Ok(()),
-        _ => writing.files().replace(ALIASES_FILE, aliases.as_bytes()),
+/// The site's index of objects, name to identity; empty when it has none or
+/// it does not read.
+fn read_index(files: &dyn crate::store::ocfl::files::RootWrites) -> std::collections::HashMap<String, String> {
+    let mut text = String::new();
+    if let Ok((mut reader, _)) = files.open(INDEX_FILE) {
+        if std::io::Read::read_to_string(&mut reader, &mut text).is_err() {
+            text.clear();
+        }
+    }
+    text.lines().filter_map(|l| l.split_once('\t')).map(|(n, i)| (n.to_string(), i.to_string())).collect()
+}
+
+/// Writes one of the site's own files when it differs from what it holds.
+fn keep_file(writing: &OcflRoot, rel: &str, text: &str) -> Result<()> {
+    let mut held = Vec::new();
+    if let Ok((mut reader, _)) = writing.files().open(rel) {
+        let _ = std::io::Read::read_to_end(&mut reader, &mut held);
+    }
+    match held == text.as_bytes() {
+        true => Ok(()),
+        false => writing.files().replace(rel, text.as_bytes()),
     }
 }
 
@@ -98,6 +130,7 @@ fn replicate_chunk(
     writing: &OcflRoot,
     names: &[crate::id::RepositoryName],
     summary: &mut TransferSummary,
+    index: &mut String,
     reporter: &dyn Reporter,
 ) -> Result<()> {
     use rayon::prelude::*;
@@ -110,9 +143,12 @@ fn replicate_chunk(
         .collect();
     writing.make_staged_durable()?;
     for (name, committed) in names.iter().zip(writing.commit_batch(staged)) {
+        if let Some(identity) = committed.as_ref().ok().and_then(|c| c.identity.as_ref()) {
+            index.push_str(&format!("{name}\t{identity}\n"));
+        }
         match committed {
-            Ok((_, added, _)) if added.is_empty() => summary.skipped += 1,
-            Ok((_, added, head)) if added.len() as u32 == head => summary.copied += 1,
+            Ok(c) if c.added.is_empty() => summary.skipped += 1,
+            Ok(c) if c.added.len() as u32 == c.head => summary.copied += 1,
             Ok(_) => summary.replaced += 1,
             // What OCFL cannot hold, or an object of another history: this item's problem.
             Err(e @ (Error::Invalid { .. } | Error::Data { .. })) => {
