@@ -136,7 +136,6 @@ impl OcflRoot {
             place_version(self.files(), &staged.object, version)?;
             self.files.sync()?;
             write_inventory(self.files(), &staged.object, &version.inventory, true)?;
-            self.drop_staging(version)?;
         }
         write_log(self.files(), &staged)?;
         self.files.sync()?;
@@ -166,9 +165,6 @@ impl OcflRoot {
                     write_inventory(files, &s.object, &last.inventory, false)?;
                 }
                 write_log(files, &s)?;
-                for version in &s.versions {
-                    self.drop_staging(version)?;
-                }
                 let added = s.versions.iter().map(|v| v.number).collect();
                 Ok(Committed { object: s.object, added, head: s.head, identity: s.identity })
             })
@@ -189,13 +185,6 @@ impl OcflRoot {
         match self.files.stages() {
             true => self.files.remove_tree(STAGING),
             false => Ok(()),
-        }
-    }
-
-    fn drop_staging(&self, version: &BuiltVersion) -> Result<()> {
-        match &version.staging {
-            Some(staging) => self.files.remove_tree(staging),
-            None => Ok(()),
         }
     }
 }
@@ -382,13 +371,11 @@ fn write_log(files: &dyn RootWrites, staged: &StagedItem) -> Result<()> {
     }
 }
 
-/// One version built: where (its folder relative to the root), the staging
-/// folder to remove once it is placed (a folder only), and the object's
-/// inventory with it as head.
+/// One version built: where (its folder relative to the root) and the
+/// object's inventory with it as head.
 struct BuiltVersion {
     number: u32,
     built: String,
-    staging: Option<String>,
     inventory: Inventory,
 }
 
@@ -406,12 +393,10 @@ impl VersionBuild<'_> {
     /// in the `fixity` block; its inventory and sidecar written.
     fn build(&self, number: u32, inventory: &mut Inventory) -> Result<BuiltVersion> {
         let files = version_files(self.store, self.record, number)?;
-        let (built, staging) = match self.files.stages() {
-            true => {
-                let staging = format!("{STAGING}/{}-v{number}", uuid::Uuid::new_v4());
-                (format!("{staging}/v{number}"), Some(staging))
-            }
-            false => (format!("{}/v{number}", self.object), None),
+        // Built aside as the version folder itself, renamed whole into the object.
+        let built = match self.files.stages() {
+            true => format!("{STAGING}/{}-v{number}", uuid::Uuid::new_v4()),
+            false => format!("{}/v{number}", self.object),
         };
         let mut state: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut added = Vec::new();
@@ -441,7 +426,7 @@ impl VersionBuild<'_> {
         let (bytes, sidecar) = inventory_files(inventory);
         self.files.create(&format!("{built}/inventory.json"), &bytes)?;
         self.files.create(&format!("{built}/inventory.json.sha256"), sidecar.as_bytes())?;
-        Ok(BuiltVersion { number, built, staging, inventory: inventory.clone() })
+        Ok(BuiltVersion { number, built, inventory: inventory.clone() })
     }
 
     /// Copies one file of the item out to `to` (made durable with the
