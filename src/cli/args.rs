@@ -635,6 +635,12 @@ pub struct VerifyArgs {
     /// coordinator; their checks together count as one whole verify.
     #[arg(long, value_name = "K/N", conflicts_with_all = ["names", "budget", "age", "sites"])]
     pub part: Option<String>,
+    /// Store-attested: compare the SHA-256 the object store keeps of each file
+    /// (sent with its upload) with the manifests, without reading the bytes;
+    /// an item whose files have no kept checksum is read. Catches a replaced
+    /// object, not a bit flip in the store's replica; recorded as such.
+    #[arg(long, conflicts_with_all = ["names", "budget", "age", "sites", "part"])]
+    pub attested: bool,
 }
 
 /// `500MiB`, `2GB`, `1024` (bytes) or `90s`, `30m`, `2h`, `1d`.

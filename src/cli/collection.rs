@@ -121,6 +121,9 @@ pub fn verify(global: GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
     if args.age {
         return fixity_age(collection, args.cycle, &printer);
     }
+    if args.attested {
+        return attested(collection, &printer);
+    }
     let part = args.part.as_deref().map(ibi::ops::parts::Part::parse).transpose()?;
     let (mut s, confirmed) = match (args.budget, part) {
         (Some(budget), _) => ibi::ops::fixity::verify_rolling(collection, budget, &printer)?,
@@ -143,6 +146,24 @@ pub fn verify(global: GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
         outcome = outcome.worse(verify_sites(collection, args.budget, &printer)?);
     }
     Ok(outcome)
+}
+
+/// `verify --attested`: the store's checksums against the manifests.
+fn attested(collection: &dyn ibi::store::Store, printer: &Printer) -> Result<Outcome> {
+    let s = ibi::ops::attest::attest(collection, printer)?;
+    printer.summary(
+        &format!(
+            "attested {} item(s) in {:.2} s: {} by the store's checksums (bytes not read), {} read whole (no checksum \
+             kept); {} problem(s)",
+            s.items,
+            printer.seconds(),
+            s.attested,
+            s.read,
+            s.problems
+        ),
+        json!({"items": s.items, "attested": s.attested, "read": s.read, "problems": s.problems}),
+    );
+    Ok(if s.problems == 0 { Outcome::Success } else { Outcome::Problems })
 }
 
 /// The summary of one verify, and its outcome.
@@ -212,9 +233,21 @@ fn fixity_age(collection: &dyn ibi::store::Store, cycle_days: u32, printer: &Pri
         (Some(date), Some(days)) => format!("the oldest successful check is {days} day(s) old ({date})"),
         _ => "no item was ever found whole".into(),
     };
+    // What the checks rest on: reads of the bytes, or the store's own checksums.
+    let kinds = match age.attested {
+        0 => "every check within the cycle read the bytes".to_string(),
+        n => format!(
+            "{n} of them rest on store-attested checks (the store's SHA-256 of each file, kept from its upload; \
+             they catch a replaced object, not a bit flip in the store's replica), the rest on reads"
+        ),
+    };
     printer.summary(
-        &format!("fixity of {} item(s): {said}; {} not found whole within the {cycle_days}-day cycle", age.items, age.stale),
-        json!({"items": age.items, "oldest_check": oldest, "oldest_days": days, "stale": age.stale, "cycle_days": cycle_days}),
+        &format!(
+            "fixity of {} item(s): {said}; {} not found whole within the {cycle_days}-day cycle; {kinds}",
+            age.items, age.stale
+        ),
+        json!({"items": age.items, "oldest_check": oldest, "oldest_days": days, "stale": age.stale,
+            "cycle_days": cycle_days, "attested": age.attested}),
     );
     Ok(if age.stale == 0 { Outcome::Success } else { Outcome::Problems })
 }

@@ -124,6 +124,9 @@ pub struct FixityAge {
     pub oldest: Option<(String, RepositoryName)>,
     /// Items never checked, last found damaged, or last found whole before the cycle began.
     pub stale: u64,
+    /// Items found whole within the cycle by a store-attested check (the
+    /// store's checksums, their bytes not read), not by a read.
+    pub attested: u64,
 }
 
 /// Reports (as problems) every held item not found whole within `cycle` before `now`.
@@ -153,12 +156,15 @@ pub fn fixity_age(store: &dyn Store, cycle: Duration, now: Timestamp, reporter: 
             Some(check) if check.at < since_at => {
                 format!("last found whole {}, before the cycle began ({since})", check.date())
             }
-            Some(_) => continue,
+            Some(check) => {
+                age.attested += u64::from(check.attested);
+                continue;
+            }
         };
         age.stale += 1;
         reporter.problem(&Problem::new(&name.to_string(), None, ProblemKind::StaleFixity, detail));
     }
-    age.oldest = oldest.map(|(at, name)| (LastCheck { at, ok: true }.date(), name));
+    age.oldest = oldest.map(|(at, name)| (LastCheck { at, ok: true, attested: false }.date(), name));
     Ok(age)
 }
 
@@ -194,7 +200,7 @@ mod turns {
             .iter()
             .enumerate()
             .filter(|(i, _)| i % 2 == 0)
-            .map(|(i, name)| (name, LastCheck { at: 1_000_000 - i as i64, ok: i % 4 == 0 }));
+            .map(|(i, name)| (name, LastCheck { at: 1_000_000 - i as i64, ok: i % 4 == 0, attested: false }));
         let checks = LastChecks::of(checks);
         let mut expected: Vec<InTurn> =
             names.iter().map(|name| (checks.good(name).unwrap_or(NEVER), name.clone())).collect();

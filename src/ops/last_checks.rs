@@ -16,11 +16,13 @@ const FUTURE: i64 = i64::MIN + 1;
 /// two clocks a little apart.
 const FUTURE_SLACK_SECS: i64 = 300;
 
-/// One item's last check: when (seconds since 1970) and whether it passed.
+/// One item's last check: when (seconds since 1970), whether it passed, and
+/// whether it was store-attested (`FixityCheck::attested`) rather than a read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LastCheck {
     pub at: i64,
     pub ok: bool,
+    pub attested: bool,
 }
 
 impl LastCheck {
@@ -70,7 +72,7 @@ impl LastChecks {
         let kept = store.ledger().each_fixity_check(&mut |check| {
             let at = chrono::DateTime::parse_from_rfc3339(&check.date).map_or(NEVER, |date| date.timestamp());
             let at = if at != NEVER && at > latest { FUTURE } else { at };
-            checks.push((name_key(&check.name), pack(LastCheck { at, ok: check.ok })));
+            checks.push((name_key(&check.name), pack(LastCheck { at, ok: check.ok, attested: check.attested })));
         })?;
         // The last one read of a name (or of two whose hashes collide) answers.
         checks.reverse();
@@ -97,19 +99,20 @@ impl LastChecks {
     }
 }
 
-/// A check in eight bytes: its second shifted left by one, and its result in
-/// the lowest bit; `NEVER` (an unreadable date) as itself.
+/// A check in eight bytes: its second shifted left by two, whether it was
+/// store-attested in the next bit and its result in the lowest; `NEVER` (an
+/// unreadable date) as itself.
 fn pack(check: LastCheck) -> i64 {
     match check.at {
         NEVER | FUTURE => check.at,
-        at => (at << 1) | i64::from(check.ok),
+        at => (at << 2) | (i64::from(check.attested) << 1) | i64::from(check.ok),
     }
 }
 
 fn unpack(packed: i64) -> LastCheck {
     match packed {
-        NEVER | FUTURE => LastCheck { at: packed, ok: false },
-        packed => LastCheck { at: packed >> 1, ok: packed & 1 == 1 },
+        NEVER | FUTURE => LastCheck { at: packed, ok: false, attested: false },
+        packed => LastCheck { at: packed >> 2, ok: packed & 1 == 1, attested: packed & 2 == 2 },
     }
 }
 
@@ -130,10 +133,11 @@ mod tests {
     #[test]
     fn a_packed_check_reads_back() {
         for at in [0, 1, -1, -5, 1_764_000_000, 253_402_300_799, -62_135_596_800] {
-            for ok in [true, false] {
-                assert_eq!(unpack(pack(LastCheck { at, ok })), LastCheck { at, ok }, "{at} {ok}");
+            for (ok, attested) in [(true, false), (false, false), (true, true)] {
+                let check = LastCheck { at, ok, attested };
+                assert_eq!(unpack(pack(check)), check, "{at} {ok} {attested}");
             }
         }
-        assert!(unpack(pack(LastCheck { at: NEVER, ok: true })).undated());
+        assert!(unpack(pack(LastCheck { at: NEVER, ok: true, attested: false })).undated());
     }
 }

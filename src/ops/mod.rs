@@ -2,6 +2,7 @@
 //! and copy, migrate and mirror between collections.
 //! Each takes a `Reporter` for progress and returns a summary or a typed error.
 
+pub mod attest;
 pub mod audit;
 pub mod checkpoints;
 pub mod confirmed;

@@ -387,8 +387,7 @@ pub(crate) fn verify_one(
         lock(&counters.confirmed).note(&(name, identity.as_str()));
     }
     let date = crate::store::inventory::fixity_date(crate::id::Timestamp::now());
-    let fixity =
-        FixityCheck { name: name.clone(), date, ok: problems.is_empty(), files: check.files, bytes: check.bytes };
+    let fixity = FixityCheck::read(name.clone(), date, problems.is_empty(), check.files, check.bytes);
     counters.note_check(store, fixity, reporter);
     counters.items.fetch_add(1, Ordering::Relaxed);
     counters.files.fetch_add(check.files, Ordering::Relaxed);

@@ -172,7 +172,9 @@ impl<'a> Vouchers<'a> {
         if self.confirmed.is_some_and(|c| c.holds(name, recorded)) {
             return true;
         }
-        let checked = self.checks.as_ref().and_then(|c| c.get(name)).is_some_and(|c| c.passed() && c.at >= self.since);
+        // A store-attested check never vouches: it did not read the bytes.
+        let last = self.checks.as_ref().and_then(|c| c.get(name));
+        let checked = last.is_some_and(|c| c.passed() && !c.attested && c.at >= self.since);
         checked && read == Some(recorded)
     }
 }

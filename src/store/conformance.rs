@@ -428,13 +428,7 @@ pub fn a_copy_carries_no_fixity_checks(store: &dyn Store, other: &dyn Store) {
     place(w.as_ref(), &a, stage_bag(w.as_ref(), &a, b"first"), false).unwrap();
     drop(w);
     for day in 10..13 {
-        let check = FixityCheck {
-            name: a.name.clone(),
-            date: format!("2026-01-{day}T00:00:00Z"),
-            ok: true,
-            files: 1,
-            bytes: 5,
-        };
+        let check = FixityCheck::read(a.name.clone(), format!("2026-01-{day}T00:00:00Z"), true, 1, 5);
         store
             .ledger()
             .writer()

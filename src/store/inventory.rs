@@ -106,13 +106,25 @@ pub struct FixityCheck {
     pub files: u64,
     #[serde(default)]
     pub bytes: u64,
+    /// Store-attested: the store's own SHA-256 of each file (kept from the
+    /// checksum it verified at upload) compared with the manifests, its bytes
+    /// not read (`verify --attested`). It catches an object replaced behind
+    /// ibi's back, never a bit flip inside the store's replica.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub attested: bool,
 }
 
 impl FixityCheck {
+    /// A check that read the item's bytes.
+    pub fn read(name: RepositoryName, date: String, ok: bool, files: u64, bytes: u64) -> FixityCheck {
+        FixityCheck { name, date, ok, files, bytes, attested: false }
+    }
+
     /// The check as an event of the log.
     pub fn event(&self) -> crate::events::Event {
         let outcome = if self.ok { "pass" } else { "fail" };
-        let detail = format!("{} files, {} bytes", self.files, self.bytes);
+        let how = if self.attested { ", store-attested (the store's checksums, bytes not read)" } else { "" };
+        let detail = format!("{} files, {} bytes{how}", self.files, self.bytes);
         let (kind, item) = (crate::events::EventKind::Fixity, Some(self.name.to_string()));
         crate::events::Event::dated(self.date.clone(), kind, item, outcome, detail)
     }

@@ -24,6 +24,7 @@
 pub const BATCH: usize = 64;
 
 pub mod aliases;
+pub mod attest;
 pub mod config;
 pub mod cosign;
 #[cfg(feature = "far")]
@@ -212,6 +213,11 @@ pub trait Store: Send + Sync {
     /// The place as a cosigning site of other collections' checkpoints
     /// (`store::cosign`), when this backend keeps them here.
     fn cosigner(&self) -> Option<&dyn cosign::Cosigner> {
+        None
+    }
+    /// The store's own checksums of the items' files (`store::attest`), when
+    /// it verifies and keeps them.
+    fn store_checksums(&self) -> Option<&dyn attest::StoreChecksums> {
         None
     }
     /// The collection's own records of what was done and checked: its event

@@ -2197,3 +2197,99 @@ fn an_ocfl_site_in_a_bucket_is_replicated_killed_and_completed() {
     }
     assert!(killed > 0, "no run was killed");
 }
+
+/// The SHA-256 SeaweedFS keeps of an object (`HEAD` with checksum mode), as
+/// boto3 reads it, hex; empty when it keeps none.
+fn kept_sha256(port: u16, bucket: &str, key: &str, into: &Path) -> String {
+    let code = "import base64\nh = s3.head_object(Bucket=sys.argv[1], Key=sys.argv[2], ChecksumMode='ENABLED')\n\
+                c = h.get('ChecksumSHA256')\nopen(sys.argv[3], 'w').write(base64.b64decode(c).hex() if c else '')";
+    boto3(port, code, &[bucket, key, into.to_str().unwrap()]);
+    std::fs::read_to_string(into).unwrap()
+}
+
+/// Store-attested checks (`verify --attested`) on SeaweedFS, which verifies
+/// and keeps the `x-amz-checksum-sha256` ibi sends with every PUT: the kept
+/// digest is the manifest's; every item is attested without a read; an object
+/// replaced behind ibi's back with its own checksum is found by the differing
+/// checksum; one put back without a sha256 checksum is read instead (and its
+/// bytes found right); the checks are logged as store-attested and `--age`
+/// says how many rest on them. On moto, which keeps no checksum, every item
+/// is read.
+#[test]
+fn store_attested_checks_read_the_stores_checksums_and_say_so() {
+    use sha2::Digest;
+    let env = TestEnv::new();
+    let moto = Moto::seaweedfs("lib");
+    let (p, s3) = (moto.port, "s3://lib/main");
+    env.s3_collection(p, s3);
+    let sources: Vec<String> = (0..4)
+        .map(|i| {
+            let file = env.write(&format!("src/{i}/f.txt"), format!("item {i}\n").as_bytes());
+            file.parent().unwrap().display().to_string()
+        })
+        .collect();
+    let mut args = vec!["-q", "deposit", "--each", s3];
+    args.extend(sources.iter().map(String::as_str));
+    env.s3_ok(p, &args);
+    let listed = env.s3_ok(p, &["list", s3]).stdout;
+    let names: Vec<String> = listed.lines().map(|l| l.split('\t').next().unwrap().to_string()).collect();
+    let key = |i: usize| format!("main/{}/data/f.txt", names[i]);
+    let got = |i: usize| {
+        let code = "o = s3.get_object(Bucket=sys.argv[1], Key=sys.argv[2])['Body'].read()\n\
+                    open(sys.argv[3], 'wb').write(o)";
+        boto3(p, code, &["lib", &key(i), env.path("body").to_str().unwrap()]);
+        std::fs::read(env.path("body")).unwrap()
+    };
+    let kept = kept_sha256(p, "lib", &key(0), &env.path("kept"));
+    assert_eq!(kept, hex::encode(sha2::Sha256::digest(got(0))), "SeaweedFS keeps the SHA-256 ibi sent");
+    let all = env.s3_ok(p, &["verify", s3, "--attested"]);
+    assert!(all.stderr.contains("attested 4 item(s)"), "{}", all.stderr);
+    assert!(all.stderr.contains("4 by the store's checksums") && all.stderr.contains("0 read whole"), "{}", all.stderr);
+
+    // Replaced behind ibi's back, with a checksum of its own: the checksums differ.
+    let with_checksum = "import hashlib, base64\nb = open(sys.argv[3], 'rb').read()\n\
+                         s3.put_object(Bucket=sys.argv[1], Key=sys.argv[2], Body=b, \
+                         ChecksumSHA256=base64.b64encode(hashlib.sha256(b).digest()).decode())";
+    let original = got(0);
+    std::fs::write(env.path("replacement"), b"replaced\n").unwrap();
+    boto3(p, with_checksum, &["lib", &key(0), env.path("replacement").to_str().unwrap()]);
+    // The same bytes put back with no sha256 checksum: nothing to attest by, so read.
+    let same = got(1);
+    put_object(p, "lib", &key(1), &same);
+    assert_eq!(kept_sha256(p, "lib", &key(1), &env.path("kept")), "", "no sha256 kept now");
+    let found = env.s3_fails(p, &["verify", s3, "--attested"], 1);
+    assert!(
+        found.stdout.contains(&names[0]) && found.stdout.contains("replaced behind ibi's back"),
+        "{}",
+        found.stdout
+    );
+    assert!(!found.stdout.contains(&names[1]), "the same bytes read right: {}", found.stdout);
+    assert!(
+        found.stderr.contains("2 by the store's checksums") && found.stderr.contains("1 read whole"),
+        "{}",
+        found.stderr
+    );
+    let log = env.s3_ok(p, &["--json", "log", s3]).stdout;
+    assert!(log.contains("store-attested"), "the log says which kind: {log}");
+
+    // The original bytes back, with their checksum: --age names what the checks rest on.
+    std::fs::write(env.path("replacement"), &original).unwrap();
+    boto3(p, with_checksum, &["lib", &key(0), env.path("replacement").to_str().unwrap()]);
+    env.s3_ok(p, &["-q", "verify", s3, "--attested"]);
+    let age = env.s3_ok(p, &["verify", s3, "--age", "--cycle", "90"]);
+    assert!(age.stderr.contains("3 of them rest on store-attested checks"), "{}", age.stderr);
+
+    // moto keeps no checksum: every item is read, none attested.
+    let (elsewhere, other) = (TestEnv::new(), Moto::start("lib"));
+    let q = other.port;
+    elsewhere.s3_collection(q, s3);
+    let mut args = vec!["-q", "deposit", "--each", s3];
+    args.extend(sources.iter().map(String::as_str));
+    elsewhere.s3_ok(q, &args);
+    let read = elsewhere.s3_ok(q, &["verify", s3, "--attested"]);
+    assert!(
+        read.stderr.contains("0 by the store's checksums") && read.stderr.contains("4 read whole"),
+        "{}",
+        read.stderr
+    );
+}

@@ -1004,7 +1004,7 @@ impl Session {
         let identifiers = check.info.as_ref().map(|info| identifier_problems(c, name, info)).unwrap_or_default();
         let ok = check.problems.is_empty() && identifiers.is_empty();
         let date = fixity_date(crate::id::Timestamp::now());
-        let fixity = FixityCheck { name: name.clone(), date, ok, files: check.files, bytes: check.bytes };
+        let fixity = FixityCheck::read(name.clone(), date, ok, check.files, check.bytes);
         lock(&self.fixity).push(fixity);
         self.keep_fixity(false);
         Ok(WireCheck {

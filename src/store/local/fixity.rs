@@ -136,7 +136,7 @@ impl Inventory {
         for row in rows {
             let (name, date, ok) = row.map_err(|e| sql_error(&self.path, e))?;
             if let Ok(name) = RepositoryName::parse(&name) {
-                each(FixityCheck { name, date, ok, files: 0, bytes: 0 });
+                each(FixityCheck::read(name, date, ok, 0, 0));
             }
         }
         Ok(())

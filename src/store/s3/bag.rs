@@ -34,6 +34,16 @@ pub struct ObjectBag<'a> {
 }
 
 impl ObjectBag<'_> {
+    /// The SHA-256 the store keeps of `rel` (`Objects::stored_sha256`), from
+    /// `base`, or from `settled` if the stage is gone.
+    pub fn stored_sha256(&self, rel: &str) -> crate::error::Result<Option<String>> {
+        let at = |base: &Key| self.objects.run(self.objects.stored_sha256(&key_under(base, rel, self.form)));
+        match (at(&self.base), &self.settled) {
+            (Err(crate::error::Error::NotFound { .. }), Some(settled)) => at(settled),
+            (result, _) => result,
+        }
+    }
+
     /// A reader of `rel`: from `base`, or from `settled` if the stage is gone.
     pub fn reader(&self, rel: &str) -> io::Result<super::objects::ObjectReader> {
         match (self.objects.reader(&key_under(&self.base, rel, self.form)), &self.settled) {

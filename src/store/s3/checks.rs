@@ -46,9 +46,19 @@ pub struct Logged {
 /// A check and the log event it claims, when its key names one.
 pub type ClaimedCheck = (FixityCheck, Option<Logged>);
 
+/// A check's outcome as its key names it: `pass`, `fail`, or `attest` (a
+/// store-attested pass).
+fn outcome_word(check: &FixityCheck) -> &'static str {
+    match (check.ok, check.attested) {
+        (true, true) => "attest",
+        (true, false) => "pass",
+        (false, _) => "fail",
+    }
+}
+
 /// What a check key's signature signs: the check whole and its event.
 pub fn signed_text(check: &FixityCheck, seq: u64, hash: &str) -> String {
-    let outcome = if check.ok { "pass" } else { "fail" };
+    let outcome = outcome_word(check);
     format!(
         "ibi fixity check\n{}\n{}\n{outcome}\n{}\n{}\n{seq}\n{hash}\n",
         check.name, check.date, check.files, check.bytes
@@ -65,7 +75,7 @@ pub fn signed_by(check: &FixityCheck, logged: &Logged, key: &ed25519_dalek::Veri
 
 /// The last segment of a check's key.
 fn check_segment((check, logged): &ClaimedCheck) -> String {
-    let outcome = if check.ok { "pass" } else { "fail" };
+    let outcome = outcome_word(check);
     let logged = logged.as_ref().map(|l| format!("!{}!{}!{}", l.seq, l.hash, l.signature)).unwrap_or_default();
     format!("{}!{outcome}!{}!{}{logged}", check.date, check.files, check.bytes)
 }
@@ -77,9 +87,10 @@ fn parse_check_key(prefix: &str, key: &Key) -> Option<ClaimedCheck> {
     let (name, segment) = rel.rsplit_once('/')?;
     let mut parts = segment.split('!');
     let date = parts.next()?.to_string();
-    let ok = match parts.next()? {
-        "pass" => true,
-        "fail" => false,
+    let (ok, attested) = match parts.next()? {
+        "pass" => (true, false),
+        "attest" => (true, true),
+        "fail" => (false, false),
         _ => return None,
     };
     let (files, bytes) = (parts.next()?.parse().ok()?, parts.next()?.parse().ok()?);
@@ -93,7 +104,8 @@ fn parse_check_key(prefix: &str, key: &Key) -> Option<ClaimedCheck> {
     if parts.next().is_some() || chrono::DateTime::parse_from_rfc3339(&date).is_err() {
         return None;
     }
-    Some((FixityCheck { name: RepositoryName::parse(name).ok()?, date, ok, files, bytes }, logged))
+    let name = RepositoryName::parse(name).ok()?;
+    Some((FixityCheck { name, date, ok, files, bytes, attested }, logged))
 }
 
 /// Of two checks of one item, the one that stands: the newer; at one date, a failure.
@@ -240,7 +252,7 @@ mod tests {
 
     fn check(date: &str, ok: bool) -> FixityCheck {
         let name = RepositoryName::parse("example.org/t/2026/11.25.10.19.59.986").unwrap();
-        FixityCheck { name, date: date.into(), ok, files: 3, bytes: 1234 }
+        FixityCheck::read(name, date.into(), ok, 3, 1234)
     }
 
     fn claimed(check: &FixityCheck) -> ClaimedCheck {

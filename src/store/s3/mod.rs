@@ -91,12 +91,18 @@ pub fn connect(address: &ObjectAddress) -> Result<Objects> {
     refuse_plain_http_unless_allowed(address)?;
     install_tls_crypto();
     let retry = RetryConfig { max_retries: 2, retry_timeout: Duration::from_secs(20), ..Default::default() };
+    // Every PUT carries x-amz-checksum-sha256: a store that checks it (AWS,
+    // SeaweedFS) refuses bytes that arrive changed and keeps the digest, which
+    // a store-attested check reads back (`attest`).
     let store = AmazonS3Builder::from_env()
         .with_bucket_name(&address.bucket)
         .with_retry(retry)
+        .with_checksum_algorithm(object_store::aws::Checksum::SHA256)
         .build()
         .map_err(|e| Error::Invalid { what: format!("S3 location {address}"), problem: e.to_string() })?;
-    Objects::new(Arc::new(store) as Arc<dyn ObjectStore>, address.to_string())
+    let store = Arc::new(store);
+    let objects = Objects::new(store.clone() as Arc<dyn ObjectStore>, address.to_string())?;
+    Ok(objects.with_signer(store))
 }
 
 /// The S3 client's TLS is rustls over `ring`, installed as the process's provider

@@ -41,6 +41,9 @@ pub struct Objects {
     down: Arc<Mutex<Option<(Instant, String)>>>,
     /// The lease this handle's writes depend on, while it holds one.
     fence: Arc<Mutex<Option<Arc<Fence>>>>,
+    /// What signs a request `object_store` cannot make itself (a HEAD that asks
+    /// for the stored checksum); none for a store that is not S3.
+    signer: Option<Arc<object_store::aws::AmazonS3>>,
 }
 
 /// What a lease holder's writes depend on: the lease's holder thread moves
@@ -106,7 +109,57 @@ impl Objects {
             .enable_all()
             .build()
             .map_err(|e| Error::io("start the S3 client for", &place, e))?;
-        Ok(Objects { store, runtime: Arc::new(runtime), place, down: Arc::default(), fence: Arc::default() })
+        Ok(Objects {
+            store,
+            runtime: Arc::new(runtime),
+            place,
+            down: Arc::default(),
+            fence: Arc::default(),
+            signer: None,
+        })
+    }
+
+    /// This handle, able to ask the store for what it keeps of an object
+    /// (`stored_sha256`).
+    pub fn with_signer(mut self, signer: Arc<object_store::aws::AmazonS3>) -> Objects {
+        self.signer = Some(signer);
+        self
+    }
+
+    /// The SHA-256 (hex) the store keeps of the object at `key`, from the
+    /// checksum sent with its upload (`HEAD` with `x-amz-checksum-mode:
+    /// ENABLED`); `None` when it keeps none of the whole object (none was
+    /// sent, the store ignores them, or a multipart upload's composite one).
+    pub async fn stored_sha256(&self, key: &Key) -> Result<Option<String>, Error> {
+        use base64::Engine;
+        use object_store::signer::{SignedUrlOptions, Signer};
+        self.answering(key)?;
+        let Some(signer) = &self.signer else { return Ok(None) };
+        let options = SignedUrlOptions::default().with_signed_header(
+            http::HeaderName::from_static("x-amz-checksum-mode"),
+            http::HeaderValue::from_static("ENABLED"),
+        );
+        let url = signer
+            .signed_url_opts(http::Method::HEAD, key, Duration::from_secs(300), &options)
+            .await
+            .map_err(|e| self.error(key, e))?;
+        let client = reqwest::Client::new();
+        let answer = client
+            .head(url)
+            .header("x-amz-checksum-mode", "ENABLED")
+            .send()
+            .await
+            .map_err(|e| Error::Connection { place: self.url(key), problem: with_causes(&e) })?;
+        if answer.status() == reqwest::StatusCode::NOT_FOUND {
+            return Err(Error::NotFound { what: "object", name: key.to_string(), place: self.place.clone().into() });
+        }
+        if !answer.status().is_success() {
+            let problem = format!("HEAD for its checksum answered {}", answer.status());
+            return Err(Error::Connection { place: self.url(key), problem });
+        }
+        let stored = answer.headers().get("x-amz-checksum-sha256").and_then(|v| v.to_str().ok());
+        let digest = stored.and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok());
+        Ok(digest.filter(|d| d.len() == 32).map(hex::encode))
     }
 
     /// Makes every write through this handle and its clones depend on `fence`.

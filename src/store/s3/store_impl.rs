@@ -24,6 +24,10 @@ impl Store for S3Store {
         Some(self)
     }
 
+    fn store_checksums(&self) -> Option<&dyn crate::store::attest::StoreChecksums> {
+        Some(self)
+    }
+
     fn location(&self) -> String {
         self.objects.place.clone()
     }
@@ -731,5 +735,13 @@ impl S3Store {
     /// A new stage token, unique across processes and machines.
     pub(super) fn new_stage() -> StageId {
         StageId(uuid::Uuid::new_v4().as_u64_pair().0)
+    }
+}
+
+/// The SHA-256 the bucket keeps of each object, from the checksum every PUT
+/// of ibi's sends (`s3::connect`).
+impl crate::store::attest::StoreChecksums for S3Store {
+    fn stored_sha256(&self, name: &RepositoryName, rel: &str) -> Result<Option<String>> {
+        self.item_bag(name).stored_sha256(rel)
     }
 }
