@@ -755,6 +755,20 @@ pub fn watch_tree(root: &Path) -> Result<(notify::RecommendedWatcher, std::sync:
     Ok((watcher, rx))
 }
 
+/// Fills `buf` from `reader` as far as it goes; the count read (less than asked only at the end).
+pub fn fill(reader: &mut (dyn Read + Send), buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -802,18 +816,4 @@ mod tests {
         drop(held);
         FileLock::try_acquire(&path).unwrap();
     }
-}
-
-/// Fills `buf` from `reader` as far as it goes; the count read (less than asked only at the end).
-pub fn fill(reader: &mut (dyn Read + Send), buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match reader.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(filled)
 }

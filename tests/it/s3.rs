@@ -2273,6 +2273,8 @@ fn store_attested_checks_read_the_stores_checksums_and_say_so() {
     assert!(log.contains("store-attested"), "the log says which kind: {log}");
 
     // The original bytes back, with their checksum: --age names what the checks rest on.
+    // (A second later: at one second, a failure is the check that stands.)
+    std::thread::sleep(Duration::from_millis(1100));
     std::fs::write(env.path("replacement"), &original).unwrap();
     boto3(p, with_checksum, &["lib", &key(0), env.path("replacement").to_str().unwrap()]);
     env.s3_ok(p, &["-q", "verify", s3, "--attested"]);
