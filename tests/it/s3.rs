@@ -2295,3 +2295,54 @@ fn store_attested_checks_read_the_stores_checksums_and_say_so() {
         read.stderr
     );
 }
+
+/// Requests each S3 command makes, counted by a recording proxy in front of
+/// moto over 20 one-file items, held to upper bounds per item: a change that
+/// adds a request per item to deposit, a first or no-op mirror, verify,
+/// an attested verify or the audit of an S3 site fails here. (The bounds are
+/// this build's counts, rounded up by less than one request per item; fixed
+/// costs, such as the lease and the log, are spread over the 20.)
+#[test]
+fn s3_requests_per_item_stay_within_their_bounds() {
+    const ITEMS: usize = 20;
+    let env = TestEnv::new();
+    let moto = Moto::start("lib");
+    let proxy = Proxy::recording(moto.port);
+    let p = proxy.port;
+    let a = env.filled("a", ITEMS, 1);
+    let sources: Vec<String> = (0..ITEMS)
+        .map(|i| {
+            env.write(&format!("src/{i}/f.txt"), format!("item {i}\n").as_bytes())
+                .parent()
+                .unwrap()
+                .display()
+                .to_string()
+        })
+        .collect();
+    let (dep, mir) = ("s3://lib/dep", "s3://lib/mir");
+    // The deposit's collection mints (another test env: `a` mints its own).
+    let minting = TestEnv::new();
+    minting.s3_collection(moto.port, dep);
+    env.s3_collection(moto.port, mir);
+    env.ok(&["-q", "site", "add", &a, mir, "--zone", "cloud"]);
+    let mut deposit = vec!["-q", "deposit", "--each", dep];
+    deposit.extend(sources.iter().map(String::as_str));
+    // Measured on 2026-11-28 (moto): 23.95, 15.5, 2.95, 18.85, 17.85, 3.45.
+    // moto keeps no checksums, so the attested verify reads every item too.
+    let commands: Vec<(&str, Vec<&str>, f64)> = vec![
+        ("deposit --each", deposit, 24.5),
+        ("first mirror", vec!["-q", "mirror", &a, mir], 16.0),
+        ("no-op mirror", vec!["-q", "mirror", &a, mir], 3.5),
+        ("verify", vec!["-q", "verify", mir], 19.5),
+        ("verify --attested", vec!["-q", "verify", mir, "--attested"], 18.5),
+        ("audit", vec!["-q", "audit", &a], 4.0),
+    ];
+    for (what, args, bound) in &commands {
+        let before = proxy.requests().len();
+        let run = if *what == "deposit --each" { minting.s3_run(p, args) } else { env.s3_run(p, args) };
+        assert_eq!(run.code, 0, "{what}: {}", run.stderr);
+        let sent = &proxy.requests()[before..];
+        let per_item = sent.len() as f64 / ITEMS as f64;
+        assert!(per_item <= *bound, "{what}: {per_item} requests an item, over {bound}: {sent:#?}");
+    }
+}
