@@ -671,7 +671,29 @@ pub fn checks<S: Store + 'static, F: Fn() -> S>() -> Vec<Check<S, F>> {
         check::<S, F>("the_ledger_writer_keeps_what_it_is_given", |s, r| {
             the_ledger_writer_keeps_what_it_is_given(s, &r())
         }),
+        check::<S, F>("kept_checksums_are_the_files_own", |s, _| kept_checksums_are_the_files_own(s)),
     ]
+}
+
+/// A backend whose store keeps checksums (`store::attest`) attests only the
+/// digest a file has: for each file of a placed item it answers none, or the
+/// file's own SHA-256; a file that is not there is an error, never attested.
+pub fn kept_checksums_are_the_files_own(store: &dyn Store) {
+    let Some(checksums) = store.store_checksums() else { return };
+    let w = writer(store);
+    let a = minted(17);
+    place(w.as_ref(), &a, stage_bag(w.as_ref(), &a, b"attested"), false).unwrap();
+    drop(w);
+    let payload = crate::fsx::hash_bytes(b"attested");
+    if let Some(kept) = checksums.stored_sha256(&a.name, "data/a.txt").unwrap() {
+        assert_eq!(kept, payload, "the store keeps the file's own digest");
+    }
+    let tags = store.item_files(&a.name).read(crate::bag::TAGMANIFEST).unwrap();
+    if let Some(kept) = checksums.stored_sha256(&a.name, crate::bag::TAGMANIFEST).unwrap() {
+        assert_eq!(kept, crate::fsx::hash_bytes(&tags));
+    }
+    let gone = checksums.stored_sha256(&a.name, "data/never-there.txt");
+    assert!(!matches!(gone, Ok(Some(_))), "a file that is not there is never attested: {gone:?}");
 }
 
 /// Runs one check on a handle and a reopener; a failure names the check.
