@@ -358,6 +358,27 @@ fn objects_of_other_tools_are_deposited_with_every_version_and_bad_ones_named() 
         }
     }
     assert_eq!(env.ok(&["list", &c]).stdout, before, "nothing of a bad object was taken");
+
+    // In one batch with sound objects, a first version whose content fails its
+    // digest (found only as the deposit stages it) is refused with its code and
+    // the others are taken.
+    let mixed = env.path("mixed");
+    let dirs: Vec<String> = ["good-1", "bad", "good-2"]
+        .iter()
+        .map(|label| {
+            let built = build_object(&mixed.join(label), &format!("info:fedora/{label}"), "sha256", &three_versions());
+            if *label == "bad" {
+                std::fs::write(built.dir.join("v1/content/a.txt"), b"rotten\n").unwrap();
+            }
+            built.dir.to_string_lossy().into_owned()
+        })
+        .collect();
+    let mut args = vec!["deposit", c.as_str(), "--ocfl"];
+    args.extend(dirs.iter().map(String::as_str));
+    let run = env.fails(&args, 1);
+    assert_eq!(run.stdout.matches("deposited v1, v2, v3").count(), 2, "{}", run.stdout);
+    assert!(run.stdout.contains("E092a: ") && run.stdout.contains("bad"), "{}", run.stdout);
+    assert_eq!(env.ok(&["list", &c]).stdout.lines().count(), before.lines().count() + 2);
 }
 
 /// Items with several versions, a withdrawal and a `--bag` deposit with md5

@@ -133,8 +133,12 @@ pub fn import(
     use rayon::prelude::*;
     let mut imported = Imported::default();
     for chunk in objects_in(paths)?.chunks(OBJECTS_AT_ONCE) {
-        // Checked in parallel (each reads its content whole), taken in order.
-        let checked: Vec<Check<Checked>> = chunk.par_iter().map(|object| check_object(object, options)).collect();
+        // Checked in parallel, taken in order. The digests of a foreign object's
+        // first version are checked as the deposit stages them (one read, not
+        // two); a batch one of whose files fails is checked again whole.
+        let foreign_id = |id: &str| own_name_of(store, id).is_none();
+        let checked: Vec<Check<Checked>> =
+            chunk.par_iter().map(|object| check_object(object, options, &foreign_id)).collect();
         let mut foreign = Vec::new();
         let mut results: Vec<Option<Check<Taken>>> = Vec::with_capacity(chunk.len());
         for (index, check) in checked.into_iter().enumerate() {
@@ -148,8 +152,24 @@ pub fn import(
             }
         }
         let objects: Vec<&Checked> = foreign.iter().map(|(_, object)| object).collect();
-        for ((index, _), taken) in foreign.iter().zip(take_deposits(store, &objects, clock, reporter)?) {
-            results[*index] = Some(Ok(taken));
+        match take_deposits(store, &objects, clock, reporter) {
+            Ok(taken) => foreign.iter().zip(taken).for_each(|((index, _), t)| results[*index] = Some(Ok(t))),
+            Err(_) if !foreign.is_empty() => {
+                // Nothing of the batch was minted: check each again whole, take the sound.
+                let whole: Vec<Check<Checked>> =
+                    foreign.par_iter().map(|(i, _)| check_object(&chunk[*i], options, &|_| false)).collect();
+                let mut sound = Vec::new();
+                for ((index, _), check) in foreign.iter().zip(whole) {
+                    match check {
+                        Ok(object) => sound.push((*index, object)),
+                        Err(refused) => results[*index] = Some(Err(refused)),
+                    }
+                }
+                let objects: Vec<&Checked> = sound.iter().map(|(_, object)| object).collect();
+                let taken = take_deposits(store, &objects, clock, reporter)?;
+                sound.iter().zip(taken).for_each(|((index, _), t)| results[*index] = Some(Ok(t)));
+            }
+            Err(e) => return Err(e),
         }
         for (object, result) in chunk.iter().zip(results) {
             match result {
@@ -165,8 +185,10 @@ pub fn import(
 /// How many objects are checked at once and deposited in one batch.
 const OBJECTS_AT_ONCE: usize = 256;
 
-/// Checks an object whole; its versions' files, each content file read once.
-fn check_object(dir: &Path, options: ImportOptions) -> Check<Checked> {
+/// Checks an object whole; its versions' files, each content file read once
+/// (a first version's left to the deposit's staging when `defer_first` says
+/// so of the object's id: see `check_committed`).
+fn check_object(dir: &Path, options: ImportOptions, defer_first: &(dyn Fn(&str) -> bool + Sync)) -> Check<Checked> {
     validate::declared_spec(dir)?;
     let mutable = dir.join(MUTABLE_HEAD).exists();
     if mutable && !options.take_mutable_head {
@@ -177,15 +199,18 @@ fn check_object(dir: &Path, options: ImportOptions) -> Check<Checked> {
         );
         return Err(("0005-mutable-head", problem));
     }
-    let mut checked = check_committed(dir)?;
+    let mut checked = check_committed(dir, defer_first)?;
     if mutable {
         add_mutable_head(&mut checked)?;
     }
     Ok(checked)
 }
 
-/// Checks an object's committed versions (its root inventory's).
-fn check_committed(dir: &Path) -> Check<Checked> {
+/// Checks an object's committed versions (its root inventory's). When
+/// `defer_first` says so of its id, the content its first version brings is
+/// taken at the digest the manifest claims here: the deposit of that version
+/// stages each file against it and mints nothing if one differs.
+fn check_committed(dir: &Path, defer_first: &(dyn Fn(&str) -> bool + Sync)) -> Check<Checked> {
     let (inventory, algorithm, bytes) = checked_inventory(dir)?;
     validate::root_entries(dir, &inventory)?;
     validate::manifest(dir, &inventory)?;
@@ -193,6 +218,13 @@ fn check_committed(dir: &Path) -> Check<Checked> {
         content_path(dir, content)?;
     }
     let mut digested = validate::Digested::new();
+    if defer_first(&inventory.id) {
+        for (digest, paths) in &inventory.manifest {
+            for path in paths.iter().filter(|p| p.starts_with("v1/")) {
+                digested.insert((path.clone(), algorithm), digest.to_lowercase());
+            }
+        }
+    }
     validate::root_digests(dir, &inventory, algorithm, &mut digested)?;
     validate::fixity(dir, &inventory, &mut digested)?;
     validate::version_inventories(dir, &inventory, &bytes, &mut digested)?;
@@ -334,7 +366,11 @@ fn digest_of(path: &Path, algorithm: Algorithm) -> std::io::Result<String> {
 /// The name of the item an object `ibi` wrote holds (`http://urlib.net/NAME`
 /// of this collection's subsystem); `None` for any other object.
 fn own_name(store: &dyn Store, object: &Checked) -> Option<RepositoryName> {
-    let own = object.id.strip_prefix(OBJECT_ID_BASE).and_then(|rest| RepositoryName::parse(rest).ok());
+    own_name_of(store, &object.id)
+}
+
+fn own_name_of(store: &dyn Store, id: &str) -> Option<RepositoryName> {
+    let own = id.strip_prefix(OBJECT_ID_BASE).and_then(|rest| RepositoryName::parse(rest).ok());
     own.filter(|name| name.prefix() == store.subsystem().prefix())
 }
 
