@@ -258,9 +258,8 @@ impl LocalRoot {
         if std::fs::symlink_metadata(&self.root).is_err() {
             return true;
         }
-        let extensions = ["extensions".to_string(), format!("extensions/{}", super::format::LAYOUT)];
         let ours_or_temp = |rel: &str, is_dir: bool| match is_dir {
-            true => extensions.iter().any(|e| e == rel) || ours.holds(&format!("{rel}/")),
+            true => ours.files.iter().any(|f| f.starts_with(&format!("{rel}/"))) || ours.holds(&format!("{rel}/")),
             false => ours.holds(rel) || rel.rsplit('/').next().is_some_and(|n| n.starts_with(fsx::TEMP_PREFIX)),
         };
         walkdir::WalkDir::new(&self.root).min_depth(1).into_iter().all(|entry| {
