@@ -2065,18 +2065,7 @@ fn verify_parts_on_one_seaweedfs_collection_lose_and_double_no_check() {
     let moto = Moto::seaweedfs("lib");
     let (p, s3) = (moto.port, "s3://lib/main");
     env.s3_collection(p, s3);
-    let sources: Vec<String> = (0..16)
-        .map(|i| {
-            env.write(&format!("src/{i}/f.txt"), format!("item {i}\n").as_bytes())
-                .parent()
-                .unwrap()
-                .display()
-                .to_string()
-        })
-        .collect();
-    let mut args = vec!["-q", "deposit", "--each", s3];
-    args.extend(sources.iter().map(String::as_str));
-    env.s3_ok(p, &args);
+    env.s3_deposit_each(p, s3, &env.one_file_sources(16));
     let parts: Vec<String> = (1..=4).map(|k| format!("{k}/4")).collect();
     let mut workers: Vec<_> = parts
         .iter()
@@ -2198,6 +2187,25 @@ fn an_ocfl_site_in_a_bucket_is_replicated_killed_and_completed() {
     assert!(killed > 0, "no run was killed");
 }
 
+impl TestEnv {
+    /// `n` folders of one small file each (`src/I/f.txt`), as `deposit --each` takes them.
+    fn one_file_sources(&self, n: usize) -> Vec<String> {
+        (0..n)
+            .map(|i| {
+                let file = self.write(&format!("src/{i}/f.txt"), format!("item {i}\n").as_bytes());
+                file.parent().unwrap().display().to_string()
+            })
+            .collect()
+    }
+
+    /// `deposit --each` of `sources` into the S3 collection `s3` behind `port`.
+    fn s3_deposit_each(&self, port: u16, s3: &str, sources: &[String]) {
+        let mut args = vec!["-q", "deposit", "--each", s3];
+        args.extend(sources.iter().map(String::as_str));
+        self.s3_ok(port, &args);
+    }
+}
+
 /// The SHA-256 SeaweedFS keeps of an object (`HEAD` with checksum mode), as
 /// boto3 reads it, hex; empty when it keeps none.
 fn kept_sha256(port: u16, bucket: &str, key: &str, into: &Path) -> String {
@@ -2222,15 +2230,8 @@ fn store_attested_checks_read_the_stores_checksums_and_say_so() {
     let moto = Moto::seaweedfs("lib");
     let (p, s3) = (moto.port, "s3://lib/main");
     env.s3_collection(p, s3);
-    let sources: Vec<String> = (0..4)
-        .map(|i| {
-            let file = env.write(&format!("src/{i}/f.txt"), format!("item {i}\n").as_bytes());
-            file.parent().unwrap().display().to_string()
-        })
-        .collect();
-    let mut args = vec!["-q", "deposit", "--each", s3];
-    args.extend(sources.iter().map(String::as_str));
-    env.s3_ok(p, &args);
+    let sources = env.one_file_sources(4);
+    env.s3_deposit_each(p, s3, &sources);
     let listed = env.s3_ok(p, &["list", s3]).stdout;
     let names: Vec<String> = listed.lines().map(|l| l.split('\t').next().unwrap().to_string()).collect();
     let key = |i: usize| format!("main/{}/data/f.txt", names[i]);
@@ -2285,9 +2286,7 @@ fn store_attested_checks_read_the_stores_checksums_and_say_so() {
     let (elsewhere, other) = (TestEnv::new(), Moto::start("lib"));
     let q = other.port;
     elsewhere.s3_collection(q, s3);
-    let mut args = vec!["-q", "deposit", "--each", s3];
-    args.extend(sources.iter().map(String::as_str));
-    elsewhere.s3_ok(q, &args);
+    elsewhere.s3_deposit_each(q, s3, &sources);
     let read = elsewhere.s3_ok(q, &["verify", s3, "--attested"]);
     assert!(
         read.stderr.contains("0 by the store's checksums") && read.stderr.contains("4 read whole"),
@@ -2310,15 +2309,7 @@ fn s3_requests_per_item_stay_within_their_bounds() {
     let proxy = Proxy::recording(moto.port);
     let p = proxy.port;
     let a = env.filled("a", ITEMS, 1);
-    let sources: Vec<String> = (0..ITEMS)
-        .map(|i| {
-            env.write(&format!("src/{i}/f.txt"), format!("item {i}\n").as_bytes())
-                .parent()
-                .unwrap()
-                .display()
-                .to_string()
-        })
-        .collect();
+    let sources = env.one_file_sources(ITEMS);
     let (dep, mir) = ("s3://lib/dep", "s3://lib/mir");
     // The deposit's collection mints (another test env: `a` mints its own).
     let minting = TestEnv::new();
