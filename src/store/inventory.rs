@@ -114,6 +114,27 @@ pub struct FixityCheck {
     pub attested: bool,
 }
 
+/// A check's outcome as its key names it: `pass`, `fail`, or `attest` (a
+/// store-attested pass).
+pub fn outcome_word(check: &FixityCheck) -> &'static str {
+    match (check.ok, check.attested) {
+        (true, true) => "attest",
+        (true, false) => "pass",
+        (false, _) => "fail",
+    }
+}
+
+/// What a signature over a fixity check signs: the check whole and the log
+/// event it names (an S3 check key's; `0` and `-` where there is none, as on
+/// an OCFL site).
+pub fn signed_text(check: &FixityCheck, seq: u64, hash: &str) -> String {
+    let outcome = outcome_word(check);
+    format!(
+        "ibi fixity check\n{}\n{}\n{outcome}\n{}\n{}\n{seq}\n{hash}\n",
+        check.name, check.date, check.files, check.bytes
+    )
+}
+
 impl FixityCheck {
     /// A check that read the item's bytes.
     pub fn read(name: RepositoryName, date: String, ok: bool, files: u64, bytes: u64) -> FixityCheck {

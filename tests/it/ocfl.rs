@@ -706,3 +706,81 @@ fn an_ocfl_site_on_a_far_machine_is_replicated_killed_and_completed() {
     }
     assert!(killed > 0, "no run was killed");
 }
+
+/// An OCFL site keeps the dates of its checks (`verify ocfl:PATH`) as lines
+/// signed by the collection's witness key on this machine: `verify --age` of
+/// the site then finds every copy checked within the cycle; a line whose date
+/// was moved, or one written for an item never checked, counts as never
+/// checked; and a machine without the key trusts none of them.
+#[test]
+fn an_ocfl_sites_fixity_dates_are_signed_and_forgeries_count_for_nothing() {
+    let env = TestEnv::new();
+    let c = env.filled("c", 3, 1);
+    env.ok(&["-q", "verify", &c]);
+    let root = env.path("ocfl-site");
+    let site = format!("ocfl:{}", root.display());
+    env.ok(&["-q", "site", "add", &c, &site, "--zone", "vault"]);
+    env.ok(&["-q", "replicate", &c]);
+    let never = env.fails(&["verify", &site, "--age", "--cycle", "90"], 1);
+    assert_eq!(never.stdout.matches("never checked").count(), 3, "{}", never.stdout);
+    env.ok(&["-q", "verify", &site]);
+    env.ok(&["-q", "verify", &site, "--age", "--cycle", "90"]);
+
+    let files: Vec<_> = std::fs::read_dir(root.join("extensions/ibi-site/checks")).unwrap().flatten().collect();
+    assert_eq!(files.len(), 1, "one batch, one file");
+    let file = files[0].path();
+    let lines: Vec<String> = std::fs::read_to_string(&file).unwrap().lines().map(str::to_string).collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    let mut moved: Vec<String> = lines[0].split('\t').map(str::to_string).collect();
+    moved[1] = "2099-01-01T00:00:00Z".into();
+    let forged = [moved.join("\t"), lines[1].clone(), lines[2].clone()].join("\n") + "\n";
+    std::fs::write(&file, forged).unwrap();
+    let found = env.fails(&["verify", &site, "--age", "--cycle", "90"], 1);
+    let name = lines[0].split('\t').next().unwrap();
+    assert!(found.stdout.contains(name) && found.stdout.contains("never checked"), "{}", found.stdout);
+    assert_eq!(found.stdout.lines().count(), 1, "only the forged line: {}", found.stdout);
+    // A line added for the item, dated a minute on but signed by no key of this
+    // machine's, stands over the true one and counts as never checked too.
+    let now = (chrono::Utc::now() + chrono::Duration::seconds(60)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let mut added: Vec<String> = lines[1].split('\t').map(str::to_string).collect();
+    added[1] = now;
+    std::fs::write(root.join("extensions/ibi-site/checks/99-added.tsv"), added.join("\t") + "\n").unwrap();
+    let found = env.fails(&["verify", &site, "--age", "--cycle", "90"], 1);
+    assert_eq!(found.stdout.matches("never checked").count(), 2, "{}", found.stdout);
+
+    let elsewhere = env.path("another-machine-keys");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let run: crate::env::Run = env
+        .command(&["verify", &site, "--age", "--cycle", "90"])
+        .env("IBI_KEY_DIR", &elsewhere)
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(run.stdout.matches("never checked").count(), 3, "no key here, no check trusted: {}", run.stdout);
+}
+
+/// Each verify of an OCFL site keeps its checks in a file of their own, and
+/// past 64 files they are merged into one, each item's newest check kept.
+#[test]
+fn an_ocfl_sites_check_files_are_merged_and_keep_the_newest() {
+    let env = TestEnv::new();
+    let c = env.filled("c", 2, 1);
+    let root = env.path("ocfl-site");
+    let site = format!("ocfl:{}", root.display());
+    env.ok(&["-q", "site", "add", &c, &site, "--zone", "vault"]);
+    env.ok(&["-q", "replicate", &c]);
+    let count = || std::fs::read_dir(root.join("extensions/ibi-site/checks")).unwrap().count();
+    for run in 1..=70 {
+        env.ok(&["-q", "verify", &site]);
+        assert!(count() <= 65, "run {run}: {} files", count());
+    }
+    assert!(count() < 10, "merged: {} files", count());
+    let lines: usize = std::fs::read_dir(root.join("extensions/ibi-site/checks"))
+        .unwrap()
+        .flatten()
+        .map(|f| std::fs::read_to_string(f.path()).unwrap().lines().count())
+        .sum();
+    assert!(lines < 20, "the merge kept each item's newest, not every line: {lines}");
+    env.ok(&["-q", "verify", &site, "--age", "--cycle", "90"]);
+}

@@ -5,10 +5,11 @@
 //! other place. It is written only by `replicate` and `export --ocfl`
 //! (`ops::ocfl::export`), never through a `Writer`: OCFL rewrites the root
 //! inventory on every update, which no lease, alias or append-only rule of
-//! ibi's describes. `ibi-site.toml` at the root (a file OCFL allows there)
+//! ibi's describes. Its fixity dates are signed lines of its own (`checks`). `ibi-site.toml` at the root (a file OCFL allows there)
 //! names the subsystem and the collection the site copies. The root's files
 //! are in a folder or a bucket (`files`, `s3`).
 
+pub mod checks;
 pub mod files;
 pub mod format;
 #[cfg(feature = "s3")]
@@ -229,6 +230,9 @@ impl Store for OcflStore {
         self.files.open(&content)
     }
     fn inventory(&self) -> &dyn crate::store::records::Records {
+        self
+    }
+    fn ledger(&self) -> &dyn crate::store::ledger::Ledger {
         self
     }
     fn as_dyn(&self) -> &dyn Store {

@@ -46,24 +46,8 @@ pub struct Logged {
 /// A check and the log event it claims, when its key names one.
 pub type ClaimedCheck = (FixityCheck, Option<Logged>);
 
-/// A check's outcome as its key names it: `pass`, `fail`, or `attest` (a
-/// store-attested pass).
-fn outcome_word(check: &FixityCheck) -> &'static str {
-    match (check.ok, check.attested) {
-        (true, true) => "attest",
-        (true, false) => "pass",
-        (false, _) => "fail",
-    }
-}
-
-/// What a check key's signature signs: the check whole and its event.
-pub fn signed_text(check: &FixityCheck, seq: u64, hash: &str) -> String {
-    let outcome = outcome_word(check);
-    format!(
-        "ibi fixity check\n{}\n{}\n{outcome}\n{}\n{}\n{seq}\n{hash}\n",
-        check.name, check.date, check.files, check.bytes
-    )
-}
+use crate::store::inventory::outcome_word;
+pub use crate::store::inventory::signed_text;
 
 /// Whether `logged`'s signature over `check` holds under `key`.
 pub fn signed_by(check: &FixityCheck, logged: &Logged, key: &ed25519_dalek::VerifyingKey) -> bool {
