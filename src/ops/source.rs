@@ -145,6 +145,24 @@ pub(crate) fn add_source(
 
 /// Plans a deposit of files and folders as one item. A single folder's contents go
 /// straight into `data/`; otherwise each path goes to `data/<its name>`.
+/// An OCFL object or storage root given to a plain deposit: as files its
+/// versions, digests and id would be lost, so it is refused, naming
+/// `--ocfl`, which takes it with every version.
+fn refuse_ocfl(path: &Path) -> Result<()> {
+    let declarations = ["0=ocfl_object_1.1", "0=ocfl_object_1.0", "0=ocfl_1.1", "0=ocfl_1.0"];
+    match declarations.iter().find(|d| path.join(d).is_file()) {
+        Some(declaration) => Err(Error::Invalid {
+            what: path.display().to_string(),
+            problem: format!(
+                "it is an OCFL {} ({declaration}): deposit it with --ocfl, which takes every version with its \
+                 digests and id; as plain files they would be lost",
+                if declaration.contains("object") { "object" } else { "storage root" }
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
 pub fn plan_paths(paths: &[PathBuf], follow_symlinks: bool) -> Result<SourcePlan> {
     let mut plan = SourcePlan { originals: paths.to_vec(), follow_symlinks, ..SourcePlan::default() };
     let mut refusals = Refusals::default();
@@ -160,6 +178,7 @@ pub fn plan_paths(paths: &[PathBuf], follow_symlinks: bool) -> Result<SourcePlan
                 other.with_path("read", path)?;
             }
         }
+        refuse_ocfl(path)?;
         let prefix = if single_dir {
             DATA.to_string()
         } else {

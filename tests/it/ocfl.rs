@@ -784,3 +784,37 @@ fn an_ocfl_sites_check_files_are_merged_and_keep_the_newest() {
     assert!(lines < 20, "the merge kept each item's newest, not every line: {lines}");
     env.ok(&["-q", "verify", &site, "--age", "--cycle", "90"]);
 }
+
+/// An OCFL object, or a storage root, given to a plain `deposit` was stored
+/// as opaque files, its versions, digests and id lost to ibi: it is refused,
+/// naming `--ocfl`, and nothing is deposited.
+#[test]
+fn regress_ocfl_object_deposited_as_opaque_files() {
+    let env = TestEnv::new();
+    let c = env.collection("c");
+    let built = build_object(&env.path("objects/one"), "info:fedora/one", "sha512", &three_versions());
+    let refused = env.run(&["deposit", &c, built.dir.to_str().unwrap()]);
+    assert_ne!(refused.code, 0, "{}", refused.stdout);
+    assert!(refused.stderr.contains("OCFL object") && refused.stderr.contains("--ocfl"), "{}", refused.stderr);
+    let root = env.path("root");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("0=ocfl_1.1"), "ocfl_1.1\n").unwrap();
+    let refused = env.run(&["deposit", "--each", &c, root.to_str().unwrap()]);
+    assert!(refused.code != 0 && refused.stderr.contains("OCFL storage root"), "{}", refused.stderr);
+    assert!(env.ok(&["list", &c]).stdout.is_empty(), "nothing deposited");
+}
+
+/// Nothing in ibi wrote an OCFL inventory (ocfl-py's `--srcbag` import of an
+/// ibi export built an invalid object, E037a): `export --ocfl` writes an item
+/// with every version as an object both validators take.
+#[test]
+fn regress_ibi_export_makes_no_valid_ocfl_object() {
+    let env = TestEnv::new();
+    let c = env.filled("c", 1, 2);
+    let name = listed_names(&env, &c).remove(0);
+    env.ok(&["-q", "update", &c, &name, "--meta", "Round=2"]);
+    let root = env.path("ocfl");
+    env.ok(&["-q", "export", &c, &name, root.to_str().unwrap(), "--ocfl"]);
+    assert_root_valid(&root);
+    assert_eq!(inventory(&the_object(&root))["head"], "v2");
+}

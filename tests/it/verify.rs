@@ -598,3 +598,35 @@ fn verify_parts_run_at_once_cover_the_collection_and_count_as_one_cycle() {
     assert!(missing.stdout.contains("never checked"), "the part that did not run shows: {}", missing.stdout);
     env.fails(&["verify", &b, "--part", "4/3"], 2);
 }
+
+/// Three verifies of disjoint items of one local collection run at once (as
+/// parallel workers do) keep every check: before, a deferred SQLite
+/// transaction that read and then wrote got "database is locked" at once,
+/// and a worker's fixity dates were dropped with a warning.
+#[test]
+fn regress_concurrent_verifies_lose_fixity_dates() {
+    let env = TestEnv::new();
+    let a = env.filled("a", 45, 1);
+    let names: Vec<String> =
+        env.ok(&["list", &a]).stdout.lines().map(|l| l.split('\t').next().unwrap().to_string()).collect();
+    for round in 0..3 {
+        let workers: Vec<_> = names
+            .chunks(15)
+            .map(|part| {
+                let mut args = vec!["verify", a.as_str()];
+                args.extend(part.iter().map(String::as_str));
+                env.command(&args)
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for worker in workers {
+            let out = worker.wait_with_output().unwrap();
+            let said = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert!(out.status.success() && !said.contains("were not kept"), "round {round}: {said}");
+        }
+    }
+    env.ok(&["-q", "verify", &a, "--age", "--cycle", "90"]);
+}
