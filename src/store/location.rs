@@ -283,6 +283,27 @@ mod tests {
         assert_eq!(far("lab:x").to_string(), "lab:x");
     }
 
+    /// An OCFL root is a folder, a far folder or a bucket, as a site's
+    /// location (`ocfl:…`) or as `export --ocfl` takes it; anything else
+    /// after `ocfl:` is refused by name.
+    #[test]
+    fn an_ocfl_place_is_a_folder_a_far_folder_or_a_bucket() {
+        let ocfl = |text: &str| match Location::parse(Path::new(text)).unwrap() {
+            Location::Ocfl(place) => place,
+            other => panic!("{text} read as {other:?}"),
+        };
+        assert_eq!(ocfl("ocfl:/srv/ocfl"), OcflPlace::Folder(PathBuf::from("/srv/ocfl")));
+        assert!(matches!(ocfl("ocfl:lab:/srv/ocfl"), OcflPlace::Far(f) if f.host == "lab" && f.path == "/srv/ocfl"));
+        let bucket = ObjectAddress { bucket: "lib".into(), prefix: "ocfl/site".into() };
+        assert_eq!(ocfl("ocfl:s3://lib/ocfl/site/"), OcflPlace::Bucket(bucket.clone()));
+        assert_eq!(ocfl("ocfl:s3://lib/ocfl/site").to_string(), "ocfl:s3://lib/ocfl/site");
+        assert_eq!(OcflPlace::parse(Path::new("s3://lib/ocfl/site")).unwrap(), OcflPlace::Bucket(bucket));
+        assert_eq!(OcflPlace::parse(Path::new("out")).unwrap(), OcflPlace::Folder(PathBuf::from("out")));
+        for bad in ["ocfl:", "ocfl:http://x/y", "ocfl:s3://x"] {
+            assert!(Location::parse(Path::new(bad)).is_err(), "{bad}");
+        }
+    }
+
     #[test]
     fn ssh_url_is_far_with_port() {
         let f = far("ssh://ana@lab:2222/srv/x");
