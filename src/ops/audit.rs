@@ -42,6 +42,9 @@ enum Copy {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fixity {
     Passed,
+    /// Passed within the cycle by a store-attested check (the store's
+    /// checksums, not a read of the bytes).
+    Attested,
     /// Passed, before the policy's cycle began.
     Stale,
     Failed,
@@ -69,6 +72,8 @@ pub struct PlaceFacts {
     pub damaged: u64,
     pub stale: u64,
     pub never_checked: u64,
+    /// Copies whose last check within the cycle was store-attested, not a read.
+    pub attested: u64,
     /// Items it holds that the collection never recorded (planted, or lost here).
     pub strays: u64,
     /// The oldest last good check of its copies (RFC 3339), when it keeps dates.
@@ -574,6 +579,7 @@ fn fixity_of(check: Option<LastCheck>, cycle_start: Option<i64>) -> Fixity {
         Some(check) if check.undated() || check.future() => Fixity::Never,
         Some(check) if !check.ok => Fixity::Failed,
         Some(check) if cycle_start.is_some_and(|start| check.at < start) => Fixity::Stale,
+        Some(check) if check.attested => Fixity::Attested,
         Some(_) => Fixity::Passed,
     }
 }
@@ -740,6 +746,10 @@ fn verdict(
         }
         Fixity::Never => {
             facts.never_checked += 1;
+            Ok(())
+        }
+        Fixity::Attested => {
+            facts.attested += 1;
             Ok(())
         }
         Fixity::Passed => Ok(()),

@@ -260,7 +260,15 @@ fn integrity(report: &AuditReport, evidence: &Evidence) -> Vec<Cell> {
     let oldest: Vec<String> = report
         .places
         .iter()
-        .map(|p| format!("{}: oldest check {}", p.url, p.oldest_check.as_deref().unwrap_or("none")))
+        .map(|p| {
+            let oldest = p.oldest_check.as_deref().unwrap_or("none");
+            match p.attested {
+                0 => format!("{}: oldest check {oldest}", p.url),
+                n => {
+                    format!("{}: oldest check {oldest}, {n} copies resting on store-attested checks (not reads)", p.url)
+                }
+            }
+        })
         .collect();
     let checks = count(evidence, &["fixity"]);
     let arrivals = count(evidence, &["deposit", "update", "copy-in", "mirror-in", "migrate-in"]);

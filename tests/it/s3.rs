@@ -2220,8 +2220,8 @@ fn kept_sha256(port: u16, bucket: &str, key: &str, into: &Path) -> String {
 /// digest is the manifest's; every item is attested without a read; an object
 /// replaced behind ibi's back with its own checksum is found by the differing
 /// checksum; one put back without a sha256 checksum is read instead (and its
-/// bytes found right); the checks are logged as store-attested and `--age`
-/// says how many rest on them. On moto, which keeps no checksum, every item
+/// bytes found right); the checks are logged as store-attested, and `--age`
+/// and `audit --ndsa` say how many rest on them. On moto, which keeps no checksum, every item
 /// is read.
 #[test]
 fn store_attested_checks_read_the_stores_checksums_and_say_so() {
@@ -2281,6 +2281,8 @@ fn store_attested_checks_read_the_stores_checksums_and_say_so() {
     env.s3_ok(p, &["-q", "verify", s3, "--attested"]);
     let age = env.s3_ok(p, &["verify", s3, "--age", "--cycle", "90"]);
     assert!(age.stderr.contains("3 of them rest on store-attested checks"), "{}", age.stderr);
+    let ndsa = env.s3_run(p, &["audit", s3, "--ndsa"]).stdout;
+    assert!(ndsa.contains("3 copies resting on store-attested checks (not reads)"), "--ndsa says which: {ndsa}");
 
     // moto keeps no checksum: every item is read, none attested.
     let (elsewhere, other) = (TestEnv::new(), Moto::start("lib"));
