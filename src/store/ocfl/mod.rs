@@ -61,43 +61,62 @@ impl OcflStore {
         Ok(OcflStore { files, config, subsystem })
     }
 
-    /// The files of `name`'s object, as the item's bag sees them; `None` when
-    /// the root holds no object of it.
-    fn bag(&self, name: &RepositoryName) -> OcflBag<'_> {
+    /// The object of `name`: its folder (relative to the root) and its
+    /// inventory when it has one that its sidecar seals and that names it.
+    fn object_of(&self, name: &RepositoryName) -> Result<(String, Option<format::Inventory>)> {
         let id = format!("{OBJECT_ID_BASE}{name}");
         let object = object_rel(&id);
+        let inventory = read_inventory_in(self.files.as_ref(), &object)?.filter(|i| i.id == id);
+        Ok((object, inventory))
+    }
+
+    /// Every logical path of the item's bag (the head's state at the top,
+    /// each earlier version's under `ibi-versions/N/`) with its content file
+    /// relative to the root.
+    fn logical_files(object: &str, inventory: &format::Inventory) -> BTreeMap<String, String> {
         let mut files = BTreeMap::new();
-        let inventory = read_inventory_in(self.files.as_ref(), &object).ok().flatten().filter(|i| i.id == id);
-        let sizes = match &inventory {
-            Some(_) => self.files.sizes_under(&object).unwrap_or_default(),
-            None => BTreeMap::new(),
-        };
-        if let Some(inventory) = &inventory {
-            let head = inventory.head_number();
-            for number in 1..=head {
-                let Some(version) = inventory.versions.get(&format!("v{number}")) else { continue };
-                let under = if number == head { String::new() } else { format!("{VERSIONS_DIR}/{number}/") };
-                for (digest, logicals) in &version.state {
-                    let Some(content) = inventory.manifest.get(digest).and_then(|c| c.first()) else { continue };
-                    let size = sizes.get(content).copied().unwrap_or(0);
-                    for logical in logicals {
-                        files.insert(format!("{under}{logical}"), (format!("{object}/{content}"), size));
-                    }
+        let head = inventory.head_number();
+        for number in 1..=head {
+            let Some(version) = inventory.versions.get(&format!("v{number}")) else { continue };
+            let under = if number == head { String::new() } else { format!("{VERSIONS_DIR}/{number}/") };
+            for (digest, logicals) in &version.state {
+                let Some(content) = inventory.manifest.get(digest).and_then(|c| c.first()) else { continue };
+                for logical in logicals {
+                    files.insert(format!("{under}{logical}"), format!("{object}/{content}"));
                 }
             }
         }
-        OcflBag { root: self.files.as_ref(), files, held: inventory.is_some() }
+        files
+    }
+
+    /// The files of `name`'s object, as the item's bag sees them, with their
+    /// sizes (one listing of the object); an empty bag, not held, when the
+    /// root holds no object of it.
+    fn bag(&self, name: &RepositoryName) -> OcflBag<'_> {
+        let (object, inventory) = self.object_of(name).unwrap_or_default();
+        let Some(inventory) = inventory else {
+            return OcflBag { root: self.files.as_ref(), files: BTreeMap::new(), held: false };
+        };
+        let sizes = self.files.sizes_under(&object).unwrap_or_default();
+        let files = Self::logical_files(&object, &inventory)
+            .into_iter()
+            .map(|(logical, content)| {
+                let size = sizes.get(content.strip_prefix(&format!("{object}/")).unwrap_or(&content)).copied();
+                (logical, (content, size.unwrap_or(0)))
+            })
+            .collect();
+        OcflBag { root: self.files.as_ref(), files, held: true }
     }
 
     /// The identity the object of `name`'s inventory states for its head.
     fn inventory_identity(&self, name: &RepositoryName) -> Result<String> {
-        let id = format!("{OBJECT_ID_BASE}{name}");
-        let not_found = || Error::NotFound { what: "OCFL object", name: id.clone(), place: self.files.place().into() };
-        let inventory = read_inventory_in(self.files.as_ref(), &object_rel(&id))?.filter(|i| i.id == id);
+        let (object, inventory) = self.object_of(name)?;
+        let not_found =
+            || Error::NotFound { what: "OCFL object", name: name.to_string(), place: self.files.place().into() };
         let inventory = inventory.ok_or_else(not_found)?;
         let digest = inventory.digest_at(inventory.head_number(), crate::bag::TAGMANIFEST);
         digest.map(str::to_string).ok_or_else(|| Error::Data {
-            what: format!("{}/{}", self.files.place(), object_rel(&id)),
+            what: format!("{}/{object}", self.files.place()),
             problem: "its head holds no tagmanifest-sha256.txt".into(),
         })
     }
@@ -204,8 +223,9 @@ impl Store for OcflStore {
             Err(e) => Box::new(std::iter::once(Err(e))),
         }
     }
+    /// Whether the root holds an object of `name`: its inventory read, no listing.
     fn slot(&self, name: &RepositoryName) -> Result<Slot> {
-        Ok(if self.bag(name).held { Slot::Item } else { Slot::Empty })
+        Ok(if self.object_of(name)?.1.is_some() { Slot::Item } else { Slot::Empty })
     }
     fn aliases(&self) -> &dyn crate::store::aliases::Aliases {
         self
@@ -225,9 +245,11 @@ impl Store for OcflStore {
         name: &RepositoryName,
         rel: &str,
     ) -> std::io::Result<(Box<dyn Read + Send + '_>, Option<SystemTime>)> {
-        let bag = self.bag(name);
-        let content = bag.content(rel)?.to_string();
-        self.files.open(&content)
+        // The inventory alone says where the file is: no listing for its size.
+        let not_found = || std::io::Error::new(std::io::ErrorKind::NotFound, rel.to_string());
+        let (object, inventory) = self.object_of(name).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let files = Self::logical_files(&object, &inventory.ok_or_else(not_found)?);
+        self.files.open(files.get(rel).ok_or_else(not_found)?)
     }
     fn inventory(&self) -> &dyn crate::store::records::Records {
         self
