@@ -98,22 +98,18 @@ pub fn replicate(
 /// The site's index of objects, name to identity; empty when it has none or
 /// it does not read.
 fn read_index(files: &dyn crate::store::ocfl::files::RootWrites) -> std::collections::HashMap<String, String> {
-    let mut text = String::new();
-    if let Ok((mut reader, _)) = files.open(INDEX_FILE) {
-        if std::io::Read::read_to_string(&mut reader, &mut text).is_err() {
-            text.clear();
-        }
-    }
-    text.lines().filter_map(|l| l.split_once('\t')).map(|(n, i)| (n.to_string(), i.to_string())).collect()
+    let bytes = files.read_whole(INDEX_FILE).ok().flatten().unwrap_or_default();
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .map(|(n, i)| (n.to_string(), i.to_string()))
+        .collect()
 }
 
 /// Writes one of the site's own files when it differs from what it holds.
 fn keep_file(writing: &OcflRoot, rel: &str, text: &str) -> Result<()> {
-    let mut held = Vec::new();
-    if let Ok((mut reader, _)) = writing.files().open(rel) {
-        let _ = std::io::Read::read_to_end(&mut reader, &mut held);
-    }
-    match held == text.as_bytes() {
+    let held = writing.files().read_whole(rel).ok().flatten();
+    match held.as_deref() == Some(text.as_bytes()) {
         true => Ok(()),
         false => writing.files().replace(rel, text.as_bytes()),
     }

@@ -13,6 +13,7 @@
 //! OCFL site keeps no log: the check is bound to the key, not to an event.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use crate::error::{Error, Result};
 use crate::id::RepositoryName;
@@ -50,14 +51,11 @@ impl OcflStore {
         let mut held: BTreeMap<String, (FixityCheck, String)> = BTreeMap::new();
         for file in files {
             let rel = format!("{CHECKS_DIR}/{file}");
-            let mut text = String::new();
-            let read = self.files.open(&rel).and_then(|(mut r, _)| std::io::Read::read_to_string(&mut r, &mut text));
-            match read {
-                // Merged away meanwhile: its lines are in the merged file.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(Error::io("read", std::path::Path::new(&rel), e)),
-                Ok(_) => {}
-            }
+            // None: merged away meanwhile, its lines in the merged file.
+            let Some(bytes) = self.files.read_whole(&rel).map_err(|e| Error::io("read", Path::new(&rel), e))? else {
+                continue;
+            };
+            let text = String::from_utf8_lossy(&bytes);
             for (check, signature) in text.lines().filter_map(parse_line) {
                 let name = check.name.to_string();
                 let stands = held.get(&name).is_none_or(|(old, _)| outranks(&check, old));

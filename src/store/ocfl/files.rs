@@ -33,6 +33,17 @@ pub trait RootFiles: Send + Sync {
     /// Every object root under the storage root (three tuples deep, then
     /// the encoded id), relative.
     fn object_dirs(&self) -> Result<Vec<String>>;
+    /// A file of ibi's own at the root (an index, the checks) whole, however
+    /// long; `None` when there is none.
+    fn read_whole(&self, rel: &str) -> std::io::Result<Option<Vec<u8>>> {
+        let mut bytes = Vec::new();
+        let read = self.open(rel).and_then(|(mut reader, _)| reader.read_to_end(&mut bytes));
+        match read {
+            Ok(_) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 /// The steps a writer of an OCFL storage root takes.
