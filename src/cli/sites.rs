@@ -191,6 +191,23 @@ fn print_ndsa(printer: &Printer, cells: &[ibi::ops::ndsa::Cell]) {
     }
 }
 
+/// What a reachable place's counts rest on beyond reads of this run: store-
+/// attested checks, and identities this machine read before (its pages, the
+/// listing showing each tagmanifest unchanged since).
+fn evidence_of(place: &ibi::ops::audit::PlaceFacts) -> String {
+    let mut said = String::new();
+    if place.attested > 0 {
+        said += &format!("; {} passed store-attested checks (the store's checksums, not a read)", place.attested);
+    }
+    if place.from_pages > 0 {
+        said += &format!(
+            "; {} identities from what this machine read before, the listing showing each tagmanifest unchanged since",
+            place.from_pages
+        );
+    }
+    said
+}
+
 fn print_audit(printer: &Printer, report: &AuditReport) {
     if printer.json() {
         for shortfall in &report.shortfalls {
@@ -253,7 +270,7 @@ fn print_audit(printer: &Printer, report: &AuditReport) {
                 place.never_checked,
                 place.strays,
                 place.oldest_check.as_deref().unwrap_or("-")
-            ),
+            ) + &evidence_of(place),
         };
         printer.note(&format!("{} (zone {}, {}): {state}", place.url, place.zone, place.media));
     }

@@ -28,8 +28,21 @@ use crate::store::inventory::Status;
 use crate::store::placement::ItemPlacement;
 use crate::store::{Connect, Store};
 
-/// How many names one request asks about.
-const NAMES_AT_ONCE: usize = 1000;
+/// The fewest and the most names of one chunk the audit asks each place
+/// about. Between them a chunk ends before a name that begins one
+/// (`begins_chunk`), so chunks are cut by the names themselves: a deposit
+/// changes the chunk it falls in, not every chunk after it, and a place that
+/// keeps pages of what it read (`store::copy_states`) finds them again.
+const CHUNK_AT_LEAST: usize = 250;
+const CHUNK_AT_MOST: usize = 4000;
+
+/// Whether `name` begins a chunk: about one name in a thousand, chosen by
+/// the name's SHA-256 alone (the same in every run and on every machine).
+fn begins_chunk(name: &RepositoryName) -> bool {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(name.to_string().as_bytes());
+    u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]) % 1000 == 0
+}
 
 /// What one place holds of one item.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +87,10 @@ pub struct PlaceFacts {
     pub never_checked: u64,
     /// Copies whose last check within the cycle was store-attested, not a read.
     pub attested: u64,
+    /// Copies whose identity this run took from what this machine read of
+    /// them before (a page it signed), the listing showing each tagmanifest
+    /// unchanged since, rather than reading it again (`store::copy_states`).
+    pub from_pages: u64,
     /// Items it holds that the collection never recorded (planted, or lost here).
     pub strays: u64,
     /// The oldest last good check of its copies (RFC 3339), when it keeps dates.
@@ -215,13 +232,17 @@ impl<'a> Survey<'a> {
     /// Hands each chunk of the collection's held names (sorted within the
     /// chunk) to `each`, with what every place holds of it; then fills `known`.
     fn each_chunk(&mut self, each: &mut OnChunk<'_, 'a>) -> Result<()> {
-        let mut names = Vec::with_capacity(NAMES_AT_ONCE);
+        let mut names = Vec::with_capacity(CHUNK_AT_MOST);
         let mut known = Vec::new();
         let root = self.stores.root;
         let mut summaries = root.inventory().record_summaries();
         loop {
             let next = summaries.next().transpose()?;
-            if next.is_none() || names.len() == NAMES_AT_ONCE {
+            let ends = |next: &crate::store::inventory::RecordSummary| {
+                next.status == Status::Present
+                    && (names.len() == CHUNK_AT_MOST || (names.len() >= CHUNK_AT_LEAST && begins_chunk(&next.name)))
+            };
+            if next.as_ref().is_none_or(ends) {
                 names.sort_unstable();
                 self.items += names.len() as u64;
                 let held = self.look(&names);
@@ -249,7 +270,7 @@ impl<'a> Survey<'a> {
                 continue;
             };
             let place = &mut self.places[i];
-            let mut held = match look_at(store, names, place.checks.as_ref(), self.cycle_start) {
+            let mut held = match look_at(store, names, place.checks.as_ref(), self.cycle_start, &mut place.facts) {
                 Ok((copies, recorded)) => Held { copies, recorded, placed: None },
                 Err(e) => {
                     place.facts.unreachable = Some(e.to_string());
@@ -377,7 +398,7 @@ fn find_strays(survey: &mut Survey, i: usize) {
     let mut names = store.inventory().record_names();
     loop {
         let next = names.next();
-        if next.is_none() || unknown.len() == NAMES_AT_ONCE {
+        if next.is_none() || unknown.len() == CHUNK_AT_MOST {
             let place = &mut survey.places[i];
             if let Err(e) = count_strays(place, store, &std::mem::take(&mut unknown), &mut survey.strays) {
                 return place.facts.unreachable = Some(e.to_string());
@@ -552,21 +573,20 @@ fn look_at(
     names: &[RepositoryName],
     checks: Option<&LastChecks>,
     cycle_start: Option<i64>,
+    facts: &mut PlaceFacts,
 ) -> Result<(Vec<Copy>, Vec<Vec<String>>)> {
-    let records = store.inventory().records(names)?;
-    // Read from each bag's tagmanifest (no payload byte), not from the records,
-    // so that a copy deleted or replaced behind ibi's back shows.
-    let identities = store.bag_identities(names);
+    let states = crate::store::copy_states::copy_states_of(store, names)?;
     let mut copies = Vec::with_capacity(names.len());
     let mut recorded = Vec::with_capacity(names.len());
-    for ((name, identity), record) in names.iter().zip(identities).zip(records) {
-        recorded
-            .push(record.as_ref().map(|r| r.versions.iter().map(|v| v.digest.clone()).collect()).unwrap_or_default());
-        let Ok(identity) = identity else {
+    for (name, state) in names.iter().zip(states) {
+        recorded.push(state.record.as_ref().map(|r| r.versions.clone()).unwrap_or_default());
+        let Ok(identity) = state.identity else {
             copies.push(Copy::Missing);
             continue;
         };
-        let record_agrees = record.is_some_and(|r| r.status == Status::Present && r.current().digest == identity);
+        facts.from_pages += u64::from(state.from_page);
+        let record_agrees =
+            state.record.is_some_and(|r| r.status == Status::Present && r.versions.last() == Some(&identity));
         let fixity = fixity_of(checks.and_then(|c| c.get(name)), cycle_start);
         copies.push(Copy::Held { identity, record_agrees, fixity });
     }

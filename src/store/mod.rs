@@ -26,6 +26,7 @@ pub const BATCH: usize = 64;
 pub mod aliases;
 pub mod attest;
 pub mod config;
+pub mod copy_states;
 pub mod cosign;
 #[cfg(feature = "far")]
 pub mod far;
@@ -218,6 +219,11 @@ pub trait Store: Send + Sync {
     /// The store's own checksums of the items' files (`store::attest`), when
     /// it verifies and keeps them.
     fn store_checksums(&self) -> Option<&dyn attest::StoreChecksums> {
+        None
+    }
+    /// What the place holds of a batch of names, told without a request per
+    /// item (`store::copy_states`), when this backend can.
+    fn copy_states(&self) -> Option<&dyn copy_states::CopyStates> {
         None
     }
     /// The collection's own records of what was done and checked: its event

@@ -2303,6 +2303,84 @@ fn store_attested_checks_read_the_stores_checksums_and_say_so() {
 /// an attested verify or the audit of an S3 site fails here. (The bounds are
 /// this build's counts, rounded up by less than one request per item; fixed
 /// costs, such as the lease and the log, are spread over the 20.)
+/// The `from_pages` count of the first site (place 1) in `audit --json`'s summary.
+fn from_pages(run: &Run) -> u64 {
+    let summary = run.stdout.lines().find(|l| l.contains("\"summary\"")).expect("a summary line");
+    let summary: serde_json::Value = serde_json::from_str(summary).unwrap();
+    summary["audit"][1]["from_pages"].as_u64().expect("from_pages")
+}
+
+/// An audit of a site in a bucket takes each copy's identity and record from the page
+/// of what this machine read before where the listing shows the objects
+/// unchanged (no item object read), and still finds a tagmanifest replaced
+/// behind ibi's back; a page forged by another party, or one made by another
+/// key, is read past.
+#[test]
+fn an_audit_of_a_site_in_a_bucket_reads_its_pages_and_still_finds_what_changed() {
+    const ITEMS: usize = 12;
+    let env = TestEnv::new();
+    let moto = Moto::start("lib");
+    let proxy = Proxy::recording(moto.port);
+    let (p, s3) = (moto.port, "s3://lib/main");
+    let a = env.filled("a", ITEMS, 1);
+    env.s3_collection(p, s3);
+    env.ok(&["-q", "site", "add", &a, s3, "--zone", "cloud"]);
+    env.s3_ok(p, &["-q", "mirror", &a, s3]);
+    let listed = env.s3_ok(p, &["list", s3]).stdout;
+    let names: Vec<String> = listed.lines().map(|l| l.split('\t').next().unwrap().to_string()).collect();
+    let audit = |port: u16| env.s3_run(port, &["--json", "audit", &a]);
+    let first = audit(p);
+    assert_eq!((first.code, from_pages(&first)), (0, 0), "every item read the first time: {}", first.stderr);
+
+    let before = proxy.requests().len();
+    let second = audit(proxy.port);
+    assert_eq!((second.code, from_pages(&second)), (0, ITEMS as u64), "{}", second.stdout);
+    let sent = proxy.requests()[before..].to_vec();
+    let item_reads: Vec<&String> = sent
+        .iter()
+        .filter(|r| r.starts_with("GET ") && !r.contains("list-type"))
+        .filter(|r| r.contains("tagmanifest") || r.contains("/.ibi/inventory/") || r.contains("/.ibi/items/"))
+        .collect();
+    assert!(item_reads.is_empty(), "no item object read: {item_reads:#?}");
+    assert!(sent.len() < ITEMS, "{} requests for {ITEMS} items: {sent:#?}", sent.len());
+
+    // A tagmanifest replaced behind ibi's back: its ETag differs, so it is read, and named.
+    let tag = format!("main/{}/tagmanifest-sha256.txt", names[0]);
+    let code = "open(sys.argv[3], 'wb').write(s3.get_object(Bucket=sys.argv[1], Key=sys.argv[2])['Body'].read())";
+    boto3(p, code, &["lib", &tag, env.path("tag").to_str().unwrap()]);
+    let original = std::fs::read(env.path("tag")).unwrap();
+    put_object(p, "lib", &tag, &[original.as_slice(), b"0000 extra.txt\n"].concat());
+    let found = audit(p);
+    assert_eq!(found.code, 1, "{}", found.stderr);
+    let named = |run: &Run| run.stdout.lines().filter(|l| l.contains("shortfall")).count();
+    assert!(found.stdout.contains(&names[0]) && named(&found) == 1, "{}", found.stdout);
+    assert_eq!(from_pages(&found), ITEMS as u64 - 1, "the replaced one was read: {}", found.stdout);
+
+    // A page forged by whoever writes in the bucket (an identity changed, the
+    // signature left): not trusted, so every item is read, and found as it is.
+    let code = "import json\nfor o in s3.list_objects_v2(Bucket=sys.argv[1], Prefix='main/.ibi/copy-states/')['Contents']:\n    \
+                k = o['Key']; p = json.loads(s3.get_object(Bucket=sys.argv[1], Key=k)['Body'].read())\n    \
+                for seen in p['seen'].values():\n        seen['bag']['identity'] = '0' * 64\n    \
+                s3.put_object(Bucket=sys.argv[1], Key=k, Body=json.dumps(p).encode())";
+    boto3(p, code, &["lib"]);
+    let forged = audit(p);
+    assert_eq!((forged.code, from_pages(&forged)), (1, 0), "{}", forged.stdout);
+    assert!(forged.stdout.contains(&names[0]) && named(&forged) == 1, "{}", forged.stdout);
+
+    // Put back as it was; then a machine with another key trusts none of this one's pages.
+    put_object(p, "lib", &tag, &original);
+    assert_eq!(audit(p).code, 0);
+    assert_eq!(from_pages(&audit(p)), ITEMS as u64);
+    let keys = crate::env::key_dir(env.root());
+    let key = std::fs::read_dir(&keys)
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("copy-states-of-"));
+    std::fs::rename(key.unwrap().path(), env.path("moved.key")).unwrap();
+    let elsewhere = audit(p);
+    assert_eq!((elsewhere.code, from_pages(&elsewhere)), (0, 0), "{}", elsewhere.stdout);
+}
+
 #[test]
 fn s3_requests_per_item_stay_within_their_bounds() {
     const ITEMS: usize = 20;
@@ -2329,6 +2407,8 @@ fn s3_requests_per_item_stay_within_their_bounds() {
         ("verify", vec!["-q", "verify", mir], 19.5),
         ("verify --attested", vec!["-q", "verify", mir, "--attested"], 18.5),
         ("audit", vec!["-q", "audit", &a], 4.0),
+        // The same audit again: the site's listings and one page of what was read.
+        ("no-op audit", vec!["-q", "audit", &a], 1.0),
     ];
     for (what, args, bound) in &commands {
         let before = proxy.requests().len();

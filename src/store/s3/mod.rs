@@ -8,6 +8,7 @@
 
 pub mod bag;
 pub mod checks;
+mod copy_states;
 mod kept;
 pub mod keys;
 pub mod lease;

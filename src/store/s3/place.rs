@@ -133,7 +133,7 @@ fn json<T: Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).expect("plain data serializes")
 }
 
-fn parse<T: for<'de> Deserialize<'de>>(bytes: &[u8], objects: &Objects, key: &Key) -> Result<T> {
+pub(super) fn parse<T: for<'de> Deserialize<'de>>(bytes: &[u8], objects: &Objects, key: &Key) -> Result<T> {
     serde_json::from_slice(bytes)
         .map_err(|e| Error::CorruptState { path: objects.url(key).into(), problem: e.to_string() })
 }

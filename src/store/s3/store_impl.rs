@@ -28,6 +28,10 @@ impl Store for S3Store {
         Some(self)
     }
 
+    fn copy_states(&self) -> Option<&dyn crate::store::copy_states::CopyStates> {
+        Some(self)
+    }
+
     fn location(&self) -> String {
         self.objects.place.clone()
     }
