@@ -788,6 +788,11 @@ pub enum SiteCommand {
         /// Days, such as 90d: an older last check does not count as verified.
         #[arg(long, value_name = "DAYS")]
         max_fixity_age: Option<String>,
+        /// Days, such as 365d: a copy whose last check was store-attested
+        /// (`verify --attested`) counts as verified only if its bytes were
+        /// also read and found whole within them.
+        #[arg(long, value_name = "DAYS")]
+        max_read_age: Option<String>,
     },
 }
 

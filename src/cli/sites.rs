@@ -36,8 +36,9 @@ pub fn site(global: GlobalArgs, command: &SiteCommand) -> Result<Outcome> {
             let seaweedfs = cluster(seaweedfs_master, seaweedfs_filer);
             (root, SiteChange::Here { zone: zone.clone(), media: *media, seaweedfs })
         }
-        SiteCommand::Policy { root, copies, zones, max_fixity_age } => {
-            let policy = Policy { copies: *copies, zones: *zones, max_fixity_age: max_fixity_age.clone() };
+        SiteCommand::Policy { root, copies, zones, max_fixity_age, max_read_age } => {
+            let (max_fixity_age, max_read_age) = (max_fixity_age.clone(), max_read_age.clone());
+            let policy = Policy { copies: *copies, zones: *zones, max_fixity_age, max_read_age };
             (root, SiteChange::Policy(policy))
         }
     };
@@ -75,7 +76,8 @@ fn list(printer: &Printer, config: &CollectionConfig) {
     }
     if let Some(policy) = &config.policy {
         let age = policy.max_fixity_age.as_deref().map(|a| format!(", fixity within {a}")).unwrap_or_default();
-        printer.line(&format!("policy\t{} copies in {} zones{age}", policy.copies, policy.zones));
+        let read = policy.max_read_age.as_deref().map(|a| format!(", bytes read within {a}")).unwrap_or_default();
+        printer.line(&format!("policy\t{} copies in {} zones{age}{read}", policy.copies, policy.zones));
     }
 }
 

@@ -60,6 +60,9 @@ enum Fixity {
     Attested,
     /// Passed, before the policy's cycle began.
     Stale,
+    /// Passed within the cycle by a store-attested check, but its bytes were
+    /// not read and found whole within the policy's read cycle.
+    Unread,
     Failed,
     Never,
 }
@@ -177,7 +180,7 @@ struct Held {
 /// The policy in force: the configured one, or every place a copy.
 fn policy_of(config: &CollectionConfig) -> Policy {
     let copies = 1 + config.sites.len() as u32;
-    config.policy.clone().unwrap_or(Policy { copies, zones: 1, max_fixity_age: None })
+    config.policy.clone().unwrap_or(Policy { copies, zones: 1, max_fixity_age: None, max_read_age: None })
 }
 
 /// Every place surveyed: the collection first, then each site in the order
@@ -189,7 +192,7 @@ struct Survey<'a> {
     stores: Stores<'a>,
     places: Vec<Place>,
     policy: Policy,
-    cycle_start: Option<i64>,
+    cycles: Cycles,
     items: u64,
     /// Keyed hashes of every name the collection has a record of, sorted once
     /// the collection's records were read: strays are looked up in it.
@@ -270,7 +273,7 @@ impl<'a> Survey<'a> {
                 continue;
             };
             let place = &mut self.places[i];
-            let mut held = match look_at(store, names, place.checks.as_ref(), self.cycle_start, &mut place.facts) {
+            let mut held = match look_at(store, names, place.checks.as_ref(), self.cycles, &mut place.facts) {
                 Ok((copies, recorded)) => Held { copies, recorded, placed: None },
                 Err(e) => {
                     place.facts.unreachable = Some(e.to_string());
@@ -287,12 +290,24 @@ impl<'a> Survey<'a> {
     }
 }
 
-/// The first day of the policy's fixity cycle, when it sets one.
-fn cycle_start(policy: &Policy) -> Result<Option<i64>> {
-    let Some(age) = &policy.max_fixity_age else { return Ok(None) };
-    let days = parse_days(age).map_err(|problem| crate::Error::Invalid { what: "[policy]".into(), problem })?;
-    let start = Timestamp::now().checked_add_nanos(-(i128::from(days) * 86_400 * 1_000_000_000));
-    Ok(Some(start.nanos().div_euclid(1_000_000_000) as i64))
+/// The first second of each of the policy's cycles it sets: any check's
+/// (`max_fixity_age`), and a check that read the bytes (`max_read_age`).
+#[derive(Debug, Clone, Copy, Default)]
+struct Cycles {
+    fixity: Option<i64>,
+    read: Option<i64>,
+}
+
+impl Cycles {
+    fn of(policy: &Policy) -> Result<Cycles> {
+        let start = |age: &Option<String>| -> Result<Option<i64>> {
+            let Some(age) = age else { return Ok(None) };
+            let days = parse_days(age).map_err(|problem| crate::Error::Invalid { what: "[policy]".into(), problem })?;
+            let start = Timestamp::now().checked_add_nanos(-(i128::from(days) * 86_400 * 1_000_000_000));
+            Ok(Some(start.nanos().div_euclid(1_000_000_000) as i64))
+        };
+        Ok(Cycles { fixity: start(&policy.max_fixity_age)?, read: start(&policy.max_read_age)? })
+    }
 }
 
 /// Opens every place and reads its last checks; a site that cannot be opened
@@ -304,7 +319,7 @@ fn open_all<'a>(
     placement: bool,
 ) -> Result<Survey<'a>> {
     let policy = policy_of(config);
-    let cycle_start = cycle_start(&policy)?;
+    let cycles = Cycles::of(&policy)?;
     let (locality, storage) = locality_of(&store.location());
     let here = PlaceFacts {
         locality,
@@ -337,20 +352,7 @@ fn open_all<'a>(
     let (items, known, hasher, short, known_bad, listed) = (0, Vec::new(), std::hash::RandomState::new(), 0, 0, 0);
     let (shortfalls, strays) = (Vec::new(), Vec::new());
     let stores = Stores { root: store, sites };
-    Ok(Survey {
-        stores,
-        places,
-        policy,
-        cycle_start,
-        items,
-        known,
-        hasher,
-        short,
-        known_bad,
-        listed,
-        shortfalls,
-        strays,
-    })
+    Ok(Survey { stores, places, policy, cycles, items, known, hasher, short, known_bad, listed, shortfalls, strays })
 }
 
 /// Where a place measurably is, and its kind of storage: a local folder's
@@ -572,7 +574,7 @@ fn look_at(
     store: &dyn Store,
     names: &[RepositoryName],
     checks: Option<&LastChecks>,
-    cycle_start: Option<i64>,
+    cycles: Cycles,
     facts: &mut PlaceFacts,
 ) -> Result<(Vec<Copy>, Vec<Vec<String>>)> {
     let states = crate::store::copy_states::copy_states_of(store, names)?;
@@ -587,19 +589,25 @@ fn look_at(
         facts.from_pages += u64::from(state.from_page);
         let record_agrees =
             state.record.is_some_and(|r| r.status == Status::Present && r.versions.last() == Some(&identity));
-        let fixity = fixity_of(checks.and_then(|c| c.get(name)), cycle_start);
+        let last = checks.and_then(|c| c.get(name));
+        let fixity = fixity_of(last, || checks.and_then(|c| c.read_at(name)), cycles);
         copies.push(Copy::Held { identity, record_agrees, fixity });
     }
     Ok((copies, recorded))
 }
 
-fn fixity_of(check: Option<LastCheck>, cycle_start: Option<i64>) -> Fixity {
+/// A copy's fixity under the policy's cycles, from its last check and (asked
+/// only of a store-attested one) when its bytes were last read and found whole.
+fn fixity_of(check: Option<LastCheck>, read_at: impl FnOnce() -> Option<i64>, cycles: Cycles) -> Fixity {
     match check {
         None => Fixity::Never,
         Some(check) if check.undated() || check.future() => Fixity::Never,
         Some(check) if !check.ok => Fixity::Failed,
-        Some(check) if cycle_start.is_some_and(|start| check.at < start) => Fixity::Stale,
-        Some(check) if check.attested => Fixity::Attested,
+        Some(check) if cycles.fixity.is_some_and(|start| check.at < start) => Fixity::Stale,
+        Some(check) if check.attested => match cycles.read {
+            Some(start) if read_at().is_none_or(|at| at < start) => Fixity::Unread,
+            _ => Fixity::Attested,
+        },
         Some(_) => Fixity::Passed,
     }
 }
@@ -759,6 +767,12 @@ fn verdict(
         Fixity::Stale => {
             facts.stale += 1;
             Err(Fault::unchecked("stale fixity: last checked before the policy's cycle"))
+        }
+        Fixity::Unread => {
+            facts.stale += 1;
+            Err(Fault::unchecked(
+                "store-attested only: its bytes were not read and found whole within the policy's max_read_age",
+            ))
         }
         Fixity::Never if policy.max_fixity_age.is_some() => {
             facts.never_checked += 1;

@@ -53,8 +53,14 @@ impl LastCheck {
 /// the check's second and result), read from the store one check at a time:
 /// what a plan or a report over a large collection holds. Two names whose hashes
 /// collide share an answer, which can only misplace one item in a rolling turn
-/// or in a report of ages, never lose one.
-pub struct LastChecks(Vec<(u64, i64)>);
+/// or in a report of ages, never lose one. Beside them, for an item whose last
+/// check was store-attested, when a check last read its bytes and found them
+/// whole (a store keeps that check too: `Ledger::fixity_checks`).
+pub struct LastChecks {
+    last: Vec<(u64, i64)>,
+    /// Seconds of the newest passing read check, of store-attested items only.
+    reads: Vec<(u64, i64)>,
+}
 
 impl LastChecks {
     /// Checks given in a test, as a store would hand them over.
@@ -62,35 +68,57 @@ impl LastChecks {
     pub(crate) fn of<'a>(checks: impl Iterator<Item = (&'a RepositoryName, LastCheck)>) -> LastChecks {
         let mut packed: Vec<(u64, i64)> = checks.map(|(name, check)| (name_key(name), pack(check))).collect();
         packed.sort_by_key(|&(key, _)| key);
-        LastChecks(packed)
+        LastChecks { last: packed, reads: Vec::new() }
     }
 
     /// The store's last checks; `None` when it keeps none.
     pub fn read(store: &dyn Store) -> Result<Option<LastChecks>> {
-        let mut checks = Vec::new();
+        let (mut checks, mut reads) = (Vec::new(), Vec::new());
         let latest = Timestamp::now().whole_seconds() as i64 + FUTURE_SLACK_SECS;
         let kept = store.ledger().each_fixity_check(&mut |check| {
             let at = chrono::DateTime::parse_from_rfc3339(&check.date).map_or(NEVER, |date| date.timestamp());
             let at = if at != NEVER && at > latest { FUTURE } else { at };
-            checks.push((name_key(&check.name), pack(LastCheck { at, ok: check.ok, attested: check.attested })));
+            let last = LastCheck { at, ok: check.ok, attested: check.attested };
+            if last.passed() && !last.attested {
+                reads.push((name_key(&check.name), at));
+            }
+            checks.push((name_key(&check.name), pack(last)));
         })?;
         // The last one read of a name (or of two whose hashes collide) answers.
         checks.reverse();
         checks.sort_by_key(|&(key, _)| key);
         checks.dedup_by_key(|&mut (key, _)| key);
         checks.shrink_to_fit();
-        Ok(kept.then_some(LastChecks(checks)))
+        // The newest read of each name, kept only where the last check was attested.
+        reads.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        reads.dedup_by_key(|&mut (key, _)| key);
+        let mut checks = LastChecks { last: checks, reads: Vec::new() };
+        reads.retain(|&(key, _)| checks.get_key(key).is_some_and(|check| check.attested));
+        reads.shrink_to_fit();
+        checks.reads = reads;
+        Ok(kept.then_some(checks))
     }
 
     pub fn get(&self, name: &RepositoryName) -> Option<LastCheck> {
+        self.get_key(name_key(name))
+    }
+
+    fn get_key(&self, key: u64) -> Option<LastCheck> {
+        let at = self.last.binary_search_by_key(&key, |&(k, _)| k).ok()?;
+        Some(unpack(self.last[at].1))
+    }
+
+    /// When `name`'s bytes were last read and found whole, for an item whose
+    /// last check was store-attested (for any other, its last check says).
+    pub fn read_at(&self, name: &RepositoryName) -> Option<i64> {
         let key = name_key(name);
-        let at = self.0.binary_search_by_key(&key, |&(k, _)| k).ok()?;
-        Some(unpack(self.0[at].1))
+        let at = self.reads.binary_search_by_key(&key, |&(k, _)| k).ok()?;
+        Some(self.reads[at].1)
     }
 
     /// The oldest of the checks that passed.
     pub fn oldest_good(&self) -> Option<LastCheck> {
-        self.0.iter().map(|&(_, packed)| unpack(packed)).filter(LastCheck::passed).min_by_key(|check| check.at)
+        self.last.iter().map(|&(_, packed)| unpack(packed)).filter(LastCheck::passed).min_by_key(|check| check.at)
     }
 
     /// When `name` was last found whole, if it was.

@@ -134,6 +134,11 @@ pub struct Policy {
     /// `90d`: a copy whose last good check is older is not counted as verified.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_fixity_age: Option<String>,
+    /// `365d`: a copy whose last check was store-attested (the store's
+    /// checksums, no byte read) counts as verified only when its bytes were
+    /// also read and found whole within this longer cycle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_read_age: Option<String>,
 }
 
 /// Reads `90d` (days; the only unit a preservation policy needs).
@@ -284,6 +289,9 @@ impl CollectionConfig {
             }
             if let Some(age) = &policy.max_fixity_age {
                 parse_days(age).map_err(|why| invalid(format!("[policy] max_fixity_age: {why}")))?;
+            }
+            if let Some(age) = &policy.max_read_age {
+                parse_days(age).map_err(|why| invalid(format!("[policy] max_read_age: {why}")))?;
             }
         }
         let s = &config.subsystem;

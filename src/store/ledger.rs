@@ -15,6 +15,8 @@ use crate::store::{config, inventory};
 /// A collection's event log, fixity dates and witness.
 pub trait Ledger: Send + Sync {
     /// Every item's last fixity check; `None` when the backend keeps none.
+    /// Where the last was store-attested, the newest check that read the
+    /// bytes and passed comes before it (the last of a name is its last check).
     fn fixity_checks(&self) -> Result<Option<Vec<inventory::FixityCheck>>> {
         Ok(None)
     }

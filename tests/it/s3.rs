@@ -2303,6 +2303,48 @@ fn store_attested_checks_read_the_stores_checksums_and_say_so() {
 /// an attested verify or the audit of an S3 site fails here. (The bounds are
 /// this build's counts, rounded up by less than one request per item; fixed
 /// costs, such as the lease and the log, are spread over the 20.)
+/// A policy's read cycle (`max_read_age`): a copy whose last check was
+/// store-attested counts only when its bytes were also read and found whole
+/// within it, and the read check is kept beside the attested ones through the
+/// sweeps that remove superseded checks.
+#[test]
+fn a_read_cycle_asks_for_a_read_check_beside_the_attested_ones() {
+    let env = TestEnv::new();
+    let weed = Moto::seaweedfs("lib");
+    let (p, s3) = (weed.port, "s3://lib/main");
+    env.s3_collection(p, s3);
+    env.s3_deposit_each(p, s3, &env.one_file_sources(3));
+    let policy = |read_age: &str| {
+        let args = ["-q", "site", "policy", s3, "--copies", "1", "--max-fixity-age", "90d", "--max-read-age", read_age];
+        env.s3_ok(p, &args);
+    };
+    policy("365d");
+    let unread_named = |run: &Run| run.stdout.matches("not read and found whole").count();
+    env.s3_ok(p, &["-q", "verify", s3, "--attested"]);
+    let unread = env.s3_fails(p, &["audit", s3], 1);
+    assert_eq!(unread_named(&unread), 3, "attested only, never read: {}", unread.stdout);
+
+    // A read, then two attested runs (each sweeps the checks the newest supersede).
+    for args in
+        [vec!["-q", "verify", s3], vec!["-q", "verify", s3, "--attested"], vec!["-q", "verify", s3, "--attested"]]
+    {
+        std::thread::sleep(Duration::from_millis(1100));
+        env.s3_ok(p, &args);
+    }
+    let met = env.s3_ok(p, &["audit", s3]);
+    assert_eq!(unread_named(&met), 0, "{}", met.stdout);
+    let age = env.s3_ok(p, &["verify", s3, "--age", "--cycle", "90"]);
+    assert!(age.stderr.contains("3 of them rest on store-attested checks"), "{}", age.stderr);
+
+    // A read cycle that began after that read (0 days: now).
+    policy("0d");
+    std::thread::sleep(Duration::from_millis(1100));
+    let stale = env.s3_fails(p, &["audit", s3], 1);
+    assert_eq!(unread_named(&stale), 3, "{}", stale.stdout);
+    let listed = env.s3_ok(p, &["site", "list", s3]).stdout;
+    assert!(listed.contains("bytes read within 0d"), "{listed}");
+}
+
 /// The `from_pages` count of the first site (place 1) in `audit --json`'s summary.
 fn from_pages(run: &Run) -> u64 {
     let summary = run.stdout.lines().find(|l| l.contains("\"summary\"")).expect("a summary line");

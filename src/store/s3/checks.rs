@@ -8,7 +8,9 @@
 //! key written by anyone without the key (a check dated as they please), or
 //! by an ibi before checks named their event, counts as never checked. Keeping a check writes its key; the item's older keys
 //! go at the next sweep (the first time a handle keeps checks), and until
-//! then the newest is the check (at one date, a failure). Earlier, ibi kept each check as a JSON object
+//! then the newest is the check (at one date, a failure). Under a
+//! store-attested check, the newest check that read the bytes and passed is
+//! kept too, and read before it: a policy's read cycle asks for its date. Earlier, ibi kept each check as a JSON object
 //! at `.ibi/fixity/<name path>`; those are still read (one request each),
 //! until a sweep finds a key for the item, or its check is forgotten.
 
@@ -92,49 +94,51 @@ fn parse_check_key(prefix: &str, key: &Key) -> Option<ClaimedCheck> {
     Some((FixityCheck { name, date, ok, files, bytes, attested }, logged))
 }
 
-/// Of two checks of one item, the one that stands: the newer; at one date, a failure.
-fn newer(a: FixityCheck, b: FixityCheck) -> FixityCheck {
-    let rank = |c: &FixityCheck| (chrono::DateTime::parse_from_rfc3339(&c.date).ok(), !c.ok);
-    if rank(&b) > rank(&a) {
-        b
-    } else {
-        a
-    }
+/// How a check ranks among its item's: the newer; at one date, a failure.
+fn rank(check: &FixityCheck) -> (Option<chrono::DateTime<chrono::FixedOffset>>, bool) {
+    (chrono::DateTime::parse_from_rfc3339(&check.date).ok(), !check.ok)
+}
+
+/// What one item's check keys come to: the check that stands (the newest; at
+/// one date, a failure); when that one is store-attested, the newest check
+/// that read the bytes and passed, kept beside it (a policy's read cycle asks
+/// when the bytes were last read); and the keys those two supersede.
+#[derive(Debug, PartialEq)]
+struct ItemChecks {
+    stands: (ClaimedCheck, Key),
+    read: Option<(ClaimedCheck, Key)>,
+    gone: Vec<Key>,
 }
 
 /// The check keys of one item as a listing passes them (an item's keys are
-/// adjacent in key order): the check that stands so far, its key, and the keys
-/// it supersedes.
+/// adjacent in key order; an item has the few keys of the runs since the last sweep).
 #[derive(Default)]
-struct ItemRun(Option<(ClaimedCheck, Key, Vec<Key>)>);
+struct ItemRun(Vec<(ClaimedCheck, Key)>);
 
 impl ItemRun {
     /// Takes the next listed check; the item before, finished, when this one
     /// is of another item.
-    fn push(&mut self, check: ClaimedCheck, key: Key) -> Option<(ClaimedCheck, Key, Vec<Key>)> {
-        match self.0.take() {
-            Some((stands, stands_key, mut gone)) if stands.0.name == check.0.name => {
-                self.0 = Some(match newer(stands.0.clone(), check.0.clone()) == check.0 {
-                    true => {
-                        gone.push(stands_key);
-                        (check, key, gone)
-                    }
-                    false => {
-                        gone.push(key);
-                        (stands, stands_key, gone)
-                    }
-                });
-                None
-            }
-            finished => {
-                self.0 = Some((check, key, Vec::new()));
-                finished
-            }
-        }
+    fn push(&mut self, check: ClaimedCheck, key: Key) -> Option<ItemChecks> {
+        let finished = match self.0.first() {
+            Some((first, _)) if first.0.name != check.0.name => self.finish(),
+            _ => None,
+        };
+        self.0.push((check, key));
+        finished
     }
 
-    fn finish(&mut self) -> Option<(ClaimedCheck, Key, Vec<Key>)> {
-        self.0.take()
+    fn finish(&mut self) -> Option<ItemChecks> {
+        let mut all = std::mem::take(&mut self.0);
+        let newest = (0..all.len()).max_by(|&a, &b| rank(&all[a].0 .0).cmp(&rank(&all[b].0 .0)))?;
+        let stands = all.swap_remove(newest);
+        let read = match stands.0 .0.attested {
+            true => (0..all.len())
+                .filter(|&i| all[i].0 .0.ok && !all[i].0 .0.attested)
+                .max_by(|&a, &b| rank(&all[a].0 .0).cmp(&rank(&all[b].0 .0)))
+                .map(|i| all.swap_remove(i)),
+            false => None,
+        };
+        Some(ItemChecks { stands, read, gone: all.into_iter().map(|(_, key)| key).collect() })
     }
 }
 
@@ -183,11 +187,11 @@ impl ObjectChecks<'_> {
                     .and_then(|check| run.push(check, meta.location.clone())),
                 None => run.finish(),
             };
-            if let Some(((check, _), _, gone)) = done {
+            if let Some(item) = done {
                 if !old.is_empty() {
-                    with_keys.insert(check.name);
+                    with_keys.insert(item.stands.0 .0.name);
                 }
-                superseded.extend(gone);
+                superseded.extend(item.gone);
             }
             if superseded.len() >= 1000 || meta.is_none() {
                 self.objects.delete_many(std::mem::take(&mut superseded)).await?;
@@ -214,18 +218,23 @@ impl ObjectChecks<'_> {
         self.objects.delete_many(keys).await
     }
 
-    /// Every item's last check, as the keys under `.ibi/checks/` claim it. A
-    /// check an older ibi kept as an object names no event in the log, so it
-    /// is not read: the item counts as never checked.
+    /// Every item's last check, as the keys under `.ibi/checks/` claim it,
+    /// after (for an item whose last check was store-attested) its newest
+    /// passing read check. A check an older ibi kept as an object names no
+    /// event in the log, so it is not read: the item counts as never checked.
     pub async fn all(&self) -> Result<Vec<ClaimedCheck>> {
         let prefix = self.keys.at(CHECKS);
         let mut listed = self.objects.list_after(&prefix, &prefix);
         let (mut run, mut checks) = (ItemRun::default(), Vec::new());
+        let mut take = |item: ItemChecks| {
+            checks.extend(item.read.map(|(check, _)| check));
+            checks.push(item.stands.0);
+        };
         while let Some(meta) = listed.try_next().await? {
             let Some(check) = parse_check_key(prefix.as_ref(), &meta.location) else { continue };
-            checks.extend(run.push(check, meta.location).map(|(check, ..)| check));
+            run.push(check, meta.location).map(&mut take);
         }
-        checks.extend(run.finish().map(|(check, ..)| check));
+        run.finish().map(take);
         Ok(checks)
     }
 }
@@ -303,19 +312,53 @@ mod tests {
         let mut run = ItemRun::default();
         assert!(run.push(a_old.clone(), at(&a_old)).is_none());
         assert!(run.push(a_new.clone(), at(&a_new)).is_none());
-        let (stands, key, gone) = run.push(b.clone(), at(&b)).expect("a new item finishes the one before");
-        assert_eq!((stands, key, gone), (a_new.clone(), at(&a_new), vec![at(&a_old)]));
-        assert_eq!(run.finish(), Some((b.clone(), at(&b), Vec::new())));
+        let item = run.push(b.clone(), at(&b)).expect("a new item finishes the one before");
+        assert_eq!(item, ItemChecks { stands: (a_new.clone(), at(&a_new)), read: None, gone: vec![at(&a_old)] });
+        let last = ItemChecks { stands: (b.clone(), at(&b)), read: None, gone: Vec::new() };
+        assert_eq!(run.finish(), Some(last));
         assert_eq!(run.finish(), None);
+    }
+
+    /// A store-attested check stands, and the newest read check that passed
+    /// stays beside it; an older read and a failed read go.
+    #[test]
+    fn under_an_attested_check_the_newest_passing_read_is_kept() {
+        let keys = Keys::new("c");
+        let at = |check: &ClaimedCheck| keys.at(&format!("{CHECKS}/{}", check.0.name)).join(check_segment(check));
+        let old_read = claimed(&check("2026-11-20T10:00:00Z", true));
+        let read = claimed(&check("2026-11-22T10:00:00Z", true));
+        let failed_read = claimed(&check("2026-11-21T10:00:00Z", false));
+        let mut attested = claimed(&check("2026-11-25T10:00:00Z", true));
+        attested.0.attested = true;
+        let mut run = ItemRun::default();
+        for c in [&old_read, &failed_read, &read, &attested] {
+            assert!(run.push(c.clone(), at(c)).is_none());
+        }
+        let item = run.finish().unwrap();
+        assert_eq!(item.stands, (attested.clone(), at(&attested)));
+        assert_eq!(item.read, Some((read.clone(), at(&read))));
+        let mut gone = item.gone.clone();
+        gone.sort();
+        let mut expected = vec![at(&old_read), at(&failed_read)];
+        expected.sort();
+        assert_eq!(gone, expected);
     }
 
     #[test]
     fn of_two_checks_the_newer_stands_and_at_one_date_a_failure() {
+        let stands = |a: &FixityCheck, b: &FixityCheck| {
+            let mut run = ItemRun::default();
+            for c in [a, b] {
+                let c = claimed(c);
+                run.push(c.clone(), Key::from(c.0.date.clone() + if c.0.ok { "p" } else { "f" }));
+            }
+            run.finish().unwrap().stands.0 .0
+        };
         let (old, new) = (check("2026-11-24T10:00:00Z", false), check("2026-11-25T10:00:00Z", true));
-        assert_eq!(newer(old.clone(), new.clone()), new);
-        assert_eq!(newer(new.clone(), old), new);
+        assert_eq!(stands(&old, &new), new);
+        assert_eq!(stands(&new, &old), new);
         let (pass, fail) = (check("2026-11-25T10:00:00Z", true), check("2026-11-25T10:00:00Z", false));
-        assert_eq!(newer(pass.clone(), fail.clone()), fail);
-        assert_eq!(newer(fail.clone(), pass), fail);
+        assert_eq!(stands(&pass, &fail), fail);
+        assert_eq!(stands(&fail, &pass), fail);
     }
 }
