@@ -35,6 +35,8 @@ use crate::store::s3::S3Store;
 /// Where the pages are kept, under the collection's prefix.
 pub const PAGES: &str = ".ibi/copy-states";
 const FORMAT: &str = "ibi-copy-states-1";
+/// How many names one listing of a chunk spans (the chunk's spans are listed at once).
+const SPAN: usize = 250;
 /// The longest page read (a page of 4,000 names is about 2 MiB).
 const MAX_PAGE_BYTES: u64 = 32 * 1024 * 1024;
 
@@ -151,11 +153,10 @@ impl S3Store {
         let markers: Vec<Key> = names.iter().map(|name| self.keys.marker(name)).collect();
         let records: Vec<Key> = names.iter().map(|name| self.keys.record(name)).collect();
         let items: Vec<Key> = names.iter().map(|name| self.keys.item(name)).collect();
-        let cap = super::listing_cap(names.len());
         let (markers_found, records_found, items_found, page) = futures_util::try_join!(
-            ranges::objects_of(&self.objects, &markers, Within::At, cap),
-            ranges::objects_of(&self.objects, &records, Within::At, cap),
-            ranges::objects_of(&self.objects, &items, Within::Under, 16 * cap),
+            self.listed_in_spans(&markers, Within::At),
+            self.listed_in_spans(&records, Within::At),
+            self.listed_in_spans(&items, Within::Under),
             self.objects.get_capped(&page_key, MAX_PAGE_BYTES),
         )?;
         let page = page.and_then(|found| Page::trusted(&found.bytes, collection, &key.verifying_key()));
@@ -190,6 +191,16 @@ impl S3Store {
             let _ = self.objects.overwrite(&page_key, bytes).await;
         }
         Ok(looked.into_iter().map(|(state, _)| state).collect())
+    }
+
+    /// The objects at or under each of `keys` (sorted), listed in spans of
+    /// `SPAN` keys at once: a listing pages one request after another, and an
+    /// item's files are several keys, so one span would wait on each page in turn.
+    async fn listed_in_spans(&self, keys: &[Key], within: Within) -> Result<Vec<Option<Vec<ObjectMeta>>>> {
+        let per_key = if within == Within::Under { 16 } else { 4 };
+        let spans = keys.chunks(SPAN).map(|span| ranges::objects_of(&self.objects, span, within, per_key * SPAN));
+        let listed = futures_util::future::try_join_all(spans).await?;
+        Ok(listed.into_iter().flatten().collect())
     }
 
     /// One name's state, from `old` where the listing shows each object it
