@@ -2409,10 +2409,18 @@ fn an_audit_of_a_site_in_a_bucket_reads_its_pages_and_still_finds_what_changed()
     assert_eq!((forged.code, from_pages(&forged)), (1, 0), "{}", forged.stdout);
     assert!(forged.stdout.contains(&names[0]) && named(&forged) == 1, "{}", forged.stdout);
 
-    // Put back as it was; then a machine with another key trusts none of this one's pages.
+    // Put back as it was; a page too long to read (another party's) is as none.
     put_object(p, "lib", &tag, &original);
     assert_eq!(audit(p).code, 0);
     assert_eq!(from_pages(&audit(p)), ITEMS as u64);
+    let code = "for o in s3.list_objects_v2(Bucket=sys.argv[1], Prefix='main/.ibi/copy-states/')['Contents']:\n    \
+                s3.put_object(Bucket=sys.argv[1], Key=o['Key'], Body=b'{' * (33 << 20))";
+    boto3(p, code, &["lib"]);
+    let long = audit(p);
+    assert_eq!((long.code, from_pages(&long)), (0, 0), "{} {}", long.stdout, long.stderr);
+    assert_eq!(from_pages(&audit(p)), ITEMS as u64, "the page is written anew");
+
+    // A machine with another key trusts none of this one's pages.
     let keys = crate::env::key_dir(env.root());
     let key = std::fs::read_dir(&keys)
         .unwrap()

@@ -157,9 +157,9 @@ impl S3Store {
             self.listed_in_spans(&markers, Within::At),
             self.listed_in_spans(&records, Within::At),
             self.listed_in_spans(&items, Within::Under),
-            self.objects.get_capped(&page_key, MAX_PAGE_BYTES),
+            self.page_at(&page_key),
         )?;
-        let page = page.and_then(|found| Page::trusted(&found.bytes, collection, &key.verifying_key()));
+        let page = page.and_then(|bytes| Page::trusted(&bytes, collection, &key.verifying_key()));
         let old = page.map(|p| p.seen).unwrap_or_default();
         let looked = stream::iter(names.iter().enumerate())
             .map(|(i, name)| {
@@ -191,6 +191,16 @@ impl S3Store {
             let _ = self.objects.overwrite(&page_key, bytes).await;
         }
         Ok(looked.into_iter().map(|(state, _)| state).collect())
+    }
+
+    /// The bytes of the page at `key`, if any: one too long to read (written
+    /// by another party) is as none, and the chunk is read item by item.
+    async fn page_at(&self, key: &Key) -> Result<Option<bytes::Bytes>> {
+        match self.objects.get_capped(key, MAX_PAGE_BYTES).await {
+            Ok(found) => Ok(found.map(|f| f.bytes)),
+            Err(Error::CorruptState { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// The objects at or under each of `keys` (sorted), listed in spans of
