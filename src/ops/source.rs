@@ -169,16 +169,19 @@ pub fn plan_paths(paths: &[PathBuf], follow_symlinks: bool) -> Result<SourcePlan
     let single_dir = paths.len() == 1 && fs::metadata(&paths[0]).is_ok_and(|m| m.is_dir());
     let mut names = BTreeMap::new();
     for path in paths {
-        match fs::symlink_metadata(path) {
+        let meta = match fs::symlink_metadata(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let problem = format!("{} does not exist", path.display());
                 return Err(Error::Invalid { what: "deposit".into(), problem });
             }
-            other => {
-                other.with_path("read", path)?;
-            }
+            other => other.with_path("read", path)?,
+        };
+        // Only a folder (or a link to one) can be an OCFL object or root: a
+        // file's four declarations are not looked for (a deposit --each of a
+        // million files would ask four million times).
+        if !meta.is_file() {
+            refuse_ocfl(path)?;
         }
-        refuse_ocfl(path)?;
         let prefix = if single_dir {
             DATA.to_string()
         } else {

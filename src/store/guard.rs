@@ -99,7 +99,7 @@ impl<'a> SourceGuard<'a> {
         };
         let enclosing = match folder {
             Some((_, above)) => {
-                if is_collection_root(&real) {
+                if meta.is_dir() && is_collection_root(&real) {
                     Some(real.clone())
                 } else {
                     above
