@@ -220,24 +220,37 @@ impl ObjectChecks<'_> {
 
     /// Every item's last check, as the keys under `.ibi/checks/` claim it,
     /// after (for an item whose last check was store-attested) its newest
-    /// passing read check. A check an older ibi kept as an object names no
-    /// event in the log, so it is not read: the item counts as never checked.
-    pub async fn all(&self) -> Result<Vec<ClaimedCheck>> {
+    /// passing read check, handed to `each` a page of about a thousand at a
+    /// time, so that a caller keeps only what it needs of each. A check an
+    /// older ibi kept as an object names no event in the log, so it is not
+    /// read: the item counts as never checked.
+    pub async fn each_page(&self, each: &mut (dyn FnMut(Vec<ClaimedCheck>) + Send)) -> Result<()> {
         let prefix = self.keys.at(CHECKS);
         let mut listed = self.objects.list_after(&prefix, &prefix);
-        let (mut run, mut checks) = (ItemRun::default(), Vec::new());
-        let mut take = |item: ItemChecks| {
-            checks.extend(item.read.map(|(check, _)| check));
-            checks.push(item.stands.0);
+        let (mut run, mut page) = (ItemRun::default(), Vec::new());
+        let take = |item: ItemChecks, page: &mut Vec<ClaimedCheck>| {
+            page.extend(item.read.map(|(check, _)| check));
+            page.push(item.stands.0);
         };
         while let Some(meta) = listed.try_next().await? {
             let Some(check) = parse_check_key(prefix.as_ref(), &meta.location) else { continue };
-            run.push(check, meta.location).map(&mut take);
+            if let Some(item) = run.push(check, meta.location) {
+                take(item, &mut page);
+            }
+            if page.len() >= CHECKS_A_PAGE {
+                each(std::mem::take(&mut page));
+            }
         }
-        run.finish().map(take);
-        Ok(checks)
+        if let Some(item) = run.finish() {
+            take(item, &mut page);
+        }
+        each(page);
+        Ok(())
     }
 }
+
+/// How many checks `each_page` hands on at once.
+const CHECKS_A_PAGE: usize = 1024;
 
 #[cfg(test)]
 mod tests {

@@ -37,6 +37,8 @@ pub const PAGES: &str = ".ibi/copy-states";
 const FORMAT: &str = "ibi-copy-states-1";
 /// How many names one listing of a chunk spans (the chunk's spans are listed at once).
 const SPAN: usize = 250;
+/// How many spans of one kind are listed at once.
+const SPANS_AT_ONCE: usize = 4;
 /// The longest page read (a page of 4,000 names is about 2 MiB).
 const MAX_PAGE_BYTES: u64 = 32 * 1024 * 1024;
 
@@ -209,7 +211,9 @@ impl S3Store {
     async fn listed_in_spans(&self, keys: &[Key], within: Within) -> Result<Vec<Option<Vec<ObjectMeta>>>> {
         let per_key = if within == Within::Under { 16 } else { 4 };
         let spans = keys.chunks(SPAN).map(|span| ranges::objects_of(&self.objects, span, within, per_key * SPAN));
-        let listed = futures_util::future::try_join_all(spans).await?;
+        // A page of a listing is a few hundred KiB of XML until it is read:
+        // a few spans at once, not every span of a chunk of 4,000 names.
+        let listed: Vec<_> = stream::iter(spans).buffered(SPANS_AT_ONCE).try_collect().await?;
         Ok(listed.into_iter().flatten().collect())
     }
 

@@ -573,16 +573,17 @@ impl S3Store {
     /// check keys listed, then the log's keys from the oldest claimed event on.
     async fn logged_checks(&self, key: &ed25519_dalek::VerifyingKey) -> Result<Vec<FixityCheck>> {
         use rayon::prelude::*;
-        let claimed = self.checks().all().await?;
-        // The signatures checked on every core (one is tens of microseconds), each
-        // check then kept with its event's seq and hash only.
-        let signed: Vec<(FixityCheck, u64, String)> = claimed
-            .into_par_iter()
-            .filter_map(|(check, logged)| {
-                let logged = logged?;
-                super::checks::signed_by(&check, &logged, key).then_some((check, logged.seq, logged.hash))
+        // Each page's signatures checked on every core (one is tens of
+        // microseconds), each check then kept with its event's seq and hash only.
+        let mut signed: Vec<(FixityCheck, u64, String)> = Vec::new();
+        self.checks()
+            .each_page(&mut |page| {
+                signed.par_extend(page.into_par_iter().filter_map(|(check, logged)| {
+                    let logged = logged?;
+                    super::checks::signed_by(&check, &logged, key).then_some((check, logged.seq, logged.hash))
+                }))
             })
-            .collect();
+            .await?;
         let claims: Vec<(u64, &RepositoryName, &str)> =
             signed.iter().map(|(check, seq, hash)| (*seq, &check.name, hash.as_str())).collect();
         let held = self.log().holds(&claims).await?;
