@@ -25,6 +25,18 @@ pub fn machine_key_path(dir: &Path, id: &str) -> PathBuf {
     dir.join(format!("{file}.witness.key"))
 }
 
+/// The seed of a key this machine keeps under `name` in its key folder (not a
+/// collection's witness key: one of its own, such as the signer of an OCFL
+/// site's checks or of an audit's pages); made when `make` and it is missing.
+/// `None` when no key folder is known, or none is kept and `make` is false.
+pub fn machine_seed(name: &str, make: bool) -> Option<[u8; 32]> {
+    let dir = machine_key_dir()?;
+    if make {
+        crate::fsx::create_dir_all_durable(&dir).ok()?;
+    }
+    witness_seed(&machine_key_path(&dir, name), make).ok().flatten()
+}
+
 /// The public key (hex) of `seed`.
 pub fn public_key(seed: &[u8; 32]) -> String {
     hex::encode(ed25519_dalek::SigningKey::from_bytes(seed).verifying_key().as_bytes())

@@ -30,13 +30,8 @@ impl OcflStore {
     /// The seed of the key this machine signs the site's checks with; made
     /// when `make` and it is missing.
     fn check_seed_here(&self, make: bool) -> Option<[u8; 32]> {
-        let id = self.config.follows.as_ref()?.id.clone();
-        let dir = crate::store::witness_key::machine_key_dir()?;
-        let path = crate::store::witness_key::machine_key_path(&dir, &format!("ocfl-site-of-{id}"));
-        if make {
-            crate::fsx::create_dir_all_durable(&dir).ok()?;
-        }
-        crate::store::witness_key::witness_seed(&path, make).ok().flatten()
+        let id = &self.config.follows.as_ref()?.id;
+        crate::store::witness_key::machine_seed(&format!("ocfl-site-of-{id}"), make)
     }
 
     /// The files of checks, oldest first (by name: the time each was written).

@@ -120,10 +120,7 @@ fn listed_at(found: &Option<Vec<ObjectMeta>>, key: &str) -> Listed {
 
 /// The signing key this machine keeps for the pages of collection `id`, made when missing.
 fn page_seed(id: &str) -> Option<[u8; 32]> {
-    let dir = crate::store::witness_key::machine_key_dir()?;
-    let path = crate::store::witness_key::machine_key_path(&dir, &format!("copy-states-of-{id}"));
-    crate::fsx::create_dir_all_durable(&dir).ok()?;
-    crate::store::witness_key::witness_seed(&path, true).ok().flatten()
+    crate::store::witness_key::machine_seed(&format!("copy-states-of-{id}"), true)
 }
 
 impl CopyStates for S3Store {
