@@ -20,7 +20,7 @@ use crate::ops::verify::vanished;
 use crate::problem::{Problem, ProblemKind};
 use crate::store::guard;
 use crate::store::log::{carried_events, Action};
-use crate::store::{raise_minter, LockWait, Slot, Store, Writer};
+use crate::store::{raise_minter, LockWait, Slot, Staging, Store, Writer};
 
 /// After this long staging a chunk with copies still under way, the copies
 /// already staged are placed (`Driver::stage`).
@@ -148,6 +148,17 @@ pub enum Plan {
     Replace(RepositoryName, &'static str),
 }
 
+impl Plan {
+    /// The name this plan copies, and whether over an item already there.
+    fn copies(&self) -> Option<(RepositoryName, bool)> {
+        match self {
+            Plan::Copy(name) => Some((name.clone(), false)),
+            Plan::Replace(name, _) => Some((name.clone(), true)),
+            Plan::Settled(..) => None,
+        }
+    }
+}
+
 /// The plans of a chunk of SRC items under copy (and migrate), in parallel; DST's
 /// slots of the chunk are asked for at once (`Store::slots`).
 pub fn plan_copies(
@@ -249,12 +260,19 @@ impl<'a> Driver<'a> {
             })
             .collect();
         self.src.prefetch(&copying);
+        let stagings = match self.stagings(writer, plans) {
+            Ok(stagings) => stagings,
+            Err(e) => {
+                chunk.failed = Some(e);
+                return chunk;
+            }
+        };
         let (sender, results) = std::sync::mpsc::channel();
         std::thread::scope(|scope| {
             scope.spawn(move || {
                 let stage_all = || {
-                    plans.par_iter().for_each_with(sender, |sender, plan| {
-                        let _ = sender.send((plan, self.stage_one(writer, plan)));
+                    plans.par_iter().zip(stagings).for_each_with(sender, |sender, (plan, staging)| {
+                        let _ = sender.send((plan, self.stage_one(writer, plan, staging)));
                     })
                 };
                 match self.dst.transfer_shape().staging_threads.and_then(staging_pool) {
@@ -343,15 +361,29 @@ impl<'a> Driver<'a> {
         Ok(())
     }
 
-    fn stage_one(&self, writer: &'a dyn Writer, plan: &Plan) -> Result<Option<StagedItem<'a>>> {
-        let (name, replace) = match plan {
-            Plan::Copy(name) => (name, false),
-            Plan::Replace(name, _) => (name, true),
-            _ => return Ok(None),
+    /// A staging for each plan that copies, in the plans' order, where the
+    /// backend begins them all at once (`Writer::stages_for`); otherwise none,
+    /// and each is begun as its item is staged.
+    fn stagings(&self, writer: &'a dyn Writer, plans: &[Plan]) -> Result<Vec<Option<Staging<'a>>>> {
+        let copying: Vec<(RepositoryName, bool)> = plans.iter().filter_map(Plan::copies).collect();
+        let mut stagings = Staging::for_items(writer, &copying)?.unwrap_or_default().into_iter();
+        Ok(plans.iter().map(|plan| plan.copies().and_then(|_| stagings.next())).collect())
+    }
+
+    fn stage_one(
+        &self,
+        writer: &'a dyn Writer,
+        plan: &Plan,
+        staging: Option<Staging<'a>>,
+    ) -> Result<Option<StagedItem<'a>>> {
+        let Some((name, replace)) = plan.copies() else { return Ok(None) };
+        let staging = match staging {
+            Some(staging) => staging,
+            None => Staging::for_item(writer, &name, replace)?,
         };
-        match stage_copy((self.src, name), writer, replace, self.reporter)? {
+        match stage_copy((self.src, &name), (staging, replace), self.reporter)? {
             Ok(staged) => Ok(Some(staged)),
-            Err(_) if vanished(self.src, name) => {
+            Err(_) if vanished(self.src, &name) => {
                 self.reporter.item(&name, Outcome::Vanished);
                 Ok(None)
             }

@@ -188,14 +188,13 @@ fn at_the_items_place(error: Error, staging: &Staging, name: &RepositoryName, re
     }
 }
 
-/// Copies `src`'s item `name` into the staging of the collection `dst` writes and
+/// Copies `src`'s item `name` into `staging` (over an item there when `replace`) and
 /// checks the copy against the source's manifests, using the digests taken while
 /// copying. Nothing is durable yet: placing the batch makes it so. `Ok(Err(problems))`
 /// means the source is damaged: nothing is placed.
 pub fn stage_copy<'d>(
     (src, name): (&dyn Store, &RepositoryName),
-    dst: &'d dyn Writer,
-    replace: bool,
+    (staging, replace): (Staging<'d>, bool),
     reporter: &dyn Reporter,
 ) -> Result<Result<StagedItem<'d>, Corrupt>> {
     let label = name.to_string();
@@ -203,7 +202,7 @@ pub fn stage_copy<'d>(
     if !problems.is_empty() {
         return Ok(Err(problems));
     }
-    let staging = Staging::for_item(dst, name, replace)?;
+    let dst = staging.writer;
     for dir in &dirs {
         dst.stage_dir(staging.id, dir)?;
     }

@@ -280,6 +280,43 @@ pub fn staging_for_a_name_is_unseen_until_placed(store: &dyn Store, other: &dyn 
     assert!(check.problems.is_empty(), "nothing of the killed stage is left: {:?}", check.problems);
 }
 
+/// Stages begun together (`Writer::stages_for`, where a backend offers it) are
+/// each what one `stage_for` makes: one placed is read, one discarded leaves
+/// nothing, and one a killed writer left is cleared by the next writer, while
+/// the one placed stays whole.
+pub fn stages_begun_together_are_each_placed_or_cleared(store: &dyn Store, other: &dyn Store, killed: Box<dyn Store>) {
+    let (kept, dropped, left) = (minted(31), minted(32), minted(33));
+    let items: Vec<(RepositoryName, bool)> = [&kept, &dropped, &left].iter().map(|m| (m.name.clone(), false)).collect();
+    let w = writer(killed.as_ref());
+    let stages = match w.stages_for(&items).unwrap() {
+        Some(stages) => stages,
+        None => items.iter().map(|(name, replace)| w.stage_for(name, *replace).unwrap()).collect(),
+    };
+    assert_eq!(stages.len(), 3, "a stage for each item, in order");
+    let staged: Vec<StageId> = [&kept, &dropped, &left]
+        .iter()
+        .zip(&stages)
+        .map(|(m, stage)| stage_bag_in(w.as_ref(), *stage, m, b"together"))
+        .collect();
+    place(w.as_ref(), &kept, staged[0], false).unwrap();
+    w.discard(staged[1]);
+    stage_bytes(w.as_ref(), staged[2], "data/extra.txt", b"left behind");
+    assert_eq!(read_a(other, &kept.name), b"together", "the one placed is read");
+    assert_eq!(other.slot(&dropped.name).unwrap(), Slot::Empty, "the one discarded left nothing");
+    drop(w);
+    std::mem::forget(killed);
+    assert!(seen_as_left_over(other), "the killed writer's stage is seen as left over");
+    let w = writer(other);
+    assert!(other.leftovers().is_empty() && other.slot(&left.name).unwrap() == Slot::Empty);
+    let again = stage_bag_in(w.as_ref(), w.stage_for(&left.name, false).unwrap(), &left, b"again");
+    place(w.as_ref(), &left, again, false).unwrap();
+    for m in [&kept, &left] {
+        let check = verify_bag(other.item_files(&m.name).as_ref(), "after", &|_| {});
+        assert!(check.problems.is_empty(), "{} is whole: {:?}", m.name, check.problems);
+    }
+    assert_eq!(read_a(store, &left.name), b"again", "a first handle reads the item placed after the kill");
+}
+
 /// Two handles take turns at the lease, minting one date each time: no date twice.
 pub fn minter_state_never_repeats(store: &dyn Store, other: &dyn Store) {
     let start = Timestamp::parse_user("2026-01-01T00:00:00Z").unwrap();
@@ -660,6 +697,9 @@ pub fn checks<S: Store + 'static, F: Fn() -> S>() -> Vec<Check<S, F>> {
         check::<S, F>("a_copy_carries_no_fixity_checks", |s, r| a_copy_carries_no_fixity_checks(s, &r())),
         check::<S, F>("a_repair_keeps_what_it_replaces", |s, _| a_repair_keeps_what_it_replaces(s)),
         check::<S, F>("staging_for_a_name", |s, r| staging_for_a_name_is_unseen_until_placed(s, &r(), Box::new(r()))),
+        check::<S, F>("stages_begun_together", |s, r| {
+            stages_begun_together_are_each_placed_or_cleared(s, &r(), Box::new(r()))
+        }),
         check::<S, F>("minter_state_never_repeats", |s, r| minter_state_never_repeats(s, &r())),
         check::<S, F>("reads_during_a_write_see_old_or_new", |s, r| reads_during_a_write_see_old_or_new(s, &r())),
         check::<S, F>("append_only_refuses_what_would_change", |s, _| append_only_refuses_what_would_change(s)),

@@ -77,6 +77,12 @@ pub trait Writer: Send + Sync {
     /// `replace`): a backend without rename may write the files at their place at
     /// once, unseen until `place` commits the item.
     fn stage_for(&self, name: &RepositoryName, replace: bool) -> Result<StageId>;
+    /// Stages for several items at once, as `stage_for` makes one each (in the
+    /// same order), where the backend gains from it (object storage: one intent
+    /// announces them all); `None` where it would only make them one by one.
+    fn stages_for(&self, _items: &[(RepositoryName, bool)]) -> Result<Option<Vec<StageId>>> {
+        Ok(None)
+    }
     fn stage_dir(&self, stage: StageId, rel: &str) -> Result<()>;
     /// Writes a new file into the staged item, hashing as it writes.
     fn stage_file(&self, stage: StageId, rel: &str, from: FileSource) -> std::result::Result<Digests, CopyError>;
@@ -183,6 +189,10 @@ pub trait WriteBackend: Store {
     fn stage_for(&self, _name: &RepositoryName, _replace: bool) -> Result<StageId> {
         self.stage()
     }
+    /// See `Writer::stages_for`.
+    fn stages_for(&self, _items: &[(RepositoryName, bool)]) -> Result<Option<Vec<StageId>>> {
+        Ok(None)
+    }
     fn stage_dir(&self, stage: StageId, rel: &str) -> Result<()>;
     fn stage_file(&self, stage: StageId, rel: &str, from: FileSource) -> std::result::Result<Digests, CopyError>;
     /// By default, a copy of the file.
@@ -263,6 +273,12 @@ impl<B: WriteBackend> Writer for Leased<'_, B> {
             self.refuse_when_appending(&format!("replacing {name}"))?;
         }
         self.backend.stage_for(name, replace)
+    }
+    fn stages_for(&self, items: &[(RepositoryName, bool)]) -> Result<Option<Vec<StageId>>> {
+        if let Some((name, _)) = items.iter().find(|(_, replace)| *replace) {
+            self.refuse_when_appending(&format!("replacing {name}"))?;
+        }
+        self.backend.stages_for(items)
     }
     fn stage_dir(&self, stage: StageId, rel: &str) -> Result<()> {
         self.backend.stage_dir(stage, rel)
@@ -409,6 +425,13 @@ impl<'a> Staging<'a> {
     /// A staging for an item whose name is known (`Writer::stage_for`).
     pub fn for_item(writer: &'a dyn Writer, name: &RepositoryName, replace: bool) -> Result<Staging<'a>> {
         Ok(Staging { writer, id: writer.stage_for(name, replace)? })
+    }
+
+    /// A staging for each of several items whose names are known, begun at once
+    /// where the backend gains from it (`Writer::stages_for`).
+    pub fn for_items(writer: &'a dyn Writer, items: &[(RepositoryName, bool)]) -> Result<Option<Vec<Staging<'a>>>> {
+        let stages = writer.stages_for(items)?;
+        Ok(stages.map(|ids| ids.into_iter().map(|id| Staging { writer, id }).collect()))
     }
 }
 

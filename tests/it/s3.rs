@@ -1818,7 +1818,8 @@ fn next(state: &mut u64) -> u64 {
 /// marker existed (HEAD), once for its record (GET), once for its events' index
 /// (a listing), and rewrote its intent at placing: 5 of 19 requests an item
 /// (SeaweedFS spends its CPU per request). What a batch's listing answers is
-/// now read from it, and a batch's placements share one intent.
+/// now read from it, and a batch's placements share one intent, as do the
+/// stages a chunk begins together (`Writer::stages_for`).
 #[test]
 fn regress_a_request_per_new_item_where_a_listing_answers() {
     let env = TestEnv::new();
@@ -1838,7 +1839,11 @@ fn regress_a_request_per_new_item_where_a_listing_answers() {
         };
         assert_eq!(count("HEAD", ".ibi/items/"), 0, "{command}: no marker asked for one by one: {sent:#?}");
         assert_eq!(count("GET", ".ibi/inventory/"), 0, "{command}: no record asked for one by one");
-        assert_eq!(count("PUT", ".ibi/direct/"), 40, "{command}: one intent an item, written once");
+        let intents = count("PUT", ".ibi/direct/");
+        assert!(
+            (1..=2).contains(&intents),
+            "{command}: one intent for the stages begun together, not one an item: {intents}"
+        );
         assert!(count("PUT", ".ibi/direct-batches/") >= 1, "{command}: the batch's intent");
         let listings = sent.iter().filter(|r| r.contains("list-type=2")).count();
         assert!(listings < 20, "{command}: {listings} listings for 40 items: {sent:#?}");
@@ -2448,11 +2453,12 @@ fn s3_requests_per_item_stay_within_their_bounds() {
     env.ok(&["-q", "site", "add", &a, mir, "--zone", "cloud"]);
     let mut deposit = vec!["-q", "deposit", "--each", dep];
     deposit.extend(sources.iter().map(String::as_str));
-    // Measured on 2026-11-28 (moto): 23.95, 15.5, 2.95, 18.85, 17.85, 3.45.
+    // Measured on 2026-11-28 (moto): 23.95, 14.55 (15.5 before a chunk's stages
+    // shared one intent), 2.95, 18.85, 17.85, 3.65, 0.6.
     // moto keeps no checksums, so the attested verify reads every item too.
     let commands: Vec<(&str, Vec<&str>, f64)> = vec![
         ("deposit --each", deposit, 24.5),
-        ("first mirror", vec!["-q", "mirror", &a, mir], 16.0),
+        ("first mirror", vec!["-q", "mirror", &a, mir], 15.0),
         ("no-op mirror", vec!["-q", "mirror", &a, mir], 3.5),
         ("verify", vec!["-q", "verify", mir], 19.5),
         ("verify --attested", vec!["-q", "verify", mir, "--attested"], 18.5),

@@ -8,7 +8,8 @@
 //! - `.ibi/inventory/<name path>`: its inventory record;
 //! - `.ibip/<IBIp>`: an alias, holding the name;
 //! - `.ibi/staging/<stage>/…`: staged files; `.ibi/placing/<stage>`, `.ibi/direct/<stage>`,
-//!   `.ibi/direct-batches/<token>`, `.ibi/removing/<name>`: intents;
+//!   `.ibi/direct/g<token>` (several direct stages), `.ibi/direct-batches/<token>`,
+//!   `.ibi/removing/<name>`: intents;
 //! - `.ibi/collection.toml`, `.ibi/lease`, `.ibi/minter`, `.ibi/deposits/<key digest>`.
 //!
 //! A file's key below its item is the file's own path, byte for byte
@@ -109,6 +110,11 @@ impl Keys {
     pub fn direct(&self, stage: StageId) -> Key {
         self.at(&format!("{DIRECT}/{}", stage_token(stage)))
     }
+    /// The one intent of several direct stages begun together (`Writer::stages_for`):
+    /// a `g` before the token, so that an older ibi's recovery passes it by.
+    pub fn direct_group(&self, token: &str) -> Key {
+        self.at(&format!("{DIRECT}/{GROUP_MARK}{token}"))
+    }
     pub fn direct_batch(&self, token: &str) -> Key {
         self.at(&format!("{DIRECT_BATCHES}/{token}"))
     }
@@ -170,6 +176,9 @@ pub fn spelled_differently(rel: &str) -> bool {
 pub fn stage_token(stage: StageId) -> String {
     format!("{:016x}", stage.0)
 }
+
+/// What begins the name of a group of direct intents (`Keys::direct_group`).
+pub const GROUP_MARK: &str = "g";
 
 /// The stage a token names.
 pub fn parse_stage(token: &str) -> Option<StageId> {

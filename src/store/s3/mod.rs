@@ -81,6 +81,9 @@ struct StageMeta {
     dirs: BTreeSet<String>,
     /// Staged at the item's own keys (`Writer::stage_for`), for this name.
     direct: Option<RepositoryName>,
+    /// The intent this direct stage shares with others begun with it
+    /// (`Writer::stages_for`); none when it has one of its own.
+    group: Option<std::sync::Arc<place::DirectGroupLeft>>,
     /// The files written so far, relative to the bag, with their sizes.
     files: Vec<(String, u64)>,
     /// The bytes of the tag files written (small, read back by the check before placing).

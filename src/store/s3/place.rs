@@ -17,7 +17,8 @@
 //! own intent first, deletes the marker, then the files and the alias.
 //!
 //! A new item whose name is known before staging (`Writer::stage_for`: a copy or
-//! mirror) skips the copies: its intent (`.ibi/direct/<stage>`) names it, its
+//! mirror) skips the copies: its intent (`.ibi/direct/<stage>`, or one
+//! `.ibi/direct/g<token>` for the stages a chunk begins together) names it, its
 //! files go straight to the item's keys with create-only writes. Placing a batch
 //! of them writes one intent for the batch (`.ibi/direct-batches/<token>`: each
 //! one's stage, name and action, and the log's end), then for each the
@@ -95,6 +96,35 @@ pub struct DirectBatch {
 pub struct DirectEntry {
     pub stage: String,
     pub intent: DirectIntent,
+}
+
+/// The intent of several direct stages begun together (`Writer::stages_for`,
+/// `.ibi/direct/g<token>`): each stage with the name its files go to. Written
+/// once, before any of their files; removed once each is placed or discarded.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DirectGroup {
+    pub stages: Vec<GroupedStage>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GroupedStage {
+    pub stage: String,
+    pub name: RepositoryName,
+}
+
+/// A group intent as a writer holds it: its key, and how many of its stages are
+/// neither placed nor discarded yet.
+#[derive(Debug)]
+pub struct DirectGroupLeft {
+    pub key: Key,
+    pub left: std::sync::atomic::AtomicUsize,
+}
+
+impl DirectGroupLeft {
+    /// One of its stages is done with: the key to delete once none is left.
+    pub fn one_done(&self) -> Option<Key> {
+        (self.left.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1).then(|| self.key.clone())
+    }
 }
 
 /// The most bytes one batch intent holds (the rest go in another): well under
@@ -362,6 +392,13 @@ impl Placer<'_> {
     /// an intent another writer in the bucket planted, naming an item ibi
     /// placed, cannot have its action logged for that item.
     async fn recover_direct(&self, key: &Key, stage: StageId, intent: &DirectIntent) -> Result<()> {
+        self.settle_direct(stage, intent).await?;
+        self.objects.delete(key).await
+    }
+
+    /// Completes or clears one direct placement a killed writer left (its intent
+    /// is the caller's to delete).
+    async fn settle_direct(&self, stage: StageId, intent: &DirectIntent) -> Result<()> {
         let name = &intent.name;
         match self.marker(name).await? {
             None => self.objects.delete_all(&self.keys.item(name)).await?,
@@ -373,7 +410,27 @@ impl Placer<'_> {
                 }
             }
         }
-        self.objects.delete(key).await
+        Ok(())
+    }
+
+    /// The stages and names of the direct intent at `key`: one stage's
+    /// (`.ibi/direct/<stage>`) or a group's (`.ibi/direct/g<token>`); none for a
+    /// key of neither form.
+    async fn direct_intents(&self, key: &Key) -> Result<Vec<(StageId, DirectIntent)>> {
+        let Some(file) = key.filename() else { return Ok(Vec::new()) };
+        let Some(found) = self.objects.get(key).await? else { return Ok(Vec::new()) };
+        if let Some(stage) = keys::parse_stage(file) {
+            return Ok(vec![(stage, DirectIntent::parse(&found.bytes)?)]);
+        }
+        if !file.starts_with(keys::GROUP_MARK) {
+            return Ok(Vec::new());
+        }
+        let group: DirectGroup = parse(&found.bytes, self.objects, key)?;
+        let named = |entry: GroupedStage| {
+            let stage = keys::parse_stage(&entry.stage)?;
+            Some((stage, DirectIntent { name: entry.name, action: Action::default(), log_after: 0 }))
+        };
+        Ok(group.stages.into_iter().filter_map(named).collect())
     }
 
     /// Whether the stored record of `record`'s item holds it present, as its bag is.
@@ -463,10 +520,14 @@ impl Placer<'_> {
             self.objects.delete(&meta.location).await?;
         }
         for meta in self.objects.list_all(&self.keys.at(keys::DIRECT)).await? {
-            let Some(stage) = meta.location.filename().and_then(keys::parse_stage) else { continue };
-            let Some(found) = self.objects.get(&meta.location).await? else { continue };
-            let intent = DirectIntent::parse(&found.bytes)?;
-            self.recover_direct(&meta.location, stage, &intent).await?;
+            let intents = self.direct_intents(&meta.location).await?;
+            if intents.is_empty() {
+                continue;
+            }
+            for (stage, intent) in &intents {
+                self.settle_direct(*stage, intent).await?;
+            }
+            self.objects.delete(&meta.location).await?;
         }
         self.objects.delete_all(&self.keys.at(keys::STAGING)).await
     }
@@ -477,10 +538,11 @@ impl Placer<'_> {
     pub async fn partial_items(&self) -> Result<Vec<RepositoryName>> {
         let mut partial = Vec::new();
         for meta in self.objects.list_all(&self.keys.at(keys::DIRECT)).await? {
-            let Some(found) = self.objects.get(&meta.location).await? else { continue };
-            let Ok(DirectIntent { name, .. }) = DirectIntent::parse(&found.bytes) else { continue };
-            if self.marker(&name).await?.is_none() && self.objects.holds_objects(&self.keys.item(&name)).await? {
-                partial.push(name);
+            let Ok(intents) = self.direct_intents(&meta.location).await else { continue };
+            for (_, DirectIntent { name, .. }) in intents {
+                if self.marker(&name).await?.is_none() && self.objects.holds_objects(&self.keys.item(&name)).await? {
+                    partial.push(name);
+                }
             }
         }
         Ok(partial)

@@ -1,6 +1,7 @@
 //! `Store` for `S3Store`: each call maps onto the keys of `keys` and the protocol
 //! of `place`, and runs its requests concurrently where it has many.
 
+use super::place::{DirectGroup, DirectGroupLeft, GroupedStage};
 use super::*;
 use crate::store::inventory::{FixityCheck, Forward};
 
@@ -443,6 +444,32 @@ impl WriteBackend for S3Store {
         Ok(stage)
     }
 
+    /// One intent for every new item among `items` (`.ibi/direct/g<token>`), not
+    /// one each: a mirror into a bucket writes one object fewer per item.
+    fn stages_for(&self, items: &[(RepositoryName, bool)]) -> Result<Option<Vec<StageId>>> {
+        let new = items.iter().filter(|(_, replace)| !replace).count();
+        if new < 2 {
+            return Ok(None);
+        }
+        let stages: Vec<StageId> = items.iter().map(|_| S3Store::new_stage()).collect();
+        let grouped = items.iter().zip(&stages).filter(|((_, replace), _)| !replace);
+        let entries =
+            grouped.map(|((name, _), stage)| GroupedStage { stage: keys::stage_token(*stage), name: name.clone() });
+        let key = self.keys.direct_group(&uuid::Uuid::new_v4().simple().to_string());
+        let body = serde_json::to_vec(&DirectGroup { stages: entries.collect() }).expect("a group intent serialises");
+        self.objects.run(self.objects.overwrite(&key, body))?;
+        let left = std::sync::Arc::new(DirectGroupLeft { key, left: new.into() });
+        let mut metas = lock(&self.stages);
+        for ((name, replace), stage) in items.iter().zip(&stages) {
+            let meta = match replace {
+                true => StageMeta::default(),
+                false => StageMeta { direct: Some(name.clone()), group: Some(left.clone()), ..StageMeta::default() },
+            };
+            metas.insert(stage.0, meta);
+        }
+        Ok(Some(stages))
+    }
+
     fn stage_dir(&self, stage: StageId, rel: &str) -> Result<()> {
         check_path(rel).map_err(|why| Error::Invalid { what: "staged path".into(), problem: why })?;
         let mut stages = lock(&self.stages);
@@ -499,9 +526,9 @@ impl WriteBackend for S3Store {
                     for (rel, _) in &meta.files {
                         self.objects.delete(&self.keys.item_file(name, rel, KeyForm::Names)).await?;
                     }
-                    self.objects.delete(&self.keys.direct(stage)).await
+                    self.delete_intent(self.intent_done(stage, &meta)).await
                 }
-                Some(_) => self.objects.delete(&self.keys.direct(stage)).await,
+                Some(_) => self.delete_intent(self.intent_done(stage, &meta)).await,
                 None => self.objects.delete_all(&self.keys.stage(stage)).await,
             }
         });
@@ -541,7 +568,10 @@ impl WriteBackend for S3Store {
         let placed: Vec<&Placement> = batch.iter().zip(&outcomes).filter(|(_, o)| o.is_ok()).map(|(p, _)| p).collect();
         let mut done: Vec<_> = {
             let mut stages = lock(&self.stages);
-            placed.iter().filter_map(|p| stages.remove(&p.stage.0)?.direct.map(|_| self.keys.direct(p.stage))).collect()
+            let done = |p: &&Placement| {
+                stages.remove(&p.stage.0).filter(|meta| meta.direct.is_some()).map(|meta| (p.stage, meta))
+            };
+            placed.iter().filter_map(done).filter_map(|(stage, meta)| self.intent_done(stage, &meta)).collect()
         };
         // The batch's intents go with them: each item they cover is placed, or
         // was refused and keeps its own intent (a name-only one) for `discard`.
@@ -743,6 +773,22 @@ impl S3Store {
     }
 
     /// A new stage token, unique across processes and machines.
+    /// The intent to delete now that direct stage `stage` is placed or
+    /// discarded: its own, or its group's once no other stage of it is left.
+    fn intent_done(&self, stage: StageId, meta: &StageMeta) -> Option<Key> {
+        match &meta.group {
+            Some(group) => group.one_done(),
+            None => Some(self.keys.direct(stage)),
+        }
+    }
+
+    async fn delete_intent(&self, key: Option<Key>) -> Result<()> {
+        match key {
+            Some(key) => self.objects.delete(&key).await,
+            None => Ok(()),
+        }
+    }
+
     pub(super) fn new_stage() -> StageId {
         StageId(uuid::Uuid::new_v4().as_u64_pair().0)
     }
