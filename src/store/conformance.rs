@@ -271,13 +271,20 @@ pub fn staging_for_a_name_is_unseen_until_placed(store: &dyn Store, other: &dyn 
     let _ = w.staged_files(stage).entries();
     drop(w);
     std::mem::forget(killed);
-    assert!(seen_as_left_over(other), "the killed writer's stage is seen as left over");
-    let w = writer(other);
-    assert!(other.leftovers().is_empty() && other.slot(&gone.name).unwrap() == Slot::Empty);
-    let again = stage_bag_in(w.as_ref(), w.stage_for(&gone.name, false).unwrap(), &gone, b"again");
-    place(w.as_ref(), &gone, again, false).unwrap();
+    cleared_then_placed_again(other, &gone);
     let check = verify_bag(other.item_files(&gone.name).as_ref(), "again", &|_| {});
     assert!(check.problems.is_empty(), "nothing of the killed stage is left: {:?}", check.problems);
+}
+
+/// After a writer was killed with a direct stage of `m` left: `other` sees it as
+/// left over, its next writer clears it (nothing at `m`'s place, nothing left
+/// over), and `m` is then staged and placed anew (its content `again`).
+fn cleared_then_placed_again(other: &dyn Store, m: &Minted) {
+    assert!(seen_as_left_over(other), "the killed writer's stage is seen as left over");
+    let w = writer(other);
+    assert!(other.leftovers().is_empty() && other.slot(&m.name).unwrap() == Slot::Empty);
+    let again = stage_bag_in(w.as_ref(), w.stage_for(&m.name, false).unwrap(), m, b"again");
+    place(w.as_ref(), m, again, false).unwrap();
 }
 
 /// Stages begun together (`Writer::stages_for`, where a backend offers it) are
@@ -305,11 +312,7 @@ pub fn stages_begun_together_are_each_placed_or_cleared(store: &dyn Store, other
     assert_eq!(other.slot(&dropped.name).unwrap(), Slot::Empty, "the one discarded left nothing");
     drop(w);
     std::mem::forget(killed);
-    assert!(seen_as_left_over(other), "the killed writer's stage is seen as left over");
-    let w = writer(other);
-    assert!(other.leftovers().is_empty() && other.slot(&left.name).unwrap() == Slot::Empty);
-    let again = stage_bag_in(w.as_ref(), w.stage_for(&left.name, false).unwrap(), &left, b"again");
-    place(w.as_ref(), &left, again, false).unwrap();
+    cleared_then_placed_again(other, &left);
     for m in [&kept, &left] {
         let check = verify_bag(other.item_files(&m.name).as_ref(), "after", &|_| {});
         assert!(check.problems.is_empty(), "{} is whole: {:?}", m.name, check.problems);
