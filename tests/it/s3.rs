@@ -1855,7 +1855,8 @@ fn regress_a_request_per_new_item_where_a_listing_answers() {
 /// history. The next writer's recovery replayed a direct intent whose item's
 /// marker existed, so it appended the forged events itself, chain and all,
 /// where no verify could tell them from real ones. An intent is now replayed
-/// only for its own stage's item whose record does not yet hold it.
+/// only for its own stage's item whose record does not yet hold it. A planted
+/// group intent (`.ibi/direct/g<token>`) leaves the placed items whole too.
 #[test]
 fn regress_a_planted_direct_intent_logs_a_forged_history() {
     let (server, env, local) = mirrored_into_s3(Moto::start, 2);
@@ -1884,12 +1885,23 @@ fn regress_a_planted_direct_intent_logs_a_forged_history() {
         "main/.ibi/direct/0000000000000def",
         forged(&names[1], "0000000000000def").to_string().as_bytes(),
     );
+    // A group intent (the stages a chunk begins together) naming both placed
+    // items, one with its own stage: recovery must delete none of their files.
+    let group = serde_json::json!({"stages": [
+        {"stage": own_stage.clone(), "name": names[0]},
+        {"stage": "0000000000000aaa", "name": names[1]},
+    ]});
+    put_object(p, "lib", "main/.ibi/direct/gplanted", group.to_string().as_bytes());
+    // One whose only entry names no stage is cleared too, not left over for ever.
+    let junk = serde_json::json!({"stages": [{"stage": "not-a-stage", "name": names[0]}]});
+    put_object(p, "lib", "main/.ibi/direct/gjunk", junk.to_string().as_bytes());
     // A writer's first step is recovery.
     env.s3_ok(p, &["-q", "mirror", &local, s3]);
     let log = env.s3_log(p, s3);
     assert!(log.iter().all(|e| e["detail"] != "forged history" && e["agent"]["user"] != "mallory"), "{log:#?}");
     assert_eq!(log.len(), 4, "each item's carried deposit and its arrival, nothing more: {log:#?}");
     env.s3_ok(p, &["-q", "verify", s3]);
+    assert_eq!(env.s3_identities(p, s3), env.identities(&local), "every placed item is whole");
     assert!(keys_under(p, "main/.ibi/direct").is_empty(), "the planted intents are cleared");
 }
 

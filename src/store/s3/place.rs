@@ -414,23 +414,25 @@ impl Placer<'_> {
     }
 
     /// The stages and names of the direct intent at `key`: one stage's
-    /// (`.ibi/direct/<stage>`) or a group's (`.ibi/direct/g<token>`); none for a
-    /// key of neither form.
-    async fn direct_intents(&self, key: &Key) -> Result<Vec<(StageId, DirectIntent)>> {
-        let Some(file) = key.filename() else { return Ok(Vec::new()) };
-        let Some(found) = self.objects.get(key).await? else { return Ok(Vec::new()) };
-        if let Some(stage) = keys::parse_stage(file) {
-            return Ok(vec![(stage, DirectIntent::parse(&found.bytes)?)]);
+    /// (`.ibi/direct/<stage>`) or a group's (`.ibi/direct/g<token>`, its entries
+    /// whose stage reads as one); `None` for a key of neither form, or gone.
+    async fn direct_intents(&self, key: &Key) -> Result<Option<Vec<(StageId, DirectIntent)>>> {
+        let Some(file) = key.filename() else { return Ok(None) };
+        let is_group = file.starts_with(keys::GROUP_MARK);
+        let stage = keys::parse_stage(file);
+        if stage.is_none() && !is_group {
+            return Ok(None);
         }
-        if !file.starts_with(keys::GROUP_MARK) {
-            return Ok(Vec::new());
+        let Some(found) = self.objects.get(key).await? else { return Ok(None) };
+        if let Some(stage) = stage {
+            return Ok(Some(vec![(stage, DirectIntent::parse(&found.bytes)?)]));
         }
         let group: DirectGroup = parse(&found.bytes, self.objects, key)?;
         let named = |entry: GroupedStage| {
             let stage = keys::parse_stage(&entry.stage)?;
             Some((stage, DirectIntent { name: entry.name, action: Action::default(), log_after: 0 }))
         };
-        Ok(group.stages.into_iter().filter_map(named).collect())
+        Ok(Some(group.stages.into_iter().filter_map(named).collect()))
     }
 
     /// Whether the stored record of `record`'s item holds it present, as its bag is.
@@ -520,10 +522,7 @@ impl Placer<'_> {
             self.objects.delete(&meta.location).await?;
         }
         for meta in self.objects.list_all(&self.keys.at(keys::DIRECT)).await? {
-            let intents = self.direct_intents(&meta.location).await?;
-            if intents.is_empty() {
-                continue;
-            }
+            let Some(intents) = self.direct_intents(&meta.location).await? else { continue };
             for (stage, intent) in &intents {
                 self.settle_direct(*stage, intent).await?;
             }
@@ -538,7 +537,7 @@ impl Placer<'_> {
     pub async fn partial_items(&self) -> Result<Vec<RepositoryName>> {
         let mut partial = Vec::new();
         for meta in self.objects.list_all(&self.keys.at(keys::DIRECT)).await? {
-            let Ok(intents) = self.direct_intents(&meta.location).await else { continue };
+            let Ok(Some(intents)) = self.direct_intents(&meta.location).await else { continue };
             for (_, DirectIntent { name, .. }) in intents {
                 if self.marker(&name).await?.is_none() && self.objects.holds_objects(&self.keys.item(&name)).await? {
                     partial.push(name);

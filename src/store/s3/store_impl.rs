@@ -772,7 +772,6 @@ impl S3Store {
             .map_err(|e| Error::CorruptState { path: self.objects.url(&key).into(), problem: e.to_string() })
     }
 
-    /// A new stage token, unique across processes and machines.
     /// The intent to delete now that direct stage `stage` is placed or
     /// discarded: its own, or its group's once no other stage of it is left.
     fn intent_done(&self, stage: StageId, meta: &StageMeta) -> Option<Key> {
@@ -789,6 +788,7 @@ impl S3Store {
         }
     }
 
+    /// A new stage token, unique across processes and machines.
     pub(super) fn new_stage() -> StageId {
         StageId(uuid::Uuid::new_v4().as_u64_pair().0)
     }
