@@ -282,34 +282,48 @@ type WalkedNames = Hashes<RepositoryName>;
 /// How many recorded names the walk did not find are looked up at once.
 const UNWALKED_AT_ONCE: usize = 256;
 
-/// Reports what the inventory expects but no walk found: items that vanished.
-/// Only the records of names the walk did not find are read (a GET each in S3).
+/// The records the inventory expects at their place but no walk found: items
+/// that vanished. Only the records of names the walk did not find are read (a
+/// GET each in S3).
+fn vanished_records(store: &dyn Store, walked: &WalkedNames) -> Result<Vec<crate::store::ItemRecord>> {
+    let mut vanished = Vec::new();
+    if !store.inventory().has_inventory() {
+        return Ok(vanished);
+    }
+    let mut unwalked =
+        store.inventory().record_names().filter(|name| !matches!(name, Ok(name) if walked.contains(name)));
+    loop {
+        let page: Vec<RepositoryName> = unwalked.by_ref().take(UNWALKED_AT_ONCE).collect::<Result<_>>()?;
+        if page.is_empty() {
+            return Ok(vanished);
+        }
+        let records = store.inventory().records(&page)?.into_iter().flatten();
+        vanished.extend(records.filter(|r| r.status.expected_on_disk()));
+    }
+}
+
+/// Reports what the inventory expects but no walk found, and the aliases that
+/// name an item the collection lacks: items that vanished. The two searches
+/// (every record's name, every alias) run side by side: each reads on one core.
 fn report_vanished(
     store: &dyn Store,
-    (walked, dangling): (&WalkedNames, Vec<(Ibip, RepositoryName)>),
+    walked: &WalkedNames,
+    aliases_right: Hashes<Ibip>,
     counters: &Counters,
     reporter: &dyn Reporter,
 ) -> Result<()> {
+    let (vanished, dangling) = std::thread::scope(|scope| {
+        let vanished = scope.spawn(|| vanished_records(store, walked));
+        let dangling = store.aliases().dangling_aliases(&|ibip| aliases_right.contains(ibip));
+        (vanished.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), dangling)
+    });
+    let (vanished, dangling) = (vanished?, dangling?);
     let mut reported = BTreeSet::new();
-    if store.inventory().has_inventory() {
-        let mut unwalked =
-            store.inventory().record_names().filter(|name| !matches!(name, Ok(name) if walked.contains(name)));
-        loop {
-            let page: Vec<RepositoryName> = unwalked.by_ref().take(UNWALKED_AT_ONCE).collect::<Result<_>>()?;
-            if page.is_empty() {
-                break;
-            }
-            for record in
-                store.inventory().records(&page)?.into_iter().flatten().filter(|r| r.status.expected_on_disk())
-            {
-                let detail = format!(
-                    "the inventory records it as {}, but the collection lacks it: it vanished",
-                    record.status.as_str()
-                );
-                counters.report(reporter, &Problem::new(&record.name.to_string(), None, ProblemKind::Missing, detail));
-                reported.insert(record.name);
-            }
-        }
+    for record in vanished {
+        let detail =
+            format!("the inventory records it as {}, but the collection lacks it: it vanished", record.status.as_str());
+        counters.report(reporter, &Problem::new(&record.name.to_string(), None, ProblemKind::Missing, detail));
+        reported.insert(record.name);
     }
     for (ibip, name) in dangling.into_iter().filter(|(_, name)| !reported.contains(name)) {
         let detail = format!("alias {ibip} names this item, but the collection does not hold it: it vanished");
@@ -489,9 +503,7 @@ fn verify_counted(store: &dyn Store, names: &[String], counters: &Counters, repo
                 let chain = scope.spawn(|| crate::ops::log::check_chain(store, crate::ops::log::CHAIN_WINDOW_LEAST));
                 let walked = verify_walked(store, counters, reporter)?;
                 let right = std::mem::take(&mut *lock(&counters.aliases_right)).sorted();
-                let dangling = store.aliases().dangling_aliases(&|ibip| right.contains(ibip))?;
-                drop(right);
-                report_vanished(store, (&walked, dangling), counters, reporter)?;
+                report_vanished(store, &walked, right, counters, reporter)?;
                 chain.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
             })?;
             report_chain(chain, counters, reporter);
