@@ -123,13 +123,22 @@ pub fn leaf(name: &str, identity: &str) -> Hash {
 /// How many items' identities are read at once (in parallel) for a witness.
 const LEAVES_AT_ONCE: usize = 1024;
 
-/// The items a witness covers: the inventory's present records, or every item
-/// walked in a collection without an inventory.
-fn covered(store: &dyn Store) -> Box<dyn Iterator<Item = Result<RepositoryName>> + Send + '_> {
+/// An item a witness covers, with the identity its record holds (none in a
+/// collection without an inventory).
+type Covered = (RepositoryName, Option<String>);
+
+/// The items a witness covers: the inventory's present records, each with its
+/// identity, read in one pass (in S3 one GET a record, where reading the names
+/// and then the states took two), or every item walked in a collection without
+/// an inventory.
+fn covered(store: &dyn Store) -> Box<dyn Iterator<Item = Result<Covered>> + Send + '_> {
     if !store.inventory().has_inventory() {
-        return Box::new(items(store));
+        return Box::new(items(store).map(|name| name.map(|name| (name, None))));
     }
-    store.inventory().present_names()
+    Box::new(store.inventory().record_summaries().filter_map(|summary| match summary {
+        Ok(s) => (s.status == crate::store::Status::Present).then_some(Ok((s.name, Some(s.identity)))),
+        Err(e) => Some(Err(e)),
+    }))
 }
 
 /// How the leaves are chosen: when a witness is made, by what vouches for each
@@ -224,13 +233,13 @@ enum Leaves<'a> {
 /// (`Leaves::Restart`) and every name follows again, sorted in memory. Names in
 /// order thus cost one pass and a page of memory.
 fn in_leaf_order<'s>(
-    names: &dyn Fn() -> Box<dyn Iterator<Item = Result<RepositoryName>> + Send + 's>,
+    names: &dyn Fn() -> Box<dyn Iterator<Item = Result<Covered>> + Send + 's>,
     page_each: &mut dyn FnMut(Leaves) -> Result<()>,
 ) -> Result<()> {
     let mut last = String::new();
     let mut handed_on = false;
     let in_order = in_pages(names(), &mut |page: Vec<Named>| {
-        if !page.iter().all(|(text, _)| std::mem::replace(&mut last, text.clone()) < *text) {
+        if !page.iter().all(|(text, _, _)| std::mem::replace(&mut last, text.clone()) < *text) {
             return Ok(false);
         }
         page_each(Leaves::Page(&page))?;
@@ -251,7 +260,7 @@ fn in_leaf_order<'s>(
 /// Hands `each` the names `listed` yields, a page at a time; stops early, with
 /// `false`, when `each` says so.
 fn in_pages(
-    mut listed: Box<dyn Iterator<Item = Result<RepositoryName>> + Send + '_>,
+    mut listed: Box<dyn Iterator<Item = Result<Covered>> + Send + '_>,
     each: &mut dyn FnMut(Vec<Named>) -> Result<bool>,
 ) -> Result<bool> {
     loop {
@@ -265,11 +274,11 @@ fn in_pages(
     }
 }
 
-/// A name with its text, which orders the leaves.
-type Named = (String, RepositoryName);
+/// A covered name with its text, which orders the leaves, and its recorded identity.
+type Named = (String, RepositoryName, Option<String>);
 
-fn named(name: Result<RepositoryName>) -> Result<Named> {
-    name.map(|name| (name.to_string(), name))
+fn named(covered: Result<Covered>) -> Result<Named> {
+    covered.map(|(name, identity)| (name.to_string(), name, identity))
 }
 
 /// The leaves of one page of names. With an inventory, each leaf is the
@@ -278,16 +287,8 @@ fn named(name: Result<RepositoryName>) -> Result<Named> {
 /// trip to a far server) only for items this run did not confirm. Without an
 /// inventory the bags' identities are the leaves.
 fn leaves_of(store: &dyn Store, page: &[Named], choice: &Choice, each: &mut dyn FnMut(Step)) -> Result<()> {
-    let names: Vec<RepositoryName> = page.iter().map(|(_, name)| name.clone()).collect();
-    let recorded: Vec<Option<String>> = match store.inventory().has_inventory() {
-        true => store
-            .inventory()
-            .recorded_states(&names)?
-            .into_iter()
-            .map(|state| state.map(|(_, identity)| identity))
-            .collect(),
-        false => vec![None; names.len()],
-    };
+    let names: Vec<RepositoryName> = page.iter().map(|(_, name, _)| name.clone()).collect();
+    let recorded: Vec<Option<String>> = page.iter().map(|(_, _, identity)| identity.clone()).collect();
     let unread: Vec<RepositoryName> = names
         .iter()
         .zip(&recorded)
@@ -305,7 +306,7 @@ fn leaves_of(store: &dyn Store, page: &[Named], choice: &Choice, each: &mut dyn 
     }
     let mut read: std::collections::HashMap<&RepositoryName, Option<String>> =
         unread.iter().zip(read).map(|(name, identity)| (name, identity.ok())).collect();
-    for ((text, name), recorded) in page.iter().zip(&recorded) {
+    for ((text, name, _), recorded) in page.iter().zip(&recorded) {
         let bag = read.remove(name).flatten();
         let vouched = match (choice, recorded) {
             (Choice::Making(v), Some(id)) => v.vouch(name, id, bag.as_deref())?,
@@ -511,13 +512,13 @@ mod tests {
     fn regress_nested_prefixes_past_the_first_page_hand_a_page_on_twice() {
         let mut listed = names_under("sid.inpe.br/mtc-m18", LEAVES_AT_ONCE + 100);
         listed.extend(names_under("sid.inpe.br/mtc-m18.8080", 50));
-        let names = || -> Box<dyn Iterator<Item = Result<RepositoryName>> + Send> {
-            Box::new(listed.clone().into_iter().map(Ok))
+        let names = || -> Box<dyn Iterator<Item = Result<Covered>> + Send> {
+            Box::new(listed.clone().into_iter().map(|name| Ok((name, None))))
         };
         let mut handed: Vec<String> = Vec::new();
         in_leaf_order(&names, &mut |leaves| {
             match leaves {
-                Leaves::Page(page) => handed.extend(page.iter().map(|(text, _)| text.clone())),
+                Leaves::Page(page) => handed.extend(page.iter().map(|(text, _, _)| text.clone())),
                 Leaves::Restart => handed.clear(),
             }
             Ok(())
@@ -534,8 +535,8 @@ mod tests {
     #[test]
     fn names_in_order_are_handed_on_in_pages() {
         let listed = names_under("sid.inpe.br/mtc-m18", LEAVES_AT_ONCE * 2 + 1);
-        let names = || -> Box<dyn Iterator<Item = Result<RepositoryName>> + Send> {
-            Box::new(listed.clone().into_iter().map(Ok))
+        let names = || -> Box<dyn Iterator<Item = Result<Covered>> + Send> {
+            Box::new(listed.clone().into_iter().map(|name| Ok((name, None))))
         };
         let mut pages = Vec::new();
         in_leaf_order(&names, &mut |leaves| {
