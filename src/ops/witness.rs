@@ -287,17 +287,14 @@ fn named(covered: Result<Covered>) -> Result<Named> {
 /// trip to a far server) only for items this run did not confirm. Without an
 /// inventory the bags' identities are the leaves.
 fn leaves_of(store: &dyn Store, page: &[Named], choice: &Choice, each: &mut dyn FnMut(Step)) -> Result<()> {
-    let names: Vec<RepositoryName> = page.iter().map(|(_, name, _)| name.clone()).collect();
-    let recorded: Vec<Option<String>> = page.iter().map(|(_, _, identity)| identity.clone()).collect();
-    let unread: Vec<RepositoryName> = names
+    let unread: Vec<RepositoryName> = page
         .iter()
-        .zip(&recorded)
-        .filter(|(name, recorded)| match (choice, recorded) {
+        .filter(|(_, name, recorded)| match (choice, recorded) {
             (Choice::Making(v), Some(id)) => !v.confirmed.is_some_and(|c| c.holds(name, id)),
             (Choice::Replaying(_), Some(_)) => false,
             (_, None) => true,
         })
-        .map(|(name, _)| name.clone())
+        .map(|(_, name, _)| name.clone())
         .collect();
     let read = store.bag_identities(&unread);
     if read.len() != unread.len() {
@@ -306,7 +303,7 @@ fn leaves_of(store: &dyn Store, page: &[Named], choice: &Choice, each: &mut dyn 
     }
     let mut read: std::collections::HashMap<&RepositoryName, Option<String>> =
         unread.iter().zip(read).map(|(name, identity)| (name, identity.ok())).collect();
-    for ((text, name, _), recorded) in page.iter().zip(&recorded) {
+    for (text, name, recorded) in page {
         let bag = read.remove(name).flatten();
         let vouched = match (choice, recorded) {
             (Choice::Making(v), Some(id)) => v.vouch(name, id, bag.as_deref())?,
