@@ -123,15 +123,28 @@ fn parse_event_key(meta: ObjectMeta) -> Option<Listed> {
     Some(Listed { seq, item, hash, key: meta.location })
 }
 
+/// An event's tag: its seq, item token (its name with `+` for `/`, as its key
+/// spells it) and hash, hashed under `tags` (keyed at random for the run), so
+/// that a claim on an event is held in 16 bytes. Whoever writes a log key
+/// cannot aim it at a claim's tag without the run's key.
+pub fn event_tag(tags: &std::hash::RandomState, seq: u64, item_token: &str, hash: &str) -> u64 {
+    std::hash::BuildHasher::hash_one(tags, (seq, item_token, hash))
+}
+
+/// How an item's name is spelled in its log keys.
+pub fn item_token(name: &RepositoryName) -> String {
+    name.to_string().replace('/', "+")
+}
+
 fn corrupt(objects: &Objects, key: &Key, problem: String) -> Error {
     Error::CorruptState { path: objects.url(key).into(), problem }
 }
 
 impl ObjectLog<'_> {
-    /// Which of `claims` (an event's seq, its item's name and its hash) the
+    /// Which of `claims` (an event's seq and its `event_tag` under `tags`) the
     /// log holds: a listing of the log's keys from the first claimed seq on,
     /// each key matched as it passes (no event read).
-    pub async fn holds(&self, claims: &[(u64, &RepositoryName, &str)]) -> Result<Vec<bool>> {
+    pub async fn holds(&self, claims: &[(u64, u64)], tags: &std::hash::RandomState) -> Result<Vec<bool>> {
         let mut order: Vec<usize> = (0..claims.len()).collect();
         order.sort_unstable_by_key(|&i| claims[i].0);
         let mut held = vec![false; claims.len()];
@@ -146,9 +159,9 @@ impl ObjectLog<'_> {
             while next < order.len() && claims[order[next]].0 < event.seq {
                 next += 1;
             }
+            let tag = event_tag(tags, event.seq, &event.item, &event.hash);
             for &i in order[next..].iter().take_while(|&&i| claims[i].0 == event.seq) {
-                let (_, name, hash) = claims[i];
-                held[i] |= event.hash == hash && event.item == name.to_string().replace('/', "+");
+                held[i] |= claims[i].1 == tag;
             }
         }
         Ok(held)

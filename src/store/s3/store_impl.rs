@@ -266,8 +266,17 @@ impl crate::store::ledger::Ledger for S3Store {
     }
 
     fn fixity_checks(&self) -> Result<Option<Vec<crate::store::inventory::FixityCheck>>> {
-        let Some(key) = self.check_key()? else { return Ok(Some(Vec::new())) };
-        self.objects.run(self.logged_checks(&key)).map(Some)
+        let mut checks = Vec::new();
+        self.each_fixity_check(&mut |check| checks.push(check))?;
+        Ok(Some(checks))
+    }
+
+    fn each_fixity_check(&self, each: &mut dyn FnMut(FixityCheck)) -> Result<bool> {
+        let Some(key) = self.check_key()? else { return Ok(true) };
+        let tags = std::hash::RandomState::new();
+        let (signed, held) = self.objects.run(self.logged_checks(&key, &tags))?;
+        signed.into_iter().zip(held).filter(|(_, held)| *held).filter_map(|(s, _)| s.into_check()).for_each(each);
+        Ok(true)
     }
 
     fn events(&self, item: Option<&RepositoryName>, after: u64) -> Result<Option<Vec<crate::events::StoredEvent>>> {
@@ -599,25 +608,30 @@ impl WriteBackend for S3Store {
 }
 
 impl S3Store {
-    /// Every item's last check that the log holds (`ObjectLog::holds`): the
-    /// check keys listed, then the log's keys from the oldest claimed event on.
-    async fn logged_checks(&self, key: &ed25519_dalek::VerifyingKey) -> Result<Vec<FixityCheck>> {
+    /// Every item's last check whose signature holds under `key`, and whether
+    /// the log holds its event (`ObjectLog::holds`): the check keys listed,
+    /// then the log's keys from the oldest claimed event on.
+    async fn logged_checks(
+        &self,
+        key: &ed25519_dalek::VerifyingKey,
+        tags: &std::hash::RandomState,
+    ) -> Result<(Vec<super::checks::SignedCheck>, Vec<bool>)> {
         use rayon::prelude::*;
         // Each page's signatures checked on every core (one is tens of
-        // microseconds), each check then kept with its event's seq and hash only.
-        let mut signed: Vec<(FixityCheck, u64, String)> = Vec::new();
+        // microseconds), each check then kept compactly.
+        let mut signed = Vec::new();
         self.checks()
             .each_page(&mut |page| {
                 signed.par_extend(page.into_par_iter().filter_map(|(check, logged)| {
                     let logged = logged?;
-                    super::checks::signed_by(&check, &logged, key).then_some((check, logged.seq, logged.hash))
+                    let holds = super::checks::signed_by(&check, &logged, key);
+                    holds.then(|| super::checks::SignedCheck::of(check, &logged, tags))
                 }))
             })
             .await?;
-        let claims: Vec<(u64, &RepositoryName, &str)> =
-            signed.iter().map(|(check, seq, hash)| (*seq, &check.name, hash.as_str())).collect();
-        let held = self.log().holds(&claims).await?;
-        Ok(signed.into_iter().zip(held).filter(|(_, held)| *held).map(|((check, ..), _)| check).collect())
+        let claims: Vec<(u64, u64)> = signed.iter().map(|s| (s.seq, s.tag)).collect();
+        let held = self.log().holds(&claims, tags).await?;
+        Ok((signed, held))
     }
 
     /// The key a check key's signature must hold under: this machine's copy of
