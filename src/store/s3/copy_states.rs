@@ -207,7 +207,11 @@ impl S3Store {
     /// item's files are several keys, so one span would wait on each page in turn.
     async fn listed_in_spans(&self, keys: &[Key], within: Within) -> Result<Vec<Option<Vec<ObjectMeta>>>> {
         let per_key = if within == Within::Under { 16 } else { 4 };
-        let spans = keys.chunks(SPAN).map(|span| ranges::objects_of(&self.objects, span, within, per_key * SPAN));
+        // Of an item's files only its tagmanifest is asked about.
+        let tagmanifest = format!("/{}", crate::bag::TAGMANIFEST);
+        let keep = |location: &str| within == Within::At || location.ends_with(&tagmanifest);
+        let spans =
+            keys.chunks(SPAN).map(|span| ranges::objects_kept(&self.objects, span, within, per_key * SPAN, &keep));
         // A page of a listing is a few hundred KiB of XML until it is read:
         // a few spans at once, not every span of a chunk of 4,000 names.
         let listed: Vec<_> = stream::iter(spans).buffered(SPANS_AT_ONCE).try_collect().await?;

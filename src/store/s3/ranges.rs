@@ -33,6 +33,20 @@ pub async fn objects_of(
     within: Within,
     cap: usize,
 ) -> Result<Vec<Option<Vec<ObjectMeta>>>> {
+    objects_kept(objects, keys, within, cap, &|_| true).await
+}
+
+/// `objects_of`, keeping of the objects found only those whose key `keep`
+/// takes (the listing still counts every object toward `cap`): a caller that
+/// asks for one object of each name holds that one only, not the name's other
+/// objects (an item's files are about six).
+pub async fn objects_kept(
+    objects: &Objects,
+    keys: &[Key],
+    within: Within,
+    cap: usize,
+    keep: &(dyn Fn(&str) -> bool + Sync),
+) -> Result<Vec<Option<Vec<ObjectMeta>>>> {
     let Some(span) = Span::of(keys) else { return Ok(vec![None; keys.len()]) };
     let index: HashMap<&str, usize> = keys.iter().enumerate().map(|(i, k)| (k.as_ref(), i)).collect();
     let mut found: Vec<Vec<ObjectMeta>> = vec![Vec::new(); keys.len()];
@@ -48,7 +62,9 @@ pub async fn objects_of(
         }
         seen += 1;
         if let Some(&i) = owner(&location, span.depth, within).and_then(|key| index.get(key)) {
-            found[i].push(meta);
+            if keep(&location) {
+                found[i].push(meta);
+            }
         }
     }
     Ok(found.into_iter().map(Some).collect())
