@@ -23,6 +23,22 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// 100 ms, 54-58 MiB and 2.84-2.96 s.
 const PURGE_DELAY_MS: std::ffi::c_long = 100;
 
+/// mimalloc's `arena_purge_mult` option (as `MI_OPTION_PURGE_DELAY`): how many
+/// purge delays freed arena memory waits before it goes back to the system.
+const MI_OPTION_ARENA_PURGE_MULT: libmimalloc_sys::mi_option_t = 24;
+
+/// Tunes mimalloc to a command's churn. An audit frees large buffers all along
+/// (each listing page of each site); held a second (ten purge delays) before
+/// they went back, its peak at 100,000 items over three sites was 94-102 MiB,
+/// and at once 80 MiB, in the same time. A no-op mirror of 100,000 items took
+/// 0.28 s instead of 0.22 s with that setting, so the others keep the default.
+fn tune_allocator(churn: cli::Churn) {
+    if churn == cli::Churn::LargeBuffers {
+        // SAFETY: sets one of mimalloc's options, which it reads atomically.
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_ARENA_PURGE_MULT, 0) };
+    }
+}
+
 fn main() -> std::process::ExitCode {
     // SAFETY: set once, before any other thread exists.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
@@ -35,13 +51,16 @@ fn main() -> std::process::ExitCode {
     // call answers an error, which changes nothing.
     // SAFETY: a plain system call on this process, with no pointer.
     unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
-    let code = cli::run(|| {
-        ctrlc::set_handler(|| {
-            if cli::on_interrupt() {
-                std::process::exit(cli::EXIT_INTERRUPTED);
-            }
-        })
-        .map_err(|e| e.to_string())
-    });
+    let code = cli::run(
+        || {
+            ctrlc::set_handler(|| {
+                if cli::on_interrupt() {
+                    std::process::exit(cli::EXIT_INTERRUPTED);
+                }
+            })
+            .map_err(|e| e.to_string())
+        },
+        tune_allocator,
+    );
     cli::unless_interrupted(code)
 }

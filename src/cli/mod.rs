@@ -282,9 +282,27 @@ pub fn unless_interrupted(code: ExitCode) -> ExitCode {
     code
 }
 
-/// Runs the command line and returns the exit code; `main` owns the process.
-pub fn run(install_interrupt_handler: impl FnOnce() -> std::result::Result<(), String>) -> ExitCode {
+/// How a command's memory comes and goes, for the allocator `main` chose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Churn {
+    /// Small allocations freed and made again (a server's requests, a mirror's items).
+    Small,
+    /// Large buffers freed all along the run (`audit`: a listing's pages of
+    /// every site, a chunk's states), whose memory should go back at once.
+    LargeBuffers,
+}
+
+/// Runs the command line and returns the exit code; `main` owns the process
+/// (and tunes its allocator to the command's `Churn`).
+pub fn run(
+    install_interrupt_handler: impl FnOnce() -> std::result::Result<(), String>,
+    tune_allocator: impl FnOnce(Churn),
+) -> ExitCode {
     let cli = Cli::parse();
+    tune_allocator(match cli.command {
+        Command::Audit { .. } => Churn::LargeBuffers,
+        _ => Churn::Small,
+    });
     // The flags win over the variables; far stores read the variables (as rsync reads RSYNC_RSH).
     if let Some(rsh) = &cli.far.rsh {
         std::env::set_var(ibi::store::location::RSH_ENV, rsh);
