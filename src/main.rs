@@ -29,7 +29,7 @@ const MI_OPTION_ARENA_PURGE_MULT: libmimalloc_sys::mi_option_t = 24;
 
 /// Tunes mimalloc to a command's churn. An audit frees large buffers all along
 /// (each listing page of each site); held a second (ten purge delays) before
-/// they went back, its peak at 100,000 items over three sites was 94-102 MiB,
+/// they went back, its peak at 100,000 items over three sites was 89-102 MiB,
 /// and at once 80 MiB, in the same time. A no-op mirror of 100,000 items took
 /// 0.28 s instead of 0.22 s with that setting, so the others keep the default.
 fn tune_allocator(churn: cli::Churn) {
