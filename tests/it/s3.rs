@@ -1180,6 +1180,34 @@ fn regress_s3_fixity_dates_taken_on_trust() {
     }
 }
 
+/// A signed check counts only while the log holds its event: a log key at the
+/// check's seq whose hash or item another writer changed does not hold it
+/// (the claims are matched by a keyed tag of seq, item and hash).
+#[test]
+fn a_signed_check_whose_log_key_was_replaced_counts_as_never_made() {
+    let env = TestEnv::new();
+    let (moto, name) = one_item_collection(&env, Moto::start);
+    let (p, s3) = (moto.port, "s3://lib/main");
+    env.s3_ok(p, &["-q", "verify", s3]);
+    let age = env.s3_ok(p, &["verify", s3, "--age", "--cycle", "90"]);
+    assert!(!age.stdout.contains("never checked"), "checked before the log is touched: {}", age.stdout);
+    let check = keys_under(p, &format!("main/.ibi/checks/{name}")).pop().expect("a check key");
+    let parts: Vec<&str> = check.rsplit('/').next().unwrap().split('!').collect();
+    let (seq, hash) = (parts[4].parse::<u64>().unwrap(), parts[5]);
+    let at = format!("main/.ibi/log/{seq:016}!");
+    let logged: Vec<String> = keys_under(p, "main/.ibi/log").into_iter().filter(|k| k.starts_with(&at)).collect();
+    assert_eq!(logged.len(), 1, "the check's event is in the log: {logged:?}");
+    let token = name.replace('/', "+");
+    let forgeries = [format!("{seq:016}!{token}!{}", "0".repeat(64)), format!("{seq:016}!other.org+x+2020+1!{hash}")];
+    delete_object(p, "lib", &logged[0]);
+    for forged in forgeries {
+        put_object(p, "lib", &format!("main/.ibi/log/{forged}"), b"{}");
+        let age = env.s3_fails(p, &["verify", s3, "--age", "--cycle", "90"], 1);
+        assert!(age.stdout.contains(&name) && age.stdout.contains("never checked"), "{forged}: {}", age.stdout);
+        delete_object(p, "lib", &format!("main/.ibi/log/{forged}"));
+    }
+}
+
 /// Each item's last fixity check is a key's name
 /// (`.ibi/checks/<name>/<date>!<pass|fail>!<files>!<bytes>!<seq>!<hash>`), so
 /// reading every check is a listing: at most two keys per item after any
