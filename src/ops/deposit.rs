@@ -2,11 +2,13 @@
 //! pass; mint the names under the minter lock, ahead of the clock; write the tag
 //! files; wait for the clock to reach the names; make the batch durable; rename
 //! into place (never over an existing item); create the aliases. A batch is
-//! staged, named and tagged on a thread while the one before it is placed. Each item is reported as soon as it is durable. A content record
-//! (`.ibi/deposited/<key>`), made durable with the item, lets a rerun after any
-//! failure or kill say "already deposited as NAME" instead of depositing the
-//! same content twice. `--move` then removes exactly what was copied: a file
-//! only if it still has the stamp it had when read, a folder only if empty.
+//! staged, named and tagged on a thread while the one before it is placed.
+//! Each item is reported as soon as it is durable. A content record (locally,
+//! a row of the inventory's `deposits` table), made durable before the item is
+//! placed, lets a rerun after any failure or kill say "already deposited as
+//! NAME" instead of depositing the same content twice. `--move` then removes
+//! exactly what was copied: a file only if it still has the stamp it had when
+//! read, a folder only if empty.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs;

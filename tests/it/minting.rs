@@ -330,8 +330,13 @@ fn old_deposit_records_are_read_and_carried_over() {
     env.write("src/doc.txt", b"the thesis");
     let name = env.ok(&["deposit", &a, "src"]).pairs()[0].0.clone();
     let inventory = Path::new(&a).join(".ibi/inventory.sqlite");
-    let drop_columns = "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); \
-        c.execute('ALTER TABLE items DROP COLUMN keys'); c.execute('ALTER TABLE items DROP COLUMN moved'); c.commit()";
+    // As an older ibi left it: the record a file of `.ibi/deposited/`, the table and columns absent.
+    let drop_columns = "import sqlite3, sys, os; c = sqlite3.connect(sys.argv[1]); \
+        [(key, name)] = c.execute('SELECT key, name FROM deposits').fetchall(); \
+        c.execute('DROP TABLE deposits'); \
+        c.execute('ALTER TABLE items DROP COLUMN keys'); c.execute('ALTER TABLE items DROP COLUMN moved'); c.commit(); \
+        d = os.path.join(os.path.dirname(sys.argv[1]), 'deposited'); os.mkdir(d); \
+        open(os.path.join(d, key), 'w').write(name + '\\n')";
     let out = std::process::Command::new("python3").args(["-c", drop_columns]).arg(&inventory).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let before = ibi::fsx::hash_file(&inventory).unwrap().0;
@@ -349,4 +354,76 @@ fn old_deposit_records_are_read_and_carried_over() {
     let out = std::process::Command::new("python3").args(["-c", columns]).arg(&inventory).output().unwrap();
     let keys = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && keys.contains("[\""), "the handover (a write) folded the key in: {keys}");
+}
+
+/// Runs a Python snippet on the inventory of `root` (its path is `sys.argv[1]`,
+/// `c` a connection to it) and returns what it printed.
+fn on_inventory(root: &str, snippet: &str) -> String {
+    let inventory = Path::new(root).join(".ibi/inventory.sqlite");
+    let script = format!("import sqlite3, sys, os; c = sqlite3.connect(sys.argv[1]); {snippet}; c.commit()");
+    let out = std::process::Command::new("python3").args(["-c", &script]).arg(&inventory).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A deposit records which name its content was given in the inventory, one
+/// row a key, and no file; the files an older ibi left in `.ibi/deposited/`
+/// (whole, cut short by a crash, or not a record at all) are folded into the
+/// table by the next writer, which then removes them, and a repeated deposit
+/// of their content is still recognised.
+#[test]
+fn content_records_live_in_the_inventory_and_older_files_are_folded_in() {
+    let env = TestEnv::new();
+    let a = env.collection("a");
+    env.write("one/doc.txt", b"the first thesis");
+    env.write("two/doc.txt", b"the second thesis");
+    let first = env.ok(&["deposit", &a, "one"]).pairs()[0].0.clone();
+    assert!(!Path::new(&a).join(".ibi/deposited").exists(), "no file a record");
+    let rows = on_inventory(&a, "print(c.execute('SELECT name FROM deposits').fetchall())");
+    assert!(rows.contains(&first), "{rows}");
+    // As an older ibi left it: the record a file, the table without it.
+    let second = env.ok(&["deposit", &a, "two"]).pairs()[0].0.clone();
+    on_inventory(
+        &a,
+        &format!(
+            "[(key,)] = c.execute(\"SELECT key FROM deposits WHERE name = '{second}'\").fetchall(); \
+             c.execute('DELETE FROM deposits WHERE key = ?', (key,)); \
+             d = os.path.join(os.path.dirname(sys.argv[1]), 'deposited'); os.mkdir(d); \
+             open(os.path.join(d, key), 'w').write('{second}\\n'); \
+             open(os.path.join(d, 'f' * 64), 'w').write('{second}'); \
+             open(os.path.join(d, 'not-a-key'), 'w').write('junk')"
+        ),
+    );
+    let again = env.ok(&["deposit", &a, "two"]);
+    assert!(again.stdout.contains(&second) && again.stderr.contains("already"), "{again:?}");
+    assert!(!Path::new(&a).join(".ibi/deposited").exists(), "the older files were folded in and removed");
+    let rows = on_inventory(&a, "print(sorted(n for (n,) in c.execute('SELECT name FROM deposits')))");
+    let mut both = [first.as_str(), second.as_str()];
+    both.sort();
+    assert_eq!(
+        rows.trim(),
+        format!("['{}', '{}']", both[0], both[1]),
+        "the whole record folded in, the torn one and the stray file not"
+    );
+    let once_more = env.ok(&["deposit", &a, "one"]);
+    assert!(once_more.stdout.contains(&first) && once_more.stderr.contains("already"), "{once_more:?}");
+}
+
+/// The covering index of the readers in name order was made with a new
+/// inventory only: `add_indexes` was never called, so an inventory made before
+/// it never gained it and its `list`, no-op mirror and verify read whole
+/// records. The next writer now adds it.
+#[test]
+fn regress_older_inventory_never_gains_its_index() {
+    let env = TestEnv::new();
+    let a = env.collection("a");
+    env.write("src/doc.txt", b"the thesis");
+    env.ok(&["deposit", &a, "src"]);
+    let indexes = "print(sorted(n for (n,) in c.execute(\"SELECT name FROM sqlite_master WHERE type = 'index'\")))";
+    assert!(on_inventory(&a, indexes).contains("items_states"));
+    on_inventory(&a, "c.execute('DROP INDEX items_states')");
+    assert!(!on_inventory(&a, indexes).contains("items_states"));
+    env.write("more/doc.txt", b"another thesis");
+    env.ok(&["deposit", &a, "more"]);
+    assert!(on_inventory(&a, indexes).contains("items_states"), "the next writer added the index");
 }

@@ -470,51 +470,6 @@ impl Collection {
         Ok(path)
     }
 
-    /// The name a deposit of content `key` was given, if one was recorded.
-    pub fn deposit_record(&self, key: &str) -> Result<Option<RepositoryName>> {
-        check_content_key(key)?;
-        let path = self.layout.deposit_records().join(key);
-        match fsx::read_capped(&path, 4096) {
-            // Only a whole record counts: one a crash cut short lacks its newline.
-            Ok(bytes) => Ok(String::from_utf8(bytes)
-                .ok()
-                .and_then(|t| t.strip_suffix('\n').and_then(|t| RepositoryName::parse(t).ok()))),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io("read", &path, e)),
-        }
-    }
-
-    /// Records which name each content key was deposited as. The records are not
-    /// fsynced here: the caller's `place_all` makes them durable with its batch
-    /// (`syncfs`) before any item is renamed into place.
-    pub fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()> {
-        if records.is_empty() {
-            return Ok(());
-        }
-        let dir = self.layout.deposit_records();
-        create_dir_all_durable(&dir)?;
-        for (key, name) in records {
-            check_content_key(key)?;
-            let path = dir.join(key);
-            let line = format!("{name}\n");
-            // A new record is written where it goes: until the batch's syncfs it may
-            // be cut short by a crash, but then no item of the batch was placed, and a
-            // record that names no item is ignored. One already there is replaced whole.
-            match fsx::write_new(&path, line.as_bytes()) {
-                Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::AlreadyExists => {}
-                other => {
-                    other?;
-                    continue;
-                }
-            }
-            let temp = dir.join(format!("{}{key}", fsx::TEMP_PREFIX));
-            fsx::remove_tree(&temp)?;
-            fsx::write_new(&temp, line.as_bytes())?;
-            fs::rename(&temp, &path).with_path("rename a record onto", &path)?;
-        }
-        Ok(())
-    }
-
     /// Drops a journal record once its operation is complete and durable.
     pub fn end_journal(&self, record: &Path) -> Result<()> {
         fs::remove_file(record).with_path("remove", record)?;
@@ -604,14 +559,4 @@ impl Collection {
 /// event ids are made from.
 pub fn step_of(record: &Path) -> String {
     record.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-}
-
-/// A content key names one file of `.ibi/deposited/`: letters and digits only (a
-/// sha256 in hex), never a path.
-fn check_content_key(key: &str) -> Result<()> {
-    if !key.is_empty() && key.len() <= 128 && key.bytes().all(|b| b.is_ascii_alphanumeric()) {
-        return Ok(());
-    }
-    let problem = format!("{key:?} is not a content key (letters and digits, at most 128)");
-    Err(Error::Invalid { what: "deposit record".into(), problem })
 }

@@ -891,8 +891,9 @@ impl super::Collection {
         self.with_inventory(|inventory| inventory.mark_removed(names, &events)).map(drop)
     }
 
-    /// Gives an older collection what this version keeps: an id and an inventory
-    /// rebuilt from its bags. Call with the write lock held.
+    /// Gives an older collection what this version keeps: an id, an inventory
+    /// rebuilt from its bags, the inventory's newer columns and indexes, and its
+    /// content records in the inventory. Call with the write lock held.
     pub fn upgrade(&self) -> Result<()> {
         if self.id.get().is_none() {
             let mut config = self.config.clone();
@@ -906,9 +907,10 @@ impl super::Collection {
         }
         self.with_inventory(|inventory| {
             inventory.add_columns()?;
+            inventory.add_indexes()?;
             inventory.upgrade_older_fixity()
-        })
-        .map(drop)
+        })?;
+        self.adopt_deposit_files()
     }
 
     /// Rebuilds the inventory from the bags. Items that vanished are forgotten: the

@@ -7,6 +7,7 @@
 pub mod alias;
 pub mod collection;
 mod cosign;
+mod deposits;
 mod events;
 pub mod fixity;
 mod held_floor;
