@@ -309,9 +309,7 @@ fn regress_a_forged_deposit_record_removes_the_source() {
     env.write("src/precious.txt", b"the only copy");
     env.ok(&["deposit", &root, "src"]);
     // Every record now names the other item.
-    for entry in fs::read_dir(Path::new(&root).join(".ibi/deposited")).unwrap() {
-        fs::write(entry.unwrap().path(), format!("{other}\n")).unwrap();
-    }
+    crate::env::on_inventory(&root, &format!("c.execute(\"UPDATE deposits SET name = '{other}'\")"));
     env.write("again/precious.txt", b"the only copy");
     env.ok(&["deposit", &root, "again", "--move"]);
     assert!(!env.path("again").exists());

@@ -324,6 +324,16 @@ impl TestEnv {
 }
 
 /// Whether a control folder (`.ibi/staging`, `.ibi/trash`) is empty or absent.
+/// Runs a Python snippet on the inventory of `root` (its path is `sys.argv[1]`,
+/// `c` a connection to it) and returns what it printed.
+pub fn on_inventory(root: &str, snippet: &str) -> String {
+    let inventory = Path::new(root).join(".ibi/inventory.sqlite");
+    let script = format!("import sqlite3, sys, os; c = sqlite3.connect(sys.argv[1]); {snippet}; c.commit()");
+    let out = std::process::Command::new("python3").args(["-c", &script]).arg(&inventory).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 pub fn control_empty(root: &str, dir: &str) -> bool {
     std::fs::read_dir(std::path::Path::new(root).join(".ibi").join(dir)).map(|mut d| d.next().is_none()).unwrap_or(true)
 }

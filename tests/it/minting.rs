@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use ibi::store::config::CollectionConfig;
 
-use crate::env::{control_empty, snapshot, TestEnv};
+use crate::env::{control_empty, on_inventory, snapshot, TestEnv};
 use crate::serve::get;
 
 /// `init ROOT --host test.ibi.example.org --ip 192.0.2.30 --granularity G`.
@@ -354,16 +354,6 @@ fn old_deposit_records_are_read_and_carried_over() {
     let out = std::process::Command::new("python3").args(["-c", columns]).arg(&inventory).output().unwrap();
     let keys = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && keys.contains("[\""), "the handover (a write) folded the key in: {keys}");
-}
-
-/// Runs a Python snippet on the inventory of `root` (its path is `sys.argv[1]`,
-/// `c` a connection to it) and returns what it printed.
-fn on_inventory(root: &str, snippet: &str) -> String {
-    let inventory = Path::new(root).join(".ibi/inventory.sqlite");
-    let script = format!("import sqlite3, sys, os; c = sqlite3.connect(sys.argv[1]); {snippet}; c.commit()");
-    let out = std::process::Command::new("python3").args(["-c", &script]).arg(&inventory).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A deposit records which name its content was given in the inventory, one

@@ -2,8 +2,8 @@
 //! (its content key, `ops::deposit::content_key`) was given, so that a deposit
 //! repeated after a crash, or on purpose, finds the item instead of minting a
 //! second name. They live in the inventory's `deposits` table, one row a key,
-//! written for a batch in one durable transaction before any item of it is
-//! placed. A record only says where to look: the deposit checks the item it
+//! written for a batch in one transaction made durable (with the staged items,
+//! by the batch's `syncfs`) before any item of it is placed. A record only says where to look: the deposit checks the item it
 //! names (`ops::deposit::deposited_as`).
 //!
 //! A collection written before the table kept one file a key in
@@ -36,9 +36,26 @@ fn check_content_key(key: &str) -> Result<()> {
 }
 
 impl Inventory {
-    /// Writes `records` (one already there for a key is replaced) in one durable
+    /// Writes `records` (one already there for a key is replaced) in one
     /// transaction; with `replace` false, a key already recorded keeps its name.
-    fn put_deposit_records(&mut self, records: &[(String, RepositoryName)], replace: bool) -> Result<()> {
+    /// With `synced` false the commit is not fsynced (`PRAGMA synchronous =
+    /// OFF` for it alone): it is durable at the caller's next `syncfs` or synced
+    /// commit. A crash before then loses the transaction whole, never part of
+    /// it (each frame of SQLite's write-ahead log is checksummed, and a
+    /// transaction counts only with its commit frame).
+    fn put_deposit_records(&mut self, records: &[(String, RepositoryName)], replace: bool, synced: bool) -> Result<()> {
+        if !synced {
+            self.conn.execute_batch("PRAGMA synchronous = OFF;").map_err(|e| sql_error(&self.path, e))?;
+        }
+        let written = self.insert_deposit_records(records, replace);
+        let restored = match synced {
+            true => Ok(()),
+            false => self.conn.execute_batch("PRAGMA synchronous = FULL;").map_err(|e| sql_error(&self.path, e)),
+        };
+        written.and(restored)
+    }
+
+    fn insert_deposit_records(&mut self, records: &[(String, RepositoryName)], replace: bool) -> Result<()> {
         let path = self.path.clone();
         let err = |e| sql_error(&path, e);
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(err)?;
@@ -80,14 +97,17 @@ impl Collection {
         Ok(found.and_then(|name| RepositoryName::parse(&name).ok()))
     }
 
-    /// Records which name each content key was deposited as, durably, before the
-    /// caller places any item of the batch.
+    /// Records which name each content key was deposited as. The commit is not
+    /// fsynced here: the caller's `place_all` makes it durable with its batch
+    /// (`syncfs`, which writes the inventory's log with the staged items) before
+    /// any item is renamed into place; until then a crash loses the batch's
+    /// records whole, and no item of it was placed.
     pub fn write_deposit_records(&self, records: &[(String, RepositoryName)]) -> Result<()> {
         if records.is_empty() {
             return Ok(());
         }
         records.iter().try_for_each(|(key, _)| check_content_key(key))?;
-        match self.with_inventory(|inventory| inventory.put_deposit_records(records, true))? {
+        match self.with_inventory(|inventory| inventory.put_deposit_records(records, true, false))? {
             Some(()) => Ok(()),
             None => Err(Error::io("write deposit records to", self.layout.inventory(), io::ErrorKind::NotFound.into())),
         }
@@ -120,7 +140,7 @@ impl Collection {
             files.push(path);
         }
         if !records.is_empty() {
-            let written = self.with_inventory(|inventory| inventory.put_deposit_records(&records, false))?;
+            let written = self.with_inventory(|inventory| inventory.put_deposit_records(&records, false, true))?;
             if written.is_none() {
                 return Ok(());
             }
