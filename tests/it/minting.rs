@@ -331,14 +331,14 @@ fn old_deposit_records_are_read_and_carried_over() {
     let name = env.ok(&["deposit", &a, "src"]).pairs()[0].0.clone();
     let inventory = Path::new(&a).join(".ibi/inventory.sqlite");
     // As an older ibi left it: the record a file of `.ibi/deposited/`, the table and columns absent.
-    let drop_columns = "import sqlite3, sys, os; c = sqlite3.connect(sys.argv[1]); \
-        [(key, name)] = c.execute('SELECT key, name FROM deposits').fetchall(); \
-        c.execute('DROP TABLE deposits'); \
-        c.execute('ALTER TABLE items DROP COLUMN keys'); c.execute('ALTER TABLE items DROP COLUMN moved'); c.commit(); \
-        d = os.path.join(os.path.dirname(sys.argv[1]), 'deposited'); os.mkdir(d); \
-        open(os.path.join(d, key), 'w').write(name + '\\n')";
-    let out = std::process::Command::new("python3").args(["-c", drop_columns]).arg(&inventory).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    on_inventory(
+        &a,
+        "[(key, name)] = c.execute('SELECT key, name FROM deposits').fetchall(); \
+         c.execute('DROP TABLE deposits'); \
+         c.execute('ALTER TABLE items DROP COLUMN keys'); c.execute('ALTER TABLE items DROP COLUMN moved'); \
+         d = os.path.join(os.path.dirname(sys.argv[1]), 'deposited'); os.mkdir(d); \
+         open(os.path.join(d, key), 'w').write(name + '\\n')",
+    );
     let before = ibi::fsx::hash_file(&inventory).unwrap().0;
     env.ok(&["list", &a]);
     env.ok(&["show", &a, &name]);
@@ -349,11 +349,8 @@ fn old_deposit_records_are_read_and_carried_over() {
     env.ok(&["-q", "handover", &a, &b]);
     let again = env.ok(&["deposit", &b, "src"]);
     assert!(again.stdout.contains(&name) && again.stderr.contains("already"), "{again:?}");
-    let columns = "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); \
-        print(c.execute('SELECT keys FROM items').fetchall())";
-    let out = std::process::Command::new("python3").args(["-c", columns]).arg(&inventory).output().unwrap();
-    let keys = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && keys.contains("[\""), "the handover (a write) folded the key in: {keys}");
+    let keys = on_inventory(&a, "print(c.execute('SELECT keys FROM items').fetchall())");
+    assert!(keys.contains("[\""), "the handover (a write) folded the key in: {keys}");
 }
 
 /// A deposit records which name its content was given in the inventory, one
