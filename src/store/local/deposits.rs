@@ -107,7 +107,13 @@ impl Collection {
             return Ok(());
         }
         records.iter().try_for_each(|(key, _)| check_content_key(key))?;
-        match self.with_inventory(|inventory| inventory.put_deposit_records(records, true, false))? {
+        // A lock held by another program is told within seconds (`check_writable`),
+        // before anything of the batch is recorded or placed.
+        let written = self.with_inventory(|inventory| {
+            inventory.check_writable()?;
+            inventory.put_deposit_records(records, true, false)
+        })?;
+        match written {
             Some(()) => Ok(()),
             None => Err(Error::io("write deposit records to", self.layout.inventory(), io::ErrorKind::NotFound.into())),
         }
