@@ -368,7 +368,9 @@ fn content_records_live_in_the_inventory_and_older_files_are_folded_in() {
     assert!(!Path::new(&a).join(".ibi/deposited").exists(), "no file a record");
     let rows = on_inventory(&a, "print(c.execute('SELECT name FROM deposits').fetchall())");
     assert!(rows.contains(&first), "{rows}");
-    // As an older ibi left it: the record a file, the table without it.
+    // As an older ibi left it: the record a file, the table without it; and a
+    // file for a key the table holds (as a fold cut short, or a stale record
+    // the table has replaced since leaves it), which the table's row outlives.
     let second = env.ok(&["deposit", &a, "two"]).pairs()[0].0.clone();
     on_inventory(
         &a,
@@ -377,6 +379,8 @@ fn content_records_live_in_the_inventory_and_older_files_are_folded_in() {
              c.execute('DELETE FROM deposits WHERE key = ?', (key,)); \
              d = os.path.join(os.path.dirname(sys.argv[1]), 'deposited'); os.mkdir(d); \
              open(os.path.join(d, key), 'w').write('{second}\\n'); \
+             [(kept,)] = c.execute(\"SELECT key FROM deposits WHERE name = '{first}'\").fetchall(); \
+             open(os.path.join(d, kept), 'w').write('{second}\\n'); \
              open(os.path.join(d, 'f' * 64), 'w').write('{second}'); \
              open(os.path.join(d, 'not-a-key'), 'w').write('junk')"
         ),
@@ -390,7 +394,7 @@ fn content_records_live_in_the_inventory_and_older_files_are_folded_in() {
     assert_eq!(
         rows.trim(),
         format!("['{}', '{}']", both[0], both[1]),
-        "the whole record folded in, the torn one and the stray file not"
+        "the whole record folded in, the table's row kept over a file, the torn one and the stray file not"
     );
     let once_more = env.ok(&["deposit", &a, "one"]);
     assert!(once_more.stdout.contains(&first) && once_more.stderr.contains("already"), "{once_more:?}");
