@@ -3,8 +3,9 @@
 //! repeated after a crash, or on purpose, finds the item instead of minting a
 //! second name. They live in the inventory's `deposits` table, one row a key,
 //! written for a batch in one transaction made durable (with the staged items,
-//! by the batch's `syncfs`) before any item of it is placed. A record only says where to look: the deposit checks the item it
-//! names (`ops::deposit::deposited_as`).
+//! by the batch's `syncfs`) before any item of it is placed. A record only
+//! says where to look: the deposit checks the item it names
+//! (`ops::deposit::deposited_as`).
 //!
 //! A collection written before the table kept one file a key in
 //! `.ibi/deposited/`. The first writer that opens it folds those files into the
@@ -122,28 +123,28 @@ impl Collection {
     /// Folds the files of `.ibi/deposited/` (a collection written before the
     /// table) into the table, a key already in the table keeping its row, then
     /// removes them: only after the table's commit, so a crash between leaves
-    /// files that the next writer folds in again. A file that is not a whole
-    /// record (a crash cut it short) is removed with the rest, as it was
-    /// ignored. Call with the write lock held, after the inventory exists.
+    /// files that the next writer folds in again. A file read whole that is not
+    /// a record (a crash cut it short, or it is not a name) is removed with the
+    /// rest, as it was ignored; one that cannot be read stays, with its folder.
+    /// Call with the write lock held, after the inventory exists.
     pub(super) fn adopt_deposit_files(&self) -> Result<()> {
         let dir = self.layout.deposit_records();
         let entries = match fs::read_dir(&dir) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             other => other.with_path("list", &dir)?,
         };
-        let mut records = Vec::new();
-        let mut files = Vec::new();
+        let (mut records, mut done) = (Vec::new(), Vec::new());
         for entry in entries {
             let path = entry.with_path("list", &dir)?.path();
             let key = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            if check_content_key(&key).is_ok() {
-                let text = fsx::read_capped(&path, 4096).ok().and_then(|b| String::from_utf8(b).ok());
-                // Only a whole record counts: one a crash cut short lacks its newline.
-                let name =
-                    text.as_deref().and_then(|t| t.strip_suffix('\n')).and_then(|t| RepositoryName::parse(t).ok());
-                records.extend(name.map(|name| (key, name)));
+            let Ok(bytes) = fsx::read_capped(&path, 4096) else { continue };
+            // Only a whole record counts: one a crash cut short lacks its newline.
+            let text = String::from_utf8(bytes).ok();
+            let name = text.as_deref().and_then(|t| t.strip_suffix('\n')).and_then(|t| RepositoryName::parse(t).ok());
+            if let (Some(name), Ok(())) = (name, check_content_key(&key)) {
+                records.push((key, name));
             }
-            files.push(path);
+            done.push(path);
         }
         if !records.is_empty() {
             let written = self.with_inventory(|inventory| inventory.put_deposit_records(&records, false, true))?;
@@ -151,10 +152,13 @@ impl Collection {
                 return Ok(());
             }
         }
-        for file in &files {
-            fsx::remove_tree(file)?;
+        for file in &done {
+            fs::remove_file(file).with_path("remove", file)?;
         }
-        fs::remove_dir(&dir).with_path("remove", &dir)?;
+        match fs::remove_dir(&dir) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => Ok(()),
+            other => other.with_path("remove", &dir),
+        }?;
         fsx::fsync_dir(&self.layout.control())
     }
 }
