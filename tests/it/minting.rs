@@ -418,3 +418,33 @@ fn regress_older_inventory_never_gains_its_index() {
     env.ok(&["deposit", &a, "more"]);
     assert!(on_inventory(&a, indexes).contains("items_states"), "the next writer added the index");
 }
+
+/// Folding older record files never removes one it could not read: a folder
+/// (or a link) planted where a record would be stays, with `.ibi/deposited/`,
+/// and the writer goes on; the records read whole are folded in and removed.
+#[test]
+fn an_older_record_file_that_cannot_be_read_is_kept() {
+    let env = TestEnv::new();
+    let a = env.collection("a");
+    env.write("one/doc.txt", b"the first thesis");
+    let first = env.ok(&["deposit", &a, "one"]).pairs()[0].0.clone();
+    let outside = env.write("outside.txt", b"not a record\n");
+    on_inventory(
+        &a,
+        &format!(
+            "[(key,)] = c.execute('SELECT key FROM deposits').fetchall(); c.execute('DELETE FROM deposits'); \
+             d = os.path.join(os.path.dirname(sys.argv[1]), 'deposited'); os.mkdir(d); \
+             open(os.path.join(d, key), 'w').write('{first}\\n'); \
+             os.mkdir(os.path.join(d, 'a' * 64)); os.symlink('{}', os.path.join(d, 'b' * 64))",
+            outside.display()
+        ),
+    );
+    let again = env.ok(&["deposit", &a, "one"]);
+    assert!(again.stdout.contains(&first) && again.stderr.contains("already"), "{again:?}");
+    let deposited = Path::new(&a).join(".ibi/deposited");
+    let mut left: Vec<String> =
+        std::fs::read_dir(&deposited).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    left.sort();
+    assert_eq!(left, ["a".repeat(64), "b".repeat(64)], "the unreadable entries stay, the record was folded in");
+    assert_eq!(std::fs::read(&outside).unwrap(), b"not a record\n", "nothing read or written through the link");
+}
