@@ -75,13 +75,16 @@ impl Inventory {
     /// The name recorded for `key`, if any (none before the table's first write).
     fn deposit_record(&mut self, key: &str) -> Result<Option<String>> {
         let err = |e| sql_error(&self.path, e);
-        let table: Option<i64> = self
-            .conn
-            .prepare_cached("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'deposits'")
-            .and_then(|mut s| s.query_row([], |row| row.get(0)).optional())
-            .map_err(err)?;
-        if table.is_none() {
-            return Ok(None);
+        if !self.deposits_seen {
+            let table: Option<i64> = self
+                .conn
+                .prepare_cached("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'deposits'")
+                .and_then(|mut s| s.query_row([], |row| row.get(0)).optional())
+                .map_err(err)?;
+            if table.is_none() {
+                return Ok(None);
+            }
+            self.deposits_seen = true;
         }
         self.conn
             .prepare_cached("SELECT name FROM deposits WHERE key = ?1")

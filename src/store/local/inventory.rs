@@ -237,7 +237,7 @@ impl Inventory {
         }
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | nofollow(path) | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags).map_err(|e| sql_error(path, e))?;
-        let mut inventory = Inventory { path: path.to_path_buf(), conn, older_keys: None, collection_id: None };
+        let mut inventory = Inventory::on(path, conn);
         inventory.setup("PRAGMA busy_timeout = 60000; PRAGMA synchronous = FULL;")?;
         inventory.check_schema()?;
         inventory.read_older_columns()?;
@@ -279,7 +279,7 @@ impl Inventory {
             | nofollow(path)
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(&uri, flags).map_err(|e| sql_error(path, e))?;
-        let mut inventory = Inventory { path: path.to_path_buf(), conn, older_keys: None, collection_id: None };
+        let mut inventory = Inventory::on(path, conn);
         // Readers page through in key order, so a page cache of 512 KiB (SQLite's
         // default is 2 MiB per connection, and a command may hold several) costs
         // no speed and keeps a reader's memory from growing with the inventory.
@@ -314,7 +314,7 @@ impl Inventory {
             let conn =
                 Connection::open_with_flags(&copy, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
                     .map_err(|e| sql_error(path, e))?;
-            let mut inventory = Inventory { path: path.to_path_buf(), conn, older_keys: None, collection_id: None };
+            let mut inventory = Inventory::on(path, conn);
             inventory.setup("PRAGMA busy_timeout = 60000; PRAGMA cache_size = -512; PRAGMA query_only = 1;")?;
             inventory.check_schema()?;
             inventory.read_older_columns()?;
@@ -413,13 +413,9 @@ impl Inventory {
             fsx::remove_tree(&leftover)?;
         }
         {
-            let mut building = Inventory {
-                older_keys: None,
-                collection_id: None,
-                path: temp.clone(),
-                conn: Connection::open_with_flags(&temp, OpenFlags::default() | OpenFlags::SQLITE_OPEN_NOFOLLOW)
-                    .map_err(|e| sql_error(&temp, e))?,
-            };
+            let conn = Connection::open_with_flags(&temp, OpenFlags::default() | OpenFlags::SQLITE_OPEN_NOFOLLOW)
+                .map_err(|e| sql_error(&temp, e))?;
+            let mut building = Inventory::on(&temp, conn);
             building.setup(&format!("PRAGMA synchronous = FULL; {SCHEMA} {STATES_INDEX}"))?;
             let mut batch = Vec::with_capacity(PAGE);
             for record in records {

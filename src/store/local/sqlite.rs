@@ -59,6 +59,16 @@ pub struct Inventory {
     /// The collection's id, which a new log's first event is bound to
     /// (`crate::events::first_prev`); set by the collection that opened it.
     pub(super) collection_id: Option<String>,
+    /// Whether the `deposits` table was seen: once made it stays, so a
+    /// look-up asks SQLite's schema only until then.
+    pub(super) deposits_seen: bool,
+}
+
+impl Inventory {
+    /// A handle on `conn`, the database at `path`, before anything is read.
+    pub(super) fn on(path: &Path, conn: Connection) -> Inventory {
+        Inventory { path: path.to_path_buf(), conn, older_keys: None, collection_id: None, deposits_seen: false }
+    }
 }
 
 /// Content keys by the name they were deposited as.
