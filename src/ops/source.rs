@@ -166,7 +166,6 @@ fn refuse_ocfl(path: &Path) -> Result<()> {
 pub fn plan_paths(paths: &[PathBuf], follow_symlinks: bool) -> Result<SourcePlan> {
     let mut plan = SourcePlan { originals: paths.to_vec(), follow_symlinks, ..SourcePlan::default() };
     let mut refusals = Refusals::default();
-    let single_dir = paths.len() == 1 && fs::metadata(&paths[0]).is_ok_and(|m| m.is_dir());
     let mut names = BTreeMap::new();
     for path in paths {
         let meta = match fs::symlink_metadata(path) {
@@ -182,6 +181,10 @@ pub fn plan_paths(paths: &[PathBuf], follow_symlinks: bool) -> Result<SourcePlan
         if !meta.is_file() {
             refuse_ocfl(path)?;
         }
+        // One folder (or a link to one) alone is the payload itself; asked of
+        // the link's target only when it is a link (one `statx` a file fewer).
+        let single_dir =
+            paths.len() == 1 && (meta.is_dir() || meta.is_symlink() && fs::metadata(path).is_ok_and(|m| m.is_dir()));
         let prefix = if single_dir {
             DATA.to_string()
         } else {

@@ -111,7 +111,12 @@ impl<'a> SourceGuard<'a> {
             let problem = format!("is inside the collection {}; refusing to touch it", root.display());
             return Err(refuse(self.what, path, problem));
         }
-        if Place::of(&real).is_ok_and(|place| self.above_collection.contains(&place)) {
+        // Not a link: the place is the one just inspected (one `statx` fewer).
+        let place = match meta.file_type().is_symlink() {
+            false => Ok(Place { dev: meta.dev(), ino: meta.ino() }),
+            true => Place::of(&real),
+        };
+        if place.is_ok_and(|place| self.above_collection.contains(&place)) {
             let problem = format!("contains the collection {}; refusing to touch it", self.collection_root.display());
             return Err(refuse(self.what, path, problem));
         }
